@@ -1,0 +1,152 @@
+"""The one error catalogue: every HTTP-visible error code, its status and its reference message.
+
+Domain and API code raise :class:`ApiError` (usually through :func:`api_error`); the HTTP layer turns it into
+the reference envelope ``{success: false, error: {code, message, details?}}``. Store adapters raise the
+small domain exceptions at the bottom of this module, which the API layer maps to codes.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+# code -> (HTTP status, default message). Messages are the reference's (Chinese) texts.
+CATALOGUE: dict[str, tuple[int, str]] = {
+    # request plumbing
+    "NOT_FOUND": (404, "Unknown route"),
+    "INVALID_CLIENT_TOKEN": (401, "共享密钥无效或缺失"),
+    "USER_ID_REQUIRED": (400, "缺少用户标识符"),
+    "INVALID_USER_ID_FORMAT": (400, "X-User-Id 必须是 UUID v4 格式"),
+    "ENCRYPTION_REQUIRED": (400, "请求体必须加密"),
+    "UNSUPPORTED_ENCRYPTION_VERSION": (400, "加密版本不支持"),
+    "INVALID_ENCRYPTED_PAYLOAD": (400, "加密数据格式错误"),
+    "DECRYPTION_FAILED": (400, "请求体解密失败"),
+    "INVALID_PAYLOAD_FORMAT": (400, "解密后的数据不是有效 JSON"),
+    "REQUEST_BODY_TOO_LARGE": (413, "请求体过大"),
+    "RESPONSE_TOO_LARGE": (413, "响应过大，请缩小查询范围"),
+    "UNSUPPORTED_CONTENT_ENCODING": (415, "不支持的 Content-Encoding"),
+    "INVALID_CONTENT_ENCODING": (400, "请求体压缩数据损坏"),
+    "INTERNAL_ERROR": (500, "服务器内部错误"),
+    # tasks
+    "TASK_ID_REQUIRED": (400, "缺少任务ID"),
+    "INVALID_PARAMETERS": (400, "缺少必需参数或参数格式错误"),
+    "INVALID_MESSAGE_TYPE": (400, "消息类型无效"),
+    "INVALID_TIMESTAMP": (400, "时间格式无效"),
+    "PUSH_SUBSCRIPTION_NOT_ACCEPTED": (400, "任务不再接受 pushSubscription，请改用 PUT /push-subscription"),
+    "INVALID_UPDATE_DATA": (400, "更新数据格式错误"),
+    "TASK_PAYLOAD_TOO_LARGE": (400, "任务内容过大"),
+    "TASK_NOT_FOUND": (404, "指定的任务不存在或已被删除"),
+    "TASK_UUID_CONFLICT": (409, "任务 UUID 已存在，请使用新的 uuid 重新提交"),
+    "PUSH_SUBSCRIPTION_MISSING": (409, "该用户还没有登记推送订阅，请先调用 PUT /push-subscription"),
+    "CREDENTIAL_NOT_FOUND": (409, "引用的凭据不存在"),
+    "TASK_ALREADY_COMPLETED": (409, "任务已完成或已失败，无法更新"),
+    "UPDATE_CONFLICT": (409, "任务更新失败，任务可能已被修改或删除"),
+    "TASK_IN_FLIGHT": (409, "这条任务正在投递，等这次发完再改排期"),
+    "TASK_USES_CRED_REFS": (409, "该任务使用 credRefs 引用凭据，请更新凭据本身而不是任务"),
+    "TASK_CREATE_FAILED": (500, "任务创建失败"),
+    "MESSAGE_SEND_FAILED": (500, "消息发送失败"),
+    "VAPID_CONFIG_ERROR": (500, "VAPID 配置缺失，无法发送即时消息"),
+    "INSTANT_NOT_AVAILABLE": (501, "即时消息投递尚未启用"),
+    # init / keys / config
+    "INIT_FAILED": (500, "初始化失败"),
+    "VAPID_NOT_CONFIGURED": (503, "VAPID 公钥未配置：请为本 Worker 设置 VAPID_PUBLIC_KEY"),
+    # push subscription
+    "INVALID_PUSH_SUBSCRIPTION": (400, "subscription 必须是带非空 endpoint 的对象"),
+    "INVALID_UPDATED_AT": (400, "updatedAt 必须是正整数"),
+    "PUSH_SUBSCRIPTION_LOOKUP_FAILED": (503, "推送订阅读取失败，请稍后重试"),
+    "PUSH_SUBSCRIPTION_NOT_SUPPORTED": (501, "当前存储不支持推送订阅"),
+    # llm credentials
+    "LLM_CREDENTIALS_LOOKUP_FAILED": (503, "凭据读取失败，请稍后重试"),
+    "LLM_CREDENTIALS_LIMIT_EXCEEDED": (400, "凭据数量超过上限"),
+    "LLM_CREDENTIALS_NOT_SUPPORTED": (501, "当前存储不支持 LLM 凭据"),
+    "LLM_CREDENTIALS_PREFIX_DELETE_NOT_SUPPORTED": (501, "当前存储不支持按前缀删除凭据"),
+    # client state
+    "INVALID_STATE_ENTRIES": (400, "entries 必须是非空数组"),
+    "TOO_MANY_STATE_ENTRIES": (400, "单次最多写入 200 条状态"),
+    "NAMESPACE_REQUIRED": (400, "缺少 namespace 参数"),
+    "INVALID_STATE_NAMESPACE": (400, "namespace 无效"),
+    "INVALID_NAMESPACE_LIMIT": (400, "limit 参数无效，必须为正整数"),
+    "CLIENT_STATE_NOT_SUPPORTED": (501, "当前存储不支持客户端状态"),
+    # outbox
+    "INVALID_OUTBOX_CURSOR": (400, "since 参数无效，必须为非负整数"),
+    "INVALID_OUTBOX_LIMIT": (400, "limit 参数无效，必须为正整数"),
+    "INVALID_OUTBOX_ACK": (400, "messageIds 必须是非空字符串数组"),
+    "TOO_MANY_OUTBOX_ACK_IDS": (400, "单次最多确认 200 条消息"),
+    "INVALID_OUTBOX_DELETE": (400, "请提供 messageIds 数组或 all: true（二选一）"),
+    "TOO_MANY_OUTBOX_DELETE_IDS": (400, "单次最多删除 200 条消息"),
+    "OUTBOX_NOT_SUPPORTED": (501, "当前存储不支持消息收件箱"),
+}
+
+# Cloud-owner guard violations on ordinary endpoints answer 409 {code, message} (spec decision 3 / R12).
+CLOUD_GUARD_CODES = frozenset(
+    {
+        "CLOUD_OWNER_RETIRED",
+        "INVALID_CLOUD_OWNER",
+        "INVALID_CLOUD_OWNER_GENERATION",
+        "CLOUD_OWNER_IMMUTABLE",
+        "CLOUD_CROSS_OWNER_WRITE",
+        "CLOUD_RESOURCE_CHANGED",
+        "CLOUD_GUARD_UNSUPPORTED",
+    }
+)
+
+
+class ApiError(Exception):
+    """An error with a documented code; becomes the reference error envelope."""
+
+    def __init__(self, status: int, code: str, message: str, details: Any = None) -> None:
+        super().__init__(message)
+        self.status = status
+        self.code = code
+        self.message = message
+        self.details = details
+
+    def body(self) -> dict[str, Any]:
+        error: dict[str, Any] = {"code": self.code, "message": self.message}
+        if self.details is not None:
+            error["details"] = self.details
+        return {"success": False, "error": error}
+
+
+def api_error(code: str, message: str | None = None, details: Any = None, status: int | None = None) -> ApiError:
+    """Build an :class:`ApiError` from the catalogue, optionally overriding message, details or status."""
+    default_status, default_message = CATALOGUE.get(code, (500, code))
+    return ApiError(status or default_status, code, message or default_message, details)
+
+
+def invalid_parameters(
+    *, missing: list[str] | None = None, invalid: list[str] | None = None, message: str | None = None
+) -> ApiError:
+    details: dict[str, Any] = {}
+    if missing:
+        details["missingFields"] = missing
+    if invalid:
+        details["invalidFields"] = invalid
+    return api_error("INVALID_PARAMETERS", message, details or None)
+
+
+def invalid_update(invalid: list[str], message: str | None = None) -> ApiError:
+    return api_error("INVALID_UPDATE_DATA", message, {"invalidFields": invalid})
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Store-level domain exceptions (adapters raise these; the API layer maps them to codes)
+
+
+class StoreError(Exception):
+    """Base for adapter failures the domain understands."""
+
+
+class TaskUuidConflict(StoreError):
+    """A task with this uuid already exists somewhere in the deployment."""
+
+
+class StoreUnavailable(StoreError):
+    """A read or write could not be completed (throttled after retries, endpoint down, ...)."""
+
+
+class CloudGuardError(StoreError):
+    """A cloud-owner guard rejected a write; ``code`` is one of :data:`CLOUD_GUARD_CODES`."""
+
+    def __init__(self, code: str, message: str = "") -> None:
+        super().__init__(message or code)
+        self.code = code
