@@ -1,0 +1,18 @@
+"""DELETE /cancel-message (served at / and under /api/v1/)."""
+
+from amsg.api.cancel_message import cancel_message
+from amsg.http.lambda_app import http_app, serve
+from amsg.observability import logger
+from aws_lambda_powertools.logging import correlation_paths
+
+app = http_app()
+
+
+@app.delete("/cancel-message")
+def delete_route():
+    return serve(app, cancel_message)
+
+
+@logger.inject_lambda_context(correlation_id_path=correlation_paths.API_GATEWAY_HTTP)
+def handler(event, context):
+    return app.resolve(event, context)

@@ -1,0 +1,18 @@
+"""GET /messages (served at / and under /api/v1/)."""
+
+from amsg.api.messages import list_messages
+from amsg.http.lambda_app import http_app, serve
+from amsg.observability import logger
+from aws_lambda_powertools.logging import correlation_paths
+
+app = http_app()
+
+
+@app.get("/messages")
+def get_route():
+    return serve(app, list_messages)
+
+
+@logger.inject_lambda_context(correlation_id_path=correlation_paths.API_GATEWAY_HTTP)
+def handler(event, context):
+    return app.resolve(event, context)

@@ -1,0 +1,18 @@
+"""GET /vapid-public-key (served at / and under /api/v1/)."""
+
+from amsg.api.keys import vapid_public_key
+from amsg.http.lambda_app import http_app, serve
+from amsg.observability import logger
+from aws_lambda_powertools.logging import correlation_paths
+
+app = http_app()
+
+
+@app.get("/vapid-public-key")
+def get_route():
+    return serve(app, vapid_public_key)
+
+
+@logger.inject_lambda_context(correlation_id_path=correlation_paths.API_GATEWAY_HTTP)
+def handler(event, context):
+    return app.resolve(event, context)

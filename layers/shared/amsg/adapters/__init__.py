@@ -1,0 +1,1 @@
+"""Adapters: the only modules that talk to AWS, push services or LLM endpoints."""

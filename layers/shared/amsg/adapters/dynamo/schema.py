@@ -1,0 +1,63 @@
+"""Schema self-check for ``POST /init-tenant`` (R26): verify, never create, then record the marker."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from botocore.exceptions import ClientError
+
+from amsg.adapters.dynamo import keys
+from amsg.adapters.dynamo.table import DynamoTable
+from amsg.ports import SchemaReport
+
+REQUIRED_INDEXES: dict[str, tuple[str, str]] = {
+    # name: (kind, what it serves)
+    "due": ("gsi", "sparse sharded due-task index read by the tick"),
+    "retention": ("gsi", "cleanup of settled tasks and expired client state"),
+    "work": ("gsi", "due cloud-data cleanup operations"),
+    "outbox_unacked": ("lsi", "unacked outbox rows in id order (GET /outbox)"),
+    "outbox_by_task": ("lsi", "outbox rows of one task (cancel / redelivery)"),
+}
+
+
+class DynamoSchemaInspector:
+    def __init__(self, table: DynamoTable) -> None:
+        self.t = table
+
+    def check_schema(self, now_ms: int) -> SchemaReport:
+        client = self.t.client
+        items: list[dict[str, Any]] = []
+        missing: list[str] = []
+        try:
+            description = client.describe_table(TableName=self.t.name)["Table"]
+        except ClientError as exc:
+            return SchemaReport(ok=False, items=[], missing=[f"table:{self.t.name}"], error=str(exc))
+        present: dict[str, str] = {}
+        for index in description.get("GlobalSecondaryIndexes", []):
+            present[index["IndexName"]] = index.get("IndexStatus", "ACTIVE")
+        for index in description.get("LocalSecondaryIndexes", []):
+            present[index["IndexName"]] = "ACTIVE"
+        for name, (kind, purpose) in REQUIRED_INDEXES.items():
+            status = present.get(name)
+            entry: dict[str, Any] = {"name": name, "description": f"{kind}: {purpose}", "critical": True}
+            if status == "ACTIVE":
+                entry["status"] = "success"
+            else:
+                entry["status"] = "failed"
+                entry["error"] = "missing" if status is None else f"index status {status}"
+                missing.append(f"index:{name}")
+            items.append(entry)
+        ttl = client.describe_time_to_live(TableName=self.t.name).get("TimeToLiveDescription", {})
+        ttl_ok = ttl.get("AttributeName") == "ttl" and ttl.get("TimeToLiveStatus") in ("ENABLED", "ENABLING")
+        items.append(
+            {
+                "name": "ttl",
+                "status": "success" if ttl_ok else "failed",
+                "description": "ttl attribute (epoch seconds) expires outbox rows and cloud records",
+                "critical": False,
+                **({} if ttl_ok else {"error": "TTL is not enabled on attribute ttl"}),
+            }
+        )
+        if not missing:
+            self.t.table.put_item(Item={**keys.SCHEMA_KEY, "version": keys.SCHEMA_VERSION, "updated_at": now_ms})
+        return SchemaReport(ok=not missing, items=items, missing=missing)

@@ -1,0 +1,164 @@
+"""Low-level access to the table: lazily built boto3 resources, transactions, and large values.
+
+Large values (task payloads up to ~2 MB of hex, client-state values) are cut into parts written *before*
+the item that references them (``<prefix><token>#<index>``), so a reader never sees a half-written value
+and a crashed writer leaves only unreferenced parts (spec storage.md D.4.11).
+"""
+
+from __future__ import annotations
+
+import secrets
+import time
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import boto3
+from boto3.dynamodb.conditions import Key
+from botocore.config import Config
+from botocore.exceptions import ClientError
+
+# Keep items well below DynamoDB's 400 KB item limit (attribute names and other attributes count too).
+PART_CHARS = 350_000
+INLINE_CHARS = 350_000
+TRANSACTION_RETRIES = 8
+RETRYABLE_CANCELLATION = {"TransactionConflict", "ThrottlingError", "ProvisionedThroughputExceeded"}
+
+
+class TransactionCancelled(Exception):
+    """A transaction failed its conditions; ``reasons[i]`` is the code of action i ('None' when it held)."""
+
+    def __init__(self, reasons: list[str], items: list[dict[str, Any] | None]) -> None:
+        super().__init__(",".join(reasons))
+        self.reasons = reasons
+        self.items = items
+
+    def failed(self, index: int) -> bool:
+        return index < len(self.reasons) and self.reasons[index] == "ConditionalCheckFailed"
+
+
+@dataclass
+class BlobRef:
+    token: str
+    parts: int
+
+
+class DynamoTable:
+    """One table, one boto3 resource per sandbox (built on first use, never at import)."""
+
+    def __init__(self, table_name: str, *, endpoint_url: str | None = None, region: str | None = None) -> None:
+        self.name = table_name
+        self._endpoint_url = endpoint_url
+        self._region = region
+        self._resource: Any = None
+        self._table: Any = None
+
+    @property
+    def resource(self) -> Any:
+        if self._resource is None:
+            config = Config(retries={"mode": "standard", "max_attempts": 6}, connect_timeout=3, read_timeout=10)
+            self._resource = boto3.resource(
+                "dynamodb", endpoint_url=self._endpoint_url, region_name=self._region, config=config
+            )
+        return self._resource
+
+    @property
+    def table(self) -> Any:
+        if self._table is None:
+            self._table = self.resource.Table(self.name)
+        return self._table
+
+    @property
+    def client(self) -> Any:
+        """The resource's client: accepts and returns plain Python values (not wire-typed attributes)."""
+        return self.resource.meta.client
+
+    # ---- reads ------------------------------------------------------------------------------------------
+
+    def get(self, key: dict[str, str], *, consistent: bool = True, projection: str | None = None) -> dict | None:
+        kwargs: dict[str, Any] = {"Key": key, "ConsistentRead": consistent}
+        if projection:
+            kwargs["ProjectionExpression"] = projection
+        return self.table.get_item(**kwargs).get("Item")
+
+    def query_all(self, **kwargs: Any) -> Iterator[dict[str, Any]]:
+        """Every page of a query (Limit applies per page, filters after it)."""
+        while True:
+            page = self.table.query(**kwargs)
+            yield from page.get("Items", [])
+            last = page.get("LastEvaluatedKey")
+            if not last:
+                return
+            kwargs["ExclusiveStartKey"] = last
+
+    def query_prefix(self, pk: str, sk_prefix: str, **kwargs: Any) -> Iterator[dict[str, Any]]:
+        return self.query_all(
+            KeyConditionExpression=Key("PK").eq(pk) & Key("SK").begins_with(sk_prefix), ConsistentRead=True, **kwargs
+        )
+
+    # ---- writes -----------------------------------------------------------------------------------------
+
+    def transact(self, actions: list[dict[str, Any]]) -> None:
+        """TransactWriteItems with a client request token (SDK retries stay idempotent).
+
+        Conflicts with concurrent transactions are retried here; failed conditions raise
+        :class:`TransactionCancelled` for the caller to interpret.
+        """
+        for action in actions:
+            for body in action.values():
+                body.setdefault("TableName", self.name)
+        token = secrets.token_hex(16)
+        for attempt in range(TRANSACTION_RETRIES):
+            try:
+                self.client.transact_write_items(TransactItems=actions, ClientRequestToken=token)
+                return
+            except ClientError as exc:
+                if exc.response["Error"]["Code"] != "TransactionCanceledException":
+                    raise
+                raw = exc.response.get("CancellationReasons") or []
+                reasons = [str(r.get("Code", "None")) for r in raw]
+                if any(r in RETRYABLE_CANCELLATION for r in reasons) and attempt < TRANSACTION_RETRIES - 1:
+                    time.sleep(min(0.5, 0.02 * 2**attempt) * (0.5 + secrets.randbelow(100) / 100))
+                    token = secrets.token_hex(16)
+                    continue
+                raise TransactionCancelled(reasons, [r.get("Item") for r in raw]) from exc
+
+    def batch_delete(self, keys: Iterable[dict[str, str]]) -> None:
+        with self.table.batch_writer() as writer:  # groups of 25, unprocessed items retried by boto3
+            for key in keys:
+                writer.delete_item(Key=key)
+
+    def batch_put(self, items: Iterable[dict[str, Any]]) -> None:
+        with self.table.batch_writer() as writer:
+            for item in items:
+                writer.put_item(Item=item)
+
+    # ---- large values -----------------------------------------------------------------------------------
+
+    def write_blob(self, pk: str, prefix: str, text: str) -> BlobRef:
+        token = secrets.token_hex(8)
+        chunks = [text[i : i + PART_CHARS] for i in range(0, len(text), PART_CHARS)] or [""]
+        self.batch_put(
+            {"PK": pk, "SK": f"{prefix}{token}#{index:05d}", "v": chunk} for index, chunk in enumerate(chunks)
+        )
+        return BlobRef(token, len(chunks))
+
+    def read_blob(self, pk: str, prefix: str, ref: BlobRef) -> str | None:
+        """The whole value, or None when a part is missing (treated as unreadable by callers)."""
+        parts = list(self.query_prefix(pk, f"{prefix}{ref.token}#"))
+        if len(parts) != ref.parts:
+            return None
+        parts.sort(key=lambda item: item["SK"])
+        return "".join(item["v"] for item in parts)
+
+    def delete_blob(self, pk: str, prefix: str, token: str) -> None:
+        keys = [
+            {"PK": item["PK"], "SK": item["SK"]}
+            for item in self.query_prefix(pk, f"{prefix}{token}#", ProjectionExpression="PK, SK")
+        ]
+        if keys:
+            self.batch_delete(keys)
+
+
+def is_conditional_failure(exc: ClientError) -> bool:
+    return exc.response["Error"]["Code"] == "ConditionalCheckFailedException"

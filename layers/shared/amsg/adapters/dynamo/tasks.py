@@ -1,0 +1,246 @@
+"""Tasks in DynamoDB: per-user ids from a counter in the creating transaction (decision 12), a deployment-wide
+uuid registry, the sparse sharded due index written on every create/update, large payloads split across items.
+"""
+
+from __future__ import annotations
+
+from decimal import Decimal
+from typing import Any
+
+from botocore.exceptions import ClientError
+
+from amsg.adapters.dynamo import keys
+from amsg.adapters.dynamo.table import (
+    INLINE_CHARS,
+    BlobRef,
+    DynamoTable,
+    TransactionCancelled,
+    is_conditional_failure,
+)
+from amsg.errors import StoreUnavailable, TaskUuidConflict
+from amsg.ports import CreatedTask, NewTask, TaskRow
+
+CREATE_ATTEMPTS = 12
+
+
+def _int(value: Any, default: int = 0) -> int:
+    return int(value) if isinstance(value, (int, Decimal)) else default
+
+
+class DynamoTaskStore:
+    def __init__(self, table: DynamoTable, *, due_shards: int = 1) -> None:
+        self.t = table
+        self.due_shards = due_shards
+
+    # ---- mapping ----------------------------------------------------------------------------------------
+
+    def _payload_attrs(self, user_id: str, uuid: str, encrypted_payload: str) -> tuple[dict[str, Any], BlobRef | None]:
+        """Inline payload, or parts written now and referenced by the item about to be written."""
+        if len(encrypted_payload) <= INLINE_CHARS:
+            return {"payload": encrypted_payload}, None
+        ref = self.t.write_blob(keys.user_pk(user_id), keys.task_part_prefix(uuid), encrypted_payload)
+        return {"payload_token": ref.token, "payload_parts": ref.parts}, ref
+
+    def _row(self, item: dict[str, Any]) -> TaskRow:
+        payload = item.get("payload")
+        if payload is None and item.get("payload_token"):
+            payload = self.t.read_blob(
+                item["PK"],
+                keys.task_part_prefix(item["uuid"]),
+                BlobRef(item["payload_token"], _int(item.get("payload_parts"))),
+            )
+            if payload is None:
+                raise StoreUnavailable("task payload parts are incomplete")
+        return TaskRow(
+            user_id=item["user_id"],
+            uuid=item["uuid"],
+            id=_int(item.get("id")),
+            encrypted_payload=payload or "",
+            message_type=item.get("message_type", ""),
+            next_send_at=item.get("next_send_at", ""),
+            status=item.get("status", "pending"),
+            retry_count=_int(item.get("retry_count")),
+            last_error=item.get("last_error"),
+            created_at=item.get("created_at", ""),
+            updated_at=item.get("updated_at", ""),
+            lease_until=item.get("lease_until"),
+            retry_after=item.get("retry_after"),
+            serialize_group=item.get("serialize_group"),
+            claim_version=_int(item.get("claim_version")),
+            rev=_int(item.get("rev")),
+        )
+
+    def _key(self, user_id: str, uuid: str) -> dict[str, str]:
+        return {"PK": keys.user_pk(user_id), "SK": keys.task_sk(uuid)}
+
+    # ---- create -----------------------------------------------------------------------------------------
+
+    def create_task(self, task: NewTask, supersedes_uuid: str | None = None) -> CreatedTask:
+        payload_attrs, blob = self._payload_attrs(task.user_id, task.uuid, task.encrypted_payload)
+        try:
+            return self._create(task, payload_attrs, supersedes_uuid)
+        except BaseException:
+            if blob:
+                self.t.delete_blob(keys.user_pk(task.user_id), keys.task_part_prefix(task.uuid), blob.token)
+            raise
+
+    def _create(self, task: NewTask, payload_attrs: dict[str, Any], supersedes_uuid: str | None) -> CreatedTask:
+        counter_key = keys.counter_key(task.user_id, "task")
+        for _ in range(CREATE_ATTEMPTS):
+            counter = self.t.get(counter_key)
+            current = _int(counter.get("n")) if counter else 0
+            new_id = current + 1
+            old = self.t.get(self._key(task.user_id, supersedes_uuid)) if supersedes_uuid else None
+            item: dict[str, Any] = {
+                **self._key(task.user_id, task.uuid),
+                "id": new_id,
+                "user_id": task.user_id,
+                "uuid": task.uuid,
+                **payload_attrs,
+                "message_type": task.message_type,
+                "next_send_at": task.next_send_at,
+                "status": "pending",
+                "retry_count": 0,
+                "created_at": task.now_iso,
+                "updated_at": task.now_iso,
+                "claim_version": 0,
+                "rev": 1,
+                "due_pk": keys.due_pk(task.uuid, self.due_shards),
+                "due_sk": keys.due_sk(task.next_send_at, task.uuid),
+            }
+            actions: list[dict[str, Any]] = [
+                {
+                    "Update": {
+                        "Key": counter_key,
+                        "UpdateExpression": "SET n = :new",
+                        "ConditionExpression": "attribute_not_exists(n) OR n = :cur",
+                        "ExpressionAttributeValues": {":new": new_id, ":cur": current},
+                    }
+                },
+                {"Put": {"Item": item, "ConditionExpression": "attribute_not_exists(PK)"}},
+                {
+                    "Put": {
+                        "Item": {**keys.uuid_registry_key(task.uuid), "user_id": task.user_id, "id": new_id},
+                        "ConditionExpression": "attribute_not_exists(PK)",
+                    }
+                },
+            ]
+            if old is not None:
+                actions.append(
+                    {
+                        "Delete": {
+                            "Key": self._key(task.user_id, supersedes_uuid or ""),
+                            "ConditionExpression": "rev = :rev",
+                            "ExpressionAttributeValues": {":rev": old.get("rev", 0)},
+                        }
+                    }
+                )
+                actions.append(
+                    {
+                        "Delete": {
+                            "Key": keys.uuid_registry_key(supersedes_uuid or ""),
+                            "ConditionExpression": "attribute_not_exists(PK) OR user_id = :uid",
+                            "ExpressionAttributeValues": {":uid": task.user_id},
+                        }
+                    }
+                )
+            try:
+                self.t.transact(actions)
+            except TransactionCancelled as cancelled:
+                if cancelled.failed(1) or cancelled.failed(2):
+                    raise TaskUuidConflict(task.uuid) from None
+                continue  # the counter moved or the superseded task changed: read again
+            if old is not None and old.get("payload_token"):
+                self._drop_parts(task.user_id, supersedes_uuid or "", str(old["payload_token"]))
+            return CreatedTask(id=new_id, superseded=old is not None)
+        raise StoreUnavailable("task id allocation kept conflicting")
+
+    # ---- read -------------------------------------------------------------------------------------------
+
+    def get_task(self, user_id: str, uuid: str) -> TaskRow | None:
+        item = self.t.get(self._key(user_id, uuid))
+        return self._row(item) if item else None
+
+    def list_tasks(self, user_id: str) -> list[TaskRow]:
+        items = self.t.query_prefix(keys.user_pk(user_id), "T#")
+        return [self._row(item) for item in items]
+
+    # ---- update -----------------------------------------------------------------------------------------
+
+    def update_pending_task(
+        self,
+        user_id: str,
+        uuid: str,
+        *,
+        encrypted_payload: str,
+        next_send_at: str | None,
+        now_iso: str,
+        expected_rev: int,
+    ) -> str | None:
+        payload_attrs, blob = self._payload_attrs(user_id, uuid, encrypted_payload)
+        sets = ["updated_at = :now", "retry_count = :zero", "rev = rev + :one"]
+        removes = ["retry_after"]
+        values: dict[str, Any] = {":now": now_iso, ":zero": 0, ":one": 1, ":pending": "pending", ":rev": expected_rev}
+        for name, value in payload_attrs.items():
+            sets.append(f"{name} = :{name}")
+            values[f":{name}"] = value
+        if "payload" in payload_attrs:
+            removes += ["payload_token", "payload_parts"]
+        else:
+            removes.append("payload")
+        condition = "#st = :pending AND rev = :rev"
+        if next_send_at is not None:
+            sets += ["next_send_at = :nsa", "due_sk = :dsk"]
+            values[":nsa"] = next_send_at
+            values[":dsk"] = keys.due_sk(next_send_at, uuid)
+            # the lease gate: never move the occurrence of a task that is being delivered
+            condition += " AND (attribute_not_exists(lease_until) OR lease_until <= :now)"
+        try:
+            result = self.t.table.update_item(
+                Key=self._key(user_id, uuid),
+                UpdateExpression=f"SET {', '.join(sets)} REMOVE {', '.join(removes)}",
+                ConditionExpression=condition,
+                ExpressionAttributeNames={"#st": "status"},
+                ExpressionAttributeValues=values,
+                ReturnValues="ALL_OLD",
+            )
+        except ClientError as exc:
+            if blob:
+                self.t.delete_blob(keys.user_pk(user_id), keys.task_part_prefix(uuid), blob.token)
+            if is_conditional_failure(exc):
+                return None
+            raise
+        old = result.get("Attributes") or {}
+        if old.get("payload_token") and old.get("payload_token") != payload_attrs.get("payload_token"):
+            self._drop_parts(user_id, uuid, str(old["payload_token"]))
+        return now_iso
+
+    # ---- delete -----------------------------------------------------------------------------------------
+
+    def delete_task(self, user_id: str, uuid: str) -> bool:
+        existing = self.t.get(self._key(user_id, uuid), projection="payload_token")
+        try:
+            self.t.transact(
+                [
+                    {"Delete": {"Key": self._key(user_id, uuid), "ConditionExpression": "attribute_exists(PK)"}},
+                    {
+                        "Delete": {
+                            "Key": keys.uuid_registry_key(uuid),
+                            "ConditionExpression": "attribute_not_exists(PK) OR user_id = :uid",
+                            "ExpressionAttributeValues": {":uid": user_id},
+                        }
+                    },
+                ]
+            )
+        except TransactionCancelled:
+            return False
+        if existing and existing.get("payload_token"):
+            self._drop_parts(user_id, uuid, str(existing["payload_token"]))
+        return True
+
+    def _drop_parts(self, user_id: str, uuid: str, token: str) -> None:
+        """Best-effort removal of a replaced payload's parts (unreferenced parts are harmless garbage)."""
+        try:
+            self.t.delete_blob(keys.user_pk(user_id), keys.task_part_prefix(uuid), token)
+        except ClientError:
+            pass

@@ -1,0 +1,218 @@
+"""Web Push sender (R17, engine.md §5.10): RFC 8291 aes128gcm + RFC 8292 VAPID, POSTed with httpx.
+
+Why not ``pywebpush.webpush()``: it cannot produce the R17 request. It sends no ``Content-Type``, writes
+``Authorization: vapid t=…,k=…`` without the reference's ``, `` separator, adds requests' ``User-Agent`` and
+``Accept`` headers, treats 203–299 as failures, and importing it loads aiohttp + requests (~180 ms,
+aws.md §2.5). So this adapter uses the two pieces pywebpush itself is built on: ``http_ece`` (the aes128gcm
+record) and an ES256 JWT (:mod:`amsg.vapid`, ``cryptography`` only), and sends with httpx, which the LLM
+adapter loads anyway. ``http_ece`` and httpx are imported lazily: importing this module costs nothing until
+the first push.
+
+Wire request, exactly: ``POST <endpoint>`` with ``Content-Type: application/octet-stream``,
+``Content-Encoding: aes128gcm``, ``TTL: <ttl>``, ``Authorization: vapid t=<jwt>, k=<publicKey>`` (plus the
+transport's ``Host``, ``Content-Length``, ``Connection``). No ``Urgency``/``Topic``/``User-Agent``.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any
+
+from cryptography.hazmat.primitives.asymmetric import ec
+
+from amsg.ports import MAX_PUSH_PAYLOAD_BYTES, SCHEDULED_PUSH_TTL_S, PushSendError
+from amsg.vapid import (
+    VapidConfigError,
+    b64url_decode,
+    endpoint_origin,
+    load_private_key,
+    load_public_key,
+    normalize_subject,
+    vapid_authorization,
+)
+
+if TYPE_CHECKING:
+    import httpx
+
+RECORD_SIZE = 4096
+_ERROR_BODY_CHARS = 200
+# httpx's client defaults we do not want on the wire (R17: exact header set).
+_DROP_DEFAULT_HEADERS = ("Accept", "Accept-Encoding", "User-Agent")
+
+
+class WebPushSender:
+    """:class:`amsg.ports.PushSender` for real push services (and the loopback fake on ``http://127.0.0.1``).
+
+    Build once per sandbox: the httpx client (keep-alive pool) is created on first use and reused; it is
+    thread-safe, so concurrent task workers may share one sender. Raises :class:`amsg.vapid.VapidConfigError`
+    here, not at send time, when the key material is unusable or the two keys do not belong together.
+    """
+
+    def __init__(
+        self,
+        vapid_private_key: str,
+        vapid_public_key: str,
+        vapid_subject: str,
+        timeout_s: float = 10.0,
+        *,
+        now_s: Callable[[], float] = time.time,
+    ) -> None:
+        self._private_key = load_private_key(vapid_private_key)
+        public = load_public_key(vapid_public_key)
+        if public.public_numbers() != self._private_key.public_key().public_numbers():
+            raise VapidConfigError("VAPID public key does not match the private key")
+        self._public_key = vapid_public_key.strip().replace("+", "-").replace("/", "_").rstrip("=")
+        self._subject = normalize_subject(vapid_subject)
+        self._timeout_s = float(timeout_s)
+        self._now_s = now_s
+        self._client: httpx.Client | None = None
+        self._lock = threading.Lock()
+
+    @property
+    def subject(self) -> str:
+        """The normalized ``sub`` claim (``mailto:`` added when the configured value lacked a scheme)."""
+        return self._subject
+
+    def send(
+        self,
+        subscription: Mapping[str, Any],
+        payload: bytes | str,
+        *,
+        ttl: int = SCHEDULED_PUSH_TTL_S,
+        timeout_s: float | None = None,
+    ) -> int:
+        """Guard, encrypt, sign, POST. Returns the 2xx status, raises :class:`PushSendError` otherwise.
+
+        ``timeout_s`` overrides the constructor's timeout for this one call (the instant path passes its
+        remaining budget, R21).
+        """
+        plaintext = payload.encode("utf-8") if isinstance(payload, str) else bytes(payload)
+        # The guard comes first: an oversize payload never reaches encryption or the network.
+        if len(plaintext) > MAX_PUSH_PAYLOAD_BYTES:
+            raise PushSendError(
+                f"Push payload too large: {len(plaintext)} bytes (max {MAX_PUSH_PAYLOAD_BYTES})",
+                code="PUSH_PAYLOAD_TOO_LARGE",
+                permanent=True,
+                details={"bytes": len(plaintext), "maxBytes": MAX_PUSH_PAYLOAD_BYTES},
+            )
+        if isinstance(ttl, bool) or not isinstance(ttl, int) or ttl < 0:
+            raise ValueError("ttl must be a non-negative integer")
+        endpoint, ua_public, auth_secret = _parse_subscription(subscription)
+        body = encrypt_aes128gcm(plaintext, ua_public, auth_secret)
+        headers = {
+            "Content-Type": "application/octet-stream",
+            "Content-Encoding": "aes128gcm",
+            "TTL": str(ttl),
+            "Authorization": vapid_authorization(
+                endpoint, self._private_key, self._public_key, self._subject, now_s=self._now_s()
+            ),
+        }
+        return self._post(endpoint, body, headers, self._timeout_s if timeout_s is None else timeout_s)
+
+    def close(self) -> None:
+        with self._lock:
+            client, self._client = self._client, None
+        if client is not None:
+            client.close()
+
+    def __enter__(self) -> WebPushSender:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    # ---- internals ----------------------------------------------------------------------------------------
+
+    def _http(self) -> httpx.Client:
+        with self._lock:
+            if self._client is None:
+                import httpx  # lazy: keep the import off every path that never pushes
+
+                # trust_env=False: a developer's HTTP(S)_PROXY must not swallow loopback pushes, and Lambda
+                # needs no proxy. No redirects: a 3xx is a non-2xx, i.e. a failure.
+                client = httpx.Client(timeout=self._timeout_s, follow_redirects=False, trust_env=False)
+                for name in _DROP_DEFAULT_HEADERS:
+                    client.headers.pop(name, None)
+                self._client = client
+            return self._client
+
+    def _post(self, endpoint: str, body: bytes, headers: dict[str, str], timeout_s: float) -> int:
+        import httpx
+
+        try:
+            response = self._http().post(endpoint, content=body, headers=headers, timeout=timeout_s)
+        except httpx.HTTPError as exc:
+            # Class name only: transport messages can quote the endpoint URL, which is a capability.
+            raise PushSendError(f"Web Push delivery failed: {type(exc).__name__}", status=None) from None
+        status = response.status_code
+        if 200 <= status < 300:
+            return status
+        raise PushSendError(_failure_message(response), status=status)
+
+
+def encrypt_aes128gcm(plaintext: bytes, ua_public: bytes, auth_secret: bytes) -> bytes:
+    """One RFC 8291 aes128gcm record (rs 4096, delimiter 0x02) under a fresh ephemeral ECDH key and salt."""
+    import http_ece  # lazy, see module docstring
+
+    try:
+        return http_ece.encrypt(
+            plaintext,
+            salt=os.urandom(16),
+            private_key=ec.generate_private_key(ec.SECP256R1()),
+            dh=ua_public,
+            auth_secret=auth_secret,
+            version="aes128gcm",
+            rs=RECORD_SIZE,
+        )
+    except (ValueError, TypeError, http_ece.ECEException) as exc:
+        raise _invalid_subscription("keys are unusable") from exc
+
+
+def _parse_subscription(subscription: Mapping[str, Any]) -> tuple[str, bytes, bytes]:
+    if not isinstance(subscription, Mapping):
+        raise _invalid_subscription("not an object")
+    endpoint = subscription.get("endpoint")
+    if not isinstance(endpoint, str) or not endpoint.strip():
+        raise _invalid_subscription("endpoint missing")
+    endpoint = endpoint.strip()
+    try:
+        endpoint_origin(endpoint)
+    except ValueError:
+        raise _invalid_subscription("endpoint is not an http(s) URL") from None
+    keys = subscription.get("keys")
+    if not isinstance(keys, Mapping):
+        raise _invalid_subscription("keys missing")
+    p256dh, auth = keys.get("p256dh"), keys.get("auth")
+    if not isinstance(p256dh, str) or not isinstance(auth, str) or not p256dh or not auth:
+        raise _invalid_subscription("keys.p256dh/keys.auth missing")
+    try:
+        ua_public = b64url_decode(p256dh)
+        auth_secret = b64url_decode(auth)
+    except ValueError:
+        raise _invalid_subscription("keys are not base64url") from None
+    if len(ua_public) != 65 or ua_public[0] != 0x04 or not auth_secret:
+        raise _invalid_subscription("keys have the wrong shape")
+    return endpoint, ua_public, auth_secret
+
+
+def _invalid_subscription(reason: str) -> PushSendError:
+    return PushSendError(
+        f"Push subscription invalid: {reason}", code="PUSH_SUBSCRIPTION_INVALID", status=None, permanent=False
+    )
+
+
+def _failure_message(response: httpx.Response) -> str:
+    """``Web Push delivery failed: <status> <statusText>[ — <body>]`` (reference text; body cut short)."""
+    message = f"Web Push delivery failed: {response.status_code} {response.reason_phrase}".rstrip()
+    try:
+        text = " ".join(response.text.split())
+    except (UnicodeDecodeError, LookupError):
+        text = ""
+    if text:
+        if len(text) > _ERROR_BODY_CHARS:
+            text = text[:_ERROR_BODY_CHARS] + "…"
+        message += f" — {text}"
+    return message

@@ -1,0 +1,61 @@
+"""``GET /messages`` (list, api.md §3.6) and ``GET /message?id=`` (single, §3.7); responses encrypted."""
+
+from __future__ import annotations
+
+from amsg.context import AppContext
+from amsg.domain.projection import parse_last_error, project_task
+from amsg.errors import api_error, invalid_parameters
+from amsg.http.gates import parse_strict_int, require_query_id, require_user_id
+from amsg.http.request import ApiRequest
+from amsg.http.responses import ApiResponse, encrypted
+
+from .common import authenticate, decrypt_payload
+
+DEFAULT_LIMIT = 20
+MAX_LIMIT = 100
+
+
+def list_messages(request: ApiRequest, ctx: AppContext) -> ApiResponse:
+    authenticate(request, ctx)
+    user_id = require_user_id(request)
+    status = request.param("status") or "all"
+    try:
+        limit = parse_strict_int(request.param("limit"))
+    except ValueError:
+        limit = 0
+    if limit is None:
+        limit = DEFAULT_LIMIT
+    if limit < 1:
+        raise invalid_parameters(message="limit 参数无效，必须为正整数")
+    limit = min(limit, MAX_LIMIT)
+    try:
+        offset = parse_strict_int(request.param("offset")) or 0
+    except ValueError:
+        raise invalid_parameters(message="offset 参数无效，必须为非负整数") from None
+
+    rows = ctx.tasks.list_tasks(user_id)
+    if status != "all":
+        rows = [row for row in rows if row.status == status]
+    rows.sort(key=lambda row: (row.next_send_at, row.id))
+    page = rows[offset : offset + limit]
+    user_key = ctx.user_key(user_id)
+    tasks = [project_task(row, decrypt_payload(row.encrypted_payload, user_key), include_metadata=False) for row in page]
+    total = len(rows)
+    pagination = {"total": total, "limit": limit, "offset": offset, "hasMore": offset + limit < total}
+    return encrypted({"tasks": tasks, "pagination": pagination}, user_key)
+
+
+def get_message(request: ApiRequest, ctx: AppContext) -> ApiResponse:
+    authenticate(request, ctx)
+    user_id = require_user_id(request)
+    task_uuid = require_query_id(request)
+    row = ctx.tasks.get_task(user_id, task_uuid)
+    if row is None:
+        raise api_error("TASK_NOT_FOUND")
+    if row.status != "pending":
+        raise api_error(
+            "TASK_ALREADY_COMPLETED", details={"status": row.status, "lastError": parse_last_error(row.last_error)}
+        )
+    user_key = ctx.user_key(user_id)
+    task = project_task(row, decrypt_payload(row.encrypted_payload, user_key), include_metadata=True)
+    return encrypted({"task": task}, user_key)

@@ -1,0 +1,79 @@
+"""``PUT|GET|DELETE /push-subscription``: one encrypted Web Push subscription per user (api.md §3.8)."""
+
+from __future__ import annotations
+
+import json
+
+from amsg.context import AppContext
+from amsg.crypto import DecryptError, compact_json, decrypt_from_storage, encrypt_for_storage
+from amsg.errors import api_error
+from amsg.http.gates import (
+    decrypt_request_object,
+    require_encryption_version,
+    require_payload_encrypted,
+    require_user_id,
+)
+from amsg.http.request import ApiRequest
+from amsg.http.responses import ApiResponse, ok
+from amsg.observability import logger
+
+from .common import authenticate
+
+
+def _positive_int(value: object) -> int | None:
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int) and value > 0:
+        return value
+    if isinstance(value, float) and value.is_integer() and value > 0:
+        return int(value)
+    return None
+
+
+def put_push_subscription(request: ApiRequest, ctx: AppContext) -> ApiResponse:
+    authenticate(request, ctx)
+    require_payload_encrypted(request)
+    user_id = require_user_id(request)
+    require_encryption_version(request)
+    user_key = ctx.user_key(user_id)
+    body = decrypt_request_object(request, user_key)
+    subscription = body.get("subscription")
+    endpoint = subscription.get("endpoint") if isinstance(subscription, dict) else None
+    if not isinstance(endpoint, str) or not endpoint.strip():
+        raise api_error("INVALID_PUSH_SUBSCRIPTION")
+    updated_at = ctx.now_ms()
+    if body.get("updatedAt") is not None:
+        given = _positive_int(body["updatedAt"])
+        if given is None:
+            raise api_error("INVALID_UPDATED_AT")
+        updated_at = given
+    ctx.subscriptions.put_push_subscription(
+        user_id, encrypt_for_storage(compact_json(subscription), user_key), updated_at
+    )
+    return ok({"updatedAt": updated_at})
+
+
+def get_push_subscription(request: ApiRequest, ctx: AppContext) -> ApiResponse:
+    authenticate(request, ctx)
+    user_id = require_user_id(request)
+    try:
+        row = ctx.subscriptions.get_push_subscription(user_id)
+    except Exception as exc:
+        logger.warning("push subscription lookup failed", extra={"error": type(exc).__name__})
+        raise api_error("PUSH_SUBSCRIPTION_LOOKUP_FAILED") from exc
+    absent = ok({"exists": False, "updatedAt": None, "endpoint": None})
+    if row is None:
+        return absent
+    try:
+        subscription = json.loads(decrypt_from_storage(row.encrypted_subscription, ctx.user_key(user_id)))
+    except (DecryptError, ValueError):
+        logger.warning("stored push subscription cannot be decrypted (master key changed?)")
+        return absent
+    endpoint = subscription.get("endpoint") if isinstance(subscription, dict) else None
+    return ok({"exists": True, "updatedAt": row.updated_at, "endpoint": endpoint})
+
+
+def delete_push_subscription(request: ApiRequest, ctx: AppContext) -> ApiResponse:
+    authenticate(request, ctx)
+    user_id = require_user_id(request)
+    return ok({"deleted": ctx.subscriptions.delete_push_subscription(user_id)})

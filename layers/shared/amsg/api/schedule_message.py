@@ -1,0 +1,111 @@
+"""``POST /schedule-message`` (api.md §3.3), in the reference's check order (§2.10)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from amsg.context import AppContext
+from amsg.crypto import compact_json, encrypt_for_storage
+from amsg.domain.validation import MAX_TASK_PAYLOAD_BYTES, payload_too_large_error, validate_schedule_payload
+from amsg.errors import TaskUuidConflict, api_error
+from amsg.http.gates import (
+    decrypt_request_object,
+    require_encryption_version,
+    require_payload_encrypted,
+    require_user_id,
+)
+from amsg.http.request import ApiRequest
+from amsg.http.responses import ApiResponse, ok
+from amsg.observability import logger
+from amsg.ports import NewTask
+from amsg.timeutil import iso_from_ms
+
+from .common import authenticate
+from .credentials_check import require_credentials_exist
+
+
+def schedule_message(request: ApiRequest, ctx: AppContext) -> ApiResponse:
+    authenticate(request, ctx)
+    require_payload_encrypted(request)
+    user_id = require_user_id(request)
+    require_encryption_version(request)
+    user_key = ctx.user_key(user_id)
+    payload = decrypt_request_object(request, user_key)
+    now_ms = ctx.now_ms()
+    req = validate_schedule_payload(payload, now_ms=now_ms)
+
+    try:
+        subscription = ctx.subscriptions.get_push_subscription(user_id)
+    except Exception as exc:
+        logger.warning("push subscription lookup failed", extra={"error": type(exc).__name__})
+        raise api_error("PUSH_SUBSCRIPTION_LOOKUP_FAILED") from exc
+    if subscription is None:
+        raise api_error("PUSH_SUBSCRIPTION_MISSING")
+    if req.cred_ref_ids:
+        require_credentials_exist(ctx, user_id, req.cred_ref_ids)
+
+    stored = req.build_stored_payload(now_ms)
+    text = compact_json(stored)
+    size = len(text.encode("utf-8"))
+    if size > MAX_TASK_PAYLOAD_BYTES:
+        raise payload_too_large_error(size)
+
+    instant = req.message_type == "instant"
+    deliver_instant = ctx.extra("instant_delivery") if instant else None
+    if instant:
+        if deliver_instant is None:
+            raise api_error("INSTANT_NOT_AVAILABLE", "即时消息投递尚未在本部署启用")
+        missing = _missing_vapid(ctx)
+        if missing:
+            raise api_error("VAPID_CONFIG_ERROR", details={"missingKeys": missing})
+
+    next_send_at = iso_from_ms(req.next_send_at_ms)
+    now_iso = iso_from_ms(now_ms)
+    task = NewTask(
+        user_id=user_id,
+        uuid=req.uuid,
+        encrypted_payload=encrypt_for_storage(text, user_key),
+        message_type=req.message_type,
+        next_send_at=next_send_at,
+        now_iso=now_iso,
+    )
+    try:
+        created = ctx.tasks.create_task(task, req.supersedes_uuid)
+    except TaskUuidConflict:
+        raise api_error("TASK_UUID_CONFLICT") from None
+    if created.superseded and req.supersedes_uuid:
+        _discard_outbox(ctx, user_id, req.supersedes_uuid)
+
+    if deliver_instant is not None:
+        return deliver_instant(ctx, user_id, req.uuid, stored, created, req.supersedes_uuid is not None)
+
+    data: dict[str, Any] = {
+        "id": created.id,
+        "uuid": req.uuid,
+        "contactName": stored["contactName"],
+        "nextSendAt": next_send_at,
+        "status": "pending",
+        "createdAt": now_iso,
+    }
+    if req.supersedes_uuid is not None:
+        data["superseded"] = created.superseded
+    return ok(data, status=201)
+
+
+def _missing_vapid(ctx: AppContext) -> list[str]:
+    missing = []
+    if not ctx.settings.vapid_email:
+        missing.append("VAPID_EMAIL")
+    if not ctx.settings.vapid_public_key:
+        missing.append("NEXT_PUBLIC_VAPID_PUBLIC_KEY")
+    if not ctx.secrets.vapid_private_key:
+        missing.append("VAPID_PRIVATE_KEY")
+    return missing
+
+
+def _discard_outbox(ctx: AppContext, user_id: str, task_uuid: str) -> None:
+    """Best effort: rows of the superseded task that nobody received yet."""
+    try:
+        ctx.outbox.discard_undelivered_for_task(user_id, task_uuid)
+    except Exception as exc:
+        logger.warning("outbox discard failed", extra={"error": type(exc).__name__})

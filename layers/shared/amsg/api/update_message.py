@@ -1,0 +1,81 @@
+"""``PUT /update-message?id=`` (api.md §3.4): validate the patch, merge into the stored payload, write
+conditionally (pending; plus no live lease when the occurrence moves)."""
+
+from __future__ import annotations
+
+from amsg.context import AppContext
+from amsg.crypto import compact_json, encrypt_for_storage
+from amsg.domain.validation import MAX_TASK_PAYLOAD_BYTES, payload_too_large_error, validate_update_patch
+from amsg.errors import api_error
+from amsg.http.gates import (
+    decrypt_request_object,
+    require_encryption_version,
+    require_payload_encrypted,
+    require_query_id,
+    require_user_id,
+)
+from amsg.http.request import ApiRequest
+from amsg.http.responses import ApiResponse, ok
+from amsg.timeutil import iso_from_ms
+
+from .common import authenticate, decrypt_payload
+from .credentials_check import require_credentials_exist
+
+# a concurrent payload write (another update, the engine) makes us merge again on the fresh row
+MERGE_ATTEMPTS = 3
+
+
+def update_message(request: ApiRequest, ctx: AppContext) -> ApiResponse:
+    authenticate(request, ctx)
+    task_uuid = require_query_id(request)
+    user_id = require_user_id(request)
+    require_payload_encrypted(request)
+    require_encryption_version(request)
+    user_key = ctx.user_key(user_id)
+    raw_patch = decrypt_request_object(
+        request,
+        user_key,
+        bad_json=api_error("DECRYPTION_FAILED"),
+        not_object=api_error("INVALID_UPDATE_DATA"),
+    )
+    patch = validate_update_patch(raw_patch)
+    if patch.cred_ref_ids:
+        require_credentials_exist(ctx, user_id, patch.cred_ref_ids)
+
+    for _ in range(MERGE_ATTEMPTS):
+        row = ctx.tasks.get_task(user_id, task_uuid)
+        if row is None:
+            raise api_error("TASK_NOT_FOUND")
+        if row.status != "pending":
+            raise api_error("TASK_ALREADY_COMPLETED")
+        stored = decrypt_payload(row.encrypted_payload, user_key)
+        cred_refs = stored.get("credRefs")
+        if patch.inline_credential_keys and isinstance(cred_refs, dict) and cred_refs.get("chat"):
+            raise api_error("TASK_USES_CRED_REFS", details={"invalidFields": patch.inline_credential_keys})
+        merged, applied = patch.apply(stored)
+        old_size = len(compact_json(stored).encode("utf-8"))
+        text = compact_json(merged)
+        new_size = len(text.encode("utf-8"))
+        if new_size > MAX_TASK_PAYLOAD_BYTES and new_size > old_size:
+            raise payload_too_large_error(new_size)
+        next_send_at = iso_from_ms(patch.next_send_at_ms) if patch.next_send_at_ms is not None else None
+        moves = next_send_at is not None and next_send_at != row.next_send_at
+        updated_at = ctx.tasks.update_pending_task(
+            user_id,
+            task_uuid,
+            encrypted_payload=encrypt_for_storage(text, user_key),
+            next_send_at=next_send_at if moves else None,
+            now_iso=iso_from_ms(ctx.now_ms()),
+            expected_rev=row.rev,
+        )
+        if updated_at is not None:
+            applied_keys = set(applied) | ({"nextSendAt"} if moves else set())
+            updated_fields = [key for key in raw_patch if key in applied_keys]
+            return ok({"uuid": task_uuid, "updatedFields": updated_fields, "updatedAt": updated_at})
+        fresh = ctx.tasks.get_task(user_id, task_uuid)
+        if fresh is not None and fresh.status == "pending" and fresh.rev != row.rev:
+            continue  # the payload changed under us: merge again
+        if next_send_at is not None and fresh is not None and fresh.status == "pending":
+            raise api_error("TASK_IN_FLIGHT")
+        raise api_error("UPDATE_CONFLICT")
+    raise api_error("UPDATE_CONFLICT")

@@ -1,0 +1,56 @@
+"""Deployment settings and secrets, as plain values. Built by :mod:`amsg.runtime` from the environment.
+
+Numeric knobs follow R25: ``AMSG_<SNAKE_CASE>`` with the engine.md §2.2 defaults.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from functools import cached_property
+
+
+class ConfigError(Exception):
+    """The deployment is misconfigured (a 500 with ``cause.stage = 'config'``)."""
+
+    code = "CONFIG_ERROR"
+
+
+@dataclass(frozen=True)
+class Settings:
+    table_name: str
+    queue_url: str | None = None
+    vapid_public_key: str = ""
+    vapid_email: str = ""
+    due_shards: int = 1
+    tick_claim_limit: int = 5000
+    tick_claim_lease_ms: int = 300_000
+    run_lease_ms: int = 90_000
+    heartbeat_ms: int = 30_000
+    max_delivery_retries: int = 3
+    stale_after_ms: int = 3_600_000
+    instant_deadline_ms: int = 27_000
+    hooks_module: str | None = None
+
+
+@dataclass
+class Secrets:
+    """Secrets resolved on first use (env locally, SSM Parameter Store on AWS) and kept for the sandbox."""
+
+    resolve: Callable[[str], str | None] = field(repr=False)
+
+    @cached_property
+    def master_key(self) -> str:
+        value = self.resolve("master_key")
+        if not value:
+            raise ConfigError("master key is not configured (AMSG_MASTER_KEY or AMSG_MASTER_KEY_PARAM)")
+        return value
+
+    @cached_property
+    def client_token(self) -> str | None:
+        value = self.resolve("client_token")
+        return value.strip() if value and value.strip() else None
+
+    @cached_property
+    def vapid_private_key(self) -> str | None:
+        return self.resolve("vapid_private_key") or None

@@ -1,0 +1,40 @@
+"""What an API or engine function is handed: settings, lazily resolved secrets, the clock and the ports."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from amsg.config import Secrets, Settings
+from amsg.crypto import derive_user_key
+from amsg.ports import Clock, OutboxStore, PushSubscriptionStore, SchemaInspector, TaskStore
+
+
+@dataclass
+class AppContext:
+    settings: Settings
+    secrets: Secrets
+    clock: Clock
+    tasks: TaskStore
+    subscriptions: PushSubscriptionStore
+    outbox: OutboxStore
+    schema: SchemaInspector
+    # later capabilities plug in here (credentials, client state, delivery); built lazily by the runtime
+    extras: dict[str, Callable[[], Any]] = field(default_factory=dict)
+    _built: dict[str, Any] = field(default_factory=dict, repr=False)
+
+    def user_key(self, user_id: str) -> str:
+        return derive_user_key(self.secrets.master_key, user_id)
+
+    def now_ms(self) -> int:
+        return self.clock.now_ms()
+
+    def extra(self, name: str) -> Any:
+        """A lazily built collaborator (e.g. the push sender, which API routes must not import eagerly)."""
+        if name not in self._built:
+            factory = self.extras.get(name)
+            if factory is None:
+                return None
+            self._built[name] = factory()
+        return self._built[name]

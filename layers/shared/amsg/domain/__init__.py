@@ -1,0 +1,1 @@
+"""Pure rules: no I/O, no os, no boto3/httpx/pywebpush."""

@@ -1,0 +1,60 @@
+"""The public shape of a task (api.md §4.2, R16): a whitelist, so credentials in the payload never leak.
+
+Used by ``GET /messages`` (list, no metadata), ``GET /message`` (single, with metadata) and the hook-side
+``scheduleTask`` duplicate answer.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from amsg.domain.jsvalues import is_plain_object
+from amsg.ports import TaskRow
+
+
+def _reject_constant(token: str) -> Any:
+    raise ValueError(token)
+
+
+def parse_last_error(text: str | None) -> Any:
+    """The row's ``last_error`` text as JSON (normally a dict); unparsable → ``{reason: text}``; empty → None.
+
+    Only the row attribute is authoritative (R16, conflicts #33): the payload's unsanitised copy is never read.
+    """
+    if not isinstance(text, str) or not text:
+        return None
+    try:
+        # JSON.parse rejects NaN/Infinity; so do we.
+        return json.loads(text, parse_constant=_reject_constant)
+    except ValueError:
+        return {"reason": text}
+
+
+def project_task(row: TaskRow, payload: dict[str, Any], *, include_metadata: bool) -> dict[str, Any]:
+    """Row + decrypted payload → TaskProjection, keys in the reference's order."""
+    payload = payload if is_plain_object(payload) else {}
+    raw_metadata = payload.get("metadata")
+    metadata = raw_metadata if is_plain_object(raw_metadata) else {}
+    projection: dict[str, Any] = {
+        "id": row.id,
+        "uuid": row.uuid,
+        "contactName": payload.get("contactName"),
+        "messageType": row.message_type or payload.get("messageType"),
+        "messageSubtype": payload.get("messageSubtype"),
+        "nextSendAt": row.next_send_at or None,
+        # Decision 6: a payload without recurrenceType is a one-shot.
+        "recurrenceType": payload.get("recurrenceType") or "none",
+        "tzId": payload.get("tzId"),
+        "status": row.status,
+        "retryCount": row.retry_count or 0,
+        "createdAt": row.created_at or None,
+        "updatedAt": row.updated_at or None,
+        "charId": metadata.get("charId"),
+        "clientTaskId": metadata.get("amsgClientTaskId"),
+        "credRefs": payload.get("credRefs"),
+    }
+    if include_metadata:
+        projection["metadata"] = raw_metadata
+    projection["lastError"] = parse_last_error(row.last_error)
+    return projection

@@ -1,0 +1,1 @@
+"""HTTP plumbing shared by every route: request model, body reading, gates, envelopes, responses."""

@@ -1,0 +1,98 @@
+"""The per-request gates of the reference, each raising its documented error (api.md §2.2–§2.5, §2.10).
+
+Handlers call them in the reference's check order; keeping each gate tiny makes the order visible there.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+from amsg.crypto import DecryptError, constant_time_equals, decrypt_envelope_text
+from amsg.errors import ApiError, api_error
+from amsg.http.request import ApiRequest
+
+UUID_V4_RE = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$", re.IGNORECASE)
+
+
+def require_client_token(request: ApiRequest, expected: str | None) -> None:
+    """Single-user shared secret; open when no token is configured. Always the first check."""
+    if not expected:
+        return
+    given = request.header("x-client-token") or ""
+    if not constant_time_equals(given, expected):
+        raise api_error("INVALID_CLIENT_TOKEN")
+
+
+def require_user_id(request: ApiRequest) -> str:
+    user_id = request.header("x-user-id")
+    if not user_id:
+        raise api_error("USER_ID_REQUIRED")
+    if not UUID_V4_RE.match(user_id):
+        raise api_error("INVALID_USER_ID_FORMAT")
+    return user_id
+
+
+def require_payload_encrypted(request: ApiRequest) -> None:
+    if request.header("x-payload-encrypted") != "true":
+        raise api_error("ENCRYPTION_REQUIRED")
+
+
+def require_encryption_version(request: ApiRequest) -> None:
+    if request.header("x-encryption-version") != "1":
+        raise api_error("UNSUPPORTED_ENCRYPTION_VERSION")
+
+
+def require_query_id(request: ApiRequest) -> str:
+    task_id = request.param("id")
+    if not task_id:
+        raise api_error("TASK_ID_REQUIRED")
+    return task_id
+
+
+def _reject_constant(name: str) -> Any:
+    raise ValueError(f"invalid JSON constant {name}")
+
+
+def parse_json(text: str) -> Any:
+    """``JSON.parse`` semantics: NaN/Infinity are not JSON."""
+    return json.loads(text, parse_constant=_reject_constant)
+
+
+def decrypt_request_object(
+    request: ApiRequest,
+    user_key: str,
+    *,
+    bad_json: ApiError | None = None,
+    not_object: ApiError | None = None,
+) -> dict[str, Any]:
+    """Envelope → decrypted plain object. Error codes per endpoint are overridable (api.md §2.3)."""
+    try:
+        envelope = parse_json(request.text_body or "")
+    except ValueError as exc:
+        raise api_error("INVALID_ENCRYPTED_PAYLOAD") from exc
+    if not isinstance(envelope, dict) or not all(
+        isinstance(envelope.get(field), str) for field in ("iv", "authTag", "encryptedData")
+    ):
+        raise api_error("INVALID_ENCRYPTED_PAYLOAD")
+    try:
+        text = decrypt_envelope_text(envelope, user_key)
+    except DecryptError as exc:
+        raise api_error("DECRYPTION_FAILED") from exc
+    try:
+        value = parse_json(text)
+    except ValueError as exc:
+        raise (bad_json or api_error("INVALID_PAYLOAD_FORMAT")) from exc
+    if not isinstance(value, dict):
+        raise not_object or api_error("INVALID_PAYLOAD_FORMAT", "解密后的数据必须是 JSON 对象")
+    return value
+
+
+def parse_strict_int(raw: str | None) -> int | None:
+    """Numeric query parameters: absent/empty → None (default); otherwise ``^[0-9]+$`` or ValueError (R15)."""
+    if raw is None or raw == "":
+        return None
+    if not re.fullmatch(r"[0-9]+", raw):
+        raise ValueError(raw)
+    return int(raw)

@@ -1,0 +1,101 @@
+"""Composition root: reads the environment (lazily, on the first request) and wires adapters to ports.
+
+Tests and the local stack call :func:`use` to install a context of their own.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+
+from amsg.clock import SystemClock
+from amsg.config import ConfigError, Secrets, Settings
+from amsg.context import AppContext
+
+_current: AppContext | None = None
+
+SECRET_ENV = {
+    "master_key": ("AMSG_MASTER_KEY", "AMSG_MASTER_KEY_PARAM"),
+    "client_token": ("AMSG_CLIENT_TOKEN", "AMSG_CLIENT_TOKEN_PARAM"),
+    "vapid_private_key": ("AMSG_VAPID_PRIVATE_KEY", "AMSG_VAPID_PRIVATE_KEY_PARAM"),
+}
+
+
+def app_context() -> AppContext:
+    global _current
+    if _current is None:
+        _current = build_context(os.environ)
+    return _current
+
+
+def use(context: AppContext | None) -> None:
+    """Install (or with None, forget) the process-wide context."""
+    global _current
+    _current = context
+
+
+def _int_env(env: Mapping[str, str], name: str, default: int) -> int:
+    raw = env.get(name, "").strip()
+    if not raw:
+        return default
+    try:
+        return int(raw)
+    except ValueError:
+        raise ConfigError(f"{name} must be an integer") from None
+
+
+def settings_from_env(env: Mapping[str, str]) -> Settings:
+    table = env.get("AMSG_TABLE_NAME", "").strip()
+    if not table:
+        raise ConfigError("AMSG_TABLE_NAME is not set")
+    return Settings(
+        table_name=table,
+        queue_url=env.get("AMSG_QUEUE_URL") or None,
+        vapid_public_key=env.get("AMSG_VAPID_PUBLIC_KEY", "").strip(),
+        vapid_email=env.get("AMSG_VAPID_EMAIL", "").strip(),
+        due_shards=_int_env(env, "AMSG_DUE_SHARDS", 1),
+        tick_claim_limit=_int_env(env, "AMSG_TICK_CLAIM_LIMIT", 5000),
+        tick_claim_lease_ms=_int_env(env, "AMSG_TICK_CLAIM_LEASE_MS", 300_000),
+        run_lease_ms=_int_env(env, "AMSG_RUN_LEASE_MS", 90_000),
+        heartbeat_ms=_int_env(env, "AMSG_HEARTBEAT_MS", 30_000),
+        max_delivery_retries=_int_env(env, "AMSG_MAX_DELIVERY_RETRIES", 3),
+        stale_after_ms=_int_env(env, "AMSG_STALE_AFTER_MS", 3_600_000),
+        instant_deadline_ms=_int_env(env, "AMSG_INSTANT_DEADLINE_MS", 27_000),
+        hooks_module=env.get("AMSG_HOOKS_MODULE") or None,
+    )
+
+
+def secrets_from_env(env: Mapping[str, str]) -> Secrets:
+    from amsg.adapters.ssm import SsmSecretReader
+
+    reader = SsmSecretReader()
+
+    def resolve(name: str) -> str | None:
+        direct, param = SECRET_ENV[name]
+        if env.get(direct):
+            return env[direct]
+        if env.get(param):
+            return reader.read(env[param])
+        return None
+
+    return Secrets(resolve)
+
+
+def build_context(env: Mapping[str, str]) -> AppContext:
+    from amsg.adapters.dynamo.outbox import DynamoOutboxStore
+    from amsg.adapters.dynamo.schema import DynamoSchemaInspector
+    from amsg.adapters.dynamo.subscriptions import DynamoPushSubscriptionStore
+    from amsg.adapters.dynamo.table import DynamoTable
+    from amsg.adapters.dynamo.tasks import DynamoTaskStore
+
+    settings = settings_from_env(env)
+    table = DynamoTable(settings.table_name)
+    return AppContext(
+        settings=settings,
+        secrets=secrets_from_env(env),
+        clock=SystemClock(),
+        tasks=DynamoTaskStore(table, due_shards=settings.due_shards),
+        subscriptions=DynamoPushSubscriptionStore(table),
+        outbox=DynamoOutboxStore(table),
+        schema=DynamoSchemaInspector(table),
+    )

@@ -1,0 +1,85 @@
+"""Shared fixtures. Nothing here talks to real AWS: dummy credentials, moto in process, or local servers."""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Iterator
+
+import pytest
+
+os.environ.update(
+    {
+        "AWS_ACCESS_KEY_ID": "testing",
+        "AWS_SECRET_ACCESS_KEY": "testing",
+        "AWS_SESSION_TOKEN": "testing",
+        "AWS_DEFAULT_REGION": "us-east-1",
+        "POWERTOOLS_METRICS_NAMESPACE": "amsg-test",
+        "POWERTOOLS_DEV": "false",
+    }
+)
+for _name in ("AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_DYNAMODB", "AWS_ENDPOINT_URL_SQS", "AWS_PROFILE"):
+    os.environ.pop(_name, None)
+
+MASTER_KEY = "a" * 64
+TABLE = "amsg-test"
+# 2030-01-01T00:00:00.000Z minus one day: schedules "in the future" relative to the fixed clock
+T0_MS = 1_893_369_600_000
+
+
+def base_env(**overrides: str) -> dict[str, str]:
+    env = {
+        "AMSG_TABLE_NAME": TABLE,
+        "AMSG_MASTER_KEY": MASTER_KEY,
+        "AMSG_VAPID_PUBLIC_KEY": "BPublicKeyForTests",
+        "AMSG_VAPID_EMAIL": "ops@example.test",
+        "AMSG_VAPID_PRIVATE_KEY": "private-key-for-tests",
+    }
+    env.update(overrides)
+    return env
+
+
+@pytest.fixture
+def moto_table() -> Iterator[str]:
+    """A table built from template.yaml inside moto's in-process mock."""
+    import boto3
+    from moto import mock_aws
+
+    from amsg_local.tables import create_tables_from_template
+    from amsg_local.template import load_template
+
+    with mock_aws():
+        create_tables_from_template(boto3.client("dynamodb", region_name="us-east-1"), load_template(), TABLE)
+        yield TABLE
+
+
+@pytest.fixture
+def make_context(moto_table: str):
+    """Build and install an AppContext from env values (as Lambda would), with a hand-driven clock."""
+    from amsg import runtime
+    from amsg.clock import FixedClock
+
+    def build(**env_overrides: str):
+        ctx = runtime.build_context(base_env(**env_overrides))
+        ctx.clock = FixedClock(T0_MS)
+        runtime.use(ctx)
+        return ctx
+
+    yield build
+    runtime.use(None)
+
+
+@pytest.fixture
+def ctx(make_context):
+    return make_context()
+
+
+@pytest.fixture
+def api(ctx):
+    """A wire client (independent implementation) driving the real handlers in process."""
+    from tests.support.inprocess import InProcessApi
+    from tests.support.wire_client import WireClient
+
+    client = WireClient(InProcessApi(), user_id=str(uuid.uuid4()))
+    client.init()
+    return client

@@ -1,0 +1,114 @@
+"""Invoke the real Lambda handlers in process with API Gateway v2 events, routed from template.yaml.
+
+This is the handler-test transport for :class:`tests.support.wire_client.WireClient`: same events as API
+Gateway would send, no sockets. (The local stack's gateway does the same over HTTP.)
+"""
+
+from __future__ import annotations
+
+import base64
+import importlib.util
+import sys
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+from urllib.parse import parse_qsl, urlsplit
+
+from amsg_local.template import Route, http_routes, load_template
+
+ROOT = Path(__file__).resolve().parents[2]
+_modules: dict[Path, ModuleType] = {}
+
+
+def load_handler_module(handler_file: Path) -> ModuleType:
+    """Import a function's handler file under a unique module name (every function dir has its own file)."""
+    handler_file = handler_file.resolve()
+    if handler_file not in _modules:
+        name = "fn_" + handler_file.parent.name + "_" + handler_file.stem
+        spec = importlib.util.spec_from_file_location(name, handler_file)
+        assert spec and spec.loader
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+        spec.loader.exec_module(module)
+        _modules[handler_file] = module
+    return _modules[handler_file]
+
+
+@dataclass
+class LambdaContext:
+    function_name: str = "test"
+    memory_limit_in_mb: int = 512
+    invoked_function_arn: str = "arn:aws:lambda:us-east-1:000000000000:function:test"
+    aws_request_id: str = ""
+    remaining_ms: int = 29_000
+
+    def get_remaining_time_in_millis(self) -> int:
+        return self.remaining_ms
+
+
+def v2_event(route: Route | None, method: str, path_with_query: str, headers: dict[str, str], body: bytes | None):
+    parts = urlsplit(path_with_query)
+    lowered: dict[str, str] = {}
+    for key, value in headers.items():
+        lowered[key.lower()] = f"{lowered[key.lower()]},{value}" if key.lower() in lowered else value
+    event: dict[str, Any] = {
+        "version": "2.0",
+        "routeKey": route.route_key if route else "$default",
+        "rawPath": parts.path,
+        "rawQueryString": parts.query,
+        "headers": lowered,
+        "requestContext": {
+            "accountId": "000000000000",
+            "apiId": "local",
+            "domainName": "localhost",
+            "http": {"method": method, "path": parts.path, "protocol": "HTTP/1.1", "sourceIp": "127.0.0.1",
+                     "userAgent": lowered.get("user-agent", "test")},
+            "requestId": str(uuid.uuid4()),
+            "routeKey": route.route_key if route else "$default",
+            "stage": "$default",
+            "timeEpoch": 0,
+        },
+        "isBase64Encoded": False,
+    }
+    query: dict[str, str] = {}
+    for key, value in parse_qsl(parts.query, keep_blank_values=True):
+        query[key] = f"{query[key]},{value}" if key in query else value
+    if query:
+        event["queryStringParameters"] = query
+    if body is not None and body != b"":
+        textual = "content-encoding" not in lowered
+        try:
+            text = body.decode("utf-8") if textual else None
+        except UnicodeDecodeError:
+            text = None
+        if text is None:
+            event["body"] = base64.b64encode(body).decode("ascii")
+            event["isBase64Encoded"] = True
+        else:
+            event["body"] = text
+    return event
+
+
+class InProcessApi:
+    """A transport: ``(method, path, headers, body) -> (status, headers, body)``."""
+
+    def __init__(self, template_path: Path = ROOT / "template.yaml") -> None:
+        self.routes = http_routes(load_template(template_path))
+        self.default = next(r for r in self.routes if r.path == "$default")
+
+    def route_for(self, method: str, path: str) -> Route:
+        for route in self.routes:
+            if route.path == path and route.method in (method, "ANY"):
+                return route
+        return self.default
+
+    def __call__(self, method: str, path: str, headers: dict[str, str], body: bytes | None):
+        route = self.route_for(method, urlsplit(path).path)
+        module = load_handler_module(route.code_uri / (route.handler.rsplit(".", 1)[0] + ".py"))
+        event = v2_event(route, method, path, headers, body)
+        result = module.handler(event, LambdaContext(aws_request_id=str(uuid.uuid4())))
+        out_body = result.get("body") or ""
+        raw = base64.b64decode(out_body) if result.get("isBase64Encoded") else out_body.encode("utf-8")
+        return int(result["statusCode"]), {k.lower(): v for k, v in (result.get("headers") or {}).items()}, raw
