@@ -148,7 +148,9 @@ class FakeLlmServer:
 
     # lifecycle ------------------------------------------------------------------------------------------
     def start(self) -> FakeLlmServer:
-        self._thread = threading.Thread(target=self._server.serve_forever, name="fake-llm", daemon=True)
+        self._thread = threading.Thread(
+            target=self._server.serve_forever, kwargs={"poll_interval": 0.02}, name="fake-llm", daemon=True
+        )
         self._thread.start()
         return self
 

@@ -298,7 +298,9 @@ class FakePushService:
         server = ThreadingHTTPServer((self._host, 0), _make_handler(self))
         server.daemon_threads = True
         self._server = server
-        self._thread = threading.Thread(target=server.serve_forever, name="fake-push", daemon=True)
+        self._thread = threading.Thread(
+            target=server.serve_forever, kwargs={"poll_interval": 0.05}, name="fake-push", daemon=True
+        )
         self._thread.start()
         return self
 

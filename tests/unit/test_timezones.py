@@ -1,7 +1,6 @@
 from zoneinfo import available_timezones
 
 import pytest
-
 from amsg.domain import timezones
 from amsg.domain.timezones import canonical_tz, is_valid_tz
 

@@ -44,8 +44,9 @@ class EmbeddedMoto:
 
     def reset(self) -> None:
         """Drop every moto resource (all tables, queues) through moto's own reset endpoint."""
-        request = urllib.request.Request(f"{self.endpoint_url}/moto-api/reset", data=b"", method="POST")
-        with urllib.request.urlopen(request, timeout=10):  # noqa: S310 - loopback URL built here
+        url = f"{self.endpoint_url}/moto-api/reset"  # loopback http URL built here, never user input
+        request = urllib.request.Request(url, data=b"", method="POST")  # noqa: S310
+        with urllib.request.urlopen(request, timeout=10):  # noqa: S310
             pass
 
     def stop(self, *, reset: bool = True) -> None:

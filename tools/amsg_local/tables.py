@@ -5,6 +5,7 @@ Tests and the local stack both call these, so the schema under test is always th
 
 from __future__ import annotations
 
+import contextlib
 import json
 import time
 from collections.abc import Mapping
@@ -37,10 +38,8 @@ def create_tables_from_template(
     long-lived DynamoDB Local); TTL is still (re)applied so a half-created table is completed.
     """
     definition = table_definition(template, logical_id)
-    try:
+    with contextlib.suppress(dynamodb_client.exceptions.ResourceInUseException):
         dynamodb_client.create_table(TableName=table_name, **definition)
-    except dynamodb_client.exceptions.ResourceInUseException:
-        pass
     deadline = time.monotonic() + timeout_s
     while True:
         table = dynamodb_client.describe_table(TableName=table_name)["Table"]
@@ -97,12 +96,10 @@ def create_queue_from_template(
         dlq_logical = str(redrive["deadLetterTargetArn"]).split(".", 1)[0]
         dlq_props = queue_definition(template, dlq_logical)
         dlq_attributes = {k: str(dlq_props[k]) for k in ("MessageRetentionPeriod",) if k in dlq_props}
-        dead_letter_url = sqs_client.create_queue(QueueName=f"{queue_name}-dlq", Attributes=dlq_attributes)[
-            "QueueUrl"
+        dead_letter_url = sqs_client.create_queue(QueueName=f"{queue_name}-dlq", Attributes=dlq_attributes)["QueueUrl"]
+        dlq_arn = sqs_client.get_queue_attributes(QueueUrl=dead_letter_url, AttributeNames=["QueueArn"])["Attributes"][
+            "QueueArn"
         ]
-        dlq_arn = sqs_client.get_queue_attributes(QueueUrl=dead_letter_url, AttributeNames=["QueueArn"])[
-            "Attributes"
-        ]["QueueArn"]
         attributes["RedrivePolicy"] = json.dumps(
             {"deadLetterTargetArn": dlq_arn, "maxReceiveCount": int(redrive.get("maxReceiveCount", 5))}
         )

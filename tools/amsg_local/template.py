@@ -19,9 +19,9 @@ from typing import Any
 import yaml
 
 __all__ = [
+    "NO_VALUE",
     "CorsConfig",
     "FunctionSpec",
-    "NO_VALUE",
     "Route",
     "TemplateError",
     "cors_config",
@@ -170,7 +170,7 @@ def resolve(value: Any, template: Mapping[str, Any], parameters: Mapping[str, An
     return _resolve(value, _scope(template, parameters))
 
 
-def _resolve(value: Any, scope: _Scope) -> Any:  # noqa: PLR0911, PLR0912
+def _resolve(value: Any, scope: _Scope) -> Any:
     if isinstance(value, list):
         items = [_resolve(item, scope) for item in value]
         return [item for item in items if item is not NO_VALUE]
@@ -515,7 +515,10 @@ def table_definition(template: Mapping[str, Any], logical_id: str | None = None)
         gsis.append(index)
     if gsis:
         kwargs["GlobalSecondaryIndexes"] = gsis
-    lsis = [{key: lsi[key] for key in ("IndexName", "KeySchema", "Projection")} for lsi in props.get("LocalSecondaryIndexes") or []]
+    lsis = [
+        {key: lsi[key] for key in ("IndexName", "KeySchema", "Projection")}
+        for lsi in props.get("LocalSecondaryIndexes") or []
+    ]
     if lsis:
         kwargs["LocalSecondaryIndexes"] = lsis
     return kwargs

@@ -31,6 +31,9 @@ class Settings:
     stale_after_ms: int = 3_600_000
     instant_deadline_ms: int = 27_000
     hooks_module: str | None = None
+    push_pacing_ms: int = 1500
+    push_timeout_ms: int = 10_000
+    client_state_ttl_days: dict[str, float] = field(default_factory=dict)
 
 
 @dataclass

@@ -20,7 +20,10 @@ class AppContext:
     subscriptions: PushSubscriptionStore
     outbox: OutboxStore
     schema: SchemaInspector
-    # later capabilities plug in here (credentials, client state, delivery); built lazily by the runtime
+    credentials: Any = None  # amsg.adapters.dynamo.credentials.DynamoCredentialStore (issue: client data)
+    client_state: Any = None  # amsg.adapters.dynamo.client_state.DynamoClientStateStore
+    # heavy collaborators built on first use (push sender, LLM client, instant delivery), so API
+    # functions that never need them never import them
     extras: dict[str, Callable[[], Any]] = field(default_factory=dict)
     _built: dict[str, Any] = field(default_factory=dict, repr=False)
 

@@ -12,6 +12,7 @@ import binascii
 import hashlib
 import hmac
 import json
+import re
 import secrets
 from typing import Any
 
@@ -32,9 +33,14 @@ def key_bytes(user_key_hex: str) -> bytes:
     return bytes.fromhex(user_key_hex[:64])
 
 
+_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
 def compact_json(value: Any) -> str:
-    """JS ``JSON.stringify`` form: no whitespace, non-ASCII kept raw."""
-    return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+    """JS ``JSON.stringify`` form: no whitespace, non-ASCII kept raw, lone surrogates escaped (well-formed
+    ``JSON.stringify``), so the text always encodes as UTF-8."""
+    text = json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+    return _LONE_SURROGATE.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
 
 
 def _b64decode_lenient(text: str) -> bytes:

@@ -6,7 +6,7 @@ user's key, so an adapter never sees plaintext task content.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -95,6 +95,62 @@ class TaskStore(Protocol):
 
     def delete_task(self, user_id: str, uuid: str) -> bool: ...
 
+    # ---- delivery engine (tick claims, run_task adopts; every write after a claim is fenced) ----------
+
+    def due_candidates(
+        self, shard: int, now_iso: str, limit: int, start: Any = None
+    ) -> tuple[list[DueCandidate], Any]:
+        """One page of the due index (eligible time <= now); returns (candidates, next page token or None)."""
+        ...
+
+    def claim(
+        self, user_id: str, uuid: str, *, expected_next_send_at: str, now_iso: str, lease_until: str, owner: str
+    ) -> TaskRow | None:
+        """Conditional claim (pending, occurrence as read, lease free, retry due); bumps ``claim_version``."""
+        ...
+
+    def renew_lease(self, user_id: str, uuid: str, claim_version: int, lease_until: str, owner: str) -> bool: ...
+
+    def settle(self, user_id: str, uuid: str, claim_version: int, settlement: Settlement, now_iso: str) -> bool:
+        """Apply a settlement if the claim is still ours; False means the row is gone or was taken over."""
+        ...
+
+    def find_task(self, uuid: str) -> TaskRow | None:
+        """Any user's task by uuid (runTask); uses the deployment-wide uuid registry."""
+        ...
+
+
+KEEP = object()
+"""Sentinel: leave this attribute as it is."""
+
+
+@dataclass
+class Settlement:
+    """What a fenced write after a claim does to the task (engine.md §2.9-§2.13, R2).
+
+    ``delete`` removes the task (one-shot success). ``status`` 'failed'/'sent' takes it out of the due index.
+    Otherwise the task stays pending and becomes due again at ``retry_after`` or ``next_send_at``. Every
+    settlement releases the lease unless ``keep_lease``.
+    """
+
+    next_send_at: str
+    delete: bool = False
+    status: str | None = None
+    retry_after: str | None = None
+    retry_count: object = KEEP
+    last_error: object = KEEP  # JSON text; None clears it
+    encrypted_payload: str | None = None  # rewritten only if the payload is unchanged since the claim
+    payload_rev: int | None = None
+
+
+@dataclass
+class DueCandidate:
+    user_id: str
+    uuid: str
+    next_send_at: str
+    retry_count: int = 0
+    retry_after: str | None = None
+
 
 class PushSubscriptionStore(Protocol):
     def get_push_subscription(self, user_id: str) -> PushSubscriptionRow | None: ...
@@ -104,8 +160,131 @@ class PushSubscriptionStore(Protocol):
     def delete_push_subscription(self, user_id: str) -> bool: ...
 
 
+# ---- message outbox (engine.md §8, storage.md C.3.5 / D.4.8, R7) ----------------------------------------
+
+
+@dataclass
+class OutboxAppend:
+    """One finalized push to record **before** sending it (engine.md §5.8 step 1).
+
+    ``encrypted_push`` is the storage ciphertext (``iv:tag:ct`` hex, :func:`amsg.crypto.encrypt_for_storage`
+    under the user key) of the compact push JSON; the store never sees plaintext. ``created_at`` is epoch ms.
+    """
+
+    message_id: str
+    encrypted_push: str = field(repr=False)
+    created_at: int
+    task_uuid: str | None = None
+    session_id: str | None = None
+    message_index: int | None = None
+    total_messages: int | None = None
+
+
+@dataclass
+class OutboxRow:
+    """A stored outbox row. ``encrypted_push`` is None when a split payload lost a part (read as undecryptable)."""
+
+    id: int
+    message_id: str
+    encrypted_push: str | None = field(repr=False)
+    created_at: int
+    task_uuid: str | None = None
+    session_id: str | None = None
+    message_index: int | None = None
+    total_messages: int | None = None
+    delivered_at: int | None = None
+    acked_at: int | None = None
+
+
 class OutboxStore(Protocol):
-    def discard_undelivered_for_task(self, user_id: str, task_uuid: str) -> int: ...
+    """The per-user outbox. Every method is scoped to one user partition.
+
+    Ids are positive integers, strictly increasing per user in commit order (a per-user counter compare-and-set
+    inside the append transaction), never reused, never changed; a row's id is the ``GET /outbox`` cursor.
+    Retention is TTL-driven (28 d after ``created_at``; after an ack min(that, ack + 7 d)); readers that the
+    client observes (:meth:`list_unacked`, :meth:`ack`, :meth:`delete` counts) treat expired rows as absent.
+    """
+
+    # -- engine-facing ------------------------------------------------------------------------------------
+
+    def append(self, user_id: str, rows: Sequence[OutboxAppend]) -> list[int]:
+        """Upsert on ``(user_id, message_id)``; returns the row id of each input row, in input order.
+
+        * new message id: inserted with the next per-user id (allocated in the same transaction);
+        * existing, not acked: updated in place (same id): payload and ``created_at`` replaced,
+          ``delivered_at`` cleared (a retry of the same occurrence re-delivers it);
+        * existing, acked: untouched — ack is final, an acked row is never revived (its id is still returned).
+
+        Duplicate message ids inside ``rows`` collapse to the last one (same id for both). Batches of up to 99
+        rows (and ~3 MB) commit atomically; bigger batches are split into several transactions. Raises on
+        storage failure (the engine then treats the batch as not outboxed).
+        """
+        ...
+
+    def mark_delivered(self, user_id: str, message_ids: Sequence[str], at_ms: int) -> int:
+        """Set ``delivered_at = at_ms`` on the existing rows (whatever their ack state); returns rows touched."""
+        ...
+
+    def discard_undelivered(self, user_id: str, message_ids: Sequence[str]) -> int:
+        """Delete the given rows that were neither delivered nor acked (cancellation mid-batch); count."""
+        ...
+
+    def discard_undelivered_for_task(self, user_id: str, task_uuid: str) -> int:
+        """Delete the task's rows that were neither delivered nor acked (cancel, supersede); count."""
+        ...
+
+    def list_for_task(self, user_id: str, task_uuid: str, *, since_ms: int = 0, limit: int = 500) -> list[OutboxRow]:
+        """The task's rows with ``created_at >= since_ms`` in any state, ordered by (created_at, id), at most
+        ``limit`` (strongly consistent; used to redeliver a committed batch, engine.md §5.12)."""
+        ...
+
+    # -- API-facing ---------------------------------------------------------------------------------------
+
+    def list_unacked(self, user_id: str, since: int, limit: int, now_ms: int) -> list[OutboxRow]:
+        """Unacked, unexpired rows with ``id > since`` in id order, up to ``limit`` (strongly consistent)."""
+        ...
+
+    def ack(self, user_id: str, message_ids: Sequence[str], now_ms: int) -> int:
+        """Mark rows acked (idempotent, final); returns how many rows were newly acked."""
+        ...
+
+    def delete(self, user_id: str, message_ids: Sequence[str] | None, now_ms: int | None = None) -> int:
+        """Hard delete regardless of state; ``None`` = every row of the user. Returns rows deleted (rows already
+        past retention at ``now_ms`` are removed but not counted)."""
+        ...
+
+
+# ---- LLM credentials (storage.md Part B, C.3.4, D.3) -----------------------------------------------------
+
+
+@dataclass
+class CredentialWrite:
+    cred_id: str
+    encrypted_value: str = field(repr=False)  # storage ciphertext of the value JSON
+
+
+class CredentialStore(Protocol):
+    def upsert(self, user_id: str, entries: Sequence[CredentialWrite], now_iso: str) -> int:
+        """≤ 100 distinct credIds in one all-or-nothing transaction (keeps ``created_at``); returns entry count."""
+        ...
+
+    def count(self, user_id: str) -> int: ...
+
+    def list(self, user_id: str) -> list[tuple[str, str]]:
+        """``[(credId, updatedAt ISO)]`` in binary credId order (strongly consistent)."""
+        ...
+
+    def get_values(self, user_id: str, cred_ids: Sequence[str]) -> dict[str, str]:
+        """``{credId: encrypted_value}`` for the ids that exist (consistent BatchGetItem)."""
+        ...
+
+    def existing_cred_ids(self, user_id: str, cred_ids: Sequence[str]) -> set[str]: ...
+
+    def delete_ids(self, user_id: str, cred_ids: Sequence[str]) -> int: ...
+
+    def delete_all(self, user_id: str) -> int: ...
+
+    def delete_prefix(self, user_id: str, prefix: str) -> int: ...
 
 
 class SchemaInspector(Protocol):
@@ -211,4 +390,10 @@ class PushSender(Protocol):
         Returns the 2xx status; raises :class:`PushSendError` on any other outcome. ``timeout_s`` overrides
         the sender's HTTP timeout for this call (the instant path's remaining budget, R21).
         """
+        ...
+
+
+class TaskQueue(Protocol):
+    def send_many(self, messages: list[dict[str, Any]]) -> list[int]:
+        """Enqueue JSON messages (batches of 10); returns the indexes that could not be enqueued."""
         ...

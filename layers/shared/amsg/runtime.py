@@ -5,8 +5,9 @@ Tests and the local stack call :func:`use` to install a context of their own.
 
 from __future__ import annotations
 
+import json
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 from amsg.clock import SystemClock
 from amsg.config import ConfigError, Secrets, Settings
@@ -62,7 +63,28 @@ def settings_from_env(env: Mapping[str, str]) -> Settings:
         stale_after_ms=_int_env(env, "AMSG_STALE_AFTER_MS", 3_600_000),
         instant_deadline_ms=_int_env(env, "AMSG_INSTANT_DEADLINE_MS", 27_000),
         hooks_module=env.get("AMSG_HOOKS_MODULE") or None,
+        push_pacing_ms=_int_env(env, "AMSG_PUSH_PACING_MS", 1500),
+        push_timeout_ms=_int_env(env, "AMSG_PUSH_TIMEOUT_MS", 10_000),
+        client_state_ttl_days=_ttl_env(env),
     )
+
+
+def _ttl_env(env: Mapping[str, str]) -> dict[str, float]:
+    """``AMSG_CLIENT_STATE_TTL`` = JSON ``{namespace: days}`` (positive numbers only)."""
+    raw = env.get("AMSG_CLIENT_STATE_TTL", "").strip()
+    if not raw:
+        return {}
+    try:
+        value = json.loads(raw)
+    except ValueError:
+        raise ConfigError("AMSG_CLIENT_STATE_TTL must be a JSON object {namespace: days}") from None
+    if not isinstance(value, dict):
+        raise ConfigError("AMSG_CLIENT_STATE_TTL must be a JSON object {namespace: days}")
+    return {
+        str(ns): float(days)
+        for ns, days in value.items()
+        if isinstance(days, (int, float)) and not isinstance(days, bool) and days > 0
+    }
 
 
 def secrets_from_env(env: Mapping[str, str]) -> Secrets:
@@ -82,6 +104,8 @@ def secrets_from_env(env: Mapping[str, str]) -> Secrets:
 
 
 def build_context(env: Mapping[str, str]) -> AppContext:
+    from amsg.adapters.dynamo.client_state import DynamoClientStateStore
+    from amsg.adapters.dynamo.credentials import DynamoCredentialStore
     from amsg.adapters.dynamo.outbox import DynamoOutboxStore
     from amsg.adapters.dynamo.schema import DynamoSchemaInspector
     from amsg.adapters.dynamo.subscriptions import DynamoPushSubscriptionStore
@@ -90,12 +114,56 @@ def build_context(env: Mapping[str, str]) -> AppContext:
 
     settings = settings_from_env(env)
     table = DynamoTable(settings.table_name)
-    return AppContext(
+    secrets = secrets_from_env(env)
+    context = AppContext(
         settings=settings,
-        secrets=secrets_from_env(env),
+        secrets=secrets,
         clock=SystemClock(),
         tasks=DynamoTaskStore(table, due_shards=settings.due_shards),
         subscriptions=DynamoPushSubscriptionStore(table),
         outbox=DynamoOutboxStore(table),
         schema=DynamoSchemaInspector(table),
+        credentials=DynamoCredentialStore(table),
+        client_state=DynamoClientStateStore(table),
     )
+    context.extras.update(delivery_factories(settings, secrets))
+    return context
+
+
+def delivery_factories(settings: Settings, secrets: Secrets) -> dict[str, Callable[[], object]]:
+    """Delivery collaborators, built on first use: API routes that never deliver never import them."""
+
+    def push_sender() -> object:
+        private_key = secrets.vapid_private_key
+        if not (settings.vapid_public_key and settings.vapid_email and private_key):
+            return None  # VAPID incomplete: the tick claims nothing, run_task releases its claim
+        from amsg.adapters.webpush_sender import WebPushSender
+
+        return WebPushSender(
+            private_key, settings.vapid_public_key, settings.vapid_email, timeout_s=settings.push_timeout_ms / 1000
+        )
+
+    def llm() -> object:
+        from amsg.adapters.llm_httpx import HttpxLlmClient
+
+        return HttpxLlmClient()
+
+    def queue() -> object:
+        if not settings.queue_url:
+            return None
+        from amsg.adapters.sqs_queue import SqsTaskQueue
+
+        return SqsTaskQueue(settings.queue_url)
+
+    def instant_delivery() -> object:
+        from amsg.engine.instant import deliver_instant
+
+        return deliver_instant
+
+    return {
+        "delivery": lambda: True,
+        "push_sender": push_sender,
+        "llm": llm,
+        "queue": queue,
+        "instant_delivery": instant_delivery,
+    }

@@ -144,7 +144,7 @@ class WebPushSender:
 
         try:
             response = self._http().post(endpoint, content=body, headers=headers, timeout=timeout_s)
-        except httpx.HTTPError as exc:
+        except (httpx.HTTPError, httpx.InvalidURL) as exc:
             # Class name only: transport messages can quote the endpoint URL, which is a capability.
             raise PushSendError(f"Web Push delivery failed: {type(exc).__name__}", status=None) from None
         status = response.status_code

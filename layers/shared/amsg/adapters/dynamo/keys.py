@@ -7,6 +7,9 @@
 | task uuid registry   | TU#<uuid>     | #                                    |
 | per-user counters    | U#<uid>       | SEQ#task, SEQ#outbox                 |
 | push subscription    | U#<uid>       | PUSH                                 |
+| outbox row           | U#<uid>       | O#<message_id or U+001E sha256>      |
+| outbox payload part  | U#<uid>       | OP#<sha256(message_id)>#<token>#<i>  |
+| LLM credential       | U#<uid>       | C#<credId>                           |
 | serialize-group lock | SG#<group>    | #                                    |
 | schema marker        | META          | schema                               |
 """
@@ -40,6 +43,37 @@ def counter_key(user_id: str, name: str) -> dict[str, str]:
 
 def push_key(user_id: str) -> dict[str, str]:
     return {"PK": user_pk(user_id), "SK": "PUSH"}
+
+
+OUTBOX_PREFIX = "O#"
+OUTBOX_PART_PREFIX = "OP#"
+# SK ≤ 1024 bytes: longer message ids (and any id that could be mistaken for a hashed one) are hashed.
+OUTBOX_MAX_RAW_ID_BYTES = 1000
+HASHED_MARK = "\x1e"
+
+
+def sha256_hex(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8", errors="surrogatepass")).hexdigest()
+
+
+def outbox_key(user_id: str, message_id: str) -> dict[str, str]:
+    raw = message_id.encode("utf-8", errors="surrogatepass")
+    part = message_id
+    if len(raw) > OUTBOX_MAX_RAW_ID_BYTES or message_id.startswith(HASHED_MARK):
+        part = HASHED_MARK + sha256_hex(message_id)
+    return {"PK": user_pk(user_id), "SK": OUTBOX_PREFIX + part}
+
+
+def outbox_part_prefix(message_id: str) -> str:
+    return f"{OUTBOX_PART_PREFIX}{sha256_hex(message_id)}#"
+
+
+CREDENTIAL_PREFIX = "C#"
+
+
+def credential_key(user_id: str, cred_id: str) -> dict[str, str]:
+    """credId is the last SK component, so ``begins_with(SK, "C#" + prefix)`` is the prefix delete."""
+    return {"PK": user_pk(user_id), "SK": CREDENTIAL_PREFIX + cred_id}
 
 
 def group_lock_key(group: str) -> dict[str, str]:

@@ -7,6 +7,7 @@ from __future__ import annotations
 from decimal import Decimal
 from typing import Any
 
+from boto3.dynamodb.conditions import Key
 from botocore.exceptions import ClientError
 
 from amsg.adapters.dynamo import keys
@@ -18,7 +19,7 @@ from amsg.adapters.dynamo.table import (
     is_conditional_failure,
 )
 from amsg.errors import StoreUnavailable, TaskUuidConflict
-from amsg.ports import CreatedTask, NewTask, TaskRow
+from amsg.ports import KEEP, CreatedTask, DueCandidate, NewTask, Settlement, TaskRow
 
 CREATE_ATTEMPTS = 12
 
@@ -237,6 +238,243 @@ class DynamoTaskStore:
         if existing and existing.get("payload_token"):
             self._drop_parts(user_id, uuid, str(existing["payload_token"]))
         return True
+
+    # ---- delivery engine --------------------------------------------------------------------------------
+    #
+    # The due index key is the task's *eligible* time: ``due_sk = <eligible>#<uuid>`` where eligible is the
+    # lease expiry while claimed, ``retry_after`` while backing off, else ``next_send_at``. A claimed task thus
+    # leaves the due window and comes back by itself if its worker dies (the lease expires): nothing is lost
+    # and the tick's query needs no filter. Tasks leave the index for good only when they stop being pending.
+
+    def due_candidates(
+        self, shard: int, now_iso: str, limit: int, start: Any = None
+    ) -> tuple[list[DueCandidate], Any]:
+        kwargs: dict[str, Any] = {
+            "IndexName": "due",
+            "KeyConditionExpression": Key("due_pk").eq(f"DUE#{shard}") & Key("due_sk").lte(f"{now_iso}#\uffff"),
+            "Limit": limit,
+        }
+        if start:
+            kwargs["ExclusiveStartKey"] = start
+        response = self.t.table.query(**kwargs)
+        candidates = [
+            DueCandidate(
+                user_id=item["user_id"],
+                uuid=item["uuid"],
+                next_send_at=item["next_send_at"],
+                retry_count=_int(item.get("retry_count")),
+                retry_after=item.get("retry_after"),
+            )
+            for item in response.get("Items", [])
+        ]
+        return candidates, response.get("LastEvaluatedKey")
+
+    def claim(
+        self, user_id: str, uuid: str, *, expected_next_send_at: str, now_iso: str, lease_until: str, owner: str
+    ) -> TaskRow | None:
+        try:
+            result = self.t.table.update_item(
+                Key=self._key(user_id, uuid),
+                UpdateExpression=(
+                    "SET lease_until = :lease, lease_owner = :owner, updated_at = :now, due_sk = :dsk "
+                    "ADD claim_version :one"
+                ),
+                ConditionExpression=(
+                    "#st = :pending AND next_send_at = :expected"
+                    " AND (attribute_not_exists(lease_until) OR lease_until <= :now)"
+                    " AND (attribute_not_exists(retry_after) OR retry_after <= :now)"
+                ),
+                ExpressionAttributeNames={"#st": "status"},
+                ExpressionAttributeValues={
+                    ":lease": lease_until,
+                    ":owner": owner,
+                    ":now": now_iso,
+                    ":dsk": keys.due_sk(lease_until, uuid),
+                    ":one": 1,
+                    ":pending": "pending",
+                    ":expected": expected_next_send_at,
+                },
+                ReturnValues="ALL_NEW",
+            )
+        except ClientError as exc:
+            if is_conditional_failure(exc):
+                return None
+            raise
+        return self._row(result["Attributes"])
+
+    def renew_lease(self, user_id: str, uuid: str, claim_version: int, lease_until: str, owner: str) -> bool:
+        try:
+            self.t.table.update_item(
+                Key=self._key(user_id, uuid),
+                UpdateExpression="SET lease_until = :lease, lease_owner = :owner, due_sk = :dsk",
+                ConditionExpression="claim_version = :cv AND #st = :pending AND attribute_exists(lease_until)",
+                ExpressionAttributeNames={"#st": "status"},
+                ExpressionAttributeValues={
+                    ":lease": lease_until,
+                    ":owner": owner,
+                    ":dsk": keys.due_sk(lease_until, uuid),
+                    ":cv": claim_version,
+                    ":pending": "pending",
+                },
+            )
+        except ClientError as exc:
+            if is_conditional_failure(exc):
+                return False
+            raise
+        return True
+
+    def settle(self, user_id: str, uuid: str, claim_version: int, settlement: Settlement, now_iso: str) -> bool:
+        if settlement.delete:
+            return self._delete_claimed(user_id, uuid, claim_version)
+        with_payload = settlement.encrypted_payload is not None
+        if with_payload:
+            if self._settle_update(user_id, uuid, claim_version, settlement, now_iso, rewrite_payload=True):
+                return True
+            current = self.t.get(self._key(user_id, uuid), projection="claim_version")
+            if not current or _int(current.get("claim_version")) != claim_version:
+                return False
+            # the payload changed since the claim (an update-message): keep it, write the columns only
+        return self._settle_update(user_id, uuid, claim_version, settlement, now_iso, rewrite_payload=False)
+
+    def _settle_update(
+        self, user_id: str, uuid: str, claim_version: int, s: Settlement, now_iso: str, *, rewrite_payload: bool
+    ) -> bool:
+        sets = ["updated_at = :now", "next_send_at = :nsa"]
+        removes = ["lease_until", "lease_owner"]
+        values: dict[str, Any] = {":now": now_iso, ":nsa": s.next_send_at, ":cv": claim_version}
+        names: dict[str, str] = {}
+        condition = "claim_version = :cv"
+        if s.status is not None:
+            names["#st"] = "status"
+            sets += ["#st = :status", "ret_pk = :rpk", "ret_sk = :now"]
+            values[":status"] = s.status
+            values[":rpk"] = keys.done_pk(uuid, self.due_shards)
+            removes += ["due_pk", "due_sk", "retry_after"]
+        else:
+            eligible = s.retry_after or s.next_send_at
+            sets.append("due_sk = :dsk")
+            values[":dsk"] = keys.due_sk(eligible, uuid)
+            if s.retry_after:
+                sets.append("retry_after = :ra")
+                values[":ra"] = s.retry_after
+            else:
+                removes.append("retry_after")
+        if s.retry_count is not KEEP:
+            sets.append("retry_count = :rc")
+            values[":rc"] = s.retry_count
+        if s.last_error is not KEEP:
+            if s.last_error is None:
+                removes.append("last_error")
+            else:
+                sets.append("last_error = :le")
+                values[":le"] = s.last_error
+        blob = None
+        if rewrite_payload and s.encrypted_payload is not None:
+            payload_attrs, blob = self._payload_attrs(user_id, uuid, s.encrypted_payload)
+            for name, value in payload_attrs.items():
+                sets.append(f"{name} = :{name}")
+                values[f":{name}"] = value
+            removes += ["payload_token", "payload_parts"] if "payload" in payload_attrs else ["payload"]
+            sets.append("rev = rev + :one")
+            values[":one"] = 1
+            condition += " AND rev = :rev"
+            values[":rev"] = s.payload_rev if s.payload_rev is not None else -1
+        kwargs: dict[str, Any] = {
+            "Key": self._key(user_id, uuid),
+            "UpdateExpression": f"SET {', '.join(sets)} REMOVE {', '.join(removes)}",
+            "ConditionExpression": condition,
+            "ExpressionAttributeValues": values,
+            "ReturnValues": "ALL_OLD",
+        }
+        if names:
+            kwargs["ExpressionAttributeNames"] = names
+        try:
+            old = self.t.table.update_item(**kwargs).get("Attributes") or {}
+        except ClientError as exc:
+            if blob:
+                self._drop_parts(user_id, uuid, blob.token)
+            if is_conditional_failure(exc):
+                return False
+            raise
+        if rewrite_payload and old.get("payload_token"):
+            self._drop_parts(user_id, uuid, str(old["payload_token"]))
+        return True
+
+    def _delete_claimed(self, user_id: str, uuid: str, claim_version: int) -> bool:
+        existing = self.t.get(self._key(user_id, uuid), projection="payload_token")
+        try:
+            self.t.transact(
+                [
+                    {
+                        "Delete": {
+                            "Key": self._key(user_id, uuid),
+                            "ConditionExpression": "claim_version = :cv",
+                            "ExpressionAttributeValues": {":cv": claim_version},
+                        }
+                    },
+                    {
+                        "Delete": {
+                            "Key": keys.uuid_registry_key(uuid),
+                            "ConditionExpression": "attribute_not_exists(PK) OR user_id = :uid",
+                            "ExpressionAttributeValues": {":uid": user_id},
+                        }
+                    },
+                ]
+            )
+        except TransactionCancelled:
+            return False
+        if existing and existing.get("payload_token"):
+            self._drop_parts(user_id, uuid, str(existing["payload_token"]))
+        return True
+
+    def delete_settled_before(self, cutoff_iso: str, *, shards: int, limit: int) -> int:
+        """Housekeeping: delete sent/failed tasks not updated since ``cutoff_iso`` (bounded per tick)."""
+        deleted = 0
+        for shard in range(shards):
+            response = self.t.table.query(
+                IndexName="retention",
+                KeyConditionExpression=Key("ret_pk").eq(f"TDONE#{shard}") & Key("ret_sk").lt(cutoff_iso),
+                Limit=max(1, limit - deleted),
+            )
+            for item in response.get("Items", []):
+                user_id = item["PK"][2:]
+                uuid = item["SK"][2:]
+                try:
+                    self.t.transact(
+                        [
+                            {
+                                "Delete": {
+                                    "Key": self._key(user_id, uuid),
+                                    "ConditionExpression": "#st IN (:sent, :failed) AND updated_at < :cutoff",
+                                    "ExpressionAttributeNames": {"#st": "status"},
+                                    "ExpressionAttributeValues": {
+                                        ":sent": "sent",
+                                        ":failed": "failed",
+                                        ":cutoff": cutoff_iso,
+                                    },
+                                }
+                            },
+                            {
+                                "Delete": {
+                                    "Key": keys.uuid_registry_key(uuid),
+                                    "ConditionExpression": "attribute_not_exists(PK) OR user_id = :uid",
+                                    "ExpressionAttributeValues": {":uid": user_id},
+                                }
+                            },
+                        ]
+                    )
+                    deleted += 1
+                except TransactionCancelled:
+                    continue
+            if deleted >= limit:
+                break
+        return deleted
+
+    def find_task(self, uuid: str) -> TaskRow | None:
+        registry = self.t.get(keys.uuid_registry_key(uuid))
+        if not registry:
+            return None
+        return self.get_task(str(registry["user_id"]), uuid)
 
     def _drop_parts(self, user_id: str, uuid: str, token: str) -> None:
         """Best-effort removal of a replaced payload's parts (unreferenced parts are harmless garbage)."""

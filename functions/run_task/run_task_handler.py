@@ -1,0 +1,28 @@
+"""SQS → deliver each claimed task; partial batch failures only for infrastructure errors (R5)."""
+
+from amsg import runtime
+from amsg.engine.runner import parse_task_message, run_message
+from amsg.observability import logger, metrics
+from aws_lambda_powertools.utilities.batch import BatchProcessor, EventType, process_partial_response
+from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
+from aws_lambda_powertools.utilities.typing import LambdaContext
+
+processor = BatchProcessor(event_type=EventType.SQS)
+_invocation: dict[str, LambdaContext] = {}
+
+
+def record_handler(record: SQSRecord) -> dict:
+    context = _invocation["context"]
+    return run_message(
+        runtime.app_context(),
+        parse_task_message(record.body),
+        remaining_ms=context.get_remaining_time_in_millis,
+        owner=f"run:{context.aws_request_id}",
+    )
+
+
+@metrics.log_metrics
+@logger.inject_lambda_context(log_event=False)
+def handler(event: dict, context: LambdaContext) -> dict:
+    _invocation["context"] = context
+    return process_partial_response(event=event, record_handler=record_handler, processor=processor, context=context)

@@ -1,0 +1,21 @@
+"""EventBridge Scheduler (every minute) → claim due tasks and enqueue them (R1, R4). Delivery is run_task's."""
+
+from amsg import runtime
+from amsg.engine.runner import run_tick
+from amsg.observability import logger, metrics
+from aws_lambda_powertools.utilities.typing import LambdaContext
+
+
+@metrics.log_metrics
+@logger.inject_lambda_context(log_event=False)
+def handler(event: dict, context: LambdaContext) -> dict:
+    summary = run_tick(
+        runtime.app_context(),
+        scheduled_time=(event or {}).get("scheduledTime"),
+        remaining_ms=context.get_remaining_time_in_millis,
+        owner=f"tick:{context.aws_request_id}",
+    )
+    metrics.add_metric(name="TasksClaimed", unit="Count", value=summary["claimedTasks"])
+    metrics.add_metric(name="TasksEnqueued", unit="Count", value=summary["enqueuedTasks"])
+    metrics.add_metric(name="ClaimsSkipped", unit="Count", value=summary["details"]["claimSkippedTasks"])
+    return summary

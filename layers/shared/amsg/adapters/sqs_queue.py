@@ -1,0 +1,37 @@
+"""The delivery queue (SQS): the tick enqueues ``{userId, uuid, claimVersion, nextSendAt}`` per claim."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import boto3
+from botocore.config import Config
+
+
+class SqsTaskQueue:
+    def __init__(self, queue_url: str) -> None:
+        self.queue_url = queue_url
+        self._client: Any = None
+
+    @property
+    def client(self) -> Any:
+        if self._client is None:
+            self._client = boto3.client("sqs", config=Config(retries={"mode": "standard", "max_attempts": 5}))
+        return self._client
+
+    def send_many(self, messages: list[dict[str, Any]]) -> list[int]:
+        failed: list[int] = []
+        for offset in range(0, len(messages), 10):
+            chunk = messages[offset : offset + 10]
+            entries = [
+                {"Id": str(offset + i), "MessageBody": json.dumps(message, separators=(",", ":"))}
+                for i, message in enumerate(chunk)
+            ]
+            try:
+                response = self.client.send_message_batch(QueueUrl=self.queue_url, Entries=entries)
+            except Exception:
+                failed.extend(range(offset, offset + len(chunk)))
+                continue
+            failed.extend(int(entry["Id"]) for entry in response.get("Failed", []))
+        return failed

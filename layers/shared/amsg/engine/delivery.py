@@ -1,0 +1,497 @@
+"""Deliver one claimed task (engine.md §2.8–§2.15, §5): stale guard → content → outbox → fenced pushes →
+settle. Every write after the claim is fenced by the claim version (R2); a run that lost its claim sends
+nothing more and writes nothing.
+
+Exactly-once pushes: the whole batch of an occurrence is appended to the outbox *before* anything is sent
+(deterministic message ids per occurrence), and each push is claimed in the outbox in one transaction with
+a check that our task claim is still current. A retry, a redelivered SQS message or a worker that took over
+after a crash only sends rows nobody has claimed yet. A worker killed between claiming a row and sending it
+leaves that row unpushed but in the outbox, where the client pulls it (``GET /outbox``): nothing is lost,
+nothing is pushed twice.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from amsg.api.common import StoredPayloadUnreadable, decrypt_payload
+from amsg.context import AppContext
+from amsg.crypto import DecryptError, compact_json, decrypt_from_storage, encrypt_for_storage
+from amsg.domain.failures import DeliveryFailure
+from amsg.domain.llm import build_llm_request, resolve_chat_credentials
+from amsg.domain.recurrence import plan_next_occurrence
+from amsg.domain.redaction import sanitize_error_summary
+from amsg.domain.splitting import split_message
+from amsg.engine.pushes import Occurrence, content_pushes, decode_push, encode_push, reasoning_push, should_push
+from amsg.engine.summary import DeliverySummary
+from amsg.observability import logger
+from amsg.ports import LlmClient, PushSender, PushSendError, Settlement, TaskRow
+from amsg.timeutil import iso_from_ms, parse_iso_ms
+
+RETRY_STEP_MS = 120_000
+PERMANENT_CODES = frozenset({"PUSH_SUBSCRIPTION_MISSING", "PUSH_SUBSCRIPTION_STORE_UNSUPPORTED", "PUSH_PAYLOAD_TOO_LARGE"})
+PERMANENT_PUSH_STATUSES = frozenset({404, 410, 413})
+RECURRING = ("daily", "weekly")
+CANCELLED_REASON = "任务在投递期间被取消或顶替"
+VAPID_MISSING = "VAPID configuration missing - push notifications cannot be sent"
+
+
+class Cancelled(Exception):
+    """The task was cancelled, superseded or taken over while we delivered it."""
+
+    def __init__(self, status: str = "cancelled_mid_delivery") -> None:
+        super().__init__(status)
+        self.status = status
+
+
+@dataclass
+class DeliveryEnv:
+    """What a run needs besides the context: collaborators and its own budget."""
+
+    push_sender: PushSender | None
+    llm: LlmClient | None
+    lease_lost: Callable[[], bool] = lambda: False
+    sleep: Callable[[float], None] = lambda seconds: None
+    llm_timeout_s: Callable[[], float] = lambda: 300.0
+    pacing_ms: int = 1500
+    max_retries: int | None = None  # overrides settings.max_delivery_retries (instant path: 2)
+
+
+@dataclass
+class Outcome:
+    messages_sent: int = 0
+    pushed: int = 0
+    redelivered: bool = False
+    reasoning_error: str | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class _Entry:
+    push: dict[str, Any]
+    done: bool  # delivered, acked or already claimed for sending
+
+
+# ---- entry point --------------------------------------------------------------------------------------------
+
+
+def deliver_claimed(ctx: AppContext, row: TaskRow, summary: DeliverySummary, env: DeliveryEnv) -> Outcome | None:
+    """Run the pipeline for a task whose claim (``row.claim_version``) we hold; record into ``summary``.
+
+    Returns the outcome on success, None otherwise. Raises only for infrastructure errors that happened before
+    the outcome was written (the caller then lets SQS redeliver; the fencing keeps that safe).
+    """
+    now = ctx.now_ms()
+    user_key = ctx.user_key(row.user_id)
+    try:
+        payload: dict[str, Any] | None = decrypt_payload(row.encrypted_payload, user_key)
+    except StoredPayloadUnreadable:
+        _fail(ctx, row, None, user_key, DeliveryFailure("任务载荷解密失败"), summary, env)
+        return None
+    assert payload is not None
+    if is_stale(row, now, ctx.settings.stale_after_ms):
+        settle_stale(ctx, row, payload, user_key, summary)
+        return None
+    try:
+        outcome = process_occurrence(ctx, row, payload, user_key, env)
+    except Cancelled as cancelled:
+        record_cancelled(ctx, row, summary, cancelled.status)
+        return None
+    except Exception as exc:
+        if env.lease_lost():
+            record_cancelled(ctx, row, summary, "cancelled_mid_delivery")
+            return None
+        if not isinstance(exc, (DeliveryFailure, PushSendError)):
+            logger.warning("delivery step failed", extra={"error": type(exc).__name__})
+        _fail(ctx, row, payload, user_key, exc, summary, env)
+        return None
+    if outcome.redelivered:
+        summary.redelivered.append({"taskId": row.id, "pushedCount": outcome.pushed})
+    if outcome.reasoning_error:
+        summary.reasoning_skipped.append({"taskId": row.id, "reason": outcome.reasoning_error})
+    if _finalize_success(ctx, row, payload, summary):
+        return outcome
+    return None
+
+
+# ---- stale guard (§2.9) ---------------------------------------------------------------------------------------
+
+
+def is_stale(row: TaskRow, now_ms: int, stale_after_ms: int) -> bool:
+    occurrence = parse_iso_ms(row.next_send_at)
+    if occurrence is None or now_ms - occurrence <= stale_after_ms:
+        return False
+    if row.retry_count == 0:
+        return True
+    retry_after = parse_iso_ms(row.retry_after) if row.retry_after else None
+    return retry_after is not None and now_ms - retry_after > stale_after_ms
+
+
+def settle_stale(
+    ctx: AppContext, row: TaskRow, payload: dict[str, Any], user_key: str, summary: DeliverySummary | Any
+) -> bool:
+    """Expire a stale one-shot or fast-forward a stale recurring task (no push, no LLM)."""
+    now = ctx.now_ms()
+    occurrence = parse_iso_ms(row.next_send_at) or now
+    recurrence = payload.get("recurrenceType") or "none"
+    last_error: dict[str, Any] = {"at": iso_from_ms(now), "occurrence": row.next_send_at, "reason": "stale"}
+    entry: dict[str, Any] = {"taskId": row.id, "taskUuid": row.uuid, "reason": "stale"}
+    if recurrence in RECURRING:
+        plan = plan_next_occurrence(occurrence, recurrence, now, payload.get("tzId"))
+        next_iso = iso_from_ms(plan.next_ms)
+        last_error.update({"skippedCount": plan.skipped_count, "nextSendAt": next_iso})
+        settlement = Settlement(next_send_at=next_iso, retry_count=0, last_error=compact_json(last_error))
+        entry.update({"action": "fast_forwarded", "nextSendAt": next_iso, "skippedCount": plan.skipped_count})
+    else:
+        settlement = Settlement(next_send_at=row.next_send_at, status="failed", last_error=compact_json(last_error))
+        entry.update({"action": "expired", "skippedCount": 1})
+    settlement.encrypted_payload = _with_last_error(payload, last_error, user_key)
+    settlement.payload_rev = row.rev
+    try:
+        written = ctx.tasks.settle(row.user_id, row.uuid, row.claim_version, settlement, iso_from_ms(now))
+    except Exception as exc:
+        summary.failed_count += 1
+        summary.failed.append({"taskId": row.id, "reason": sanitize_error_summary(str(exc)), "status": "stale_update_failed"})
+        return False
+    if written:
+        summary.stale.append(entry)
+    return written
+
+
+# ---- processing (§5) ------------------------------------------------------------------------------------------
+
+
+def process_occurrence(ctx: AppContext, row: TaskRow, payload: dict[str, Any], user_key: str, env: DeliveryEnv) -> Outcome:
+    occurrence = Occurrence(row.id, row.uuid, parse_iso_ms(row.next_send_at))
+    entries = _committed_batch(ctx, row, occurrence, user_key)
+    outcome = Outcome(redelivered=entries is not None)
+    if entries is None:
+        pushes = _generate(ctx, row, payload, occurrence, env)
+        _append_batch(ctx, row, pushes, user_key)
+        entries = [_Entry(push, done=False) for push in pushes]
+    outcome.messages_sent = sum(1 for entry in entries if entry.push.get("messageKind") == "content")
+    pending = [entry for entry in entries if not entry.done and should_push(entry.push, outboxed=True)]
+    if not pending:
+        return outcome
+    if env.push_sender is None:
+        raise DeliveryFailure(VAPID_MISSING)
+    subscription = _resolve_subscription(ctx, row, payload, user_key)
+    for index, entry in enumerate(pending):
+        if env.lease_lost():
+            raise Cancelled("cancelled_mid_delivery")
+        if index:
+            env.sleep(env.pacing_ms / 1000)
+        _send_one(ctx, row, entry.push, subscription, env)
+        outcome.pushed += 1
+    return outcome
+
+
+def _send_one(ctx: AppContext, row: TaskRow, push: dict[str, Any], subscription: dict, env: DeliveryEnv) -> None:
+    message_id = push["messageId"]
+    now = ctx.now_ms()
+    claimed = ctx.outbox.claim_send(
+        row.user_id, message_id, task_uuid=row.uuid, claim_version=row.claim_version, now_ms=now
+    )
+    if not claimed:
+        current = ctx.tasks.get_task(row.user_id, row.uuid)
+        if current is None or current.claim_version != row.claim_version or current.status != "pending":
+            raise Cancelled("cancelled_mid_delivery")
+        return  # another run already claimed this row for sending: never push it twice
+    assert env.push_sender is not None
+    try:
+        env.push_sender.send(subscription, encode_push(push))
+    except Exception:
+        ctx.outbox.release_send(row.user_id, message_id)
+        raise
+    ctx.outbox.mark_delivered(row.user_id, [message_id], ctx.now_ms())
+
+
+def _generate(
+    ctx: AppContext, row: TaskRow, payload: dict[str, Any], occurrence: Occurrence, env: DeliveryEnv
+) -> list[dict[str, Any]]:
+    message_type = payload.get("messageType") or row.message_type
+    reasoning: str | None = None
+    if message_type == "fixed":
+        content = payload.get("userMessage")
+        if not isinstance(content, str) or not content:
+            raise DeliveryFailure("Invalid message configuration: no content source available")
+    elif message_type in ("prompted", "auto", "instant"):
+        credentials = resolve_chat_credentials(payload, _credential_lookup(ctx, row.user_id))
+        has_prompt = bool(payload.get("completePrompt")) or (
+            isinstance(payload.get("messages"), list) and bool(payload["messages"])
+        )
+        if credentials is not None and has_prompt:
+            if env.llm is None:
+                raise DeliveryFailure("LLM client is not configured")
+            reply = env.llm.complete(build_llm_request(payload, credentials), timeout_s=env.llm_timeout_s())
+            content, reasoning = reply.content, reply.reasoning
+        elif message_type == "instant" and payload.get("userMessage"):
+            content = str(payload["userMessage"])
+        elif message_type == "instant":
+            raise DeliveryFailure("Invalid instant message: no content source available")
+        else:
+            raise DeliveryFailure("Invalid message configuration: no content source available")
+    else:
+        raise DeliveryFailure("Invalid message configuration: no content source available")
+    now = ctx.now_ms()
+    segments = split_message(content, payload.get("splitPattern"))
+    pushes = [reasoning_push(payload, occurrence, reasoning, now)] if reasoning else []
+    return pushes + content_pushes(payload, occurrence, segments, now)
+
+
+def _credential_lookup(ctx: AppContext, user_id: str) -> Callable[[str], dict | None] | None:
+    store = ctx.credentials
+    if store is None:
+        return None
+    user_key = ctx.user_key(user_id)
+
+    def lookup(cred_id: str) -> dict | None:
+        stored = store.get_values(user_id, [cred_id]).get(cred_id)
+        if not stored:
+            return None
+        try:
+            value = json.loads(decrypt_from_storage(stored, user_key))
+        except (DecryptError, ValueError):
+            return None  # undecryptable credential rows count as absent (§5.3)
+        return value if isinstance(value, dict) else None
+
+    return lookup
+
+
+def _append_batch(ctx: AppContext, row: TaskRow, pushes: list[dict[str, Any]], user_key: str) -> None:
+    from amsg.ports import OutboxAppend
+
+    now = ctx.now_ms()
+    rows = [
+        OutboxAppend(
+            message_id=push["messageId"],
+            task_uuid=row.uuid,
+            session_id=push.get("sessionId"),
+            message_index=push.get("messageIndex"),
+            total_messages=push.get("totalMessages"),
+            encrypted_push=encrypt_for_storage(compact_json(push), user_key),
+            created_at=now,
+        )
+        for push in pushes
+    ]
+    ctx.outbox.append(row.user_id, rows)
+
+
+def _committed_batch(
+    ctx: AppContext, row: TaskRow, occurrence: Occurrence, user_key: str
+) -> list[_Entry] | None:
+    """This occurrence's batch if it is already in the outbox (§5.12): then only unsent rows go out."""
+    if occurrence.occurrence_ms is None:
+        return None
+    try:
+        stored = ctx.outbox.list_for_task(row.user_id, row.uuid)
+    except Exception as exc:
+        logger.warning("committed-batch lookup failed; regenerating", extra={"error": type(exc).__name__})
+        return None
+    entries: list[tuple[int, _Entry]] = []
+    for item in stored:
+        if item.total_messages is None:
+            continue
+        try:
+            push = decode_push(decrypt_from_storage(item.encrypted_push, user_key))
+        except (DecryptError, ValueError):
+            continue
+        if (
+            push.get("taskUuid") != row.uuid
+            or push.get("occurrenceMs") != occurrence.occurrence_ms
+            or push.get("messageKind") == "result"
+        ):
+            continue
+        done = item.delivered_at is not None or item.acked_at is not None or item.sending_at is not None
+        entries.append((int(push.get("messageIndex") or 0), _Entry(push, done)))
+    if not entries:
+        return None
+    entries.sort(key=lambda pair: pair[0])
+    return [entry for _, entry in entries]
+
+
+def _resolve_subscription(ctx: AppContext, row: TaskRow, payload: dict[str, Any], user_key: str) -> dict:
+    stored = ctx.subscriptions.get_push_subscription(row.user_id)
+    if stored is not None:
+        try:
+            value = json.loads(decrypt_from_storage(stored.encrypted_subscription, user_key))
+        except (DecryptError, ValueError) as exc:
+            raise DeliveryFailure("stored push subscription cannot be decrypted") from exc
+        if isinstance(value, dict):
+            return value
+    legacy = payload.get("pushSubscription")
+    if isinstance(legacy, dict) and isinstance(legacy.get("endpoint"), str) and legacy["endpoint"].strip():
+        return legacy
+    raise DeliveryFailure(
+        "PUSH_SUBSCRIPTION_MISSING: 该用户还没有登记推送订阅", code="PUSH_SUBSCRIPTION_MISSING", permanent=True
+    )
+
+
+# ---- settling (§2.11–§2.14) ------------------------------------------------------------------------------------
+
+
+def _recurrence(payload: dict[str, Any] | None) -> str:
+    value = (payload or {}).get("recurrenceType")
+    return value if value in RECURRING else "none"  # decision 6: missing means none
+
+
+def _with_last_error(payload: dict[str, Any] | None, last_error: dict[str, Any] | None, user_key: str) -> str | None:
+    if payload is None:
+        return None
+    updated = dict(payload)
+    if last_error is None:
+        if "lastError" not in updated:
+            return None
+        updated.pop("lastError")
+    else:
+        updated["lastError"] = last_error
+    return encrypt_for_storage(compact_json(updated), user_key)
+
+
+def _finalize_success(ctx: AppContext, row: TaskRow, payload: dict[str, Any], summary: DeliverySummary) -> bool:
+    now = ctx.now_ms()
+    now_iso = iso_from_ms(now)
+    recurrence = _recurrence(payload)
+    if recurrence == "none":
+        settlement = Settlement(next_send_at=row.next_send_at, delete=True)
+    else:
+        occurrence = parse_iso_ms(row.next_send_at) or now
+        next_ms = plan_next_occurrence(occurrence, recurrence, now, payload.get("tzId")).next_ms
+        user_key = ctx.user_key(row.user_id)
+        settlement = Settlement(
+            next_send_at=iso_from_ms(next_ms),
+            retry_count=0,
+            last_error=None,
+            encrypted_payload=_with_last_error(payload, None, user_key),
+            payload_rev=row.rev,
+        )
+    try:
+        written = ctx.tasks.settle(row.user_id, row.uuid, row.claim_version, settlement, now_iso)
+    except Exception as exc:
+        return _post_send_persistence_failure(ctx, row, recurrence, settlement, summary, exc)
+    if not written:
+        record_cancelled(ctx, row, summary, "cancelled_after_delivery")
+        return False
+    summary.success_count += 1
+    if recurrence == "none":
+        summary.deleted_once_off += 1
+    else:
+        summary.updated_recurring += 1
+    return True
+
+
+def _post_send_persistence_failure(
+    ctx: AppContext, row: TaskRow, recurrence: str, settlement: Settlement, summary: DeliverySummary, exc: Exception
+) -> bool:
+    """Pushes went out but the finalize write failed (§2.13): one more, simpler write."""
+    summary.failed_count += 1
+    entry: dict[str, Any] = {"taskId": row.id, "reason": sanitize_error_summary(str(exc)), "messageDelivered": True}
+    fallback = (
+        Settlement(next_send_at=settlement.next_send_at, retry_count=0)
+        if recurrence != "none"
+        else Settlement(next_send_at=row.next_send_at, status="sent", retry_count=0)
+    )
+    try:
+        ctx.tasks.settle(row.user_id, row.uuid, row.claim_version, fallback, iso_from_ms(ctx.now_ms()))
+        entry["status"] = (
+            "post_send_cleanup_failed_rescheduled" if recurrence != "none" else "post_send_cleanup_failed_marked_sent"
+        )
+    except Exception:
+        entry["status"] = "post_send_cleanup_failed"
+    summary.failed.append(entry)
+    return False
+
+
+def _fail(
+    ctx: AppContext,
+    row: TaskRow,
+    payload: dict[str, Any] | None,
+    user_key: str,
+    exc: BaseException,
+    summary: DeliverySummary,
+    env: DeliveryEnv,
+) -> None:
+    """Retry with back-off, or settle terminally (§2.12). The outcome is written before SQS is acked (R5)."""
+    now = ctx.now_ms()
+    info = failure_info(exc, row, now)
+    reason, permanent, last_error = info.reason, info.permanent, info.last_error
+    limit = env.max_retries if env.max_retries is not None else ctx.settings.max_delivery_retries
+    raw_last_error = {**last_error, "reason": reason}
+    recurrence = _recurrence(payload)
+    summary.failed_count += 1
+    entry: dict[str, Any] = {"taskId": row.id, "reason": last_error["reason"]}
+    if permanent or row.retry_count >= limit:
+        if recurrence != "none":
+            occurrence = parse_iso_ms(row.next_send_at) or now
+            next_iso = iso_from_ms(plan_next_occurrence(occurrence, recurrence, now, (payload or {}).get("tzId")).next_ms)
+            settlement = Settlement(next_send_at=next_iso, retry_count=0, last_error=compact_json(last_error))
+            entry.update({"retryCount": row.retry_count, "status": "occurrence_skipped", "nextSendAt": next_iso})
+        else:
+            settlement = Settlement(next_send_at=row.next_send_at, status="failed", last_error=compact_json(last_error))
+            entry.update({"retryCount": row.retry_count, "status": "permanently_failed"})
+        if permanent:
+            entry["permanent"] = True
+        settlement.encrypted_payload = _with_last_error(payload, raw_last_error, user_key)
+        settlement.payload_rev = row.rev
+    else:
+        retry_at = iso_from_ms(now + (row.retry_count + 1) * RETRY_STEP_MS)
+        settlement = Settlement(
+            next_send_at=row.next_send_at,
+            retry_after=retry_at,
+            retry_count=row.retry_count + 1,
+            last_error=compact_json(last_error),
+        )
+        entry.update({"retryCount": row.retry_count + 1, "nextRetryAt": retry_at})
+    try:
+        written = ctx.tasks.settle(row.user_id, row.uuid, row.claim_version, settlement, iso_from_ms(now))
+    except Exception as write_error:
+        entry.update({"status": "retry_update_failed", "updateError": sanitize_error_summary(str(write_error))})
+        summary.failed.append(entry)
+        raise
+    if not written:
+        summary.failed_count -= 1
+        record_cancelled(ctx, row, summary, "cancelled_mid_delivery")
+        return
+    summary.failed.append(entry)
+
+
+@dataclass
+class FailureInfo:
+    reason: str
+    code: str | None
+    push_status: int | None
+    permanent: bool
+    last_error: dict[str, Any]
+
+
+def failure_info(exc: BaseException, row: TaskRow, now_ms: int) -> FailureInfo:
+    """Classify a failed attempt (§2.12) and build the sanitized ``last_error`` (§1.6)."""
+    reason = str(getattr(exc, "message", None) or exc) or type(exc).__name__
+    code = getattr(exc, "code", None)
+    code = code if isinstance(code, str) and code else None
+    push_status = exc.status if isinstance(exc, PushSendError) else None
+    permanent = (
+        getattr(exc, "permanent", False) is True or code in PERMANENT_CODES or push_status in PERMANENT_PUSH_STATUSES
+    )
+    last_error: dict[str, Any] = {
+        "at": iso_from_ms(now_ms),
+        "occurrence": row.next_send_at,
+        "reason": sanitize_error_summary(reason),
+    }
+    if code:
+        last_error["errorCode"] = code[:64]
+    if push_status is not None:
+        last_error["pushStatus"] = push_status
+    return FailureInfo(reason, code, push_status, permanent, last_error)
+
+
+def record_cancelled(ctx: AppContext, row: TaskRow, summary: DeliverySummary, status: str) -> None:
+    summary.cancelled.append({"taskId": row.id, "reason": CANCELLED_REASON, "status": status})
+    logger.info("delivery cancelled", extra={"taskUuid": row.uuid, "status": status})
+    try:
+        ctx.outbox.discard_undelivered_for_task(row.user_id, row.uuid)
+    except Exception as exc:
+        logger.warning("outbox discard failed", extra={"error": type(exc).__name__})

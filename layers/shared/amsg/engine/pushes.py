@@ -1,0 +1,121 @@
+"""Push envelopes (engine.md §5.7, api.md §4.4): ids, fields, identity stamp, push policy and size budget."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from amsg.crypto import compact_json
+from amsg.ports import MAX_PUSH_PAYLOAD_BYTES
+from amsg.timeutil import iso_from_ms
+
+
+@dataclass(frozen=True)
+class Occurrence:
+    """Identity of one firing: ids are deterministic per occurrence so retries dedupe on the client."""
+
+    task_id: int
+    task_uuid: str
+    occurrence_ms: int | None
+
+    @property
+    def suffix(self) -> str:
+        return "" if self.occurrence_ms is None else f"@{self.occurrence_ms}"
+
+    @property
+    def session_id(self) -> str:
+        return f"sess_task_{self.task_id}{self.suffix}"
+
+    def message_id(self, index: int | str) -> str:
+        return f"msg_task_{self.task_id}{self.suffix}_{index}"
+
+
+def _common(payload: dict[str, Any], occ: Occurrence, kind: str, message_id: str, now_ms: int) -> dict[str, Any]:
+    message_type = payload.get("messageType")
+    return {
+        "messageKind": kind,
+        "messageType": message_type,
+        "source": "instant" if message_type == "instant" else "scheduled",
+        "messageId": message_id,
+        "sessionId": occ.session_id,
+        "timestamp": iso_from_ms(now_ms),
+    }
+
+
+def _stamp(push: dict[str, Any], payload: dict[str, Any], occ: Occurrence) -> dict[str, Any]:
+    """The task identity the server stamps on every push it produces (overwrites any host value)."""
+    push["taskId"] = occ.task_id
+    push["taskUuid"] = occ.task_uuid
+    push["recurrenceType"] = payload.get("recurrenceType") or "none"
+    push["occurrenceMs"] = occ.occurrence_ms
+    return push
+
+
+def _title(payload: dict[str, Any]) -> str:
+    return f"来自 {payload.get('contactName')}"
+
+
+def reasoning_push(payload: dict[str, Any], occ: Occurrence, reasoning: str, now_ms: int) -> dict[str, Any]:
+    push = _common(payload, occ, "reasoning", occ.message_id("reasoning"), now_ms)
+    push.update(
+        {
+            "reasoningContent": reasoning,
+            "title": _title(payload),
+            "contactName": payload.get("contactName"),
+            "avatarUrl": payload.get("avatarUrl") or None,
+            "messageSubtype": payload.get("messageSubtype") or "chat",
+            "metadata": payload.get("metadata") if isinstance(payload.get("metadata"), dict) else {},
+        }
+    )
+    return _stamp(push, payload, occ)
+
+
+def content_pushes(payload: dict[str, Any], occ: Occurrence, segments: list[str], now_ms: int) -> list[dict[str, Any]]:
+    total = len(segments)
+    pushes = []
+    for index, segment in enumerate(segments):
+        push = _common(payload, occ, "content", occ.message_id(index), now_ms)
+        push.update(
+            {
+                "message": segment,
+                "title": _title(payload),
+                "contactName": payload.get("contactName"),
+                "avatarUrl": payload.get("avatarUrl") or None,
+                "messageSubtype": payload.get("messageSubtype") or "chat",
+                "messageIndex": index + 1,
+                "totalMessages": total,
+                "metadata": payload.get("metadata") if isinstance(payload.get("metadata"), dict) else {},
+            }
+        )
+        pushes.append(_stamp(push, payload, occ))
+    return pushes
+
+
+def should_push(push: dict[str, Any], *, outboxed: bool) -> bool:
+    """Push policy (§5.8 step 4): with an outbox only content/result (or an explicit show) are pushed."""
+    if not outboxed:
+        return True
+    notification = push.get("notification")
+    show = notification.get("show") if isinstance(notification, dict) else None
+    if show in ("always", "when-hidden"):
+        return True
+    if show is False:
+        return False
+    kind = push.get("messageKind")
+    return kind is None or kind in ("content", "result")
+
+
+def encode_push(push: dict[str, Any]) -> bytes:
+    return compact_json(push).encode("utf-8")
+
+
+def fits_push(push: dict[str, Any]) -> bool:
+    return len(encode_push(push)) <= MAX_PUSH_PAYLOAD_BYTES
+
+
+def decode_push(text: str) -> dict[str, Any]:
+    value = json.loads(text)
+    if not isinstance(value, dict):
+        raise ValueError("push is not an object")
+    return value

@@ -1,0 +1,298 @@
+"""Entry points of the delivery engine (R1, R4, R5, R21, decision 14):
+
+* :func:`run_tick` — claim due tasks (conditional writes), settle stale ones, enqueue the rest, housekeeping.
+* :func:`run_message` — what ``run_task`` does with one SQS message: adopt the tick's claim (or do nothing
+  when it is no longer current), then deliver under a heartbeat-renewed lease.
+* :func:`run_task_now` — ``runTask(uuid)``: run one task now through the same chain, claiming for itself.
+* :func:`deliver_instant` — ``messageType: 'instant'`` inside ``POST /schedule-message``.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid as uuid_lib
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from amsg.api.common import StoredPayloadUnreadable, decrypt_payload
+from amsg.context import AppContext
+from amsg.engine.delivery import DeliveryEnv, deliver_claimed, is_stale, settle_stale
+from amsg.engine.lease import LeaseKeeper
+from amsg.engine.summary import DeliverySummary, TickSummary
+from amsg.observability import logger
+from amsg.ports import Settlement, TaskRow
+from amsg.timeutil import iso_from_ms, parse_iso_ms
+
+TICK_PAGE = 100
+TICK_TIME_MARGIN_MS = 8_000  # stop claiming while there is time left to enqueue and log
+RETENTION_MS = 7 * 86_400_000
+HOUSEKEEPING_LIMIT = 100
+
+
+@dataclass(frozen=True)
+class TaskMessage:
+    """The SQS message body: ids and the claim it belongs to (never task content)."""
+
+    user_id: str
+    uuid: str
+    claim_version: int
+    next_send_at: str
+
+    def as_body(self) -> dict[str, Any]:
+        return {
+            "userId": self.user_id,
+            "uuid": self.uuid,
+            "claimVersion": self.claim_version,
+            "nextSendAt": self.next_send_at,
+        }
+
+
+class TaskMessageModel(BaseModel):
+    """Validates the SQS body; a malformed message is a poison pill, never retried into the DLQ forever."""
+
+    model_config = ConfigDict(populate_by_name=True, extra="ignore", frozen=True)
+    user_id: str = Field(alias="userId", min_length=1)
+    uuid: str = Field(min_length=1, max_length=256)
+    claim_version: int = Field(alias="claimVersion", ge=1)
+    next_send_at: str = Field(alias="nextSendAt", min_length=1)
+
+
+def parse_task_message(body: str) -> TaskMessage | None:
+    try:
+        model = TaskMessageModel.model_validate_json(body)
+    except ValidationError:
+        logger.warning("malformed task message dropped")
+        return None
+    return TaskMessage(model.user_id, model.uuid, model.claim_version, model.next_send_at)
+
+
+def delivery_env(ctx: AppContext, *, remaining_ms: Callable[[], int] | None = None) -> DeliveryEnv:
+    """Collaborators for a delivery: push sender (None without VAPID), LLM client, pacing, LLM budget."""
+
+    def llm_timeout_s() -> float:
+        if remaining_ms is None:
+            return 300.0
+        return max(1.0, min(300.0, (remaining_ms() - 10_000) / 1000))
+
+    return DeliveryEnv(
+        push_sender=ctx.extra("push_sender"),
+        llm=ctx.extra("llm"),
+        sleep=ctx.extra("sleep") or time.sleep,
+        llm_timeout_s=llm_timeout_s,
+        pacing_ms=ctx.settings.push_pacing_ms,
+    )
+
+
+# ---- tick ---------------------------------------------------------------------------------------------------
+
+
+def run_tick(
+    ctx: AppContext,
+    *,
+    scheduled_time: str | None = None,
+    remaining_ms: Callable[[], int] = lambda: 60_000,
+    owner: str | None = None,
+) -> dict[str, Any]:
+    started = ctx.now_ms()
+    summary = TickSummary(scheduled_time=scheduled_time)
+    owner = owner or f"tick:{uuid_lib.uuid4()}"
+    if ctx.extra("push_sender") is None:
+        summary.stopped_by = "vapid"  # R4: claim nothing without VAPID
+    else:
+        _claim_and_enqueue(ctx, summary, remaining_ms, owner)
+    _housekeeping(ctx, summary)
+    result = summary.as_dict(started_ms=started, now_ms=ctx.now_ms())
+    logger.info("tick finished", extra={"summary": result})
+    return result
+
+
+def _claim_and_enqueue(
+    ctx: AppContext, summary: TickSummary, remaining_ms: Callable[[], int], owner: str
+) -> None:
+    settings = ctx.settings
+    queue = ctx.extra("queue")
+    pending: list[TaskRow] = []
+
+    def flush() -> None:
+        if not pending:
+            return
+        messages = [
+            TaskMessage(row.user_id, row.uuid, row.claim_version, row.next_send_at).as_body() for row in pending
+        ]
+        failed = set(queue.send_many(messages)) if queue is not None else set(range(len(messages)))
+        for index, row in enumerate(pending):
+            if index in failed:
+                summary.enqueue_failed += 1
+                _release(ctx, row)  # due again at once instead of after the lease
+            else:
+                summary.enqueued += 1
+        pending.clear()
+
+    for shard in range(max(1, settings.due_shards)):
+        start: Any = None
+        while True:
+            if remaining_ms() < TICK_TIME_MARGIN_MS:
+                summary.stopped_by = "time"
+                break
+            if summary.claimed >= settings.tick_claim_limit:
+                summary.stopped_by = "limit"
+                break
+            now = ctx.now_ms()
+            now_iso = iso_from_ms(now)
+            page_size = min(TICK_PAGE, settings.tick_claim_limit - summary.claimed)
+            candidates, start = ctx.tasks.due_candidates(shard, now_iso, page_size, start)
+            for candidate in candidates:
+                summary.due += 1
+                row = ctx.tasks.claim(
+                    candidate.user_id,
+                    candidate.uuid,
+                    expected_next_send_at=candidate.next_send_at,
+                    now_iso=now_iso,
+                    lease_until=iso_from_ms(now + settings.tick_claim_lease_ms),
+                    owner=owner,
+                )
+                if row is None:
+                    summary.claim_skipped += 1
+                    continue
+                summary.claimed += 1
+                if is_stale(row, now, settings.stale_after_ms):
+                    _settle_stale_in_tick(ctx, row, summary)
+                    continue
+                pending.append(row)
+                if len(pending) >= 10:
+                    flush()
+            flush()
+            if not start:
+                break
+        if summary.stopped_by:
+            break
+    flush()
+
+
+def _settle_stale_in_tick(ctx: AppContext, row: TaskRow, summary: TickSummary) -> None:
+    user_key = ctx.user_key(row.user_id)
+    try:
+        payload = decrypt_payload(row.encrypted_payload, user_key)
+    except StoredPayloadUnreadable:
+        payload = {}
+    delivery = DeliverySummary()
+    settle_stale(ctx, row, payload, user_key, delivery)
+    summary.stale.extend(delivery.stale)
+    summary.failed.extend(delivery.failed)
+
+
+def _release(ctx: AppContext, row: TaskRow) -> None:
+    try:
+        ctx.tasks.settle(
+            row.user_id,
+            row.uuid,
+            row.claim_version,
+            Settlement(next_send_at=row.next_send_at, retry_after=row.retry_after),
+            iso_from_ms(ctx.now_ms()),
+        )
+    except Exception as exc:  # the lease expires by itself
+        logger.warning("releasing a claim failed", extra={"error": type(exc).__name__})
+
+
+def _housekeeping(ctx: AppContext, summary: TickSummary) -> None:
+    """Best-effort and isolated (decision 8): never aborts the tick or loses its summary."""
+    now = ctx.now_ms()
+    cutoff = iso_from_ms(now - RETENTION_MS)
+    try:
+        summary.housekeeping["deletedSettledTasks"] = ctx.tasks.delete_settled_before(
+            cutoff, shards=max(1, ctx.settings.due_shards), limit=HOUSEKEEPING_LIMIT
+        )
+    except Exception as exc:
+        summary.housekeeping["settledTasksError"] = type(exc).__name__
+    ttl = ctx.settings.client_state_ttl_days
+    cleanup = getattr(ctx.client_state, "cleanup_expired", None)
+    if ttl and cleanup is not None:
+        try:
+            summary.housekeeping["expiredStateEntries"] = cleanup(ttl, now, HOUSEKEEPING_LIMIT)
+        except Exception as exc:
+            summary.housekeeping["clientStateError"] = type(exc).__name__
+
+
+# ---- run_task (SQS consumer) ---------------------------------------------------------------------------------
+
+
+def run_message(
+    ctx: AppContext, message: TaskMessage | None, *, remaining_ms: Callable[[], int], owner: str
+) -> dict[str, Any]:
+    """Adopt the tick's claim and deliver. A message whose claim is no longer current does nothing."""
+    if message is None:
+        return {"skipped": "malformed_message"}
+    started = ctx.now_ms()
+    row = ctx.tasks.get_task(message.user_id, message.uuid)
+    if (
+        row is None
+        or row.status != "pending"
+        or row.claim_version != message.claim_version
+        or row.next_send_at != message.next_send_at
+        or row.lease_until is None
+    ):
+        return {"skipped": "claim_not_current", "taskUuid": message.uuid}
+    env = delivery_env(ctx, remaining_ms=remaining_ms)
+    if env.push_sender is None:
+        _release(ctx, row)  # R4: without VAPID, release without consuming a retry
+        return {"skipped": "not_configured", "taskUuid": message.uuid}
+    return _deliver_under_lease(ctx, row, env, owner, started)
+
+
+def _deliver_under_lease(ctx: AppContext, row: TaskRow, env: DeliveryEnv, owner: str, started: int) -> dict:
+    settings = ctx.settings
+
+    def renew() -> bool:
+        lease = iso_from_ms(ctx.now_ms() + settings.run_lease_ms)
+        return ctx.tasks.renew_lease(row.user_id, row.uuid, row.claim_version, lease, owner)
+
+    if not renew():
+        return {"skipped": "claim_not_current", "taskUuid": row.uuid}
+    summary = DeliverySummary(total_tasks=1)
+    with LeaseKeeper(renew, settings.heartbeat_ms / 1000) as keeper:
+        env.lease_lost = keeper.lost.is_set
+        deliver_claimed(ctx, row, summary, env)
+    result = summary.as_dict(started_ms=started, now_ms=ctx.now_ms())
+    result["taskUuid"] = row.uuid
+    logger.info("task delivered", extra={"summary": result})
+    return result
+
+
+# ---- runTask(uuid) -------------------------------------------------------------------------------------------
+
+
+def run_task_now(ctx: AppContext, task_uuid: str, *, owner: str | None = None) -> dict[str, Any]:
+    """Run one task now (CLI / in-process) with the reference's reasons when it cannot run."""
+    if not isinstance(task_uuid, str) or not task_uuid.strip():
+        raise TypeError("runTask requires a non-empty uuid")
+    env = delivery_env(ctx)
+    if env.push_sender is None:
+        return {"ran": False, "reason": "not_configured"}
+    row = ctx.tasks.find_task(task_uuid.strip())
+    if row is None:
+        return {"ran": False, "reason": "not_found"}
+    if row.status != "pending":
+        return {"ran": False, "reason": "already_settled", "status": row.status}
+    now = ctx.now_ms()
+    occurrence = parse_iso_ms(row.next_send_at)
+    if occurrence is not None and occurrence > now:
+        return {"ran": False, "reason": "not_due", "nextSendAt": row.next_send_at}
+    retry_after = parse_iso_ms(row.retry_after) if row.retry_after else None
+    if retry_after is not None and retry_after > now:
+        return {"ran": False, "reason": "retry_pending", "retryAfter": row.retry_after}
+    owner = owner or f"runTask:{uuid_lib.uuid4()}"
+    claimed = ctx.tasks.claim(
+        row.user_id,
+        row.uuid,
+        expected_next_send_at=row.next_send_at,
+        now_iso=iso_from_ms(now),
+        lease_until=iso_from_ms(now + ctx.settings.run_lease_ms),
+        owner=owner,
+    )
+    if claimed is None:
+        summary = DeliverySummary(total_tasks=1, claim_skipped=1)
+        return {"ran": True, "summary": summary.as_dict(started_ms=now, now_ms=ctx.now_ms())}
+    return {"ran": True, "summary": _deliver_under_lease(ctx, claimed, env, owner, now)}

@@ -1,0 +1,84 @@
+"""The tick and per-task summaries (engine.md §2.16, R1): informational, logged, returned by runTask."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from amsg.timeutil import iso_from_ms
+
+
+@dataclass
+class DeliverySummary:
+    """The reference's per-run summary (``runTask().summary``; run_task produces one with totalTasks 1)."""
+
+    total_tasks: int = 0
+    success_count: int = 0
+    failed_count: int = 0
+    claim_skipped: int = 0
+    serialize_skipped: int = 0
+    deleted_once_off: int = 0
+    updated_recurring: int = 0
+    stale: list[dict[str, Any]] = field(default_factory=list)
+    deferred: list[dict[str, Any]] = field(default_factory=list)
+    cancelled: list[dict[str, Any]] = field(default_factory=list)
+    reasoning_skipped: list[dict[str, Any]] = field(default_factory=list)
+    redelivered: list[dict[str, Any]] = field(default_factory=list)
+    failed: list[dict[str, Any]] = field(default_factory=list)
+
+    def as_dict(self, *, started_ms: int, now_ms: int) -> dict[str, Any]:
+        return {
+            "totalTasks": self.total_tasks,
+            "successCount": self.success_count,
+            "failedCount": self.failed_count,
+            "processedAt": iso_from_ms(now_ms),
+            "executionTime": max(0, now_ms - started_ms),
+            "details": {
+                "claimSkippedTasks": self.claim_skipped,
+                "serializeSkippedTasks": self.serialize_skipped,
+                "deletedOnceOffTasks": self.deleted_once_off,
+                "updatedRecurringTasks": self.updated_recurring,
+                "staleTasks": self.stale,
+                "deferredTasks": self.deferred,
+                "cancelledTasks": self.cancelled,
+                "reasoningSkippedTasks": self.reasoning_skipped,
+                "redeliveredTasks": self.redelivered,
+                "failedTasks": self.failed,
+            },
+        }
+
+
+@dataclass
+class TickSummary:
+    """What one tick did: it only claims, settles stale tasks and enqueues (R1)."""
+
+    scheduled_time: str | None = None
+    due: int = 0
+    claimed: int = 0
+    enqueued: int = 0
+    claim_skipped: int = 0
+    serialize_skipped: int = 0
+    enqueue_failed: int = 0
+    stale: list[dict[str, Any]] = field(default_factory=list)
+    failed: list[dict[str, Any]] = field(default_factory=list)
+    stopped_by: str | None = None  # 'time' | 'limit' | 'vapid' when it stopped early
+    housekeeping: dict[str, Any] = field(default_factory=dict)
+
+    def as_dict(self, *, started_ms: int, now_ms: int) -> dict[str, Any]:
+        return {
+            "scheduledTime": self.scheduled_time,
+            "dueTasks": self.due,
+            "claimedTasks": self.claimed,
+            "enqueuedTasks": self.enqueued,
+            "processedAt": iso_from_ms(now_ms),
+            "executionTime": max(0, now_ms - started_ms),
+            "details": {
+                "claimSkippedTasks": self.claim_skipped,
+                "serializeSkippedTasks": self.serialize_skipped,
+                "enqueueFailedTasks": self.enqueue_failed,
+                "staleTasks": self.stale,
+                "failedTasks": self.failed,
+                "stoppedBy": self.stopped_by,
+                "housekeeping": self.housekeeping,
+            },
+        }

@@ -1,0 +1,111 @@
+"""Message splitting (engine.md §5.6 as fixed by decision 5 / R14) and JS ``String.prototype.split``."""
+
+from __future__ import annotations
+
+import pytest
+from amsg.domain.jsregex import compile_js_pattern
+from amsg.domain.splitting import DEFAULT_SPLIT_PATTERN, js_split, split_message
+
+# engine.md §5.6 vectors; `a\nb\nc` uses R14's value (the reference glued it to `ab`, `c`).
+SPEC_VECTORS = [
+    ("你好。世界！再见？", None, ["你好。", "世界！", "再见？"]),
+    ("行一\n行二\n行三", "([\n]+)", ["行一\n", "行二\n", "行三"]),
+    ("段一句一。段一句二。\n\n段二句一。", ["(\n\n+)", "([。！？!?]+)"], ["段一句一。", "段一句二。", "段二句一。"]),
+    ("Hello!! World?! ok", None, ["Hello!!", "World?!", "ok"]),
+    ("  no punctuation  ", None, ["no punctuation"]),
+    ("。。。", None, ["。。。"]),
+    ("a, b; c", "([,;])", ["a,", "b;", "c"]),
+    ("Hi. There", None, ["Hi. There"]),
+    ("a\nb\nc", "\\n", ["a", "b", "c"]),
+]
+
+
+@pytest.mark.parametrize(("text", "pattern", "expected"), SPEC_VECTORS)
+def test_spec_vectors(text: str, pattern: str | list[str] | None, expected: list[str]) -> None:
+    assert split_message(text, pattern) == expected
+
+
+@pytest.mark.parametrize(
+    ("text", "pattern", "expected"),
+    [
+        # uncaptured separators vanish (decision 5), including the empty pattern
+        ("abc", "", ["a", "b", "c"]),
+        ("one--two", "-+", ["one", "two"]),
+        # a group that does not participate contributes nothing and never throws (R14)
+        ("a-b_c", "(-)|(_)", ["a-", "b_", "c"]),
+        ("1x 2 3", "(\\d)(x)?", ["1x 2 3"]),  # every piece blank: chunk kept whole
+        ("a1b2x c", "(\\d)(x)?", ["a1", "b2x", "c"]),
+        # every participating capture is glued, not only the first
+        ("a, b", "(,)(\\s*)", ["a, ", "b"]),
+        # named groups are captures too
+        ("x!y", "(?<p>!)", ["x!", "y"]),
+        # [] and None mean the default
+        ("好。的", [], ["好。", "的"]),
+        ("好。的", None, ["好。", "的"]),
+        ("好。的", ("([。])",), ["好。", "的"]),
+        # blank pieces are dropped together with their separator
+        ("你好。 \n 世界", None, ["你好。", "世界"]),
+        ("!!Hello", None, ["Hello"]),
+        # trimming uses the JS whitespace set: U+FEFF trimmed, U+001C kept (str.strip would drop it)
+        ("\ufeffhi。\u3000", None, ["hi。"]),
+        ("\x1chi。", None, ["\x1chi。"]),
+        # astral characters are whole characters
+        ("😀！好", None, ["😀！", "好"]),
+        # lookbehind sees text before the search position
+        ("a1b2", "(?<=\\d)", ["a1", "b2"]),
+        # ^ only matches at the start of the chunk
+        ("abab", "^a", ["bab"]),
+        # cascade: a chunk the first pattern leaves alone is still split by the next one
+        ("一。二", ["(\n\n+)", "([。])"], ["一。", "二"]),
+        # cascade applies every pattern to every chunk
+        ("a;b,c;d", ["(;)", "(,)"], ["a;", "b,", "c;", "d"]),
+        # no usable piece: the chunk is returned untrimmed
+        ("  ", None, ["  "]),
+        ("", None, [""]),
+    ],
+)
+def test_split_message(text: str, pattern: str | list[str] | None, expected: list[str]) -> None:
+    assert split_message(text, pattern) == expected
+
+
+# String.prototype.split results, as JavaScript gives them (None = undefined).
+@pytest.mark.parametrize(
+    ("text", "source", "expected"),
+    [
+        ("abc", "", ["a", "b", "c"]),
+        ("abc", "(?:)", ["a", "b", "c"]),
+        ("", "a", [""]),
+        ("", "", []),
+        ("", "(?:)", []),
+        ("a,b,", ",", ["a", "b", ""]),
+        (",a", ",", ["", "a"]),
+        ("ab", "a*?", ["a", "b"]),
+        ("ab", "a*", ["", "b"]),
+        ("abc", "$", ["abc"]),
+        ("abc", "x*", ["a", "b", "c"]),
+        (
+            "A<B>bold</B>and<CODE>coded</CODE>",
+            "<(\\/)?([^<>]+)>",
+            ["A", None, "B", "bold", "/", "B", "and", None, "CODE", "coded", "/", "CODE", ""],
+        ),
+        ("a-b_c", "(-)|(_)", ["a", "-", None, "b", None, "_", "c"]),
+    ],
+)
+def test_js_split(text: str, source: str, expected: list[str | None]) -> None:
+    assert js_split(text, compile_js_pattern(source)) == expected
+
+
+def test_default_pattern_is_the_reference_one() -> None:
+    assert DEFAULT_SPLIT_PATTERN == "([。！？!?]+)"
+
+
+@pytest.mark.parametrize("pattern", ["(", "\\p{L}", ["([。])", "(a|)+"]])
+def test_untranslatable_pattern_raises_value_error(pattern: str | list[str]) -> None:
+    with pytest.raises(ValueError):
+        split_message("text", pattern)
+
+
+@pytest.mark.parametrize("pattern", [42, {"a": 1}, ["ok", 3]])
+def test_wrong_pattern_type_raises_value_error(pattern: object) -> None:
+    with pytest.raises(ValueError):
+        split_message("text", pattern)  # type: ignore[arg-type]

@@ -1,0 +1,503 @@
+"""``amsg local``: the whole stack on this machine, no AWS account and no Docker (aws.md §4.2).
+
+One process runs the template-driven gateway, the Lambda handlers (in process), the data store (embedded moto
+by default; DynamoDB Local or a given endpoint on request), the task queue (moto SQS) and the tick.
+:func:`start_local_stack` is the same thing as a library call, used by the end-to-end tests.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import ipaddress
+import logging
+import os
+import re
+import secrets
+import signal
+import sys
+import threading
+from collections.abc import Iterator, Mapping, MutableMapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from amsg_local.delivery import LocalDelivery, TickNotConfigured
+from amsg_local.dynamodb_local import DynamoDBLocal, DynamoDBLocalUnavailable, start_dynamodb_local
+from amsg_local.embedded import EmbeddedMoto
+from amsg_local.gateway import Gateway
+from amsg_local.lambda_runtime import LambdaRuntime
+from amsg_local.tables import LocalQueue, create_queue_from_template, create_tables_from_template
+from amsg_local.template import cors_config, global_environment, load_template
+
+__all__ = [
+    "LocalSettings",
+    "LocalStack",
+    "TickNotConfigured",
+    "local_stack",
+    "main",
+    "read_env_file",
+    "resolve_settings",
+    "start_local_stack",
+]
+
+log = logging.getLogger("amsg_local")
+
+DEFAULT_TABLE = "amsg-local"
+DEFAULT_REGION = "us-east-1"
+_HEX64 = re.compile(r"^[0-9a-fA-F]{64}$")
+
+# Variables the stack owns while it runs (restored on stop).
+_MANAGED_ENV = (
+    "AWS_ENDPOINT_URL_DYNAMODB",
+    "AWS_ENDPOINT_URL_SQS",
+    "AWS_ACCESS_KEY_ID",
+    "AWS_SECRET_ACCESS_KEY",
+    "AWS_SESSION_TOKEN",
+    "AWS_DEFAULT_REGION",
+    "AWS_REGION",
+    "AMSG_TABLE_NAME",
+    "AMSG_QUEUE_URL",
+    "AMSG_MASTER_KEY",
+    "AMSG_CLIENT_TOKEN",
+    "AMSG_VAPID_PUBLIC_KEY",
+    "AMSG_VAPID_PRIVATE_KEY",
+    "AMSG_VAPID_EMAIL",
+)
+
+
+# --------------------------------------------------------------------------------------------- configuration
+
+
+def read_env_file(path: Path) -> dict[str, str]:
+    """Minimal ``.env`` reader: ``KEY=VALUE`` lines, optional ``export``, quotes, ``#`` comments."""
+    values: dict[str, str] = {}
+    if not path.is_file():
+        return values
+    for line in path.read_text(encoding="utf-8").splitlines():
+        stripped = line.strip()
+        if not stripped or stripped.startswith("#") or "=" not in stripped:
+            continue
+        key, _, value = stripped.removeprefix("export ").partition("=")
+        key, value = key.strip(), value.strip()
+        if len(value) >= 2 and value[0] == value[-1] and value[0] in "'\"":
+            value = value[1:-1]
+        else:
+            value = value.split(" #", 1)[0].strip()
+        if key:
+            values[key] = value
+    return values
+
+
+@dataclass(frozen=True)
+class LocalSettings:
+    """The deployment settings of a local stack; ``generated`` names what was made up at start."""
+
+    master_key: str
+    client_token: str | None
+    vapid_public_key: str
+    vapid_private_key: str
+    vapid_email: str
+    cors_origins: tuple[str, ...]
+    table_name: str
+    generated: frozenset[str] = field(default_factory=frozenset)
+
+    def environment(self) -> dict[str, str]:
+        env = {
+            "AMSG_TABLE_NAME": self.table_name,
+            "AMSG_MASTER_KEY": self.master_key,
+            "AMSG_VAPID_PUBLIC_KEY": self.vapid_public_key,
+            "AMSG_VAPID_PRIVATE_KEY": self.vapid_private_key,
+            "AMSG_VAPID_EMAIL": self.vapid_email,
+        }
+        if self.client_token:
+            env["AMSG_CLIENT_TOKEN"] = self.client_token
+        return env
+
+
+def resolve_settings(values: Mapping[str, str]) -> LocalSettings:
+    """Settings from ``AMSG_*`` values; a missing master key or VAPID key pair is generated."""
+    generated = set()
+    master_key = (values.get("AMSG_MASTER_KEY") or "").strip()
+    if not master_key:
+        master_key = secrets.token_hex(32)
+        generated.add("AMSG_MASTER_KEY")
+    elif not _HEX64.match(master_key):
+        log.warning("AMSG_MASTER_KEY is not 64 hex characters (recommended); using it as given")
+    public = (values.get("AMSG_VAPID_PUBLIC_KEY") or "").strip()
+    private = (values.get("AMSG_VAPID_PRIVATE_KEY") or "").strip()
+    if not public or not private:
+        if public or private:
+            log.warning("only one of AMSG_VAPID_PUBLIC_KEY/AMSG_VAPID_PRIVATE_KEY is set; generating a new pair")
+        from amsg.vapid import generate_vapid_keys
+
+        public, private = generate_vapid_keys()
+        generated.update({"AMSG_VAPID_PUBLIC_KEY", "AMSG_VAPID_PRIVATE_KEY"})
+    email = (values.get("AMSG_VAPID_EMAIL") or "").strip() or "mailto:dev@localhost"
+    origins = tuple(o.strip() for o in (values.get("AMSG_CORS_ORIGINS") or "").split(",") if o.strip())
+    return LocalSettings(
+        master_key=master_key,
+        client_token=(values.get("AMSG_CLIENT_TOKEN") or "").strip() or None,
+        vapid_public_key=public,
+        vapid_private_key=private,
+        vapid_email=email,
+        cors_origins=origins,
+        table_name=(values.get("AMSG_TABLE_NAME") or "").strip() or DEFAULT_TABLE,
+        generated=frozenset(generated),
+    )
+
+
+def _mask(secret: str) -> str:
+    return f"{secret[:2]}…{secret[-2:]} ({len(secret)} chars)" if len(secret) > 8 else f"set ({len(secret)} chars)"
+
+
+def _is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+# --------------------------------------------------------------------------------------------- the stack
+
+
+@dataclass
+class LocalStack:
+    """A running local stack. ``base_url`` serves the API; ``tick()`` runs one tick and drains the queue."""
+
+    gateway: Gateway
+    settings: LocalSettings
+    dynamodb_endpoint: str | None
+    sqs_endpoint: str
+    queue: LocalQueue
+    region: str
+    _moto: EmbeddedMoto | None = None
+    _ddb_local: DynamoDBLocal | None = None
+    _saved_env: dict[str, str | None] = field(default_factory=dict)
+    _environ: MutableMapping[str, str] = field(default_factory=lambda: os.environ)
+    _stopped: bool = False
+
+    @property
+    def base_url(self) -> str:
+        return self.gateway.base_url
+
+    @property
+    def table_name(self) -> str:
+        return self.settings.table_name
+
+    @property
+    def queue_url(self) -> str:
+        return self.queue.url
+
+    def tick(self) -> dict[str, Any]:
+        """One tick + drain, the same as ``POST /_local/tick`` (raises TickNotConfigured when unavailable)."""
+        return self.gateway.ticks.run_once()
+
+    def client(self, service: str) -> Any:
+        """A boto3 client for this stack's DynamoDB (``dynamodb``) or SQS (``sqs``)."""
+        import boto3
+
+        endpoint = self.dynamodb_endpoint if service == "dynamodb" else self.sqs_endpoint
+        return boto3.client(service, region_name=self.region, endpoint_url=endpoint)
+
+    def stop(self) -> None:
+        """Stop the gateway and tick, stop what we started (by handle/PID), restore the environment."""
+        if self._stopped:
+            return
+        self._stopped = True
+        try:
+            self.gateway.stop()
+        finally:
+            try:
+                if self._ddb_local is not None:
+                    self._ddb_local.stop()
+            finally:
+                try:
+                    if self._moto is not None:
+                        self._moto.stop()
+                finally:
+                    _reset_layer_runtime()
+                    _restore_env(self._environ, self._saved_env)
+
+    def __enter__(self) -> LocalStack:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def _restore_env(environ: MutableMapping[str, str], saved: Mapping[str, str | None]) -> None:
+    for key, value in saved.items():
+        if value is None:
+            environ.pop(key, None)
+        else:
+            environ[key] = value
+
+
+def _reset_layer_runtime() -> None:
+    """Forget the layer's cached context so the next request reads this stack's environment and endpoints."""
+    runtime = sys.modules.get("amsg.runtime")
+    use = getattr(runtime, "use", None)
+    if callable(use):
+        use(None)
+
+
+def start_local_stack(
+    *,
+    template_path: Path | str | None = None,
+    host: str = "127.0.0.1",
+    port: int = 0,
+    tick_interval_s: float = 0.0,
+    dynamodb_endpoint: str | None = None,
+    dynamodb_local: bool = False,
+    config: Mapping[str, str] | None = None,
+    cors_origins: Sequence[str] | None = None,
+    table_name: str | None = None,
+    region: str = DEFAULT_REGION,
+    integration_timeout_s: float = 30.0,
+    warm: bool = False,
+) -> LocalStack:
+    """Start the local stack and return it once it answers on ``base_url``.
+
+    ``config`` holds ``AMSG_*`` settings (the CLI passes environment + ``.env``; tests pass a dict; None means
+    "generate everything"). ``dynamodb_endpoint``: None = embedded moto, a URL (DynamoDB Local elsewhere), or
+    ``"aws"`` = real DynamoDB with the caller's credentials (the table must exist). ``dynamodb_local`` starts
+    DynamoDB Local from ``.cache/``. SQS is always the embedded moto server.
+
+    The process environment is set before any handler is imported and restored by :meth:`LocalStack.stop`.
+    """
+    if not _is_loopback(host):
+        raise ValueError(f"refusing to bind {host}: the local stack only listens on loopback addresses")
+    values = dict(config or {})
+    if table_name:
+        values["AMSG_TABLE_NAME"] = table_name
+    settings = resolve_settings(values)
+    if cors_origins is not None:
+        settings = LocalSettings(**{**settings.__dict__, "cors_origins": tuple(cors_origins)})
+    template = load_template(template_path)
+    environ = os.environ
+    saved = {key: environ.get(key) for key in _MANAGED_ENV}
+    moto: EmbeddedMoto | None = None
+    ddb_local: DynamoDBLocal | None = None
+    gateway: Gateway | None = None
+    try:
+        import boto3
+
+        moto = EmbeddedMoto().start()
+        use_aws = dynamodb_endpoint == "aws"
+        if dynamodb_local:
+            ddb_local = start_dynamodb_local()
+            ddb_endpoint: str | None = ddb_local.endpoint_url
+        else:
+            ddb_endpoint = None if use_aws else (dynamodb_endpoint or moto.endpoint_url)
+
+        # Template defaults first (numeric knobs etc.), then what this stack owns. Secrets never come from the
+        # template (*_PARAM names point at SSM, which does not exist locally).
+        for key, value in global_environment(template).items():
+            if not key.endswith("_PARAM") and key not in _MANAGED_ENV and key not in environ:
+                saved.setdefault(key, None)
+                environ[key] = value
+        for key in ("AMSG_CLIENT_TOKEN",):
+            environ.pop(key, None)
+        environ.update(settings.environment())
+        environ["AWS_ENDPOINT_URL_SQS"] = moto.endpoint_url
+        if use_aws:
+            environ.pop("AWS_ENDPOINT_URL_DYNAMODB", None)
+            environ.setdefault("AWS_DEFAULT_REGION", region)
+            region = environ["AWS_DEFAULT_REGION"]
+        else:
+            assert ddb_endpoint is not None
+            environ["AWS_ENDPOINT_URL_DYNAMODB"] = ddb_endpoint
+            environ["AWS_ACCESS_KEY_ID"] = "local"
+            environ["AWS_SECRET_ACCESS_KEY"] = "local"
+            environ.pop("AWS_SESSION_TOKEN", None)
+            environ["AWS_DEFAULT_REGION"] = region
+            environ["AWS_REGION"] = region
+
+        ddb = boto3.client("dynamodb", region_name=region, endpoint_url=ddb_endpoint)
+        if use_aws:
+            try:
+                ddb.describe_table(TableName=settings.table_name)
+            except ddb.exceptions.ResourceNotFoundException:
+                raise RuntimeError(
+                    f"table {settings.table_name} does not exist in {region}; deploy the stack or set AMSG_TABLE_NAME"
+                ) from None
+        else:
+            create_tables_from_template(ddb, template, settings.table_name)
+        sqs = boto3.client(
+            "sqs",
+            region_name=region,
+            endpoint_url=moto.endpoint_url,
+            aws_access_key_id="local",
+            aws_secret_access_key="local",
+        )
+        queue = create_queue_from_template(sqs, template, f"{settings.table_name}-tasks")
+        environ["AMSG_QUEUE_URL"] = queue.url
+        _reset_layer_runtime()
+
+        runtime = LambdaRuntime(template, region=region)
+        delivery = LocalDelivery(template, runtime, sqs, queue, region=region)
+        gateway = Gateway(
+            template,
+            cors=cors_config(template, list(settings.cors_origins)),
+            runtime=runtime,
+            tick_then_drain=delivery,
+            tick_interval_s=tick_interval_s,
+            integration_timeout_s=integration_timeout_s,
+        )
+        if warm:
+            for route in gateway.routes:
+                with contextlib.suppress(Exception):
+                    runtime.function(route.function_logical_id).warm()
+        gateway.start(host, port)
+    except BaseException:
+        if gateway is not None:
+            gateway.stop()
+        if ddb_local is not None:
+            ddb_local.stop()
+        if moto is not None:
+            moto.stop()
+        _restore_env(environ, saved)
+        raise
+    return LocalStack(
+        gateway=gateway,
+        settings=settings,
+        dynamodb_endpoint=ddb_endpoint,
+        sqs_endpoint=moto.endpoint_url,
+        queue=queue,
+        region=region,
+        _moto=moto,
+        _ddb_local=ddb_local,
+        _saved_env=saved,
+        _environ=environ,
+    )
+
+
+# --------------------------------------------------------------------------------------------- CLI
+
+
+def _banner(stack: LocalStack, *, tick_interval_s: float, backend: str, delivery_missing: str | None) -> str:
+    s = stack.settings
+    lines = [
+        f"amsg local stack: {stack.base_url}",
+        f"  routes         {len(stack.gateway.routes)} from template.yaml (root and /api/v1/), $default -> 404",
+        f"  dynamodb       {backend}; table {s.table_name}",
+        f"  sqs            {stack.sqs_endpoint} (embedded moto); queue {stack.queue.url}",
+        f"  cors           {', '.join(s.cors_origins) if s.cors_origins else 'off (no AMSG_CORS_ORIGINS)'}",
+        f"  client token   {_mask(s.client_token) if s.client_token else 'none (all routes open)'}",
+        f"  vapid          public key {s.vapid_public_key}; subject {s.vapid_email}",
+    ]
+    if tick_interval_s > 0:
+        lines.append(f"  tick           every {tick_interval_s:g}s; POST {stack.base_url}/_local/tick for one now")
+    else:
+        lines.append(f"  tick           manual: POST {stack.base_url}/_local/tick")
+    if delivery_missing:
+        lines.append(f"                 (unavailable: {delivery_missing})")
+    if "AMSG_MASTER_KEY" in s.generated:
+        lines += [
+            "",
+            "  Generated AMSG_MASTER_KEY (data encrypted with it is unreadable without it; put it in .env):",
+            f"    AMSG_MASTER_KEY={s.master_key}",
+        ]
+    else:
+        lines.append("  master key     from environment/.env")
+    if "AMSG_VAPID_PRIVATE_KEY" in s.generated:
+        lines += [
+            "",
+            "  Generated a VAPID key pair (push subscriptions are bound to it; put both in .env):",
+            f"    AMSG_VAPID_PUBLIC_KEY={s.vapid_public_key}",
+            f"    AMSG_VAPID_PRIVATE_KEY={s.vapid_private_key}",
+        ]
+    return "\n".join(lines)
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="amsg", description="amsg-aws developer tools")
+    commands = parser.add_subparsers(dest="command", required=True)
+    local = commands.add_parser("local", help="run the API, the tick and run_task locally (no AWS, no Docker)")
+    local.add_argument("--port", type=int, default=3000, help="gateway port (default 3000; 0 = any free port)")
+    local.add_argument("--host", default="127.0.0.1", help="loopback address to bind (default 127.0.0.1)")
+    local.add_argument("--tick-interval", type=float, default=5.0, metavar="SECONDS", help="0 = manual ticks only")
+    backend = local.add_mutually_exclusive_group()
+    backend.add_argument(
+        "--dynamodb-endpoint", metavar="URL", help="use this DynamoDB endpoint, or 'aws' for real DynamoDB"
+    )
+    backend.add_argument("--dynamodb-local", action="store_true", help="start DynamoDB Local from .cache/")
+    local.add_argument("--template", type=Path, default=None, help="template.yaml (default: found from cwd)")
+    local.add_argument("--env-file", type=Path, default=Path(".env"), help="dotenv file (default ./.env)")
+    local.add_argument("-v", "--verbose", action="store_true", help="log every request and debug output")
+    return parser
+
+
+def _serve(args: argparse.Namespace) -> int:
+    values = {**read_env_file(args.env_file), **{k: v for k, v in os.environ.items() if k.startswith("AMSG_")}}
+    # Powertools would print one EMF metrics blob per request to this console; the developer can opt back in.
+    os.environ.setdefault("POWERTOOLS_METRICS_DISABLED", "true")
+    stop = threading.Event()
+
+    def on_signal(signum: int, _frame: object) -> None:
+        stop.set()
+
+    previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        try:
+            stack = start_local_stack(
+                template_path=args.template,
+                host=args.host,
+                port=args.port,
+                tick_interval_s=args.tick_interval,
+                dynamodb_endpoint=args.dynamodb_endpoint,
+                dynamodb_local=args.dynamodb_local,
+                config=values,
+                warm=True,
+            )
+        except (DynamoDBLocalUnavailable, ValueError, RuntimeError, OSError) as exc:
+            print(f"amsg local: {exc}", file=sys.stderr)
+            return 2
+        with stack:
+            if args.dynamodb_local:
+                backend = f"DynamoDB Local {stack.dynamodb_endpoint}"
+            elif args.dynamodb_endpoint == "aws":
+                backend = f"AWS ({stack.region})"
+            else:
+                backend = f"{stack.dynamodb_endpoint} ({'given' if args.dynamodb_endpoint else 'embedded moto'})"
+            tick_fn = stack.gateway.ticks.tick_then_drain
+            missing = tick_fn.missing() if isinstance(tick_fn, LocalDelivery) else None
+            print(_banner(stack, tick_interval_s=args.tick_interval, backend=backend, delivery_missing=missing))
+            print("\nCtrl-C to stop.", flush=True)
+            stop.wait()
+            print("\nstopping…", file=sys.stderr)
+        return 0
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    logging.basicConfig(
+        level=logging.DEBUG if getattr(args, "verbose", False) else logging.INFO,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    if not getattr(args, "verbose", False):
+        for noisy in ("botocore", "boto3", "urllib3", "werkzeug"):
+            logging.getLogger(noisy).setLevel(logging.WARNING)
+    if args.command == "local":
+        return _serve(args)
+    return 2
+
+
+@contextlib.contextmanager
+def local_stack(**kwargs: Any) -> Iterator[LocalStack]:
+    """``with local_stack(...) as stack:`` (same arguments as :func:`start_local_stack`)."""
+    stack = start_local_stack(**kwargs)
+    try:
+        yield stack
+    finally:
+        stack.stop()
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

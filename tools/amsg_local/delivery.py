@@ -1,0 +1,277 @@
+"""Local stand-ins for EventBridge Scheduler (the tick) and the SQS event source mapping (run_task).
+
+``LocalDelivery`` is the default ``tick_then_drain`` of the gateway: it invokes the tick function with the
+ScheduleV2 input from the template, then drains the task queue into the SQS consumer with Lambda's
+partial-batch semantics (``ReportBatchItemFailures``): only records not listed in ``batchItemFailures`` are
+deleted; a raised error, a timeout or a malformed response fails the whole batch. Failed records stay in the
+queue and come back after the queue's visibility timeout, and go to the DLQ after ``maxReceiveCount``, exactly
+as on AWS (so they are not retried within the same drain).
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import logging
+import threading
+import uuid
+from collections.abc import Callable, Mapping
+from datetime import UTC, datetime
+from typing import Any
+
+from amsg_local.lambda_runtime import Invocation, LambdaRuntime
+from amsg_local.tables import LocalQueue, task_queue_logical_id
+from amsg_local.template import TemplateError, function_events, functions_with_event
+
+__all__ = ["LocalDelivery", "TickNotConfigured", "TickRunner", "partial_batch_failures", "sqs_event"]
+
+log = logging.getLogger("amsg_local.delivery")
+
+TickThenDrain = Callable[[], dict[str, Any]]
+
+
+class TickNotConfigured(RuntimeError):
+    """The tick or run_task handler does not exist (yet): ``POST /_local/tick`` answers 501."""
+
+
+def _jsonable(value: Any) -> Any:
+    return json.loads(json.dumps(value, default=str))
+
+
+def _invocation_summary(invocation: Invocation, *, include_value: bool = True) -> dict[str, Any]:
+    summary: dict[str, Any] = {
+        "function": invocation.function,
+        "requestId": invocation.request_id,
+        "ok": invocation.ok,
+        "durationMs": round(invocation.duration_ms, 1),
+    }
+    if invocation.ok and include_value:
+        summary["result"] = _jsonable(invocation.value)
+    if not invocation.ok:
+        summary["error"] = {"type": invocation.error_type, "message": invocation.error_message}
+    return summary
+
+
+def sqs_event(messages: list[dict[str, Any]], queue_arn: str, region: str = "us-east-1") -> dict[str, Any]:
+    """The event Lambda's SQS event source mapping builds from ReceiveMessage results."""
+    records = []
+    for message in messages:
+        attributes = {key: str(value) for key, value in (message.get("Attributes") or {}).items()}
+        message_attributes = {}
+        for name, attr in (message.get("MessageAttributes") or {}).items():
+            entry: dict[str, Any] = {
+                "stringListValues": [],
+                "binaryListValues": [],
+                "dataType": attr.get("DataType", "String"),
+            }
+            if "StringValue" in attr:
+                entry["stringValue"] = attr["StringValue"]
+            if "BinaryValue" in attr:
+                entry["binaryValue"] = base64.b64encode(attr["BinaryValue"]).decode("ascii")
+            message_attributes[name] = entry
+        records.append(
+            {
+                "messageId": message["MessageId"],
+                "receiptHandle": message["ReceiptHandle"],
+                "body": message.get("Body", ""),
+                "attributes": attributes,
+                "messageAttributes": message_attributes,
+                "md5OfBody": message.get("MD5OfBody", ""),
+                "eventSource": "aws:sqs",
+                "eventSourceARN": queue_arn,
+                "awsRegion": region,
+            }
+        )
+    return {"Records": records}
+
+
+def partial_batch_failures(invocation: Invocation, message_ids: list[str]) -> set[str]:
+    """Which records failed, by Lambda's rules for ``ReportBatchItemFailures``.
+
+    Error, timeout, a non-object response, or one naming an unknown/empty ``itemIdentifier`` → the whole
+    batch failed.
+    ``None``, ``{}``, or an empty ``batchItemFailures`` → every record succeeded.
+    """
+    every = set(message_ids)
+    if not invocation.ok:
+        return every
+    value = invocation.value
+    if value is None:
+        return set()
+    if not isinstance(value, Mapping):
+        return every  # not an object: Lambda treats an invalid response as a complete failure
+    failures = value.get("batchItemFailures")
+    if failures is None:
+        return set()
+    if not isinstance(failures, list):
+        return every
+    failed: set[str] = set()
+    for item in failures:
+        identifier = item.get("itemIdentifier") if isinstance(item, Mapping) else None
+        if not isinstance(identifier, str) or identifier not in every:
+            return every
+        failed.add(identifier)
+    return failed
+
+
+class LocalDelivery:
+    """The default ``tick_then_drain`` for a template with a scheduled tick and an SQS consumer."""
+
+    def __init__(
+        self,
+        template: Mapping[str, Any],
+        runtime: LambdaRuntime,
+        sqs_client: Any,
+        queue: LocalQueue,
+        *,
+        region: str = "us-east-1",
+        max_batches: int = 1000,
+    ) -> None:
+        self.template = template
+        self.runtime = runtime
+        self.sqs = sqs_client
+        self.queue = queue
+        self.region = region
+        self.max_batches = max_batches
+        scheduled = functions_with_event(template, "ScheduleV2") + functions_with_event(template, "Schedule")
+        self.tick_function = scheduled[0] if scheduled else None
+        try:
+            self.consumer_function: str | None = task_queue_logical_id(template)[0]
+        except TemplateError:
+            self.consumer_function = None
+        self._input = self._schedule_input()
+
+    def _schedule_input(self) -> str | None:
+        if not self.tick_function:
+            return None
+        for kind in ("ScheduleV2", "Schedule"):
+            for props in function_events(self.template, self.tick_function, kind):
+                if isinstance(props.get("Input"), str):
+                    return props["Input"]
+        return None
+
+    def missing(self) -> str | None:
+        """Why this cannot run yet (None when both handler files exist)."""
+        for role, logical_id in (("tick", self.tick_function), ("SQS consumer", self.consumer_function)):
+            if logical_id is None:
+                return f"the template has no {role} function"
+            path = self.runtime.handler_file(logical_id)
+            if not path.is_file():
+                return f"{logical_id} handler {path.name} does not exist yet"
+        return None
+
+    def tick_event(self, now: datetime | None = None) -> dict[str, Any]:
+        """What EventBridge Scheduler sends: the template's Input with its context attributes filled in."""
+        moment = (now or datetime.now(UTC)).replace(microsecond=0)
+        scheduled_time = moment.strftime("%Y-%m-%dT%H:%M:%SZ")
+        execution_id = uuid.uuid4().hex[:16]
+        if self._input is None:
+            return {"scheduledTime": scheduled_time, "executionId": execution_id}
+        text = (
+            self._input.replace("<aws.scheduler.scheduled-time>", scheduled_time)
+            .replace("<aws.scheduler.execution-id>", execution_id)
+            .replace("<aws.scheduler.attempt-number>", "0")
+            .replace(
+                "<aws.scheduler.schedule-arn>",
+                f"arn:aws:scheduler:{self.region}:123456789012:schedule/default/{self.tick_function}",
+            )
+        )
+        return json.loads(text)
+
+    def tick(self) -> dict[str, Any]:
+        assert self.tick_function is not None
+        invocation = self.runtime.invoke(self.tick_function, self.tick_event())
+        return _invocation_summary(invocation)
+
+    def drain(self) -> dict[str, Any]:
+        """Feed the queue to the consumer in batches until nothing is visible (or ``max_batches``)."""
+        assert self.consumer_function is not None
+        totals = {"function": self.consumer_function, "batches": 0, "received": 0, "deleted": 0, "failed": 0}
+        errors: list[dict[str, Any]] = []
+        results: list[Any] = []
+        for _ in range(self.max_batches):
+            response = self.sqs.receive_message(
+                QueueUrl=self.queue.url,
+                MaxNumberOfMessages=max(1, min(self.queue.batch_size, 10)),
+                WaitTimeSeconds=0,
+                MessageSystemAttributeNames=["All"],
+                MessageAttributeNames=["All"],
+            )
+            messages = response.get("Messages") or []
+            if not messages:
+                break
+            ids = [message["MessageId"] for message in messages]
+            invocation = self.runtime.invoke(self.consumer_function, sqs_event(messages, self.queue.arn, self.region))
+            failed = partial_batch_failures(invocation, ids)
+            succeeded = [message for message in messages if message["MessageId"] not in failed]
+            for start in range(0, len(succeeded), 10):
+                chunk = succeeded[start : start + 10]
+                self.sqs.delete_message_batch(
+                    QueueUrl=self.queue.url,
+                    Entries=[{"Id": str(i), "ReceiptHandle": m["ReceiptHandle"]} for i, m in enumerate(chunk)],
+                )
+            totals["batches"] += 1
+            totals["received"] += len(messages)
+            totals["deleted"] += len(succeeded)
+            totals["failed"] += len(failed)
+            if not invocation.ok:
+                errors.append(_invocation_summary(invocation))
+            elif invocation.value is not None:
+                results.append(_jsonable(invocation.value))
+        return {**totals, "errors": errors, "results": results}
+
+    def __call__(self) -> dict[str, Any]:
+        reason = self.missing()
+        if reason:
+            raise TickNotConfigured(reason)
+        tick = self.tick()
+        return {"tick": tick, "runTask": self.drain()}
+
+
+class TickRunner:
+    """Runs ``tick_then_drain`` on demand and, with ``interval_s > 0``, every ``interval_s`` in a daemon thread.
+
+    One run at a time: a manual ``POST /_local/tick`` waits for a periodic run in progress (and vice versa).
+    """
+
+    def __init__(self, tick_then_drain: TickThenDrain | None, interval_s: float = 0.0) -> None:
+        self.tick_then_drain = tick_then_drain
+        self.interval_s = interval_s
+        self._run_lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._warned = False
+
+    def run_once(self) -> dict[str, Any]:
+        if self.tick_then_drain is None:
+            raise TickNotConfigured("no tick_then_drain was configured for this gateway")
+        with self._run_lock:
+            return self.tick_then_drain()
+
+    def start(self) -> None:
+        if self.interval_s <= 0 or self._thread is not None:
+            return
+        self._thread = threading.Thread(target=self._loop, name="amsg-local-tick", daemon=True)
+        self._thread.start()
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self.interval_s):
+            try:
+                summary = self.run_once()
+            except TickNotConfigured as exc:
+                if not self._warned:
+                    log.warning("periodic tick skipped: %s", exc)
+                    self._warned = True
+                continue
+            except Exception:
+                log.exception("periodic tick failed")
+                continue
+            run_task = summary.get("runTask") or {}
+            if run_task.get("received") or not (summary.get("tick") or {}).get("ok", True):
+                log.info("tick: %s", json.dumps(summary, default=str)[:2000])
+
+    def stop(self, timeout_s: float = 5.0) -> None:
+        self._stop.set()
+        thread, self._thread = self._thread, None
+        if thread is not None:
+            thread.join(timeout_s)

@@ -1,0 +1,258 @@
+"""Invoke the template's Lambda handlers in this process, the way the Lambda service would.
+
+Each function gets a pool of "sandboxes": one private import of its handler file under a unique module name
+(every function dir has its own ``*_handler.py``, and a Powertools resolver keeps per-request state, so two
+concurrent requests must never share one module instance). A sandbox serves one invocation at a time, like a
+Lambda execution environment; a sandbox whose invocation timed out is thrown away, as Lambda does.
+
+What differs from Lambda (documented for developers): every sandbox shares this process, its environment and
+the already-imported layer package (``amsg``), and a timed-out handler thread keeps running in the background
+(Python cannot kill a thread); its result is discarded.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import itertools
+import json
+import logging
+import sys
+import threading
+import time
+import traceback
+import uuid
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from amsg_local.template import FunctionSpec, function_spec, layer_dirs
+
+__all__ = [
+    "LAMBDA_SYNC_PAYLOAD_LIMIT",
+    "FunctionRuntime",
+    "Invocation",
+    "LambdaContext",
+    "LambdaRuntime",
+]
+
+log = logging.getLogger("amsg_local.lambda")
+
+# Lambda's synchronous invocation limit for the request and the response payload (6 MB).
+LAMBDA_SYNC_PAYLOAD_LIMIT = 6 * 1024 * 1024
+
+_sandbox_ids = itertools.count(1)
+
+Handler = Callable[[Any, Any], Any]
+
+
+class LambdaContext:
+    """The attributes and method the Python runtime's context object has (awslambdaric's LambdaContext)."""
+
+    def __init__(self, spec: FunctionSpec, request_id: str | None = None, region: str = "us-east-1") -> None:
+        self.function_name = spec.logical_id
+        self.function_version = "$LATEST"
+        self.invoked_function_arn = f"arn:aws:lambda:{region}:123456789012:function:{spec.logical_id}"
+        # awslambdaric reads this from AWS_LAMBDA_FUNCTION_MEMORY_SIZE, so on Lambda it is a string too.
+        self.memory_limit_in_mb = str(spec.memory_size)
+        self.aws_request_id = request_id or str(uuid.uuid4())
+        self.log_group_name = f"/aws/lambda/{spec.logical_id}"
+        self.log_stream_name = f"local/[$LATEST]{uuid.uuid4().hex}"
+        self.identity = None
+        self.client_context = None
+        self.tenant_id = None
+        self._deadline_ms = int(time.time() * 1000) + spec.timeout * 1000
+
+    def get_remaining_time_in_millis(self) -> int:
+        return max(0, self._deadline_ms - int(time.time() * 1000))
+
+
+@dataclass
+class Invocation:
+    """The outcome of one invocation: ``value`` when ok, else an ``error_type`` like Lambda's ``errorType``."""
+
+    function: str
+    request_id: str
+    duration_ms: float
+    value: Any = None
+    error_type: str | None = None
+    error_message: str | None = None
+    timed_out: bool = False
+
+    @property
+    def ok(self) -> bool:
+        return self.error_type is None
+
+
+class HandlerImportError(RuntimeError):
+    """Runtime.ImportModuleError / Runtime.HandlerNotFound: the handler file or function is missing."""
+
+
+@dataclass
+class _Sandbox:
+    sandbox_id: int
+    module_name: str
+    handler: Handler
+
+
+@dataclass
+class FunctionRuntime:
+    """One function's sandbox pool."""
+
+    spec: FunctionSpec
+    region: str = "us-east-1"
+    _idle: list[_Sandbox] = field(default_factory=list, repr=False)
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+    _retired: list[str] = field(default_factory=list, repr=False)
+
+    def available(self) -> bool:
+        return self.spec.handler_file.is_file()
+
+    def _new_sandbox(self) -> _Sandbox:
+        spec = self.spec
+        path = spec.handler_file
+        if not path.is_file():
+            raise HandlerImportError(f"Unable to import module '{spec.module_name}': no file {path}")
+        sandbox_id = next(_sandbox_ids)
+        module_name = f"_amsg_local_{spec.logical_id}_{spec.module_name.replace('.', '_')}_{sandbox_id}"
+        module_spec = importlib.util.spec_from_file_location(module_name, path)
+        if module_spec is None or module_spec.loader is None:
+            raise HandlerImportError(f"Unable to import module '{spec.module_name}' from {path}")
+        module = importlib.util.module_from_spec(module_spec)
+        sys.modules[module_name] = module
+        try:
+            module_spec.loader.exec_module(module)
+        except Exception as exc:
+            sys.modules.pop(module_name, None)
+            raise HandlerImportError(f"Unable to import module '{spec.module_name}': {exc!r}") from exc
+        handler = getattr(module, spec.function_name, None)
+        if not callable(handler):
+            sys.modules.pop(module_name, None)
+            raise HandlerImportError(f"Handler '{spec.function_name}' missing on module '{spec.module_name}'")
+        return _Sandbox(sandbox_id, module_name, handler)
+
+    def _acquire(self) -> _Sandbox:
+        with self._lock:
+            if self._idle:
+                return self._idle.pop()
+        return self._new_sandbox()  # a cold start; imports happen outside the pool lock
+
+    def _release(self, sandbox: _Sandbox) -> None:
+        with self._lock:
+            self._idle.append(sandbox)
+
+    def _retire(self, sandbox: _Sandbox) -> None:
+        # Keep the module in sys.modules: its thread may still be running code that looks itself up.
+        self._retired.append(sandbox.module_name)
+
+    def warm(self) -> None:
+        """Import one sandbox now (surfaces import errors at start-up instead of on the first request)."""
+        self._release(self._acquire())
+
+    def invoke(self, event: Any, *, wait_cap_s: float | None = None, request_id: str | None = None) -> Invocation:
+        """Run the handler in its own thread; give up after the function Timeout (or ``wait_cap_s`` if sooner).
+
+        ``wait_cap_s`` models a caller that stops waiting earlier (API Gateway's 30 s integration timeout):
+        the result then has ``timed_out`` set and ``error_type`` ``Caller.Timeout`` rather than Lambda's.
+        """
+        request_id = request_id or str(uuid.uuid4())
+        started = time.monotonic()
+        try:
+            sandbox = self._acquire()
+        except HandlerImportError as exc:
+            log.error("%s: Runtime.ImportModuleError: %s", self.spec.logical_id, exc)
+            return Invocation(self.spec.logical_id, request_id, 0.0, None, "Runtime.ImportModuleError", str(exc))
+        context = LambdaContext(self.spec, request_id, self.region)
+        outcome: dict[str, Any] = {}
+        finished = threading.Event()
+
+        def run() -> None:
+            try:
+                outcome["value"] = sandbox.handler(event, context)
+            except BaseException as exc:  # a handler may raise anything; Lambda reports it as an error
+                outcome["error"] = exc
+                outcome["traceback"] = traceback.format_exc()
+            finally:
+                finished.set()
+
+        thread = threading.Thread(target=run, name=f"lambda-{self.spec.logical_id}-{sandbox.sandbox_id}", daemon=True)
+        thread.start()
+        limit = float(self.spec.timeout)
+        caller_gave_up_first = wait_cap_s is not None and wait_cap_s < limit
+        wait_s = wait_cap_s if caller_gave_up_first else limit
+        done = finished.wait(wait_s)
+        duration_ms = (time.monotonic() - started) * 1000
+        if not done:
+            self._retire(sandbox)
+            if caller_gave_up_first:
+                log.error("%s: caller stopped waiting after %.1fs", self.spec.logical_id, wait_s)
+                return Invocation(
+                    self.spec.logical_id,
+                    request_id,
+                    duration_ms,
+                    None,
+                    "Caller.Timeout",
+                    f"no response within {wait_s:g} seconds",
+                    timed_out=True,
+                )
+            log.error("%s: Task timed out after %.2f seconds", self.spec.logical_id, limit)
+            return Invocation(
+                self.spec.logical_id,
+                request_id,
+                duration_ms,
+                None,
+                "Sandbox.Timedout",
+                f"Task timed out after {limit:.2f} seconds",
+                timed_out=True,
+            )
+        self._release(sandbox)
+        if "error" in outcome:
+            exc = outcome["error"]
+            log.error("%s: unhandled %s\n%s", self.spec.logical_id, type(exc).__name__, outcome["traceback"])
+            return Invocation(self.spec.logical_id, request_id, duration_ms, None, type(exc).__name__, str(exc))
+        value = outcome.get("value")
+        try:
+            size = len(json.dumps(value, default=str).encode("utf-8"))
+        except (TypeError, ValueError) as exc:
+            return Invocation(self.spec.logical_id, request_id, duration_ms, None, "Runtime.MarshalError", str(exc))
+        if size > LAMBDA_SYNC_PAYLOAD_LIMIT:
+            message = f"Response payload size ({size} bytes) exceeded maximum allowed payload size"
+            log.error("%s: %s", self.spec.logical_id, message)
+            return Invocation(
+                self.spec.logical_id, request_id, duration_ms, None, "Function.ResponseSizeTooLarge", message
+            )
+        return Invocation(self.spec.logical_id, request_id, duration_ms, value)
+
+
+class LambdaRuntime:
+    """Every function of a template, invocable by logical id; layer dirs go on ``sys.path`` like /opt/python."""
+
+    def __init__(
+        self,
+        template: Mapping[str, Any],
+        *,
+        parameters: Mapping[str, Any] | None = None,
+        region: str = "us-east-1",
+    ) -> None:
+        self.template = template
+        self.region = region
+        self._parameters = parameters
+        self._functions: dict[str, FunctionRuntime] = {}
+        self._lock = threading.Lock()
+        for directory in layer_dirs(template):
+            if str(directory) not in sys.path:
+                sys.path.insert(0, str(directory))
+
+    def function(self, logical_id: str) -> FunctionRuntime:
+        with self._lock:
+            runtime = self._functions.get(logical_id)
+            if runtime is None:
+                runtime = FunctionRuntime(function_spec(self.template, logical_id, self._parameters), self.region)
+                self._functions[logical_id] = runtime
+            return runtime
+
+    def invoke(self, logical_id: str, event: Any, **kwargs: Any) -> Invocation:
+        return self.function(logical_id).invoke(event, **kwargs)
+
+    def handler_file(self, logical_id: str) -> Path:
+        return self.function(logical_id).spec.handler_file
