@@ -154,7 +154,8 @@ def _sam_bases() -> dict[str, Any]:
     env = {**os.environ, "SAM_CLI_TELEMETRY": "0"}
 
     def gen(*args: str) -> Any:
-        out = subprocess.run([str(SAM), "local", "generate-event", *args], check=True, capture_output=True, text=True, env=env)
+        cmd = [str(SAM), "local", "generate-event", *args]
+        out = subprocess.run(cmd, check=True, capture_output=True, text=True, env=env)  # noqa: S603
         return json.loads(out.stdout)
 
     return {
@@ -182,8 +183,7 @@ def _http_event(base: dict[str, Any], route_key: str, method: str, path: str, sp
         "accept-language": "zh-CN,zh;q=0.9,en;q=0.8",
         "host": DOMAIN,
         "user-agent": USER_AGENT,
-        "x-amzn-trace-id": "Root=1-" + hashlib.sha256(request_id.encode()).hexdigest()[:8] + "-"
-        + hashlib.sha256(route_key.encode()).hexdigest()[:24],
+        "x-amzn-trace-id": f"Root=1-{_hex(request_id, 8)}-{_hex(route_key, 24)}",
         "x-forwarded-for": SOURCE_IP,
         "x-forwarded-port": "443",
         "x-forwarded-proto": "https",
@@ -198,7 +198,8 @@ def _http_event(base: dict[str, Any], route_key: str, method: str, path: str, sp
         value = spec["body"]
         if spec.get("enc"):
             headers.update(_ENC)
-            value = encrypt_envelope(value, derive_user_key(MASTER_KEY, USER_ID), iv=spec.get("iv") or _iv(route_key, method))
+            iv = spec.get("iv") or _iv(route_key, method)
+            value = encrypt_envelope(value, derive_user_key(MASTER_KEY, USER_ID), iv=iv)
         text = json.dumps(value, separators=(",", ":"), ensure_ascii=False)
         headers["content-type"] = "application/json"
         headers["content-length"] = str(len(text.encode("utf-8")))
@@ -227,6 +228,10 @@ def _http_event(base: dict[str, Any], route_key: str, method: str, path: str, sp
     )
     ctx["http"].update({"method": method, "path": path, "sourceIp": SOURCE_IP, "userAgent": USER_AGENT})
     return event
+
+
+def _hex(text: str, n: int) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()[:n]
 
 
 def _iv(*parts: str) -> bytes:
@@ -315,10 +320,8 @@ def main() -> int:
     ap.add_argument("--refresh-bases", action="store_true", help="re-run sam local generate-event")
     args = ap.parse_args()
 
-    if args.check or (BASES.exists() and not args.refresh_bases):
-        bases = json.loads(BASES.read_text())
-    else:
-        bases = _sam_bases()
+    cached = args.check or (BASES.exists() and not args.refresh_bases)
+    bases = json.loads(BASES.read_text()) if cached else _sam_bases()
     wanted = {name: _dump(event) for name, event in build_events(bases).items()}
     existing = {p.name: p.read_text() for p in EVENTS.glob("*.json") if not p.name.startswith(".")}
     if args.check:

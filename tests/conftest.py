@@ -83,3 +83,39 @@ def api(ctx):
     client = WireClient(InProcessApi(), user_id=str(uuid.uuid4()))
     client.init()
     return client
+
+
+@pytest.fixture
+def engine(moto_table, make_context):
+    """Context wired for delivery: real VAPID keys, a loopback fake push service, a fake LLM, the SQS queue
+    built from the template, no pacing sleeps. Yields a namespace with everything a test needs."""
+    import types
+
+    import boto3
+
+    from amsg.vapid import generate_vapid_keys
+    from amsg_local.tables import create_queue_from_template
+    from amsg_local.template import load_template
+    from tests.support.engine_harness import EngineHarness
+    from tests.support.fake_llm import FakeLlmServer
+    from tests.support.fake_push import FakePushService
+    from tests.support.inprocess import InProcessApi
+    from tests.support.wire_client import WireClient
+
+    public, private = generate_vapid_keys()
+    queue = create_queue_from_template(boto3.client("sqs", region_name="us-east-1"), load_template(), "amsg-test-tasks")
+    with FakePushService(vapid_public_key=public) as push, FakeLlmServer() as llm:
+        ctx = make_context(
+            AMSG_QUEUE_URL=queue.url,
+            AMSG_VAPID_PUBLIC_KEY=public,
+            AMSG_VAPID_PRIVATE_KEY=private,
+            AMSG_PUSH_PACING_MS="0",
+        )
+        client = WireClient(InProcessApi(), user_id=str(uuid.uuid4()))
+        client.init()
+        subscription = push.subscribe()
+        assert client.put_subscription(subscription.to_json()).status == 200
+        harness = EngineHarness(queue.url, queue.arn)
+        yield types.SimpleNamespace(
+            ctx=ctx, api=client, push=push, llm=llm, subscription=subscription, harness=harness, queue=queue
+        )

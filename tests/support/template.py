@@ -45,9 +45,7 @@ def project_template() -> dict[str, Any]:
 
 def resources_of_type(template: dict[str, Any], kind: str) -> dict[str, dict[str, Any]]:
     return {
-        name: res
-        for name, res in template["Resources"].items()
-        if isinstance(res, dict) and res.get("Type") == kind
+        name: res for name, res in template["Resources"].items() if isinstance(res, dict) and res.get("Type") == kind
     }
 
 

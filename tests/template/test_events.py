@@ -12,8 +12,8 @@ import sys
 from typing import Any
 
 import pytest
-
 from amsg.crypto import decrypt_envelope_text, derive_user_key
+
 from tests.support.template import REPO_ROOT, function_dir, functions, http_routes, project_template
 
 EVENTS = REPO_ROOT / "events"
@@ -44,8 +44,11 @@ def _event_types(logical_id: str) -> set[str]:
 
 def test_every_function_has_an_event_file():
     tpl = project_template()
-    missing = [f"events/{function_dir(tpl, fn)}.json" for fn in functions(tpl)
-               if not (EVENTS / f"{function_dir(tpl, fn)}.json").is_file()]
+    missing = [
+        f"events/{function_dir(tpl, fn)}.json"
+        for fn in functions(tpl)
+        if not (EVENTS / f"{function_dir(tpl, fn)}.json").is_file()
+    ]
     assert not missing, missing
 
 
@@ -58,8 +61,9 @@ def test_event_matches_its_function(name):
         _check_http(name, logical_id, event)
     elif "ScheduleV2" in types:
         tpl = project_template()
-        (schedule,) = [e for e in tpl["Resources"][logical_id]["Properties"]["Events"].values()
-                       if e["Type"] == "ScheduleV2"]
+        (schedule,) = [
+            e for e in tpl["Resources"][logical_id]["Properties"]["Events"].values() if e["Type"] == "ScheduleV2"
+        ]
         assert set(event) == set(json.loads(schedule["Properties"]["Input"])), name
         assert all(isinstance(v, str) and "<aws.scheduler." not in v for v in event.values()), name
     elif "SQS" in types:
@@ -110,6 +114,8 @@ def test_events_are_what_the_generator_produces():
     """events/ is generated; hand edits or a template change without regeneration fail here."""
     result = subprocess.run(
         [sys.executable, str(REPO_ROOT / "scripts" / "generate_events.py"), "--check"],
-        capture_output=True, text=True, check=False,
+        capture_output=True,
+        text=True,
+        check=False,
     )
     assert result.returncode == 0, result.stderr or result.stdout

@@ -68,11 +68,7 @@ def _http_pairs(tpl: dict[str, Any], logical_id: str) -> list[tuple[str, str]]:
 
 def _api_functions(tpl: dict[str, Any]) -> list[str]:
     """Functions serving real routes (the $default catch-all excluded)."""
-    return [
-        fn
-        for fn in functions(tpl)
-        if any(path != "$default" for _, path in _http_pairs(tpl, fn))
-    ]
+    return [fn for fn in functions(tpl) if any(path != "$default" for _, path in _http_pairs(tpl, fn))]
 
 
 def _only_function_with(tpl: dict[str, Any], kind: str) -> str:
@@ -156,9 +152,7 @@ def test_handler_module_exists_and_defines_handler(tpl, logical_id):
     path = code_dir / f"{module}.py"
     assert path.is_file(), f"{logical_id}: {path.relative_to(REPO_ROOT)} missing"
     tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
-    defined = {
-        node.name for node in tree.body if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef)
-    } | {
+    defined = {node.name for node in tree.body if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef)} | {
         target.id
         for node in tree.body
         if isinstance(node, ast.Assign | ast.AnnAssign)

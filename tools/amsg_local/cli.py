@@ -41,7 +41,7 @@ __all__ = [
     "start_local_stack",
 ]
 
-log = logging.getLogger("amsg_local")
+log = logging.getLogger("local_stack")
 
 DEFAULT_TABLE = "amsg-local"
 DEFAULT_REGION = "us-east-1"

@@ -25,7 +25,7 @@ from amsg_local.template import TemplateError, function_events, functions_with_e
 
 __all__ = ["LocalDelivery", "TickNotConfigured", "TickRunner", "partial_batch_failures", "sqs_event"]
 
-log = logging.getLogger("amsg_local.delivery")
+log = logging.getLogger("local_stack.delivery")
 
 TickThenDrain = Callable[[], dict[str, Any]]
 

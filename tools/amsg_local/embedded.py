@@ -11,7 +11,7 @@ import urllib.request
 
 __all__ = ["EmbeddedMoto"]
 
-log = logging.getLogger(__name__)
+log = logging.getLogger("local_stack.embedded")
 
 
 class EmbeddedMoto:
@@ -35,6 +35,10 @@ class EmbeddedMoto:
     def start(self) -> EmbeddedMoto:
         from moto.server import ThreadedMotoServer
 
+        # werkzeug installs its own stderr handler and logs every emulator call unless told otherwise
+        werkzeug_log = logging.getLogger("werkzeug")
+        if werkzeug_log.level == logging.NOTSET:
+            werkzeug_log.setLevel(logging.WARNING)
         server = ThreadedMotoServer(ip_address=self.host, port=self.port, verbose=False)
         server.start()
         self.port = server.get_host_and_port()[1]

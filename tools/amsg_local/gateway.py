@@ -53,7 +53,9 @@ __all__ = [
     "is_text_body",
 ]
 
-log = logging.getLogger("amsg_local.gateway")
+# Logger names must not contain the Powertools service name ("amsg"): Powertools' log de-duplication filter on
+# the root handlers drops every record whose logger name contains it.
+log = logging.getLogger("local_stack.gateway")
 
 API_PAYLOAD_LIMIT = 10 * 1024 * 1024  # HTTP API quota: 10 MB payload
 INTEGRATION_TIMEOUT_S = 30.0  # HTTP API: hard maximum integration timeout
@@ -371,7 +373,9 @@ class Gateway:
         server_class = _IPv6Server if ":" in host else _IPv4Server
         server = server_class((host, port), _make_handler(self))
         self._server = server
-        self._thread = threading.Thread(target=server.serve_forever, name="amsg-local-gateway", daemon=True)
+        self._thread = threading.Thread(
+            target=server.serve_forever, kwargs={"poll_interval": 0.1}, name="amsg-local-gateway", daemon=True
+        )
         self._thread.start()
         self.ticks.start()
         return self.base_url

@@ -36,7 +36,7 @@ __all__ = [
     "LambdaRuntime",
 ]
 
-log = logging.getLogger("amsg_local.lambda")
+log = logging.getLogger("local_stack.lambda")
 
 # Lambda's synchronous invocation limit for the request and the response payload (6 MB).
 LAMBDA_SYNC_PAYLOAD_LIMIT = 6 * 1024 * 1024

@@ -62,10 +62,12 @@ CATALOGUE: dict[str, tuple[int, str]] = {
     # client state
     "INVALID_STATE_ENTRIES": (400, "entries 必须是非空数组"),
     "TOO_MANY_STATE_ENTRIES": (400, "单次最多写入 200 条状态"),
-    "NAMESPACE_REQUIRED": (400, "缺少 namespace 参数"),
-    "INVALID_STATE_NAMESPACE": (400, "namespace 无效"),
-    "INVALID_NAMESPACE_LIMIT": (400, "limit 参数无效，必须为正整数"),
-    "CLIENT_STATE_NOT_SUPPORTED": (501, "当前存储不支持客户端状态"),
+    "NAMESPACE_REQUIRED": (400, "必须提供 namespace 查询参数"),
+    "INVALID_STATE_NAMESPACE": (400, "namespace 不能包含控制字符（\\u0000-\\u001f 为库内部保留）"),
+    "INVALID_NAMESPACE_LIMIT": (400, "limit 必须是 1-200 的整数"),
+    "CLIENT_STATE_NOT_SUPPORTED": (501, "当前数据库适配器不支持 client_state"),
+    "CLIENT_STATE_NAMESPACE_DELETE_NOT_SUPPORTED": (501, "当前数据库适配器不支持按命名空间删除 client_state"),
+    "CLIENT_STATE_NAMESPACES_NOT_SUPPORTED": (501, "当前数据库适配器不支持按命名空间统计 client_state"),
     # outbox
     "INVALID_OUTBOX_CURSOR": (400, "since 参数无效，必须为非负整数"),
     "INVALID_OUTBOX_LIMIT": (400, "limit 参数无效，必须为正整数"),
@@ -142,6 +144,19 @@ class TaskUuidConflict(StoreError):
 
 class StoreUnavailable(StoreError):
     """A read or write could not be completed (throttled after retries, endpoint down, ...)."""
+
+
+class PartialWriteError(StoreError):
+    """A write split into several DynamoDB transactions failed after some of them committed (R10).
+
+    ``applied`` lists the indexes (into the caller's entries) whose outcome is final; ``cause`` is the failure of
+    the part that did not commit. The HTTP layer answers that failure's status with ``details.appliedEntries``.
+    """
+
+    def __init__(self, applied: list[int], cause: BaseException) -> None:
+        super().__init__(f"partially applied ({len(applied)} entries committed): {type(cause).__name__}")
+        self.applied = applied
+        self.cause = cause
 
 
 class CloudGuardError(StoreError):

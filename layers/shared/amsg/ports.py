@@ -119,6 +119,14 @@ class TaskStore(Protocol):
         """Any user's task by uuid (runTask); uses the deployment-wide uuid registry."""
         ...
 
+    def claim_push(self, user_id: str, uuid: str, claim_version: int, message_id: str, now_iso: str) -> bool:
+        """Claim an outbox row for sending iff our task claim is still current (exactly-once pushes)."""
+        ...
+
+    def release_push(self, user_id: str, message_id: str) -> None: ...
+
+    def delete_settled_before(self, cutoff_iso: str, *, shards: int, limit: int) -> int: ...
+
 
 KEEP = object()
 """Sentinel: leave this attribute as it is."""
@@ -194,6 +202,7 @@ class OutboxRow:
     total_messages: int | None = None
     delivered_at: int | None = None
     acked_at: int | None = None
+    sending_at: int | None = None  # set by claim_send: some run took this row to push it
 
 
 class OutboxStore(Protocol):
@@ -212,13 +221,23 @@ class OutboxStore(Protocol):
 
         * new message id: inserted with the next per-user id (allocated in the same transaction);
         * existing, not acked: updated in place (same id): payload and ``created_at`` replaced,
-          ``delivered_at`` cleared (a retry of the same occurrence re-delivers it);
+          ``delivered_at`` and ``sending_at`` cleared (a retry of the same occurrence re-delivers it);
         * existing, acked: untouched — ack is final, an acked row is never revived (its id is still returned).
 
         Duplicate message ids inside ``rows`` collapse to the last one (same id for both). Batches of up to 99
         rows (and ~3 MB) commit atomically; bigger batches are split into several transactions. Raises on
         storage failure (the engine then treats the batch as not outboxed).
         """
+        ...
+
+    def claim_send(self, user_id: str, message_id: str, *, task_uuid: str, claim_version: int, now_ms: int) -> bool:
+        """Take one row for pushing, atomically with a check that the task is still pending under
+        ``claim_version`` (R2 fencing). False when the row is gone, acked, delivered or already taken, or the
+        task claim moved on. A taken row is never pushed by another run (exactly-once pushes)."""
+        ...
+
+    def release_send(self, user_id: str, message_id: str) -> None:
+        """Undo :meth:`claim_send` after a failed push so a retry may send the row again."""
         ...
 
     def mark_delivered(self, user_id: str, message_ids: Sequence[str], at_ms: int) -> int:
@@ -396,4 +415,79 @@ class PushSender(Protocol):
 class TaskQueue(Protocol):
     def send_many(self, messages: list[dict[str, Any]]) -> list[int]:
         """Enqueue JSON messages (batches of 10); returns the indexes that could not be enqueued."""
+        ...
+
+
+# ---- client state (api.md §3.11-§3.12, engine.md §7) ----------------------------------------------------
+#
+# Values cross this port as storage ciphertext (``encrypt_for_storage`` text); the domain encrypts and
+# decrypts (amsg.domain.client_state), so the store never sees plaintext. The same store serves the HTTP
+# routes and the hooks' ``read_state``/``write_state``.
+
+
+@dataclass(frozen=True)
+class StateWrite:
+    """One logical write: ``value`` None deletes the key. ``guard`` is the LWW value, already clamped to now."""
+
+    namespace: str
+    key: str
+    value: str | None
+    guard: int
+    plain_bytes: int = 0  # UTF-8 bytes of the plaintext: the reference-equivalent row/byte accounting (R11)
+
+
+@dataclass
+class StateWriteResult:
+    """Per logical entry: ``outcomes[i]`` True = written/deleted, False = blocked by last-write-wins."""
+
+    upserted: int = 0
+    skipped: int = 0
+    deleted: int = 0
+    skipped_entries: list[dict[str, str]] = field(default_factory=list)
+    outcomes: list[bool] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class StateRow:
+    namespace: str
+    key: str
+    value: str  # storage ciphertext of the whole value (large values already reassembled)
+    updated_at: int
+
+
+@dataclass(frozen=True)
+class NamespaceStats:
+    namespace: str
+    entry_count: int
+    byte_size: int  # what the reference would store (ciphertext, chunk rows included) — R11
+    updated_at: int
+
+
+@dataclass
+class NamespaceListing:
+    namespaces: list[NamespaceStats]
+    truncated: bool
+
+
+class ClientStateStore(Protocol):
+    def upsert(self, user_id: str, writes: list[StateWrite], *, now_ms: int) -> StateWriteResult:
+        """Last-write-wins batch. Raises PartialWriteError when a later transaction fails after earlier ones."""
+        ...
+
+    def get_namespace(self, user_id: str, namespace: str) -> list[StateRow]:
+        """Complete entries of one namespace, ordered by key (incomplete large values are omitted)."""
+        ...
+
+    def delete_all(self, user_id: str) -> int:
+        """Delete every entry of the user; returns the reference-equivalent row count."""
+        ...
+
+    def delete_namespace(self, user_id: str, namespace: str) -> int:
+        """Delete one namespace (atomic per 100 items); returns the reference-equivalent row count."""
+        ...
+
+    def list_namespaces(self, user_id: str, limit: int) -> NamespaceListing: ...
+
+    def cleanup_expired(self, ttl_days: Mapping[str, float], now_ms: int, *, limit: int = 100) -> int:
+        """TTL housekeeping across users (bounded); returns the reference-equivalent row count."""
         ...

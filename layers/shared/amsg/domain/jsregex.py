@@ -55,7 +55,6 @@ from __future__ import annotations
 
 import functools
 import re
-from dataclasses import dataclass, field
 
 __all__ = ["compile_js_pattern", "translate_js_pattern"]
 
@@ -114,58 +113,75 @@ _DOT: _Ranges = _complement(_LINE_TERMINATORS)
 
 
 # --- AST ---------------------------------------------------------------------------------------------------
+# Plain slotted classes rather than dataclasses: building dataclasses costs milliseconds of cold start.
 
 
-@dataclass(slots=True)
 class _Char:
-    cp: int
+    __slots__ = ("cp",)
+
+    def __init__(self, cp: int) -> None:
+        self.cp = cp
 
 
-@dataclass(slots=True)
 class _Class:
-    ranges: _Ranges
-    negated: bool = False
+    __slots__ = ("negated", "ranges")
+
+    def __init__(self, ranges: _Ranges, negated: bool = False) -> None:
+        self.ranges = ranges
+        self.negated = negated
 
 
-@dataclass(slots=True)
 class _Assert:
-    kind: str  # "start" | "end" | "b" | "B"
+    __slots__ = ("kind",)
+
+    def __init__(self, kind: str) -> None:
+        self.kind = kind  # "start" | "end" | "b" | "B"
 
 
-@dataclass(slots=True)
 class _Alt:
-    branches: list[list[_Node]]
+    __slots__ = ("branches",)
+
+    def __init__(self, branches: list[list[_Node]]) -> None:
+        self.branches = branches
 
 
-@dataclass(slots=True)
 class _Group:
-    kind: str  # "cap" | "nc" | "la" | "nla" | "lb" | "nlb"
-    body: _Alt
-    index: int = 0
-    name: str | None = None
+    __slots__ = ("body", "index", "kind", "name")
+
+    def __init__(self, kind: str, body: _Alt, index: int = 0, name: str | None = None) -> None:
+        self.kind = kind  # "cap" | "nc" | "la" | "nla" | "lb" | "nlb"
+        self.body = body
+        self.index = index
+        self.name = name
 
 
-@dataclass(slots=True)
 class _BackRef:
-    index: int
-    settable: bool  # False: the group closes after the reference, so JS always sees it unset
+    __slots__ = ("index", "settable")
+
+    def __init__(self, index: int, settable: bool) -> None:
+        self.index = index
+        self.settable = settable  # False: the group closes after the reference, so JS always sees it unset
 
 
-@dataclass(slots=True)
 class _Quant:
-    atom: _Node
-    lo: int
-    hi: int | None
-    lazy: bool
+    __slots__ = ("atom", "hi", "lazy", "lo")
+
+    def __init__(self, atom: _Node, lo: int, hi: int | None, lazy: bool) -> None:
+        self.atom = atom
+        self.lo = lo
+        self.hi = hi
+        self.lazy = lazy
 
 
 _Node = _Char | _Class | _Assert | _Alt | _Group | _BackRef | _Quant
 
 
-@dataclass(slots=True)
 class _Prescan:
-    group_count: int = 0
-    names: dict[str, int] = field(default_factory=dict)
+    __slots__ = ("group_count", "names")
+
+    def __init__(self) -> None:
+        self.group_count = 0
+        self.names: dict[str, int] = {}
 
 
 # --- parsing -------------------------------------------------------------------------------------------------

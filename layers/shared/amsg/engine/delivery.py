@@ -192,9 +192,7 @@ def process_occurrence(ctx: AppContext, row: TaskRow, payload: dict[str, Any], u
 def _send_one(ctx: AppContext, row: TaskRow, push: dict[str, Any], subscription: dict, env: DeliveryEnv) -> None:
     message_id = push["messageId"]
     now = ctx.now_ms()
-    claimed = ctx.outbox.claim_send(
-        row.user_id, message_id, task_uuid=row.uuid, claim_version=row.claim_version, now_ms=now
-    )
+    claimed = ctx.tasks.claim_push(row.user_id, row.uuid, row.claim_version, message_id, iso_from_ms(now))
     if not claimed:
         current = ctx.tasks.get_task(row.user_id, row.uuid)
         if current is None or current.claim_version != row.claim_version or current.status != "pending":
@@ -204,7 +202,7 @@ def _send_one(ctx: AppContext, row: TaskRow, push: dict[str, Any], subscription:
     try:
         env.push_sender.send(subscription, encode_push(push))
     except Exception:
-        ctx.outbox.release_send(row.user_id, message_id)
+        ctx.tasks.release_push(row.user_id, message_id)
         raise
     ctx.outbox.mark_delivered(row.user_id, [message_id], ctx.now_ms())
 
@@ -305,7 +303,7 @@ def _committed_batch(
             or push.get("messageKind") == "result"
         ):
             continue
-        done = item.delivered_at is not None or item.acked_at is not None or item.sending_at is not None
+        done = item.delivered_at is not None or item.acked_at is not None or getattr(item, "sending_at", None)
         entries.append((int(push.get("messageIndex") or 0), _Entry(push, done)))
     if not entries:
         return None

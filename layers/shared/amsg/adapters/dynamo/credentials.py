@@ -1,10 +1,150 @@
-"""LLM credentials per user (api.md §3.14, storage.md Part B, D.3)."""
+"""LLM credentials per user (api.md §3.14, storage.md Part B, C.3.4, D.3).
+
+Item ``U#<uid> / C#<credId>``: ``cred_id``, ``encrypted_value`` (storage ciphertext of the value JSON),
+``created_at`` (first write, ISO), ``updated_at`` (every write, ISO), ``rev``. The credId is the last SK
+component, so the base table already lists credentials in binary credId order and a prefix delete is
+``begins_with(SK, "C#" + prefix)``.
+
+The 500-rows-per-user cap is enforced by the API as the reference does it (check-then-write, storage.md D.4.9
+"faithful"): a PUT batch stays ONE all-or-nothing TransactWriteItems of ≤ 100 actions, which a counter item
+in the same transaction would push to 101 for a full batch. Concurrent PUTs by one user can overshoot the cap
+by at most one batch, exactly as on D1; there is no counter to drift.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from botocore.exceptions import ClientError
+
+from amsg.adapters.dynamo import keys
 from amsg.adapters.dynamo.table import DynamoTable
+from amsg.ports import CredentialWrite
+
+MAX_BATCH = 100  # one transaction
+
+
+def _distinct(ids: Iterable[str]) -> list[str]:
+    return list(dict.fromkeys(i for i in ids if isinstance(i, str) and i))
 
 
 class DynamoCredentialStore:
     def __init__(self, table: DynamoTable) -> None:
         self.t = table
+
+    # ---- writes -----------------------------------------------------------------------------------------
+
+    def upsert(self, user_id: str, entries: Sequence[CredentialWrite], now_iso: str) -> int:
+        """Overwrite values (``created_at`` kept, ``updated_at`` refreshed) in one transaction; returns the
+        number of entries written. Duplicate credIds collapse to the last entry."""
+        latest: dict[str, CredentialWrite] = {}
+        for entry in entries:
+            latest[entry.cred_id] = entry
+        if not latest:
+            return 0
+        if len(latest) > MAX_BATCH:
+            raise ValueError(f"at most {MAX_BATCH} credentials per upsert")
+        actions = [
+            {
+                "Update": {
+                    "Key": keys.credential_key(user_id, entry.cred_id),
+                    "UpdateExpression": "SET cred_id = :id, encrypted_value = :v, updated_at = :u, "
+                    "created_at = if_not_exists(created_at, :u) ADD rev :one",
+                    "ExpressionAttributeValues": {
+                        ":id": entry.cred_id,
+                        ":v": entry.encrypted_value,
+                        ":u": now_iso,
+                        ":one": 1,
+                    },
+                }
+            }
+            for entry in latest.values()
+        ]
+        self.t.transact(actions)
+        return len(actions)
+
+    def delete_ids(self, user_id: str, cred_ids: Sequence[str]) -> int:
+        """Per-item deletes (idempotent, so a partially applied list is harmless); counts rows that existed."""
+        deleted = 0
+        for cred_id in _distinct(cred_ids):
+            result = self.t.table.delete_item(Key=keys.credential_key(user_id, cred_id), ReturnValues="ALL_OLD")
+            if result.get("Attributes"):
+                deleted += 1
+        return deleted
+
+    def delete_all(self, user_id: str) -> int:
+        return self._delete_matching(user_id, "")
+
+    def delete_prefix(self, user_id: str, prefix: str) -> int:
+        """Plain prefix by code points (UTF-8 byte order equals code point order); an empty prefix deletes
+        nothing (the API rejects it; ``delete_all`` is the explicit way)."""
+        if not isinstance(prefix, str) or not prefix:
+            return 0
+        return self._delete_matching(user_id, prefix)
+
+    def _delete_matching(self, user_id: str, prefix: str) -> int:
+        """Not atomic beyond one batch (R10): deletes are idempotent, a retry finishes the job."""
+        rows = list(
+            self.t.query_prefix(keys.user_pk(user_id), keys.CREDENTIAL_PREFIX + prefix, ProjectionExpression="PK, SK")
+        )
+        if rows:
+            self.t.batch_delete({"PK": row["PK"], "SK": row["SK"]} for row in rows)
+        return len(rows)
+
+    # ---- reads ------------------------------------------------------------------------------------------
+
+    def count(self, user_id: str) -> int:
+        """Paginated COUNT (a page stops at 1 MB, and 500 large values need several, #18)."""
+        kwargs: dict[str, Any] = {
+            "KeyConditionExpression": "PK = :pk AND begins_with(SK, :p)",
+            "ExpressionAttributeValues": {":pk": keys.user_pk(user_id), ":p": keys.CREDENTIAL_PREFIX},
+            "ConsistentRead": True,
+            "Select": "COUNT",
+        }
+        total = 0
+        while True:
+            page = self.t.table.query(**kwargs)
+            total += int(page.get("Count", 0))
+            last = page.get("LastEvaluatedKey")
+            if not last:
+                return total
+            kwargs["ExclusiveStartKey"] = last
+
+    def list(self, user_id: str) -> list[tuple[str, str]]:
+        rows = self.t.query_prefix(
+            keys.user_pk(user_id), keys.CREDENTIAL_PREFIX, ProjectionExpression="cred_id, updated_at"
+        )
+        return [(str(row["cred_id"]), str(row.get("updated_at", ""))) for row in rows]
+
+    def get_values(self, user_id: str, cred_ids: Sequence[str]) -> dict[str, str]:
+        items = self._batch_get(user_id, cred_ids, "cred_id, encrypted_value")
+        return {
+            str(item["cred_id"]): item["encrypted_value"]
+            for item in items
+            if isinstance(item.get("encrypted_value"), str)
+        }
+
+    def existing_cred_ids(self, user_id: str, cred_ids: Sequence[str]) -> set[str]:
+        return {str(item["cred_id"]) for item in self._batch_get(user_id, cred_ids, "cred_id")}
+
+    def _batch_get(self, user_id: str, cred_ids: Sequence[str], projection: str) -> list[dict[str, Any]]:
+        """Consistent BatchGetItem, ≤ 100 keys per call, unprocessed keys retried. Read errors propagate."""
+        wanted = _distinct(cred_ids)
+        found: list[dict[str, Any]] = []
+        for start in range(0, len(wanted), 100):
+            request: dict[str, Any] = {
+                self.t.name: {
+                    "Keys": [keys.credential_key(user_id, cred_id) for cred_id in wanted[start : start + 100]],
+                    "ConsistentRead": True,
+                    "ProjectionExpression": projection,
+                }
+            }
+            while request:
+                try:
+                    response = self.t.resource.batch_get_item(RequestItems=request)
+                except ClientError:
+                    raise
+                found.extend(response.get("Responses", {}).get(self.t.name, []))
+                request = response.get("UnprocessedKeys") or {}
+        return found

@@ -1,41 +1,469 @@
-"""The per-user message outbox (engine.md §8, storage.md D.4.8, R7).
+"""The per-user message outbox (engine.md §8, storage.md C.3.5 / D.4.8, README decision 12 and R7, R8).
 
-Item: ``U#<uid> / O#<message_id>`` with a per-user integer ``id``; ``ob_lsk`` (zero-padded id) exists only
-while unacked (LSI ``outbox_unacked``); ``obt_lsk`` = ``<task_uuid>#<created 13d>#<id 16d>`` (LSI
-``outbox_by_task``).
+Item ``U#<uid> / O#<message_id>`` (ids over 1000 UTF-8 bytes are hashed, see :func:`keys.outbox_key`):
+
+* ``id`` — per-user integer from the counter ``U#<uid> / SEQ#outbox``. The counter is compare-and-set
+  *inside* the append transaction, so two appends of one user commit one after the other and ids grow in
+  commit order: when a reader sees id *n*, every id below *n* is already committed. That makes ``since`` a
+  stable cursor (R7): paging never skips a row that commits later.
+* ``ob_lsk`` — 16-digit zero-padded id, present only while the row is unacked (sparse LSI
+  ``outbox_unacked``, read strongly consistent by ``GET /outbox``).
+* ``obt_lsk`` — ``<task_uuid>#<13-digit created ms>#<16-digit id>`` (LSI ``outbox_by_task``) when the row has
+  a task uuid.
+* ``ttl`` — epoch seconds: ``created + 28 d``; on ack ``min(created + 28 d, ack + 7 d)``. TTL deletion lags,
+  so readers also filter ``ttl > now``.
+* ``payload`` — storage ciphertext of the push JSON; above :data:`INLINE_PAYLOAD_CHARS` it is split across
+  ``OP#…`` part items written before the row (they carry the row's ttl, so nothing is orphaned for good).
 """
 
 from __future__ import annotations
 
-from boto3.dynamodb.conditions import Key
+import contextlib
+import secrets
+from collections.abc import Iterable, Sequence
+from decimal import Decimal
+from typing import Any
+
+from boto3.dynamodb.conditions import Attr, Key
 from botocore.exceptions import ClientError
 
 from amsg.adapters.dynamo import keys
-from amsg.adapters.dynamo.table import DynamoTable, is_conditional_failure
+from amsg.adapters.dynamo.table import PART_CHARS, BlobRef, DynamoTable, TransactionCancelled, is_conditional_failure
+from amsg.errors import StoreUnavailable
+from amsg.ports import OutboxAppend, OutboxRow
+
+DAY_MS = 86_400_000
+RETENTION_MS = 28 * DAY_MS  # any row, after creation
+ACKED_RETENTION_MS = 7 * DAY_MS  # acked rows, after the ack
+INLINE_PAYLOAD_CHARS = 300_000
+# One transaction: the counter + 99 rows, and stay well below the 4 MB request limit.
+MAX_ROWS_PER_TRANSACTION = 99
+MAX_TRANSACTION_CHARS = 3_000_000
+APPEND_ATTEMPTS = 12
+ID_DIGITS = 16
+MAX_ID = 10**ID_DIGITS - 1
+
+_NAMES = {"#ttl": "ttl"}
+
+
+def _int(value: Any) -> int | None:
+    return int(value) if isinstance(value, (int, Decimal)) and not isinstance(value, bool) else None
+
+
+def _pad(n: int) -> str:
+    return f"{n:0{ID_DIGITS}d}"
+
+
+def _ttl_for(created_ms: int) -> int:
+    return (created_ms + RETENTION_MS) // 1000
+
+
+def _task_lsk(task_uuid: str, created_ms: int, row_id: int) -> str:
+    return f"{task_uuid}#{max(0, created_ms):013d}#{_pad(row_id)}"
+
+
+def _distinct(ids: Iterable[str]) -> list[str]:
+    return list(dict.fromkeys(i for i in ids if isinstance(i, str)))
 
 
 class DynamoOutboxStore:
     def __init__(self, table: DynamoTable) -> None:
         self.t = table
 
-    def discard_undelivered_for_task(self, user_id: str, task_uuid: str) -> int:
-        """Delete the task's rows nobody has received yet (never delivered, never acked)."""
-        pk = keys.user_pk(user_id)
-        rows = self.t.query_all(
-            IndexName="outbox_by_task",
-            KeyConditionExpression=Key("PK").eq(pk) & Key("obt_lsk").begins_with(f"{task_uuid}#"),
-            ConsistentRead=True,
-            ProjectionExpression="PK, SK",
+    # ---- mapping ----------------------------------------------------------------------------------------
+
+    def _row(self, item: dict[str, Any]) -> OutboxRow:
+        payload = item.get("payload")
+        if payload is None and item.get("payload_token"):
+            payload = self.t.read_blob(
+                item["PK"],
+                keys.outbox_part_prefix(item["message_id"]),
+                BlobRef(str(item["payload_token"]), _int(item.get("payload_parts")) or 0),
+            )
+        return OutboxRow(
+            id=_int(item.get("id")) or 0,
+            message_id=item["message_id"],
+            encrypted_push=payload,
+            created_at=_int(item.get("created_at")) or 0,
+            task_uuid=item.get("task_uuid"),
+            session_id=item.get("session_id"),
+            message_index=_int(item.get("message_index")),
+            total_messages=_int(item.get("total_messages")),
+            delivered_at=_int(item.get("delivered_at")),
+            acked_at=_int(item.get("acked_at")),
+            sending_at=_int(item.get("sending_at")),
         )
-        deleted = 0
+
+    def _write_parts(self, pk: str, message_id: str, text: str, ttl: int) -> BlobRef:
+        token = secrets.token_hex(8)
+        prefix = keys.outbox_part_prefix(message_id)
+        chunks = [text[i : i + PART_CHARS] for i in range(0, len(text), PART_CHARS)]
+        self.t.batch_put(
+            {"PK": pk, "SK": f"{prefix}{token}#{index:05d}", "v": chunk, "ttl": ttl}
+            for index, chunk in enumerate(chunks)
+        )
+        return BlobRef(token, len(chunks))
+
+    def _drop_parts(self, pk: str, message_id: str, token: str) -> None:
+        """Best effort: unreferenced parts also expire with their ttl."""
+        with contextlib.suppress(ClientError):
+            self.t.delete_blob(pk, keys.outbox_part_prefix(message_id), token)
+
+    def _drop_parts_of(self, item: dict[str, Any] | None) -> None:
+        if item and item.get("payload_token") and item.get("message_id") is not None:
+            self._drop_parts(item["PK"], item["message_id"], str(item["payload_token"]))
+
+    def _batch_get(self, item_keys: list[dict[str, str]]) -> dict[str, dict[str, Any]]:
+        """Consistent BatchGetItem keyed by SK (≤ 100 keys per call, unprocessed keys retried)."""
+        found: dict[str, dict[str, Any]] = {}
+        for start in range(0, len(item_keys), 100):
+            request: dict[str, Any] = {self.t.name: {"Keys": item_keys[start : start + 100], "ConsistentRead": True}}
+            while request:
+                response = self.t.resource.batch_get_item(RequestItems=request)
+                for item in response.get("Responses", {}).get(self.t.name, []):
+                    found[item["SK"]] = item
+                request = response.get("UnprocessedKeys") or {}
+        return found
+
+    # ---- engine-facing ----------------------------------------------------------------------------------
+
+    def append(self, user_id: str, rows: Sequence[OutboxAppend]) -> list[int]:
+        merged: dict[str, OutboxAppend] = {}
         for row in rows:
-            try:
-                self.t.table.delete_item(
-                    Key={"PK": row["PK"], "SK": row["SK"]},
-                    ConditionExpression="attribute_not_exists(delivered_at) AND attribute_not_exists(acked_at)",
+            merged[row.message_id] = row  # a repeated id keeps its first position and takes the last content
+        ids: dict[str, int] = {}
+        for chunk in self._chunks(list(merged.values())):
+            ids.update(self._append_chunk(user_id, chunk))
+        return [ids[row.message_id] for row in rows]
+
+    @staticmethod
+    def _chunks(rows: list[OutboxAppend]) -> Iterable[list[OutboxAppend]]:
+        chunk: list[OutboxAppend] = []
+        size = 0
+        for row in rows:
+            cost = min(len(row.encrypted_push), INLINE_PAYLOAD_CHARS) + len(row.message_id) + 512
+            if chunk and (len(chunk) >= MAX_ROWS_PER_TRANSACTION or size + cost > MAX_TRANSACTION_CHARS):
+                yield chunk
+                chunk, size = [], 0
+            chunk.append(row)
+            size += cost
+        if chunk:
+            yield chunk
+
+    def _append_chunk(self, user_id: str, chunk: list[OutboxAppend]) -> dict[str, int]:
+        pk = keys.user_pk(user_id)
+        counter_key = keys.counter_key(user_id, "outbox")
+        blobs: dict[str, BlobRef] = {}
+        for row in chunk:
+            if len(row.encrypted_push) > INLINE_PAYLOAD_CHARS:
+                blobs[row.message_id] = self._write_parts(
+                    pk, row.message_id, row.encrypted_push, _ttl_for(row.created_at)
                 )
-                deleted += 1
+        for _ in range(APPEND_ATTEMPTS):
+            existing = self._batch_get([keys.outbox_key(user_id, row.message_id) for row in chunk])
+            counter = self.t.get(counter_key)
+            current = (_int(counter.get("n")) if counter else None) or 0
+            next_id = current
+            actions: list[dict[str, Any]] = []
+            ids: dict[str, int] = {}
+            replaced: list[dict[str, Any]] = []
+            used: set[str] = set()
+            for row in chunk:
+                key = keys.outbox_key(user_id, row.message_id)
+                old = existing.get(key["SK"])
+                blob = blobs.get(row.message_id)
+                if old is None:
+                    next_id += 1
+                    ids[row.message_id] = next_id
+                    actions.append({"Put": self._put_new(key, row, next_id, blob)})
+                elif old.get("acked_at") is not None:
+                    ids[row.message_id] = _int(old.get("id")) or 0  # final: never revived
+                    continue
+                else:
+                    ids[row.message_id] = _int(old.get("id")) or 0
+                    actions.append({"Update": self._update_unacked(key, row, old, blob)})
+                    if old.get("payload_token"):
+                        replaced.append(old)
+                if blob is not None:
+                    used.add(row.message_id)
+            if next_id > current:
+                actions.insert(
+                    0,
+                    {
+                        "Update": {
+                            "Key": counter_key,
+                            "UpdateExpression": "SET n = :new",
+                            "ConditionExpression": "attribute_not_exists(n) OR n = :cur",
+                            "ExpressionAttributeValues": {":new": next_id, ":cur": current},
+                        }
+                    },
+                )
+            if actions:
+                try:
+                    self.t.transact(actions)
+                except TransactionCancelled:
+                    continue  # the counter moved or a row changed under us: read again
+            for old in replaced:
+                self._drop_parts_of(old)
+            for message_id, blob in blobs.items():
+                if message_id not in used:
+                    self._drop_parts(pk, message_id, blob.token)
+            return ids
+        # nothing of this chunk committed; parts written for it are unreferenced (their ttl would also get them)
+        for message_id, blob in blobs.items():
+            self._drop_parts(pk, message_id, blob.token)
+        raise StoreUnavailable("outbox append kept conflicting")
+
+    def _payload_attrs(self, row: OutboxAppend, blob: BlobRef | None) -> dict[str, Any]:
+        if blob is None:
+            return {"payload": row.encrypted_push}
+        return {"payload_token": blob.token, "payload_parts": blob.parts}
+
+    def _put_new(self, key: dict[str, str], row: OutboxAppend, row_id: int, blob: BlobRef | None) -> dict[str, Any]:
+        item: dict[str, Any] = {
+            **key,
+            "id": row_id,
+            "message_id": row.message_id,
+            **self._payload_attrs(row, blob),
+            "created_at": row.created_at,
+            "rev": 1,
+            "ttl": _ttl_for(row.created_at),
+            "ob_lsk": _pad(row_id),
+        }
+        optional = {
+            "task_uuid": row.task_uuid,
+            "session_id": row.session_id,
+            "message_index": row.message_index,
+            "total_messages": row.total_messages,
+        }
+        item.update({name: value for name, value in optional.items() if value is not None})
+        if row.task_uuid is not None:
+            item["obt_lsk"] = _task_lsk(row.task_uuid, row.created_at, row_id)
+        return {"Item": item, "ConditionExpression": "attribute_not_exists(SK)"}
+
+    def _update_unacked(
+        self, key: dict[str, str], row: OutboxAppend, old: dict[str, Any], blob: BlobRef | None
+    ) -> dict[str, Any]:
+        """The reference's upsert: payload and created_at replaced, delivered_at cleared; id and the task
+        identity columns stay as first written."""
+        values: dict[str, Any] = {
+            ":c": row.created_at,
+            ":ttl": _ttl_for(row.created_at),
+            ":one": 1,
+            ":rev": old.get("rev", 0),
+        }
+        sets = ["created_at = :c", "#ttl = :ttl", "rev = rev + :one"]
+        removes = ["delivered_at", "sending_at"]
+        for name, value in self._payload_attrs(row, blob).items():
+            sets.append(f"{name} = :{name}")
+            values[f":{name}"] = value
+        removes += ["payload_token", "payload_parts"] if blob is None else ["payload"]
+        old_task = old.get("task_uuid")
+        if old_task is not None:
+            sets.append("obt_lsk = :obt")
+            values[":obt"] = _task_lsk(old_task, row.created_at, _int(old.get("id")) or 0)
+        return {
+            "Key": key,
+            "UpdateExpression": f"SET {', '.join(sets)} REMOVE {', '.join(removes)}",
+            "ConditionExpression": "attribute_exists(SK) AND attribute_not_exists(acked_at) AND rev = :rev",
+            "ExpressionAttributeNames": dict(_NAMES),
+            "ExpressionAttributeValues": values,
+        }
+
+    def claim_send(self, user_id: str, message_id: str, *, task_uuid: str, claim_version: int, now_ms: int) -> bool:
+        actions: list[dict[str, Any]] = [
+            {
+                "Update": {
+                    "Key": keys.outbox_key(user_id, message_id),
+                    "UpdateExpression": "SET sending_at = :t",
+                    "ConditionExpression": "attribute_exists(SK) AND attribute_not_exists(sending_at) "
+                    "AND attribute_not_exists(delivered_at) AND attribute_not_exists(acked_at)",
+                    "ExpressionAttributeValues": {":t": now_ms},
+                }
+            },
+            {
+                "ConditionCheck": {
+                    "Key": {"PK": keys.user_pk(user_id), "SK": keys.task_sk(task_uuid)},
+                    "ConditionExpression": "claim_version = :cv AND #st = :pending",
+                    "ExpressionAttributeNames": {"#st": "status"},
+                    "ExpressionAttributeValues": {":cv": claim_version, ":pending": "pending"},
+                }
+            },
+        ]
+        try:
+            self.t.transact(actions)
+        except TransactionCancelled:
+            return False
+        return True
+
+    def release_send(self, user_id: str, message_id: str) -> None:
+        try:
+            self.t.table.update_item(
+                Key=keys.outbox_key(user_id, message_id),
+                UpdateExpression="REMOVE sending_at",
+                ConditionExpression="attribute_exists(SK)",
+            )
+        except ClientError as exc:
+            if not is_conditional_failure(exc):
+                raise
+
+    def mark_delivered(self, user_id: str, message_ids: Sequence[str], at_ms: int) -> int:
+        if isinstance(message_ids, str):
+            message_ids = [message_ids]
+        touched = 0
+        for message_id in _distinct(message_ids):
+            try:
+                self.t.table.update_item(
+                    Key=keys.outbox_key(user_id, message_id),
+                    UpdateExpression="SET delivered_at = :t",
+                    ConditionExpression="attribute_exists(SK)",
+                    ExpressionAttributeValues={":t": at_ms},
+                )
+                touched += 1
             except ClientError as exc:
                 if not is_conditional_failure(exc):
                     raise
+        return touched
+
+    def _delete_undelivered(self, key: dict[str, str]) -> bool:
+        try:
+            result = self.t.table.delete_item(
+                Key=key,
+                ConditionExpression="attribute_exists(SK) AND attribute_not_exists(delivered_at) "
+                "AND attribute_not_exists(acked_at)",
+                ReturnValues="ALL_OLD",
+            )
+        except ClientError as exc:
+            if not is_conditional_failure(exc):
+                raise
+            return False
+        self._drop_parts_of(result.get("Attributes"))
+        return True
+
+    def discard_undelivered(self, user_id: str, message_ids: Sequence[str]) -> int:
+        return sum(
+            1 for message_id in _distinct(message_ids) if self._delete_undelivered(keys.outbox_key(user_id, message_id))
+        )
+
+    def _task_items(
+        self, user_id: str, task_uuid: str, *, since_ms: int = 0, limit: int | None = None, projection: str = ""
+    ) -> list[dict[str, Any]]:
+        """The task's rows from LSI ``outbox_by_task`` (consistent), ordered by (created_at, id)."""
+        pk = keys.user_pk(user_id)
+        low = f"{task_uuid}#{max(0, since_ms):013d}#"
+        high = f"{task_uuid}#~"  # '~' sorts after every digit
+        kwargs: dict[str, Any] = {
+            "IndexName": "outbox_by_task",
+            "KeyConditionExpression": Key("PK").eq(pk) & Key("obt_lsk").between(low, high),
+            "ConsistentRead": True,
+        }
+        if projection:
+            kwargs["ProjectionExpression"] = projection
+        out: list[dict[str, Any]] = []
+        for item in self.t.query_all(**kwargs):
+            # another task's uuid may extend this one ("a" vs "a#1"): keep exact matches only
+            if item.get("task_uuid") != task_uuid:
+                continue
+            out.append(item)
+            if limit is not None and len(out) >= limit:
+                break
+        return out
+
+    def discard_undelivered_for_task(self, user_id: str, task_uuid: str) -> int:
+        """Delete the task's rows nobody has received yet (never delivered, never acked)."""
+        rows = self._task_items(user_id, task_uuid, projection="PK, SK, task_uuid")
+        return sum(1 for row in rows if self._delete_undelivered({"PK": row["PK"], "SK": row["SK"]}))
+
+    def list_for_task(self, user_id: str, task_uuid: str, *, since_ms: int = 0, limit: int = 500) -> list[OutboxRow]:
+        return [self._row(item) for item in self._task_items(user_id, task_uuid, since_ms=since_ms, limit=limit)]
+
+    # ---- API-facing -------------------------------------------------------------------------------------
+
+    def list_unacked(self, user_id: str, since: int, limit: int, now_ms: int) -> list[OutboxRow]:
+        if limit <= 0 or since >= MAX_ID:
+            return []
+        kwargs: dict[str, Any] = {
+            "IndexName": "outbox_unacked",
+            "KeyConditionExpression": Key("PK").eq(keys.user_pk(user_id)) & Key("ob_lsk").gt(_pad(max(0, since))),
+            "FilterExpression": Attr("ttl").gt(now_ms // 1000),
+            "ConsistentRead": True,
+        }
+        items: list[dict[str, Any]] = []
+        # Limit applies before the filter: keep reading pages until `limit` rows passed it (R7/#14)
+        while len(items) < limit:
+            page = self.t.table.query(Limit=limit - len(items), **kwargs)
+            items.extend(page.get("Items", []))
+            last = page.get("LastEvaluatedKey")
+            if not last:
+                break
+            kwargs["ExclusiveStartKey"] = last
+        return [self._row(item) for item in items[:limit]]
+
+    def ack(self, user_id: str, message_ids: Sequence[str], now_ms: int) -> int:
+        acked_ttl = (now_ms + ACKED_RETENTION_MS) // 1000
+        now_s = now_ms // 1000
+        newly = 0
+        for message_id in _distinct(message_ids):
+            key = keys.outbox_key(user_id, message_id)
+            # common case: the ack comes within 21 days of creation, so ack + 7 d is the earlier expiry
+            if self._try_ack(key, now_ms, "AND #ttl > :a7", {":a7": acked_ttl}, set_ttl=acked_ttl):
+                newly += 1
+                continue
+            current = self.t.table.get_item(
+                Key=key,
+                ConsistentRead=True,
+                ProjectionExpression="acked_at, #ttl",
+                ExpressionAttributeNames=dict(_NAMES),
+            ).get("Item")
+            if current is None or current.get("acked_at") is not None:
+                continue
+            if self._try_ack(key, now_ms, "AND #ttl > :now AND #ttl <= :a7", {":now": now_s, ":a7": acked_ttl}):
+                newly += 1
+        return newly
+
+    def _try_ack(
+        self, key: dict[str, str], now_ms: int, extra: str, values: dict[str, Any], set_ttl: int | None = None
+    ) -> bool:
+        update = "SET acked_at = :t" + (", #ttl = :newttl" if set_ttl is not None else "") + " REMOVE ob_lsk"
+        all_values = {":t": now_ms, **values}
+        if set_ttl is not None:
+            all_values[":newttl"] = set_ttl
+        try:
+            self.t.table.update_item(
+                Key=key,
+                UpdateExpression=update,
+                ConditionExpression=f"attribute_exists(SK) AND attribute_not_exists(acked_at) {extra}",
+                ExpressionAttributeNames=dict(_NAMES),
+                ExpressionAttributeValues=all_values,
+            )
+        except ClientError as exc:
+            if not is_conditional_failure(exc):
+                raise
+            return False
+        return True
+
+    def delete(self, user_id: str, message_ids: Sequence[str] | None, now_ms: int | None = None) -> int:
+        def live(item: dict[str, Any] | None) -> bool:
+            if not item:
+                return False
+            ttl = _int(item.get("ttl"))
+            return now_ms is None or ttl is None or ttl > now_ms // 1000
+
+        if message_ids is None:
+            pk = keys.user_pk(user_id)
+            rows = list(
+                self.t.query_prefix(
+                    pk, keys.OUTBOX_PREFIX, ProjectionExpression="PK, SK, #ttl", ExpressionAttributeNames=dict(_NAMES)
+                )
+            )
+            parts = list(self.t.query_prefix(pk, keys.OUTBOX_PART_PREFIX, ProjectionExpression="PK, SK"))
+            self.t.batch_delete({"PK": item["PK"], "SK": item["SK"]} for item in rows + parts)
+            return sum(1 for item in rows if live(item))
+        deleted = 0
+        for message_id in _distinct(message_ids):
+            result = self.t.table.delete_item(Key=keys.outbox_key(user_id, message_id), ReturnValues="ALL_OLD")
+            old = result.get("Attributes")
+            self._drop_parts_of(old)
+            if live(old):
+                deleted += 1
         return deleted

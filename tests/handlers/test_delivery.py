@@ -1,0 +1,209 @@
+"""The delivery chain through the real handlers on moto: schedule (API) → tick (claims, enqueues) → SQS →
+run_task (adopts the claim, delivers) → Web Push to a loopback push service that decrypts every push."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from tests.conftest import T0_MS
+
+ISO_RE = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{3}Z$")
+FIRST = "2029-12-31T00:01:00.000Z"  # T0 + 60 s
+FIRST_MS = T0_MS + 60_000
+
+
+def schedule(env, **fields):
+    payload = {"contactName": "Rei", "messageType": "fixed", "userMessage": "早上好。今天也要加油！", "firstSendTime": FIRST}
+    payload.update(fields)
+    resp = env.api.schedule(payload)
+    assert resp.status == 201, resp.text
+    return resp.data
+
+
+def due(env, ms: int = 61_000):
+    env.ctx.clock.current_ms = T0_MS + ms
+
+
+def test_fixed_message_is_pushed_once_with_the_reference_payload(engine):
+    created = schedule(engine, metadata={"charId": "c1"}, avatarUrl="https://img.example/a.png")
+    summary = engine.harness.tick()
+    assert summary["claimedTasks"] == 0  # not due yet
+    due(engine)
+    summary = engine.harness.tick()
+    assert summary["claimedTasks"] == 1 and summary["enqueuedTasks"] == 1
+    engine.harness.drain()
+    payloads = engine.push.payloads()
+    assert [p["message"] for p in payloads] == ["早上好。", "今天也要加油！"]
+    first = payloads[0]
+    for key in ("timestamp",):
+        assert ISO_RE.match(first.pop(key))
+    assert first == {
+        "messageKind": "content",
+        "messageType": "fixed",
+        "source": "scheduled",
+        "messageId": f"msg_task_{created['id']}@{FIRST_MS}_0",
+        "sessionId": f"sess_task_{created['id']}@{FIRST_MS}",
+        "message": "早上好。",
+        "title": "来自 Rei",
+        "contactName": "Rei",
+        "avatarUrl": "https://img.example/a.png",
+        "messageSubtype": "chat",
+        "messageIndex": 1,
+        "totalMessages": 2,
+        "metadata": {"charId": "c1"},
+        "taskId": created["id"],
+        "taskUuid": created["uuid"],
+        "recurrenceType": "none",
+        "occurrenceMs": FIRST_MS,
+    }
+    received = engine.push.received
+    assert all(r.vapid.ok for r in received)
+    assert {r.headers.get("ttl") for r in received} == {"2419200"}
+    # one-shot success deletes the task; another tick finds nothing
+    assert engine.api.get_message(created["uuid"]).code == "TASK_NOT_FOUND"
+    assert engine.harness.tick()["claimedTasks"] == 0
+
+
+def test_redelivered_sqs_message_sends_nothing_twice(engine):
+    schedule(engine, recurrenceType="daily")
+    due(engine)
+    engine.harness.tick()
+    messages = engine.harness.receive()
+    assert len(messages) == 1
+    engine.harness.run(messages)
+    engine.harness.run(messages)  # SQS at-least-once: the same message again
+    assert len(engine.push.payloads()) == 2  # two segments, once each
+
+
+def test_prompted_message_uses_the_llm_and_keeps_reasoning_in_the_outbox(engine):
+    engine.llm.reply_reasoning("你好！我在想你。", "用户早上会醒来")
+    schedule(
+        engine,
+        messageType="prompted",
+        userMessage=None,
+        completePrompt="say hi",
+        apiUrl=engine.llm.base_url,
+        apiKey="sk-test-key-123456789",
+        primaryModel="gpt-test",
+        llmExtraBody={"top_p": 0.5},
+    )
+    due(engine)
+    engine.harness.tick_and_drain()
+    request = engine.llm.last_request
+    assert request.headers["authorization"] == "Bearer sk-test-key-123456789"
+    assert request.json == {
+        "top_p": 0.5,
+        "model": "gpt-test",
+        "messages": [{"role": "user", "content": "say hi"}],
+        "temperature": 0.8,
+    }
+    pushed = engine.push.payloads()
+    assert [p["messageKind"] for p in pushed] == ["content", "content"]  # reasoning is outbox-only
+    assert [p["message"] for p in pushed] == ["你好！", "我在想你。"]
+
+
+def test_push_service_5xx_retries_with_backoff_and_lasterror(engine):
+    engine.push.set_status(engine.subscription.endpoint_id, 500, 201)
+    created = schedule(engine, userMessage="hello")
+    due(engine)
+    engine.harness.tick_and_drain()
+    listed = engine.api.list_messages().data["tasks"][0]
+    assert listed["retryCount"] == 1
+    assert listed["lastError"]["pushStatus"] == 500
+    assert listed["lastError"]["occurrence"] == FIRST
+    assert engine.harness.tick()["claimedTasks"] == 0  # back-off: not before +2 min
+    due(engine, 61_000 + 120_000)
+    engine.harness.tick_and_drain()
+    assert [p["message"] for p in engine.push.payloads()] == ["hello"]
+    assert engine.api.get_message(created["uuid"]).code == "TASK_NOT_FOUND"
+
+
+def test_gone_subscription_is_a_permanent_failure(engine):
+    engine.push.set_status(engine.subscription.endpoint_id, 410)
+    created = schedule(engine, userMessage="hello")
+    due(engine)
+    engine.harness.tick_and_drain()
+    resp = engine.api.get_message(created["uuid"])
+    assert resp.status == 409 and resp.code == "TASK_ALREADY_COMPLETED"
+    details = resp.body["error"]["details"]
+    assert details["status"] == "failed"
+    assert details["lastError"]["pushStatus"] == 410
+
+
+def test_llm_auth_error_is_permanent_with_code(engine):
+    engine.llm.reply_error(401, "Incorrect API key provided: sk-abcdefghijklmnopqrstuvwxyz")
+    created = schedule(
+        engine, messageType="auto", userMessage=None, completePrompt="x", apiUrl=engine.llm.base_url,
+        apiKey="sk-abcdefghijklmnopqrstuvwxyz", primaryModel="m",
+    )
+    due(engine)
+    engine.harness.tick_and_drain()
+    details = engine.api.get_message(created["uuid"]).body["error"]["details"]
+    assert details["lastError"]["errorCode"] == "LLM_CALL_FAILED"
+    assert "sk-abcdefghijklmnopqrstuvwxyz" not in details["lastError"]["reason"]
+    assert engine.push.payloads() == []
+
+
+def test_stale_one_shot_expires_and_recurring_fast_forwards(engine):
+    one_shot = schedule(engine, userMessage="late")
+    daily = schedule(engine, userMessage="daily", recurrenceType="daily")
+    due(engine, 60_000 + 3 * 86_400_000 + 5 * 60_000)  # 3 days 5 minutes late
+    summary = engine.harness.tick_and_drain()
+    actions = {s["taskUuid"]: s for s in summary["details"]["staleTasks"]}
+    assert actions[one_shot["uuid"]]["action"] == "expired"
+    assert actions[daily["uuid"]]["action"] == "fast_forwarded"
+    assert actions[daily["uuid"]]["skippedCount"] == 4
+    assert engine.push.payloads() == []
+    assert engine.api.get_message(one_shot["uuid"]).body["error"]["details"]["lastError"]["reason"] == "stale"
+    task = engine.api.get_message(daily["uuid"]).data["task"]
+    assert task["nextSendAt"] == "2030-01-04T00:01:00.000Z"
+    assert task["lastError"]["reason"] == "stale"
+
+
+def test_recurring_daily_across_dst_keeps_wall_clock(engine):
+    # 08:00 America/New_York on 2029-03-10 (EST) → next day 08:00 EDT = 12:00Z
+    from amsg.timeutil import parse_iso_ms
+
+    first = parse_iso_ms("2029-03-10T13:00:00.000Z")
+    engine.ctx.clock.current_ms = first - 3_600_000
+    created = schedule(engine, firstSendTime="2029-03-10T13:00:00.000Z", recurrenceType="daily",
+                       tzId="america/new_york")
+    engine.ctx.clock.current_ms = first + 1000
+    engine.harness.tick_and_drain()
+    task = engine.api.get_message(created["uuid"]).data["task"]
+    assert task["tzId"] == "America/New_York"
+    assert task["nextSendAt"] == "2029-03-11T12:00:00.000Z"
+
+
+def test_run_task_now_reasons(engine):
+    from amsg.engine.runner import run_task_now
+
+    created = schedule(engine, userMessage="now")
+    assert run_task_now(engine.ctx, "00000000-0000-4000-8000-000000000000") == {"ran": False, "reason": "not_found"}
+    assert run_task_now(engine.ctx, created["uuid"]) == {"ran": False, "reason": "not_due", "nextSendAt": FIRST}
+    due(engine)
+    result = run_task_now(engine.ctx, created["uuid"])
+    assert result["ran"] is True and result["summary"]["successCount"] == 1
+    assert run_task_now(engine.ctx, created["uuid"]) == {"ran": False, "reason": "not_found"}
+
+
+def test_instant_message_is_delivered_within_the_request(engine):
+    resp = engine.api.schedule(
+        {"contactName": "Rei", "messageType": "instant", "userMessage": "马上到。", "firstSendTime": FIRST}
+    )
+    assert resp.status == 200, resp.text
+    assert resp.data["status"] == "sent" and resp.data["messagesSent"] == 1 and resp.data["retriesUsed"] == 0
+    assert [p["source"] for p in engine.push.payloads()] == ["instant"]
+
+
+@pytest.mark.parametrize("status", [404, 413])
+def test_instant_permanent_failure_answers_500_and_marks_failed(engine, status):
+    engine.push.set_status(engine.subscription.endpoint_id, status)
+    resp = engine.api.schedule(
+        {"contactName": "Rei", "messageType": "instant", "userMessage": "x", "firstSendTime": FIRST}
+    )
+    assert resp.status == 500 and resp.code == "MESSAGE_SEND_FAILED"
+    assert resp.body["error"]["details"]["code"] == "PROCESSING_ERROR"
+    assert resp.body["error"]["details"]["permanent"] is True
