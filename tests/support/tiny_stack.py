@@ -100,6 +100,7 @@ Resources:
         Ctx: { Type: HttpApi, Properties: { ApiId: !Ref HttpApi, Method: GET, Path: /ctx } }
         Big: { Type: HttpApi, Properties: { ApiId: !Ref HttpApi, Method: GET, Path: /big } }
         Bad: { Type: HttpApi, Properties: { ApiId: !Ref HttpApi, Method: GET, Path: /bad } }
+        Nap: { Type: HttpApi, Properties: { ApiId: !Ref HttpApi, Method: GET, Path: /nap } }
   SlowFunction:
     Type: AWS::Serverless::Function
     Properties:
@@ -190,6 +191,9 @@ HANDLERS = {
                 return {"statusCode": 200, "body": "x" * (6 * 1024 * 1024 + 10)}
             if path == "/bad":
                 return {"statusCode": 200, "body": {"not": "a string"}}
+            if path == "/nap":
+                time.sleep(0.4)
+                return {"statusCode": 200, "body": __name__}
             return {"statusCode": 500, "body": "unexpected"}
     """,
     "functions/slow/slow_handler.py": """

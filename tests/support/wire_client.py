@@ -60,9 +60,15 @@ def http_transport(base_url: str, timeout: float = 60.0) -> Transport:
     return send
 
 
-def encrypt(value: Any, key_hex: str) -> dict[str, str]:
+def js_json(value: Any) -> str:
+    """``JSON.stringify`` form (what the JS client sends): no whitespace, non-ASCII as raw UTF-8."""
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+
+
+def encrypt(value: Any, key_hex: str, *, compact: bool = False) -> dict[str, str]:
     iv = os.urandom(12)
-    sealed = AESGCM(bytes.fromhex(key_hex)).encrypt(iv, json.dumps(value).encode("utf-8"), None)
+    text = js_json(value) if compact else json.dumps(value)
+    sealed = AESGCM(bytes.fromhex(key_hex)).encrypt(iv, text.encode("utf-8"), None)
     b64 = lambda b: base64.b64encode(b).decode("ascii")  # noqa: E731
     return {"iv": b64(iv), "authTag": b64(sealed[-16:]), "encryptedData": b64(sealed[:-16])}
 
@@ -114,9 +120,13 @@ class WireClient:
             resp.body = {**parsed, "data": decrypt(parsed["data"], self.user_key)}
         return resp
 
-    def send_encrypted(self, method: str, path: str, value: Any, *, gzip_body: bool = False) -> WireResponse:
+    def send_encrypted(
+        self, method: str, path: str, value: Any, *, gzip_body: bool = False, compact: bool = False
+    ) -> WireResponse:
+        """``compact=True`` sends exactly what the JS client sends (``JSON.stringify`` of payload and envelope)."""
         assert self.user_key, "call init() first"
-        body = json.dumps(encrypt(value, self.user_key)).encode("utf-8")
+        envelope = encrypt(value, self.user_key, compact=compact)
+        body = (js_json(envelope) if compact else json.dumps(envelope)).encode("utf-8")
         headers = {"Content-Type": "application/json", "X-Payload-Encrypted": "true", "X-Encryption-Version": "1"}
         if gzip_body:
             body = gzip.compress(body)
@@ -169,6 +179,60 @@ class WireClient:
 
     def delete_subscription(self) -> WireResponse:
         return self.request("DELETE", "/push-subscription")
+
+    # ---- client state (api.md §3.11-§3.12) ----------------------------------------------------------------
+
+    def put_client_state(self, entries: Any, **kw: Any) -> WireResponse:
+        return self.send_encrypted("PUT", "/client-state", {"entries": entries}, **kw)
+
+    def get_client_state(self, namespace: str | None) -> WireResponse:
+        query = "" if namespace is None else "?" + urllib.parse.urlencode({"namespace": namespace})
+        return self.get_encrypted("/client-state" + query)
+
+    def clear_client_state(self) -> WireResponse:
+        return self.request("DELETE", "/client-state")
+
+    def delete_client_state_namespace(self, namespace: str) -> WireResponse:
+        return self.request("DELETE", "/client-state?" + urllib.parse.urlencode({"namespace": namespace}))
+
+    def client_state_namespaces(self, limit: Any = None) -> WireResponse:
+        query = "" if limit is None else "?" + urllib.parse.urlencode({"limit": limit})
+        return self.get_encrypted("/client-state/namespaces" + query)
+
+    # ---- outbox (api.md §3.13) ------------------------------------------------------------------------------
+
+    def outbox(self, since: Any = None, limit: Any = None) -> WireResponse:
+        params = {k: v for k, v in (("since", since), ("limit", limit)) if v is not None}
+        query = "?" + urllib.parse.urlencode(params) if params else ""
+        return self.get_encrypted("/outbox" + query)
+
+    def outbox_ack(self, message_ids: Any) -> WireResponse:
+        return self.send_encrypted("POST", "/outbox/ack", {"messageIds": message_ids})
+
+    def outbox_delete(self, body: Any) -> WireResponse:
+        return self.send_encrypted("DELETE", "/outbox", body)
+
+    def outbox_sync(self, limit: Any = None, since: int = 0) -> tuple[list[dict[str, Any]], int]:
+        """What a client does on wake-up: page from ``since`` until ``hasMore`` is false."""
+        entries: list[dict[str, Any]] = []
+        while True:
+            resp = self.outbox(since=since, limit=limit)
+            assert resp.status == 200, resp.text
+            entries += resp.data["entries"]
+            since = resp.data["cursor"]
+            if not resp.data["hasMore"]:
+                return entries, since
+
+    # ---- llm credentials (api.md §3.14) ---------------------------------------------------------------------
+
+    def put_credentials(self, credentials: Any) -> WireResponse:
+        return self.send_encrypted("PUT", "/llm-credentials", {"credentials": credentials})
+
+    def get_credentials(self) -> WireResponse:
+        return self.request("GET", "/llm-credentials")
+
+    def delete_credentials(self, body: Any) -> WireResponse:
+        return self.send_encrypted("DELETE", "/llm-credentials", body)
 
 
 def dummy_subscription(endpoint: str = "https://push.example.test/sub/1") -> dict[str, Any]:

@@ -13,6 +13,7 @@ import ast
 import fnmatch
 import json
 import re
+import subprocess
 import sys
 from collections import Counter
 from pathlib import Path
@@ -401,3 +402,34 @@ def test_secrets_come_from_parameters_not_the_template(tpl):
 
 def test_template_file_is_the_one_tested():
     assert Path(project_template()["__file__"]) == (REPO_ROOT / "template.yaml").resolve()
+
+
+def test_layer_requirements_match_the_lock():
+    """layers/shared/requirements.txt is generated from uv.lock (aws.md §4.5 item 10); needs uv on PATH."""
+    result = subprocess.run(
+        [sys.executable, str(REPO_ROOT / "scripts" / "sync-layer-requirements"), "--check"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr or result.stdout
+
+
+def test_ssm_parameter_arns_match_fully_qualified_names(tpl):
+    """A name "/amsg/master-key" has the ARN "...:parameter/amsg/master-key"; "parameter/${Name}" would
+    produce "parameter//amsg/..." and GetParameter would be denied at runtime."""
+    subs = [
+        res["Fn::Sub"]
+        for _, st in _policy_statements(tpl)
+        if any(str(a).startswith("ssm:") for a in _as_list(st.get("Action")))
+        for res in _as_list(st.get("Resource"))
+        for res in (_as_list(res["Fn::If"][1]) if isinstance(res, dict) and "Fn::If" in res else [res])
+        if isinstance(res, dict) and "Fn::Sub" in res
+    ]
+    assert subs, "no SSM resource ARNs found"
+    for arn in subs:
+        (name,) = re.findall(r":parameter\$\{(\w+)\}$", arn) or [None]
+        assert name, f"expected ...:parameter${{<NameParameter>}}, got {arn}"
+        spec = tpl["Parameters"][name]
+        assert not re.fullmatch(spec["AllowedPattern"], "amsg/master-key"), f"{name} must require a leading /"
+        assert re.fullmatch(spec["AllowedPattern"], str(spec["Default"])), name

@@ -291,6 +291,19 @@ def test_context_honours_function_settings(gw: Gateway) -> None:
     assert len(reply.headers["x-request-id"]) == 36
 
 
+def test_concurrent_requests_get_their_own_sandboxes(gw: Gateway) -> None:
+    from concurrent.futures import ThreadPoolExecutor
+
+    started = time.monotonic()
+    with ThreadPoolExecutor(3) as pool:
+        replies = list(pool.map(lambda _: request(gw, "GET", "/nap"), range(3)))
+    assert [r.status for r in replies] == [200, 200, 200]
+    assert len({r.raw for r in replies}) == 3  # three module instances, like three execution environments
+    assert time.monotonic() - started < 1.1  # ran in parallel (0.4 s each)
+    again = request(gw, "GET", "/nap")
+    assert again.raw in {r.raw for r in replies}  # warm sandboxes are reused
+
+
 def test_lambda_timeout_is_500(gw: Gateway) -> None:
     started = time.monotonic()
     reply = request(gw, "GET", "/slow")  # MiscFunction Timeout 1 s, handler sleeps 1.5 s

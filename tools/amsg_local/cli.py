@@ -348,9 +348,11 @@ def start_local_stack(
             integration_timeout_s=integration_timeout_s,
         )
         if warm:
-            for route in gateway.routes:
-                with contextlib.suppress(Exception):
-                    runtime.function(route.function_logical_id).warm()
+            for logical_id in dict.fromkeys(route.function_logical_id for route in gateway.routes):
+                try:
+                    runtime.function(logical_id).warm()
+                except Exception as exc:  # reported now; the route answers 500 until the handler imports
+                    log.warning("%s: %s", logical_id, exc)
         gateway.start(host, port)
     except BaseException:
         if gateway is not None:

@@ -489,7 +489,7 @@ def _make_handler(gateway: Gateway) -> type[BaseHTTPRequestHandler]:
                     list(self.headers.items()),
                     body,
                     source_ip=self.client_address[0],
-                    host=self.headers.get("host", ""),
+                    host=self.headers.get("host") or "{}:{}".format(*self.server.server_address[:2]),
                 )
             self._write(response)
             log.info(

@@ -13,44 +13,60 @@ def _always(ctx: AppContext) -> bool:
 
 
 def _has(name: str) -> Callable[[AppContext], bool]:
+    """A lazily built collaborator (the delivery engine) is wired into this deployment."""
     return lambda ctx: ctx.extras.get(name) is not None
 
 
-# (reference feature name, predicate). Features we do not implement are simply absent from this table.
+def _store(attribute: str, *methods: str) -> Callable[[AppContext], bool]:
+    """The store port is wired (and, for optional operations, offers the method behind the feature)."""
+
+    def enabled(ctx: AppContext) -> bool:
+        store = getattr(ctx, attribute, None)
+        return store is not None and all(callable(getattr(store, method, None)) for method in methods)
+
+    return enabled
+
+
+_client_state = _store("client_state")
+_outbox = _store("outbox", "list_unacked", "ack")
+_credentials = _store("credentials", "upsert", "list", "get_values", "delete_ids", "delete_all")
+
+# (reference feature name, predicate), in the reference's order (api.md §3.10). Features we do not implement
+# are simply absent from this table; tests/handlers/test_capabilities.py keeps it honest.
 FEATURES: list[tuple[str, Callable[[AppContext], bool]]] = [
-    ("client-state", _has("client_state")),
-    ("client-state-chunking", _has("client_state")),
-    ("client-state-partial-failure", _has("client_state")),
+    ("client-state", _client_state),
+    ("client-state-chunking", _client_state),
+    ("client-state-partial-failure", _client_state),
     ("vapid-public-key", lambda ctx: bool(ctx.settings.vapid_public_key)),
     ("tick-stale-guard", _has("delivery")),
     ("recurring-skip-occurrence", _has("delivery")),
     ("occurrence-scoped-push-ids", _has("delivery")),
+    ("update-message-credentials", _always),
     ("push-task-identity", _has("delivery")),
     ("push-envelope-reserved-bytes", _has("delivery")),
     ("task-timezone", _always),
     ("user-push-subscription", _always),
     ("get-message-detail", _always),
     ("update-message-contact-name", _always),
-    ("update-message-credentials", _always),
-    ("client-state-version-guard", _has("client_state")),
+    ("client-state-version-guard", _client_state),
     ("schedule-immediate", _always),
     ("schedule-supersede", _always),
     ("tick-lease-heartbeat", _has("delivery")),
     ("run-task-entrypoint", _has("delivery")),
     ("task-last-error", _has("delivery")),
-    ("message-outbox", _has("outbox_api")),
+    ("message-outbox", _outbox),
     ("llm-extra-body", _always),
     ("error-cause", _always),
     ("schema-self-check", _always),
     ("worker-run-task", _has("delivery")),
-    ("llm-credentials", _has("credentials")),
+    ("llm-credentials", _credentials),
     ("gzip-request-body", _always),
     ("client-state-ttl", _has("client_state_ttl")),
-    ("client-state-delete", _has("client_state")),
-    ("client-state-namespaces", _has("client_state")),
-    ("client-state-delete-namespace", _has("client_state")),
-    ("llm-credentials-delete-prefix", _has("credentials")),
-    ("outbox-delete", _has("outbox_api")),
+    ("client-state-delete", _client_state),
+    ("client-state-namespaces", _client_state),
+    ("client-state-delete-namespace", _client_state),
+    ("llm-credentials-delete-prefix", _store("credentials", "delete_prefix")),
+    ("outbox-delete", _store("outbox", "delete")),
     ("llm-permanent-errors", _has("delivery")),
     ("redeliver-committed-batch", _has("delivery")),
     ("max-delivery-retries", _has("delivery")),

@@ -56,8 +56,8 @@ CATALOGUE: dict[str, tuple[int, str]] = {
     "PUSH_SUBSCRIPTION_NOT_SUPPORTED": (501, "当前存储不支持推送订阅"),
     # llm credentials
     "LLM_CREDENTIALS_LOOKUP_FAILED": (503, "凭据读取失败，请稍后重试"),
-    "LLM_CREDENTIALS_LIMIT_EXCEEDED": (400, "凭据数量超过上限"),
-    "LLM_CREDENTIALS_NOT_SUPPORTED": (501, "当前存储不支持 LLM 凭据"),
+    "LLM_CREDENTIALS_LIMIT_EXCEEDED": (400, "单用户最多存 500 行凭据"),
+    "LLM_CREDENTIALS_NOT_SUPPORTED": (501, "当前数据库适配器不支持用户级 LLM 凭据存储"),
     "LLM_CREDENTIALS_PREFIX_DELETE_NOT_SUPPORTED": (501, "当前存储不支持按前缀删除凭据"),
     # client state
     "INVALID_STATE_ENTRIES": (400, "entries 必须是非空数组"),
@@ -69,13 +69,14 @@ CATALOGUE: dict[str, tuple[int, str]] = {
     "CLIENT_STATE_NAMESPACE_DELETE_NOT_SUPPORTED": (501, "当前数据库适配器不支持按命名空间删除 client_state"),
     "CLIENT_STATE_NAMESPACES_NOT_SUPPORTED": (501, "当前数据库适配器不支持按命名空间统计 client_state"),
     # outbox
-    "INVALID_OUTBOX_CURSOR": (400, "since 参数无效，必须为非负整数"),
-    "INVALID_OUTBOX_LIMIT": (400, "limit 参数无效，必须为正整数"),
-    "INVALID_OUTBOX_ACK": (400, "messageIds 必须是非空字符串数组"),
-    "TOO_MANY_OUTBOX_ACK_IDS": (400, "单次最多确认 200 条消息"),
+    "INVALID_OUTBOX_CURSOR": (400, "since 必须是非负整数（上一页响应里的 cursor）"),
+    "INVALID_OUTBOX_LIMIT": (400, "limit 必须是 1-100 的整数"),
+    "INVALID_OUTBOX_ACK": (400, "messageIds 必须是非空数组"),
+    "TOO_MANY_OUTBOX_ACK_IDS": (400, "单次最多 ack 200 条"),
     "INVALID_OUTBOX_DELETE": (400, "请提供 messageIds 数组或 all: true（二选一）"),
     "TOO_MANY_OUTBOX_DELETE_IDS": (400, "单次最多删除 200 条消息"),
-    "OUTBOX_NOT_SUPPORTED": (501, "当前存储不支持消息收件箱"),
+    "OUTBOX_NOT_SUPPORTED": (501, "当前数据库适配器不支持 message_outbox"),
+    "OUTBOX_DELETE_NOT_SUPPORTED": (501, "当前数据库适配器不支持删除 message_outbox 行"),
 }
 
 # Cloud-owner guard violations on ordinary endpoints answer 409 {code, message} (spec decision 3 / R12).

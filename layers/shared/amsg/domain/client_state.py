@@ -119,9 +119,7 @@ def validate_entry(
         )  # fmt: skip
     key = entry.get("key")
     if not isinstance(key, str) or not js_trim(key) or utf16_len(key) > MAX_KEY_CHARS:
-        return _reject(
-            entry, index, "INVALID_STATE_KEY", f"entries[{index}].key 必须是 1-{MAX_KEY_CHARS} 字符的字符串"
-        )
+        return _reject(entry, index, "INVALID_STATE_KEY", f"entries[{index}].key 必须是 1-{MAX_KEY_CHARS} 字符的字符串")
     if has_reserved_chars(key):
         return _reject(
             entry, index, "INVALID_STATE_KEY", f"entries[{index}].key 不能包含控制字符（\\u0000-\\u001f 为库内部保留）"

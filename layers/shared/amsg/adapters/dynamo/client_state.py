@@ -1,10 +1,431 @@
-"""client_state: the per-user cloud mirror of client state (api.md §3.11-§3.12, engine.md §7, D.4.7)."""
+"""client_state in DynamoDB: the per-user cloud mirror of client state (api.md §3.11-§3.12, engine.md §7,
+storage.md D.2, D.4.7, D.4.10, D.4.11, R10, R11).
+
+Items (all in the user's partition ``U#<uid>``):
+
+* root: ``S#<ns>\\x1f<keyPart>`` with ``ns``, ``key``, ``value`` (inline ciphertext) or ``blob_token`` +
+  ``blob_parts``, ``updated_at`` (the LWW guard, ms), ``rev``, ``ref_rows``/``ref_bytes`` (reference-equivalent
+  accounting), ``ret_pk = STNS#<ns>`` + ``ret_sk`` = zero-padded ``updated_at`` (GSI ``retention``, TTL sweeps);
+* value part: ``SC#<ns>\\x1f<keyPart>\\x1f<token>#<index:05d>`` with ``v``, a slice of the ciphertext text.
+
+``keyPart`` is the raw key while the UTF-8 bytes of namespace + key fit 900, else ``\\x1e`` + sha256(key): user
+namespaces and keys never contain U+0000–U+001F, so neither separator can occur in them.
+
+A value is one storage ciphertext (hex ``iv:tag:ct``, decision 13). Up to ``INLINE_CHARS`` it sits in the root;
+larger ones are cut by character offset into parts written *before* the root that references them under a fresh
+per-write token (D.4.11), so a reader never pairs a root with another write's parts; parts that are missing make
+the key read as absent. ``ref_rows``/``ref_bytes`` record what the reference would have stored (R11), which is what
+``deleted`` and the namespace ``byteSize`` report.
+
+Writes are read → decide → compare-and-set (D.4.7): consistent BatchGetItem of the touched roots, the reference's
+last-write-wins rule in memory, then one TransactWriteItems whose root Puts/Deletes are conditioned on the root as
+read (``rev`` + ``updated_at`` + blob token). A failed condition means a concurrent write landed in between: the
+part is re-read and re-decided, so a newer concurrent value is never overwritten by an older one. A request is cut
+into transactions of at most 100 actions and ~3.5 MB, by logical key (R10); if a later one fails,
+:class:`~amsg.errors.PartialWriteError` names the entries already committed.
+"""
 
 from __future__ import annotations
 
-from amsg.adapters.dynamo.table import DynamoTable
+import hashlib
+import math
+import secrets
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from decimal import Decimal
+from typing import Any
+
+from boto3.dynamodb.conditions import Key
+from botocore.exceptions import ClientError
+
+from amsg.adapters.dynamo import keys
+from amsg.adapters.dynamo.table import INLINE_CHARS, BlobRef, DynamoTable, TransactionCancelled, is_conditional_failure
+from amsg.domain.client_state import DAY_MS, reference_footprint
+from amsg.errors import PartialWriteError, StoreUnavailable
+from amsg.ports import NamespaceListing, NamespaceStats, StateRow, StateWrite, StateWriteResult
+
+SEP = "\x1f"
+HASHED_KEY_MARK = "\x1e"
+RAW_KEY_BUDGET_BYTES = 900
+ROOT_PREFIX = "S#"
+PART_PREFIX = "SC#"
+RETENTION_INDEX = "retention"
+TX_MAX_ACTIONS = 100
+TX_MAX_BYTES = 3_500_000  # DynamoDB allows 4 MB per transaction; keep a margin for names and overhead
+ITEM_OVERHEAD_BYTES = 1_024
+WRITE_ATTEMPTS = 8
+BATCH_GET_MAX_KEYS = 100
+MAX_NAMESPACE_BYTES = 4 * 128  # a valid namespace (128 UTF-16 units) never exceeds this many UTF-8 bytes
+
+
+def _int(value: Any, default: int = 0) -> int:
+    return int(value) if isinstance(value, int | Decimal) else default
+
+
+def key_part(namespace: str, key: str) -> str:
+    if len(namespace.encode("utf-8")) + len(key.encode("utf-8")) <= RAW_KEY_BUDGET_BYTES:
+        return key
+    return HASHED_KEY_MARK + hashlib.sha256(key.encode("utf-8")).hexdigest()
+
+
+def root_prefix(namespace: str) -> str:
+    return f"{ROOT_PREFIX}{namespace}{SEP}"
+
+
+def root_sk(namespace: str, key: str) -> str:
+    return root_prefix(namespace) + key_part(namespace, key)
+
+
+def namespace_parts_prefix(namespace: str) -> str:
+    return f"{PART_PREFIX}{namespace}{SEP}"
+
+
+def value_parts_prefix(namespace: str, key: str) -> str:
+    return namespace_parts_prefix(namespace) + key_part(namespace, key) + SEP
+
+
+def retention_pk(namespace: str) -> str:
+    return f"STNS#{namespace}"
+
+
+def pad_ms(ms: int) -> str:
+    return f"{max(0, ms):016d}"
+
+
+def _addressable(namespace: str) -> bool:
+    """A namespace longer than any valid one cannot have rows (and would overflow the 1 KB sort key)."""
+    return len(namespace.encode("utf-8")) <= MAX_NAMESPACE_BYTES
+
+
+@dataclass
+class _Group:
+    """All entries of one request that address the same (namespace, key), in request order."""
+
+    namespace: str
+    key: str
+    sk: str
+    indexes: list[int] = field(default_factory=list)
 
 
 class DynamoClientStateStore:
     def __init__(self, table: DynamoTable) -> None:
         self.t = table
+
+    # ---- write --------------------------------------------------------------------------------------------
+
+    def upsert(self, user_id: str, writes: list[StateWrite], *, now_ms: int) -> StateWriteResult:
+        """Last-write-wins batch (api.md §3.11): a write or delete applies iff its guard ≥ the stored one, or the
+        stored one is "from the future" (> now). Entries addressing the same key apply in request order."""
+        pk = keys.user_pk(user_id)
+        groups: dict[str, _Group] = {}
+        for index, write in enumerate(writes):
+            sk = root_sk(write.namespace, write.key)
+            groups.setdefault(sk, _Group(write.namespace, write.key, sk)).indexes.append(index)
+        outcomes: list[bool] = [False] * len(writes)
+        committed: list[int] = []
+        for part in self._plan_parts(list(groups.values()), writes):
+            try:
+                self._write_part(pk, part, writes, now_ms, outcomes)
+            except Exception as exc:
+                if committed:
+                    raise PartialWriteError(sorted(committed), exc) from exc
+                raise
+            committed.extend(i for group in part for i in group.indexes)
+        result = StateWriteResult(outcomes=outcomes)
+        for write, applied in zip(writes, outcomes, strict=True):
+            if not applied:
+                result.skipped += 1
+                result.skipped_entries.append({"namespace": write.namespace, "key": write.key})
+            elif write.value is None:
+                result.deleted += 1
+            else:
+                result.upserted += 1
+        return result
+
+    def _plan_parts(self, groups: list[_Group], writes: list[StateWrite]) -> list[list[_Group]]:
+        """Transactions of ≤ 100 actions (one per key) and ≤ ~3.5 MB, never splitting a key's entries."""
+        parts: list[list[_Group]] = []
+        current: list[_Group] = []
+        size = 0
+        for group in groups:
+            inline = [len(writes[i].value or "") for i in group.indexes if len(writes[i].value or "") <= INLINE_CHARS]
+            estimate = ITEM_OVERHEAD_BYTES + 3 * len(group.sk.encode("utf-8")) + max(inline, default=0)
+            if current and (len(current) >= TX_MAX_ACTIONS or size + estimate > TX_MAX_BYTES):
+                parts.append(current)
+                current, size = [], 0
+            current.append(group)
+            size += estimate
+        if current:
+            parts.append(current)
+        return parts
+
+    def _write_part(
+        self, pk: str, part: list[_Group], writes: list[StateWrite], now_ms: int, outcomes: list[bool]
+    ) -> None:
+        new_blobs: dict[int, BlobRef] = {}  # write index -> parts written for it (reused across attempts)
+        kept: set[str] = set()
+        try:
+            for attempt in range(WRITE_ATTEMPTS):
+                stored = self._read_roots(pk, [group.sk for group in part])
+                actions: list[dict[str, Any]] = []
+                replaced: list[tuple[_Group, str]] = []  # (key, blob token) superseded if this attempt commits
+                used: set[str] = set()
+                decided: dict[int, bool] = {}
+                for group in part:
+                    current = stored.get(group.sk)
+                    state: int | None = _int(current.get("updated_at")) if current else None
+                    final: int | None = None
+                    for index in group.indexes:
+                        write = writes[index]
+                        wins = state is None or state <= write.guard or state > now_ms
+                        decided[index] = wins
+                        if wins:
+                            final = index
+                            state = write.guard if write.value is not None else None
+                    if final is None:
+                        continue  # every entry lost: the consistent read is the linearization point
+                    write = writes[final]
+                    if write.value is None:
+                        if current is None:
+                            continue  # deleting an absent key: nothing to do, counts as deleted
+                        actions.append({"Delete": {"Key": {"PK": pk, "SK": group.sk}, **_cas(current)}})
+                    else:
+                        blob = self._blob_for(pk, group, final, write, new_blobs)
+                        if blob is not None:
+                            used.add(blob.token)
+                        item = self._root_item(pk, group, write, current, blob)
+                        actions.append({"Put": {"Item": item, **_cas(current)}})
+                    if current is not None and current.get("blob_token"):
+                        replaced.append((group, str(current["blob_token"])))
+                if actions:
+                    try:
+                        self.t.transact(actions)
+                    except TransactionCancelled as exc:
+                        if "ConditionalCheckFailed" in exc.reasons and attempt < WRITE_ATTEMPTS - 1:
+                            time.sleep(min(0.2, 0.01 * 2**attempt) * (0.5 + secrets.randbelow(100) / 100))
+                            continue  # a concurrent write changed a root since the read: decide again
+                        if "ConditionalCheckFailed" in exc.reasons:
+                            raise StoreUnavailable("client state write kept conflicting") from exc
+                        raise
+                kept = used
+                for index, wins in decided.items():
+                    outcomes[index] = wins
+                for group, token in replaced:
+                    self._delete_parts(pk, group.namespace, group.key, token)
+                return
+        finally:
+            for index, blob in new_blobs.items():
+                if blob.token not in kept:
+                    write = writes[index]
+                    self._delete_parts(pk, write.namespace, write.key, blob.token)
+
+    def _blob_for(
+        self, pk: str, group: _Group, index: int, write: StateWrite, new_blobs: dict[int, BlobRef]
+    ) -> BlobRef | None:
+        assert write.value is not None
+        if len(write.value) <= INLINE_CHARS:
+            return None
+        if index not in new_blobs:
+            new_blobs[index] = self.t.write_blob(pk, value_parts_prefix(group.namespace, group.key), write.value)
+        return new_blobs[index]
+
+    def _root_item(
+        self, pk: str, group: _Group, write: StateWrite, current: dict[str, Any] | None, blob: BlobRef | None
+    ) -> dict[str, Any]:
+        rows, size = reference_footprint(write.plain_bytes)
+        item: dict[str, Any] = {
+            "PK": pk,
+            "SK": group.sk,
+            "ns": group.namespace,
+            "key": group.key,
+            "updated_at": write.guard,
+            "rev": _int(current.get("rev")) + 1 if current else 1,
+            "ref_rows": rows,
+            "ref_bytes": size,
+            "ret_pk": retention_pk(group.namespace),
+            "ret_sk": pad_ms(write.guard),
+        }
+        if blob is None:
+            item["value"] = write.value
+        else:
+            item["blob_token"] = blob.token
+            item["blob_parts"] = blob.parts
+        return item
+
+    def _read_roots(self, pk: str, sks: list[str]) -> dict[str, dict[str, Any]]:
+        """Consistent BatchGetItem of the roots (≤ 100 keys per request, unprocessed keys retried)."""
+        found: dict[str, dict[str, Any]] = {}
+        for start in range(0, len(sks), BATCH_GET_MAX_KEYS):
+            request: dict[str, Any] = {
+                self.t.name: {
+                    "Keys": [{"PK": pk, "SK": sk} for sk in sks[start : start + BATCH_GET_MAX_KEYS]],
+                    "ConsistentRead": True,
+                    "ProjectionExpression": "#sk, #ua, #rev, #bt",
+                    "ExpressionAttributeNames": {"#sk": "SK", "#ua": "updated_at", "#rev": "rev", "#bt": "blob_token"},
+                }
+            }
+            for attempt in range(20):
+                response = self.t.resource.batch_get_item(RequestItems=request)
+                for item in response.get("Responses", {}).get(self.t.name, []):
+                    found[item["SK"]] = item
+                request = response.get("UnprocessedKeys") or {}
+                if not request:
+                    break
+                time.sleep(min(0.5, 0.02 * 2**attempt))
+            else:
+                raise StoreUnavailable("client state read throttled")
+        return found
+
+    # ---- read ---------------------------------------------------------------------------------------------
+
+    def get_namespace(self, user_id: str, namespace: str) -> list[StateRow]:
+        if not _addressable(namespace):
+            return []
+        pk = keys.user_pk(user_id)
+        rows: list[StateRow] = []
+        for item in self.t.query_prefix(pk, root_prefix(namespace)):
+            value = self._value_of(pk, item)
+            if value is None:
+                latest = self.t.get({"PK": pk, "SK": item["SK"]})  # replaced while we read it? one re-read
+                value = self._value_of(pk, latest) if latest else None
+                item = latest or item
+            if value is not None:
+                rows.append(StateRow(namespace, item["key"], value, _int(item.get("updated_at"))))
+        rows.sort(key=lambda row: row.key)  # code point order == UTF-8 byte order (the reference's BINARY collation)
+        return rows
+
+    def _value_of(self, pk: str, item: dict[str, Any]) -> str | None:
+        if isinstance(item.get("value"), str):
+            return item["value"]
+        token = item.get("blob_token")
+        if not token:
+            return None
+        ref = BlobRef(str(token), _int(item.get("blob_parts")))
+        return self.t.read_blob(pk, value_parts_prefix(item["ns"], item["key"]), ref)
+
+    def list_namespaces(self, user_id: str, limit: int) -> NamespaceListing:
+        """Per namespace: entries (roots), reference-equivalent stored bytes, newest ``updated_at``; sorted by
+        namespace, then cut to ``limit`` (``truncated`` when more exist)."""
+        stats: dict[str, list[int]] = {}
+        for item in self.t.query_prefix(
+            keys.user_pk(user_id),
+            ROOT_PREFIX,
+            ProjectionExpression="#ns, #ua, #rr, #rb",
+            ExpressionAttributeNames={"#ns": "ns", "#ua": "updated_at", "#rr": "ref_rows", "#rb": "ref_bytes"},
+        ):
+            entry = stats.setdefault(str(item["ns"]), [0, 0, 0])
+            entry[0] += 1
+            entry[1] += _int(item.get("ref_bytes"))
+            entry[2] = max(entry[2], _int(item.get("updated_at")))
+        ordered = sorted(stats)
+        return NamespaceListing(
+            namespaces=[NamespaceStats(ns, *stats[ns]) for ns in ordered[:limit]],
+            truncated=len(ordered) > limit,
+        )
+
+    # ---- delete -------------------------------------------------------------------------------------------
+
+    def delete_all(self, user_id: str) -> int:
+        """Every root and part of the user (BatchWriteItem: not atomic, idempotent — storage.md D.3)."""
+        pk = keys.user_pk(user_id)
+        doomed: list[dict[str, str]] = []
+        count = 0
+        for item in self.t.query_prefix(pk, ROOT_PREFIX, **_KEYS_AND_ROWS):
+            doomed.append({"PK": item["PK"], "SK": item["SK"]})
+            count += _int(item.get("ref_rows"), 1)
+        for item in self.t.query_prefix(pk, PART_PREFIX, ProjectionExpression="PK, SK"):
+            doomed.append({"PK": item["PK"], "SK": item["SK"]})
+        if doomed:
+            self.t.batch_delete(doomed)
+        return count
+
+    def delete_namespace(self, user_id: str, namespace: str) -> int:
+        """One namespace with its parts: roots first, then parts, in transactions of ≤ 100 deletes. Atomic up to
+        100 items; beyond that each transaction is atomic on its own (the reference's single transaction cannot
+        be had — R10, documented)."""
+        if not _addressable(namespace):
+            return 0
+        pk = keys.user_pk(user_id)
+        doomed: list[dict[str, str]] = []
+        count = 0
+        for item in self.t.query_prefix(pk, root_prefix(namespace), **_KEYS_AND_ROWS):
+            doomed.append({"PK": item["PK"], "SK": item["SK"]})
+            count += _int(item.get("ref_rows"), 1)
+        for item in self.t.query_prefix(pk, namespace_parts_prefix(namespace), ProjectionExpression="PK, SK"):
+            doomed.append({"PK": item["PK"], "SK": item["SK"]})
+        for start in range(0, len(doomed), TX_MAX_ACTIONS):
+            self.t.transact([{"Delete": {"Key": key}} for key in doomed[start : start + TX_MAX_ACTIONS]])
+        return count
+
+    def cleanup_expired(self, ttl_days: Mapping[str, float], now_ms: int, *, limit: int = 100) -> int:
+        """TTL housekeeping (api.md §3.11, engine.md §2.17, D.4.10): delete entries of the configured namespaces
+        (all users) whose stored ``updatedAt`` is older than ``now − days``; at most ``limit`` keys per call."""
+        deleted = 0
+        budget = limit
+        for namespace, days in ttl_days.items():
+            if budget <= 0:
+                break
+            if isinstance(days, bool) or not isinstance(days, int | float) or not math.isfinite(days) or days <= 0:
+                continue
+            before = math.ceil(now_ms - days * DAY_MS)  # updated_at < now - days·86 400 000
+            if before <= 0 or not _addressable(namespace):
+                continue
+            page = self.t.table.query(
+                IndexName=RETENTION_INDEX,
+                KeyConditionExpression=Key("ret_pk").eq(retention_pk(namespace)) & Key("ret_sk").lt(pad_ms(before)),
+                Limit=budget,
+            )
+            for hit in page.get("Items", []):
+                budget -= 1
+                deleted += self._expire_root(hit["PK"], hit["SK"], before)
+        return deleted
+
+    def _expire_root(self, pk: str, sk: str, before: int) -> int:
+        try:
+            response = self.t.table.delete_item(
+                Key={"PK": pk, "SK": sk},
+                ConditionExpression="#ua < :before",
+                ExpressionAttributeNames={"#ua": "updated_at"},
+                ExpressionAttributeValues={":before": before},
+                ReturnValues="ALL_OLD",
+            )
+        except ClientError as exc:
+            if is_conditional_failure(exc):
+                return 0  # rewritten since the index was read
+            raise
+        old = response.get("Attributes") or {}
+        if old.get("blob_token"):
+            self._delete_parts(pk, str(old["ns"]), str(old["key"]), str(old["blob_token"]))
+        return _int(old.get("ref_rows"), 1)
+
+    def _delete_parts(self, pk: str, namespace: str, key: str, token: str) -> None:
+        """Best effort: leftover parts are unreferenced (never read) and go with the next namespace delete."""
+        try:
+            self.t.delete_blob(pk, value_parts_prefix(namespace, key), token)
+        except Exception:  # garbage collection must not fail a committed write
+            from amsg.observability import logger
+
+            logger.warning("client state parts cleanup failed", extra={"parts": "left unreferenced"})
+
+
+_KEYS_AND_ROWS: dict[str, Any] = {
+    "ProjectionExpression": "PK, SK, #rr",
+    "ExpressionAttributeNames": {"#rr": "ref_rows"},
+}
+
+
+def _cas(current: dict[str, Any] | None) -> dict[str, Any]:
+    """The root must still be exactly as read: absent, or same ``rev``, ``updated_at`` and blob token (a root
+    deleted and re-created in between restarts ``rev``; the other two make that ABA case visible too)."""
+    if current is None:
+        return {"ConditionExpression": "attribute_not_exists(SK)"}
+    names = {"#rev": "rev", "#ua": "updated_at", "#bt": "blob_token"}
+    values: dict[str, Any] = {":rev": _int(current.get("rev")), ":ua": _int(current.get("updated_at"))}
+    condition = "#rev = :rev AND #ua = :ua AND "
+    if current.get("blob_token"):
+        condition += "#bt = :bt"
+        values[":bt"] = current["blob_token"]
+    else:
+        condition += "attribute_not_exists(#bt)"
+    return {"ConditionExpression": condition, "ExpressionAttributeNames": names, "ExpressionAttributeValues": values}

@@ -16,8 +16,6 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from botocore.exceptions import ClientError
-
 from amsg.adapters.dynamo import keys
 from amsg.adapters.dynamo.table import DynamoTable
 from amsg.ports import CredentialWrite
@@ -141,10 +139,7 @@ class DynamoCredentialStore:
                 }
             }
             while request:
-                try:
-                    response = self.t.resource.batch_get_item(RequestItems=request)
-                except ClientError:
-                    raise
+                response = self.t.resource.batch_get_item(RequestItems=request)
                 found.extend(response.get("Responses", {}).get(self.t.name, []))
                 request = response.get("UnprocessedKeys") or {}
         return found

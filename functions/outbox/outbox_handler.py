@@ -1,0 +1,23 @@
+"""GET /outbox, DELETE /outbox (served at / and under /api/v1/)."""
+
+from amsg.api.outbox import delete_outbox, list_outbox
+from amsg.http.lambda_app import http_app, serve
+from amsg.observability import logger
+from aws_lambda_powertools.logging import correlation_paths
+
+app = http_app()
+
+
+@app.get("/outbox")
+def get_route():
+    return serve(app, list_outbox)
+
+
+@app.delete("/outbox")
+def delete_route():
+    return serve(app, delete_outbox)
+
+
+@logger.inject_lambda_context(correlation_id_path=correlation_paths.API_GATEWAY_HTTP)
+def handler(event, context):
+    return app.resolve(event, context)

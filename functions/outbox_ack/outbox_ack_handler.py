@@ -1,0 +1,18 @@
+"""POST /outbox/ack (served at / and under /api/v1/)."""
+
+from amsg.api.outbox import ack_outbox
+from amsg.http.lambda_app import http_app, serve
+from amsg.observability import logger
+from aws_lambda_powertools.logging import correlation_paths
+
+app = http_app()
+
+
+@app.post("/outbox/ack")
+def post_route():
+    return serve(app, ack_outbox)
+
+
+@logger.inject_lambda_context(correlation_id_path=correlation_paths.API_GATEWAY_HTTP)
+def handler(event, context):
+    return app.resolve(event, context)

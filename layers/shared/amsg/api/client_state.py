@@ -1,0 +1,130 @@
+"""``PUT|GET|DELETE /client-state``: the per-user cloud mirror of client state (api.md §3.11, engine.md §7).
+
+Check order (api.md §2.10): PUT = auth → ``X-Payload-Encrypted`` → ``X-User-Id`` → ``X-Encryption-Version`` →
+envelope → decrypt → object → entries → per-entry validation → store support (501) → write. GET/DELETE =
+auth → ``X-User-Id`` → query → store support → operation.
+
+Size: a value may be 5 MiB (``STATE_VALUE_TOO_LARGE`` above), but one request must fit Lambda's 6 MB invocation
+payload, so the body cap ``MAX_RAW_BODY_BYTES`` (4 000 000 raw bytes, 413 ``REQUEST_BODY_TOO_LARGE``, enforced
+before this module runs) bounds what one uncompressed PUT can carry: 2 999 859 UTF-8 bytes for a single entry
+with one-character namespace and key (decision 13; see the README).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from amsg.context import AppContext
+from amsg.domain.client_state import (
+    DEFAULT_MAX_STATE_VALUE_BYTES,
+    MAX_STATE_ENTRIES,
+    StateEntry,
+    has_reserved_chars,
+    read_namespace,
+    validate_entry,
+    well_formed,
+    write_entries,
+)
+from amsg.domain.jsvalues import js_trim
+from amsg.errors import CloudGuardError, PartialWriteError, api_error
+from amsg.http.gates import (
+    decrypt_request_object,
+    require_encryption_version,
+    require_payload_encrypted,
+    require_user_id,
+)
+from amsg.http.request import ApiRequest
+from amsg.http.responses import ApiResponse, encrypted, internal_error, ok
+from amsg.observability import logger
+
+from .common import authenticate
+
+
+def put_client_state(request: ApiRequest, ctx: AppContext) -> ApiResponse:
+    authenticate(request, ctx)
+    require_payload_encrypted(request)
+    user_id = require_user_id(request)
+    require_encryption_version(request)
+    user_key = ctx.user_key(user_id)
+    body = decrypt_request_object(request, user_key)
+
+    entries = body.get("entries")
+    if not isinstance(entries, list) or not entries:
+        raise api_error("INVALID_STATE_ENTRIES")
+    if len(entries) > MAX_STATE_ENTRIES:
+        raise api_error("TOO_MANY_STATE_ENTRIES", f"单次最多 {MAX_STATE_ENTRIES} 条", {"count": len(entries)})
+
+    accepted: list[StateEntry] = []
+    rejected: list[dict[str, Any]] = []
+    for index, raw in enumerate(entries):
+        checked = validate_entry(raw, index, DEFAULT_MAX_STATE_VALUE_BYTES)
+        if isinstance(checked, StateEntry):
+            accepted.append(checked)
+        else:
+            rejected.append(checked)
+
+    store = ctx.client_state
+    if store is None:
+        raise api_error("CLIENT_STATE_NOT_SUPPORTED")
+    try:
+        result = write_entries(store, user_id, user_key, accepted, ctx.now_ms())
+    except PartialWriteError as exc:
+        return _partial_failure(exc)
+
+    data: dict[str, Any] = {"upserted": result.upserted, "skipped": result.skipped}
+    if result.deleted > 0:
+        data["deleted"] = result.deleted
+    if result.skipped_entries:
+        data["skippedEntries"] = result.skipped_entries
+    if rejected:
+        data["rejected"] = rejected
+    return ok(data)
+
+
+def _partial_failure(exc: PartialWriteError) -> ApiResponse:
+    """The failing transaction's status, plus which entries did commit (R10)."""
+    applied = {"appliedEntries": exc.applied}
+    cause = exc.cause
+    if isinstance(cause, CloudGuardError):  # decision 3 / R12
+        error = {"code": cause.code, "message": str(cause), "details": applied}
+        return ApiResponse(409, {"success": False, "error": error})
+    logger.warning("client state write partially applied", extra={"applied": len(exc.applied)})
+    response = internal_error(cause, "request")
+    response.body["error"]["details"] = applied
+    return response
+
+
+def get_client_state(request: ApiRequest, ctx: AppContext) -> ApiResponse:
+    authenticate(request, ctx)
+    user_id = require_user_id(request)
+    namespace = request.param("namespace") or ""
+    if not js_trim(namespace):
+        raise api_error("NAMESPACE_REQUIRED")
+    if has_reserved_chars(namespace):
+        raise api_error("INVALID_STATE_NAMESPACE")
+    store = ctx.client_state
+    if store is None:
+        raise api_error("CLIENT_STATE_NOT_SUPPORTED")
+    namespace = well_formed(namespace)
+    user_key = ctx.user_key(user_id)
+    entries = read_namespace(store, user_id, user_key, namespace)
+    return encrypted({"namespace": namespace, "entries": entries}, user_key)
+
+
+def delete_client_state(request: ApiRequest, ctx: AppContext) -> ApiResponse:
+    authenticate(request, ctx)
+    user_id = require_user_id(request)
+    namespace = request.param("namespace")
+    store = ctx.client_state
+    if namespace is None:
+        if store is None:
+            raise api_error("CLIENT_STATE_NOT_SUPPORTED")
+        return ok({"deleted": store.delete_all(user_id)})
+    if not js_trim(namespace):
+        raise api_error("INVALID_STATE_NAMESPACE", "namespace 传了就不能是空的（不带 namespace 参数才是整表全清）")
+    if has_reserved_chars(namespace):
+        raise api_error("INVALID_STATE_NAMESPACE")
+    if store is None:
+        raise api_error("CLIENT_STATE_NAMESPACE_DELETE_NOT_SUPPORTED")
+    namespace = well_formed(namespace)
+    return ok({"deleted": store.delete_namespace(user_id, namespace), "namespace": namespace})
