@@ -9,7 +9,6 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-
 from amsg_local.cli import LocalStack, start_local_stack
 
 pytestmark = pytest.mark.e2e

@@ -25,7 +25,7 @@ from amsg_local.dynamodb_local import DynamoDBLocalUnavailable, start_dynamodb_l
 
 def _unavailable(reason: str) -> None:
     message = f"DynamoDB Local unavailable: {reason} (scripts/install-dynamodb-local fetches it; it needs java)"
-    if os.environ.get("CI"):
+    if os.environ.get("CI", "").strip().lower() not in ("", "0", "false", "no"):
         pytest.fail(message, pytrace=False)
     pytest.skip(message)
 

@@ -184,12 +184,13 @@ def process_occurrence(ctx: AppContext, row: TaskRow, payload: dict[str, Any], u
             raise Cancelled("cancelled_mid_delivery")
         if index:
             env.sleep(env.pacing_ms / 1000)
-        _send_one(ctx, row, entry.push, subscription, env)
-        outcome.pushed += 1
+        if _send_one(ctx, row, entry.push, subscription, env):
+            outcome.pushed += 1
     return outcome
 
 
-def _send_one(ctx: AppContext, row: TaskRow, push: dict[str, Any], subscription: dict, env: DeliveryEnv) -> None:
+def _send_one(ctx: AppContext, row: TaskRow, push: dict[str, Any], subscription: dict, env: DeliveryEnv) -> bool:
+    """Claim the row, push it, mark it delivered. False when another run already claimed it."""
     message_id = push["messageId"]
     now = ctx.now_ms()
     claimed = ctx.tasks.claim_push(row.user_id, row.uuid, row.claim_version, message_id, iso_from_ms(now))
@@ -197,7 +198,7 @@ def _send_one(ctx: AppContext, row: TaskRow, push: dict[str, Any], subscription:
         current = ctx.tasks.get_task(row.user_id, row.uuid)
         if current is None or current.claim_version != row.claim_version or current.status != "pending":
             raise Cancelled("cancelled_mid_delivery")
-        return  # another run already claimed this row for sending: never push it twice
+        return False  # another run already claimed this row for sending: never push it twice
     assert env.push_sender is not None
     try:
         env.push_sender.send(subscription, encode_push(push))
@@ -205,6 +206,7 @@ def _send_one(ctx: AppContext, row: TaskRow, push: dict[str, Any], subscription:
         ctx.tasks.release_push(row.user_id, message_id)
         raise
     ctx.outbox.mark_delivered(row.user_id, [message_id], ctx.now_ms())
+    return True
 
 
 def _generate(

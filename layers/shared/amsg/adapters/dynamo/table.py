@@ -8,6 +8,7 @@ and a crashed writer leaves only unreferenced parts (spec storage.md D.4.11).
 from __future__ import annotations
 
 import secrets
+import threading
 import time
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
@@ -50,23 +51,32 @@ class DynamoTable:
         self.name = table_name
         self._endpoint_url = endpoint_url
         self._region = region
-        self._resource: Any = None
-        self._table: Any = None
+        # boto3 resources are not thread-safe and the lease heartbeat runs in a thread: one resource per
+        # thread, created under a lock from one shared session (which caches the loaded service model)
+        self._local = threading.local()
+        self._session: Any = None
+        self._lock = threading.Lock()
 
     @property
     def resource(self) -> Any:
-        if self._resource is None:
+        resource = getattr(self._local, "resource", None)
+        if resource is None:
             config = Config(retries={"mode": "standard", "max_attempts": 6}, connect_timeout=3, read_timeout=10)
-            self._resource = boto3.resource(
-                "dynamodb", endpoint_url=self._endpoint_url, region_name=self._region, config=config
-            )
-        return self._resource
+            with self._lock:
+                if self._session is None:
+                    self._session = boto3.session.Session()
+                resource = self._session.resource(
+                    "dynamodb", endpoint_url=self._endpoint_url, region_name=self._region, config=config
+                )
+            self._local.resource = resource
+            self._local.table = resource.Table(self.name)
+        return resource
 
     @property
     def table(self) -> Any:
-        if self._table is None:
-            self._table = self.resource.Table(self.name)
-        return self._table
+        if getattr(self._local, "table", None) is None:
+            _ = self.resource
+        return self._local.table
 
     @property
     def client(self) -> Any:
@@ -118,7 +128,7 @@ class DynamoTable:
                 raw = exc.response.get("CancellationReasons") or []
                 reasons = [str(r.get("Code", "None")) for r in raw]
                 if any(r in RETRYABLE_CANCELLATION for r in reasons) and attempt < TRANSACTION_RETRIES - 1:
-                    time.sleep(min(0.5, 0.02 * 2**attempt) * (0.5 + secrets.randbelow(100) / 100))
+                    backoff(attempt + 1, base_s=0.01, cap_s=0.5)
                     token = secrets.token_hex(16)
                     continue
                 raise TransactionCancelled(reasons, [r.get("Item") for r in raw]) from exc
@@ -158,6 +168,11 @@ class DynamoTable:
         ]
         if keys:
             self.batch_delete(keys)
+
+
+def backoff(attempt: int, *, base_s: float = 0.004, cap_s: float = 0.25) -> None:
+    """Full-jitter exponential back-off between optimistic-concurrency retries."""
+    time.sleep(secrets.randbelow(1000) / 1000 * min(cap_s, base_s * 2**attempt))
 
 
 def is_conditional_failure(exc: ClientError) -> bool:

@@ -16,12 +16,13 @@ from amsg.adapters.dynamo.table import (
     BlobRef,
     DynamoTable,
     TransactionCancelled,
+    backoff,
     is_conditional_failure,
 )
 from amsg.errors import StoreUnavailable, TaskUuidConflict
 from amsg.ports import KEEP, CreatedTask, DueCandidate, NewTask, Settlement, TaskRow
 
-CREATE_ATTEMPTS = 12
+CREATE_ATTEMPTS = 40
 
 
 def _int(value: Any, default: int = 0) -> int:
@@ -87,7 +88,9 @@ class DynamoTaskStore:
 
     def _create(self, task: NewTask, payload_attrs: dict[str, Any], supersedes_uuid: str | None) -> CreatedTask:
         counter_key = keys.counter_key(task.user_id, "task")
-        for _ in range(CREATE_ATTEMPTS):
+        for attempt in range(CREATE_ATTEMPTS):
+            if attempt:
+                backoff(attempt)
             counter = self.t.get(counter_key)
             current = _int(counter.get("n")) if counter else 0
             new_id = current + 1

@@ -1,0 +1,123 @@
+"""Exactly-once delivery under racing ticks, duplicate SQS deliveries and a consumer killed mid-delivery,
+decided by DynamoDB Local's conditional writes (moto cannot prove this: its conditions are not atomic)."""
+
+from __future__ import annotations
+
+import json
+import threading
+import uuid
+
+import pytest
+
+from amsg.crypto import compact_json, encrypt_for_storage
+from amsg.engine.runner import parse_task_message, run_message, run_tick
+from amsg.ports import NewTask
+from amsg.timeutil import iso_from_ms
+from tests.support.ddb_engine import T0_MS, Killed, MemoryQueue, RecordingPushSender, ddb_context, with_fakes
+
+pytestmark = pytest.mark.ddb_local
+DUE_ISO = iso_from_ms(T0_MS + 60_000)
+
+
+def seed(ctx, users: int, per_user: int, message: str, recurrence: str = "none") -> list[tuple[str, str]]:
+    tasks = []
+    for _ in range(users):
+        user = str(uuid.uuid4())
+        key = ctx.user_key(user)
+        ctx.subscriptions.put_push_subscription(
+            user, encrypt_for_storage(compact_json({"endpoint": "https://push.invalid/x", "keys": {}}), key), 1
+        )
+        for _ in range(per_user):
+            task_uuid = str(uuid.uuid4())
+            payload = {
+                "contactName": "Rei",
+                "messageType": "fixed",
+                "userMessage": message,
+                "recurrenceType": recurrence,
+                "metadata": {},
+            }
+            ctx.tasks.create_task(
+                NewTask(user, task_uuid, encrypt_for_storage(compact_json(payload), key), "fixed", DUE_ISO,
+                        iso_from_ms(T0_MS))
+            )
+            tasks.append((user, task_uuid))
+    return tasks
+
+
+def consume(ctx, queue: MemoryQueue, *, duplicate: bool, stop: threading.Event) -> None:
+    while not (stop.is_set() and queue.items.empty()):
+        try:
+            body = queue.items.get(timeout=0.05)
+        except Exception:
+            continue
+        message = parse_task_message(json.dumps(body))
+        run_message(ctx, message, remaining_ms=lambda: 100_000, owner=f"consumer:{threading.get_ident()}")
+        if duplicate:  # SQS is at-least-once: the same message again, maybe on another consumer
+            run_message(ctx, message, remaining_ms=lambda: 100_000, owner=f"dup:{threading.get_ident()}")
+
+
+def test_two_ticks_and_two_consumers_push_every_occurrence_exactly_once(ddb_local_endpoint, ddb_local_table):
+    ctx = ddb_context(ddb_local_endpoint, ddb_local_table)
+    sender, queue = RecordingPushSender(), MemoryQueue()
+    with_fakes(ctx, sender, queue)
+    tasks = seed(ctx, users=12, per_user=10, message="第一句。第二句！")
+    ctx.clock.current_ms = T0_MS + 61_000
+
+    stop = threading.Event()
+    consumers = [threading.Thread(target=consume, args=(ctx, queue), kwargs={"duplicate": True, "stop": stop})
+                 for _ in range(2)]
+    summaries: list[dict] = []
+    ticks = [threading.Thread(target=lambda: summaries.append(run_tick(ctx, owner=f"tick-{i}"))) for i in range(2)]
+    for thread in consumers + ticks:
+        thread.start()
+    for thread in ticks:
+        thread.join()
+    stop.set()
+    for thread in consumers:
+        thread.join()
+
+    counts = sender.counts()
+    assert len(counts) == 2 * len(tasks)
+    assert set(counts.values()) == {1}, [m for m, c in counts.items() if c > 1][:5]
+    assert sum(s["claimedTasks"] for s in summaries) == len(tasks)  # each task claimed by exactly one tick
+    assert all(ctx.tasks.find_task(task_uuid) is None for _, task_uuid in tasks)  # one-shots deleted
+
+
+@pytest.mark.parametrize("kill", ["before_send", "after_send"])
+def test_consumer_killed_mid_delivery_is_taken_over_without_duplicates(ddb_local_endpoint, ddb_local_table, kill):
+    ctx = ddb_context(ddb_local_endpoint, ddb_local_table)
+    sender, queue = RecordingPushSender(), MemoryQueue()
+    with_fakes(ctx, sender, queue)
+    ((user, task_uuid),) = seed(ctx, users=1, per_user=1, message="一。二。三。")
+    task_id = ctx.tasks.find_task(task_uuid).id
+    occurrence = T0_MS + 60_000
+    second = f"msg_task_{task_id}@{occurrence}_1"
+    (sender.kill_before if kill == "before_send" else sender.kill_after).add(second)
+
+    ctx.clock.current_ms = T0_MS + 61_000
+    assert run_tick(ctx)["enqueuedTasks"] == 1
+    message = parse_task_message(json.dumps(queue.items.get_nowait()))
+    with pytest.raises(Killed):
+        run_message(ctx, message, remaining_ms=lambda: 100_000, owner="doomed")
+
+    # the lease is still live: nobody can take the task over yet, and the stale message does nothing
+    assert run_tick(ctx)["claimedTasks"] == 0
+    ctx.clock.advance(ctx.settings.run_lease_ms + 1_000)
+    summary = run_tick(ctx)
+    assert summary["claimedTasks"] == 1
+    assert run_message(ctx, message, remaining_ms=lambda: 100_000, owner="late")["skipped"] == "claim_not_current"
+    takeover = parse_task_message(json.dumps(queue.items.get_nowait()))
+    result = run_message(ctx, takeover, remaining_ms=lambda: 100_000, owner="takeover")
+    assert result["successCount"] == 1
+    assert result["details"]["redeliveredTasks"] == [{"taskId": task_id, "pushedCount": 1}]
+
+    counts = sender.counts()
+    assert set(counts.values()) == {1}
+    expected = {f"{task_uuid}/msg_task_{task_id}@{occurrence}_0", f"{task_uuid}/msg_task_{task_id}@{occurrence}_2"}
+    if kill == "after_send":
+        expected.add(f"{task_uuid}/{second}")
+    assert set(counts) == expected
+    # nothing is lost: every segment stays in the outbox for the client to pull
+    rows = ctx.outbox.list_unacked(user, 0, 50, ctx.now_ms())
+    assert [row.message_id for row in rows] == [f"msg_task_{task_id}@{occurrence}_{i}" for i in range(3)]
+    assert ctx.tasks.find_task(task_uuid) is None
