@@ -43,10 +43,9 @@ def base_env(**overrides: str) -> dict[str, str]:
 def moto_table() -> Iterator[str]:
     """A table built from template.yaml inside moto's in-process mock."""
     import boto3
-    from moto import mock_aws
-
     from amsg_local.tables import create_tables_from_template
     from amsg_local.template import load_template
+    from moto import mock_aws
 
     with mock_aws():
         create_tables_from_template(boto3.client("dynamodb", region_name="us-east-1"), load_template(), TABLE)
@@ -92,10 +91,10 @@ def engine(moto_table, make_context):
     import types
 
     import boto3
-
     from amsg.vapid import generate_vapid_keys
     from amsg_local.tables import create_queue_from_template
     from amsg_local.template import load_template
+
     from tests.support.engine_harness import EngineHarness
     from tests.support.fake_llm import FakeLlmServer
     from tests.support.fake_push import FakePushService

@@ -1,7 +1,8 @@
 """SQS → deliver each claimed task; partial batch failures only for infrastructure errors (R5)."""
 
 from amsg import runtime
-from amsg.engine.runner import parse_task_message, run_message
+from amsg.engine.messages import parse_task_message
+from amsg.engine.runner import run_message
 from amsg.observability import logger, metrics
 from aws_lambda_powertools.utilities.batch import BatchProcessor, EventType, process_partial_response
 from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord

@@ -8,11 +8,12 @@ import threading
 import uuid
 
 import pytest
-
 from amsg.crypto import compact_json, encrypt_for_storage
-from amsg.engine.runner import parse_task_message, run_message, run_tick
+from amsg.engine.messages import parse_task_message
+from amsg.engine.runner import run_message, run_tick
 from amsg.ports import NewTask
 from amsg.timeutil import iso_from_ms
+
 from tests.support.ddb_engine import T0_MS, Killed, MemoryQueue, RecordingPushSender, ddb_context, with_fakes
 
 pytestmark = pytest.mark.ddb_local
@@ -37,8 +38,14 @@ def seed(ctx, users: int, per_user: int, message: str, recurrence: str = "none")
                 "metadata": {},
             }
             ctx.tasks.create_task(
-                NewTask(user, task_uuid, encrypt_for_storage(compact_json(payload), key), "fixed", DUE_ISO,
-                        iso_from_ms(T0_MS))
+                NewTask(
+                    user,
+                    task_uuid,
+                    encrypt_for_storage(compact_json(payload), key),
+                    "fixed",
+                    DUE_ISO,
+                    iso_from_ms(T0_MS),
+                )
             )
             tasks.append((user, task_uuid))
     return tasks
@@ -64,8 +71,9 @@ def test_two_ticks_and_two_consumers_push_every_occurrence_exactly_once(ddb_loca
     ctx.clock.current_ms = T0_MS + 61_000
 
     stop = threading.Event()
-    consumers = [threading.Thread(target=consume, args=(ctx, queue), kwargs={"duplicate": True, "stop": stop})
-                 for _ in range(2)]
+    consumers = [
+        threading.Thread(target=consume, args=(ctx, queue), kwargs={"duplicate": True, "stop": stop}) for _ in range(2)
+    ]
     summaries: list[dict] = []
     ticks = [threading.Thread(target=lambda: summaries.append(run_tick(ctx, owner=f"tick-{i}"))) for i in range(2)]
     for thread in consumers + ticks:

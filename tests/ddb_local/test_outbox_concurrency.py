@@ -14,8 +14,15 @@ from tests.support.ddb_engine import T0_MS, ddb_context
 pytestmark = pytest.mark.ddb_local
 
 
-def test_concurrent_appends_get_distinct_ids_and_paging_sees_each_once(ddb_local_endpoint, ddb_local_table):
-    ctx = ddb_context(ddb_local_endpoint, ddb_local_table)
+@pytest.fixture
+def ctx(ddb_local_endpoint, ddb_local_table, monkeypatch):
+    # ddb_context points boto3 at DynamoDB Local through the environment: undo that after the test so later
+    # moto-based tests do not talk to DynamoDB Local
+    monkeypatch.setenv("AWS_ENDPOINT_URL_DYNAMODB", ddb_local_endpoint)
+    return ddb_context(ddb_local_endpoint, ddb_local_table)
+
+
+def test_concurrent_appends_get_distinct_ids_and_paging_sees_each_once(ctx):
     user = str(uuid.uuid4())
     writers, per_writer = 5, 12
     barrier = threading.Barrier(writers + 1)

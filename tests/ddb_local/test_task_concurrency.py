@@ -7,9 +7,9 @@ import uuid
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
-
 from amsg.errors import TaskUuidConflict
 from amsg.ports import NewTask
+
 from tests.support.ddb_engine import ddb_context
 
 pytestmark = pytest.mark.ddb_local

@@ -111,7 +111,9 @@ def test_gzip_bodies_and_encoding_errors(ready):
     resp = ready.schedule(fixed(), gzip_body=True)
     assert resp.status == 201, resp.text
     enc = {"X-Payload-Encrypted": "true", "X-Encryption-Version": "1"}
-    resp = ready.request("POST", "/schedule-message", body=b"\x1f\x8bnot-gzip", headers={**enc, "Content-Encoding": "gzip"})
+    resp = ready.request(
+        "POST", "/schedule-message", body=b"\x1f\x8bnot-gzip", headers={**enc, "Content-Encoding": "gzip"}
+    )
     assert (resp.status, resp.code) == (400, "INVALID_CONTENT_ENCODING")
     resp = ready.request("POST", "/schedule-message", body=b"{}", headers={**enc, "Content-Encoding": "br"})
     assert (resp.status, resp.code) == (415, "UNSUPPORTED_CONTENT_ENCODING")
@@ -147,7 +149,10 @@ def test_routes_are_served_under_api_v1_too(ready):
     assert resp.status == 200 and resp.data["userKey"] == ready.user_key
     body = json.dumps(encrypt(fixed(), ready.user_key))
     resp = ready_v1.request(
-        "POST", "/api/v1/schedule-message", body=body, headers={"X-Payload-Encrypted": "true", "X-Encryption-Version": "1"}
+        "POST",
+        "/api/v1/schedule-message",
+        body=body,
+        headers={"X-Payload-Encrypted": "true", "X-Encryption-Version": "1"},
     )
     assert resp.status == 201
 
@@ -278,7 +283,9 @@ def test_large_payload_round_trips_across_items(ready):
 def test_list_filters_paginates_and_projects(ready):
     uuids = []
     for day in (3, 1, 2):
-        resp = ready.schedule(fixed(firstSendTime=f"2030-01-0{day}T00:00:00Z", metadata={"charId": f"c{day}", "amsgClientTaskId": "t"}))
+        resp = ready.schedule(
+            fixed(firstSendTime=f"2030-01-0{day}T00:00:00Z", metadata={"charId": f"c{day}", "amsgClientTaskId": "t"})
+        )
         uuids.append(resp.data["uuid"])
     listed = ready.list_messages(limit=2)
     assert listed.body["encrypted"] is True
@@ -287,8 +294,22 @@ def test_list_filters_paginates_and_projects(ready):
     assert data["pagination"] == {"total": 3, "limit": 2, "offset": 0, "hasMore": True}
     first = data["tasks"][0]
     assert list(first) == [
-        "id", "uuid", "contactName", "messageType", "messageSubtype", "nextSendAt", "recurrenceType", "tzId",
-        "status", "retryCount", "createdAt", "updatedAt", "charId", "clientTaskId", "credRefs", "lastError",
+        "id",
+        "uuid",
+        "contactName",
+        "messageType",
+        "messageSubtype",
+        "nextSendAt",
+        "recurrenceType",
+        "tzId",
+        "status",
+        "retryCount",
+        "createdAt",
+        "updatedAt",
+        "charId",
+        "clientTaskId",
+        "credRefs",
+        "lastError",
     ]
     assert first["charId"] == "c1" and first["clientTaskId"] == "t" and "metadata" not in first
     assert "apiKey" not in json.dumps(data)
@@ -313,8 +334,16 @@ def test_get_message_and_cancel(ready):
 def test_update_semantics(ready):
     created = ready.schedule(fixed(avatarUrl="https://a.example/1.png", tzId="Asia/Tokyo")).data
     uuid_ = created["uuid"]
-    resp = ready.update(uuid_, {"contactName": "Ai", "tzId": None, "avatarUrl": "data:xx", "unknown": 1,
-                                "nextSendAt": "2030-02-01T00:00:00+08:00"})
+    resp = ready.update(
+        uuid_,
+        {
+            "contactName": "Ai",
+            "tzId": None,
+            "avatarUrl": "data:xx",
+            "unknown": 1,
+            "nextSendAt": "2030-02-01T00:00:00+08:00",
+        },
+    )
     assert resp.status == 200, resp.text
     assert resp.data["updatedFields"] == ["contactName", "tzId", "nextSendAt"]
     task = ready.get_message(uuid_).data["task"]

@@ -339,7 +339,7 @@ def test_concurrent_newer_write_between_read_and_commit_is_never_lost(api, ctx, 
 
 
 def test_300kb_value_round_trips_byte_exact(api):
-    value = ("🐱 mixed ascii and 多字节 text \\ \" \n" * 20_000)[:240_000]
+    value = ('🐱 mixed ascii and 多字节 text \\ " \n' * 20_000)[:240_000]
     assert len(value.encode("utf-8")) > 204_800  # chunked by the reference, split across items here
     resp = api.put_client_state([entry("big", "k", value), entry("big", "small", "s")], compact=True)
     assert resp.data == {"upserted": 2, "skipped": 0}

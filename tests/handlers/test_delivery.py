@@ -15,7 +15,12 @@ FIRST_MS = T0_MS + 60_000
 
 
 def schedule(env, **fields):
-    payload = {"contactName": "Rei", "messageType": "fixed", "userMessage": "早上好。今天也要加油！", "firstSendTime": FIRST}
+    payload = {
+        "contactName": "Rei",
+        "messageType": "fixed",
+        "userMessage": "早上好。今天也要加油！",
+        "firstSendTime": FIRST,
+    }
     payload.update(fields)
     resp = env.api.schedule(payload)
     assert resp.status == 201, resp.text
@@ -135,8 +140,13 @@ def test_gone_subscription_is_a_permanent_failure(engine):
 def test_llm_auth_error_is_permanent_with_code(engine):
     engine.llm.reply_error(401, "Incorrect API key provided: sk-abcdefghijklmnopqrstuvwxyz")
     created = schedule(
-        engine, messageType="auto", userMessage=None, completePrompt="x", apiUrl=engine.llm.base_url,
-        apiKey="sk-abcdefghijklmnopqrstuvwxyz", primaryModel="m",
+        engine,
+        messageType="auto",
+        userMessage=None,
+        completePrompt="x",
+        apiUrl=engine.llm.base_url,
+        apiKey="sk-abcdefghijklmnopqrstuvwxyz",
+        primaryModel="m",
     )
     due(engine)
     engine.harness.tick_and_drain()
@@ -168,8 +178,9 @@ def test_recurring_daily_across_dst_keeps_wall_clock(engine):
 
     first = parse_iso_ms("2029-03-10T13:00:00.000Z")
     engine.ctx.clock.current_ms = first - 3_600_000
-    created = schedule(engine, firstSendTime="2029-03-10T13:00:00.000Z", recurrenceType="daily",
-                       tzId="america/new_york")
+    created = schedule(
+        engine, firstSendTime="2029-03-10T13:00:00.000Z", recurrenceType="daily", tzId="america/new_york"
+    )
     engine.ctx.clock.current_ms = first + 1000
     engine.harness.tick_and_drain()
     task = engine.api.get_message(created["uuid"]).data["task"]

@@ -364,3 +364,47 @@ def test_engine_methods(ctx, api):
     assert [r.message_id for r in ctx.outbox.list_for_task(api.user_id, TASK)] == ["t1", "t2"]
     assert [r.message_id for r in ctx.outbox.list_for_task(api.user_id, TASK + "#1")] == ["x1"]
     assert ctx.outbox.mark_delivered(api.user_id, ["nope"], T0_MS) == 0
+
+
+def test_expired_rows_do_not_shorten_a_page(ctx, api):
+    seed(ctx, api, [f"old{i}" for i in range(5)])
+    ctx.clock.advance(20 * DAY)
+    seed(ctx, api, ["y1", "y2", "y3"])
+    ctx.clock.advance(8 * DAY)  # the first five are past retention; TTL has not removed them yet
+    page = api.outbox(limit=2).data
+    assert ids_of(page["entries"]) == ["y1", "y2"] and page["cursor"] == 7 and page["hasMore"] is True
+    page = api.outbox(since=7, limit=2).data
+    assert ids_of(page["entries"]) == ["y3"] and page["hasMore"] is False
+
+
+def test_page_stops_before_the_response_size_limit(ctx, api, monkeypatch):
+    from amsg.api import outbox as outbox_api
+
+    monkeypatch.setattr(outbox_api, "MAX_PAGE_PLAINTEXT_BYTES", 3_000)
+    seed(ctx, api, ["a", "b", "c"], filler="z" * 1_000)
+    page = api.outbox().data
+    assert ids_of(page["entries"]) == ["a", "b"] and page["cursor"] == 2 and page["hasMore"] is True
+    page = api.outbox(since=2).data
+    assert ids_of(page["entries"]) == ["c"] and page["cursor"] == 3 and page["hasMore"] is False
+    monkeypatch.setattr(outbox_api, "MAX_PAGE_PLAINTEXT_BYTES", 10)
+    page = api.outbox().data
+    assert ids_of(page["entries"]) == ["a"]  # a page always carries at least one entry
+
+
+def test_claim_send_is_fenced_by_the_task_claim(ctx, api):
+    from amsg.ports import NewTask
+
+    task = NewTask(api.user_id, TASK, "00:00:00", "fixed", "2030-01-01T00:00:00.000Z", "2029-12-31T00:00:00.000Z")
+    ctx.tasks.create_task(task)
+    seed(ctx, api, ["p1", "p2"])
+    claim = dict(task_uuid=TASK, claim_version=0, now_ms=T0_MS)
+    assert ctx.outbox.claim_send(api.user_id, "p1", **claim) is True
+    assert ctx.outbox.claim_send(api.user_id, "p1", **claim) is False  # taken: never pushed twice
+    assert ctx.outbox.list_for_task(api.user_id, TASK)[0].sending_at == T0_MS
+    ctx.outbox.release_send(api.user_id, "p1")  # the push failed: a retry may send it
+    assert ctx.outbox.claim_send(api.user_id, "p1", **claim) is True
+    assert ctx.outbox.claim_send(api.user_id, "p2", **{**claim, "claim_version": 1}) is False  # claim moved on
+    assert ctx.outbox.claim_send(api.user_id, "nope", **claim) is False
+    ctx.outbox.mark_delivered(api.user_id, ["p2"], T0_MS)
+    assert ctx.outbox.claim_send(api.user_id, "p2", **claim) is False  # already delivered
+    ctx.outbox.release_send(api.user_id, "nope")  # no row: nothing happens

@@ -2,11 +2,21 @@ from tests.support.wire_client import dummy_subscription
 
 
 def test_fixed_task_round_trip(api):
-    assert api.schedule({"contactName": "Rei", "messageType": "fixed", "userMessage": "hi",
-                         "firstSendTime": "2030-01-01T00:00:00.000Z"}).code == "PUSH_SUBSCRIPTION_MISSING"
+    assert (
+        api.schedule(
+            {
+                "contactName": "Rei",
+                "messageType": "fixed",
+                "userMessage": "hi",
+                "firstSendTime": "2030-01-01T00:00:00.000Z",
+            }
+        ).code
+        == "PUSH_SUBSCRIPTION_MISSING"
+    )
     assert api.put_subscription(dummy_subscription()).status == 200
-    resp = api.schedule({"contactName": "Rei", "messageType": "fixed", "userMessage": "hi",
-                         "firstSendTime": "2030-01-01T00:00:00.000Z"})
+    resp = api.schedule(
+        {"contactName": "Rei", "messageType": "fixed", "userMessage": "hi", "firstSendTime": "2030-01-01T00:00:00.000Z"}
+    )
     assert resp.status == 201, resp.text
     uuid = resp.data["uuid"]
     assert resp.data["id"] == 1

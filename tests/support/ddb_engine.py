@@ -4,7 +4,6 @@ decided by DynamoDB's conditional writes alone (the thing under test)."""
 from __future__ import annotations
 
 import json
-import os
 import queue as queue_lib
 import threading
 from collections import Counter
@@ -62,8 +61,8 @@ class RecordingPushSender:
 
 
 def ddb_context(endpoint: str, table: str, **env_overrides: str):
-    os.environ["AWS_ENDPOINT_URL_DYNAMODB"] = endpoint
     env = {
+        "AWS_ENDPOINT_URL_DYNAMODB": endpoint,
         "AMSG_TABLE_NAME": table,
         "AMSG_MASTER_KEY": MASTER_KEY,
         "AMSG_VAPID_PUBLIC_KEY": "BPublic",

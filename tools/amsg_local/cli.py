@@ -242,6 +242,9 @@ def _reset_layer_runtime() -> None:
     use = getattr(runtime, "use", None)
     if callable(use):
         use(None)
+    clock = sys.modules.get("amsg.clock")
+    if clock is not None:
+        clock.SystemClock.offset_ms = 0  # undo any POST /_local/clock time travel
 
 
 def start_local_stack(

@@ -60,6 +60,7 @@ log = logging.getLogger("local_stack.gateway")
 API_PAYLOAD_LIMIT = 10 * 1024 * 1024  # HTTP API quota: 10 MB payload
 INTEGRATION_TIMEOUT_S = 30.0  # HTTP API: hard maximum integration timeout
 LOCAL_TICK_PATH = "/_local/tick"
+LOCAL_CLOCK_PATH = "/_local/clock"
 
 _TEXT_TYPES = {"application/json", "application/xml", "application/javascript"}
 _HOP_BY_HOP = {"connection", "keep-alive", "transfer-encoding", "content-length", "upgrade", "te", "trailer"}
@@ -213,6 +214,8 @@ class Gateway:
         raw_path = split.path or "/"
         if method == "POST" and raw_path == LOCAL_TICK_PATH:
             return self._with_cors(self._local_tick(), origin)
+        if method == "POST" and raw_path == LOCAL_CLOCK_PATH:
+            return self._with_cors(self._local_clock(body), origin)
         route, path_params = self.router.match(method, raw_path)
         if route is None:
             return self._with_cors(GatewayResponse.message(404, "Not Found"), origin)
@@ -349,6 +352,24 @@ class Gateway:
             if allowed != "*":
                 _merge_vary(response.headers, "origin")
         return response
+
+    def _local_clock(self, body: bytes) -> GatewayResponse:
+        """Local-only time travel: ``{"advanceMs": n}``, ``{"nowMs": n}`` or ``{"reset": true}``."""
+        from amsg.clock import SystemClock
+
+        try:
+            request = json.loads(body or b"{}")
+            if request.get("reset"):
+                SystemClock.offset_ms = 0
+            elif "nowMs" in request:
+                SystemClock.offset_ms = int(request["nowMs"]) - (SystemClock().now_ms() - SystemClock.offset_ms)
+            else:
+                SystemClock.offset_ms += int(request.get("advanceMs", 0))
+        except (ValueError, TypeError, AttributeError) as exc:
+            payload = {"success": False, "error": {"code": "INVALID_PARAMETERS", "message": str(exc)}}
+            return GatewayResponse(400, [("content-type", "application/json; charset=utf-8")], _json_body(payload))
+        payload = {"success": True, "nowMs": SystemClock().now_ms(), "offsetMs": SystemClock.offset_ms}
+        return GatewayResponse(200, [("content-type", "application/json; charset=utf-8")], _json_body(payload))
 
     def _local_tick(self) -> GatewayResponse:
         try:

@@ -9,8 +9,13 @@ from amsg.timeutil import iso_from_ms
 
 
 class SystemClock:
+    """Wall-clock time. ``offset_ms`` exists only for the local stack's ``POST /_local/clock`` (time travel
+    for trying recurrence, back-off and stale handling by hand); nothing on AWS ever sets it."""
+
+    offset_ms: int = 0
+
     def now_ms(self) -> int:
-        return time.time_ns() // 1_000_000
+        return time.time_ns() // 1_000_000 + SystemClock.offset_ms
 
 
 @dataclass

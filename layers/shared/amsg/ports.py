@@ -97,9 +97,7 @@ class TaskStore(Protocol):
 
     # ---- delivery engine (tick claims, run_task adopts; every write after a claim is fenced) ----------
 
-    def due_candidates(
-        self, shard: int, now_iso: str, limit: int, start: Any = None
-    ) -> tuple[list[DueCandidate], Any]:
+    def due_candidates(self, shard: int, now_iso: str, limit: int, start: Any = None) -> tuple[list[DueCandidate], Any]:
         """One page of the due index (eligible time <= now); returns (candidates, next page token or None)."""
         ...
 
@@ -118,12 +116,6 @@ class TaskStore(Protocol):
     def find_task(self, uuid: str) -> TaskRow | None:
         """Any user's task by uuid (runTask); uses the deployment-wide uuid registry."""
         ...
-
-    def claim_push(self, user_id: str, uuid: str, claim_version: int, message_id: str, now_iso: str) -> bool:
-        """Claim an outbox row for sending iff our task claim is still current (exactly-once pushes)."""
-        ...
-
-    def release_push(self, user_id: str, message_id: str) -> None: ...
 
     def delete_settled_before(self, cutoff_iso: str, *, shards: int, limit: int) -> int: ...
 

@@ -5,13 +5,13 @@ Tests and the local stack call :func:`use` to install a context of their own.
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Callable, Mapping
 
 from amsg.clock import SystemClock
 from amsg.config import ConfigError, Secrets, Settings
 from amsg.context import AppContext
+from amsg.domain.client_state import parse_ttl_config
 
 _current: AppContext | None = None
 
@@ -65,26 +65,8 @@ def settings_from_env(env: Mapping[str, str]) -> Settings:
         hooks_module=env.get("AMSG_HOOKS_MODULE") or None,
         push_pacing_ms=_int_env(env, "AMSG_PUSH_PACING_MS", 1500),
         push_timeout_ms=_int_env(env, "AMSG_PUSH_TIMEOUT_MS", 10_000),
-        client_state_ttl_days=_ttl_env(env),
+        client_state_ttl_days=parse_ttl_config(env.get("AMSG_CLIENT_STATE_TTL")),
     )
-
-
-def _ttl_env(env: Mapping[str, str]) -> dict[str, float]:
-    """``AMSG_CLIENT_STATE_TTL`` = JSON ``{namespace: days}`` (positive numbers only)."""
-    raw = env.get("AMSG_CLIENT_STATE_TTL", "").strip()
-    if not raw:
-        return {}
-    try:
-        value = json.loads(raw)
-    except ValueError:
-        raise ConfigError("AMSG_CLIENT_STATE_TTL must be a JSON object {namespace: days}") from None
-    if not isinstance(value, dict):
-        raise ConfigError("AMSG_CLIENT_STATE_TTL must be a JSON object {namespace: days}")
-    return {
-        str(ns): float(days)
-        for ns, days in value.items()
-        if isinstance(days, (int, float)) and not isinstance(days, bool) and days > 0
-    }
 
 
 def secrets_from_env(env: Mapping[str, str]) -> Secrets:
@@ -113,7 +95,9 @@ def build_context(env: Mapping[str, str]) -> AppContext:
     from amsg.adapters.dynamo.tasks import DynamoTaskStore
 
     settings = settings_from_env(env)
-    table = DynamoTable(settings.table_name)
+    # boto3 reads AWS_ENDPOINT_URL_DYNAMODB from the process environment by itself; an explicit value in the
+    # mapping wins (tests and tools build contexts for other endpoints without touching os.environ)
+    table = DynamoTable(settings.table_name, endpoint_url=env.get("AWS_ENDPOINT_URL_DYNAMODB") or None)
     secrets = secrets_from_env(env)
     context = AppContext(
         settings=settings,

@@ -39,7 +39,9 @@ def list_messages(request: ApiRequest, ctx: AppContext) -> ApiResponse:
     rows.sort(key=lambda row: (row.next_send_at, row.id))
     page = rows[offset : offset + limit]
     user_key = ctx.user_key(user_id)
-    tasks = [project_task(row, decrypt_payload(row.encrypted_payload, user_key), include_metadata=False) for row in page]
+    tasks = [
+        project_task(row, decrypt_payload(row.encrypted_payload, user_key), include_metadata=False) for row in page
+    ]
     total = len(rows)
     pagination = {"total": total, "limit": limit, "offset": offset, "hasMore": offset + limit < total}
     return encrypted({"tasks": tasks, "pagination": pagination}, user_key)

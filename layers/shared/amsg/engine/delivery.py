@@ -20,6 +20,7 @@ from typing import Any
 from amsg.api.common import StoredPayloadUnreadable, decrypt_payload
 from amsg.context import AppContext
 from amsg.crypto import DecryptError, compact_json, decrypt_from_storage, encrypt_for_storage
+from amsg.domain.credentials import make_credential_lookup
 from amsg.domain.failures import DeliveryFailure
 from amsg.domain.llm import build_llm_request, resolve_chat_credentials
 from amsg.domain.recurrence import plan_next_occurrence
@@ -32,7 +33,9 @@ from amsg.ports import LlmClient, PushSender, PushSendError, Settlement, TaskRow
 from amsg.timeutil import iso_from_ms, parse_iso_ms
 
 RETRY_STEP_MS = 120_000
-PERMANENT_CODES = frozenset({"PUSH_SUBSCRIPTION_MISSING", "PUSH_SUBSCRIPTION_STORE_UNSUPPORTED", "PUSH_PAYLOAD_TOO_LARGE"})
+PERMANENT_CODES = frozenset(
+    {"PUSH_SUBSCRIPTION_MISSING", "PUSH_SUBSCRIPTION_STORE_UNSUPPORTED", "PUSH_PAYLOAD_TOO_LARGE"}
+)
 PERMANENT_PUSH_STATUSES = frozenset({404, 410, 413})
 RECURRING = ("daily", "weekly")
 CANCELLED_REASON = "任务在投递期间被取消或顶替"
@@ -154,7 +157,9 @@ def settle_stale(
         written = ctx.tasks.settle(row.user_id, row.uuid, row.claim_version, settlement, iso_from_ms(now))
     except Exception as exc:
         summary.failed_count += 1
-        summary.failed.append({"taskId": row.id, "reason": sanitize_error_summary(str(exc)), "status": "stale_update_failed"})
+        summary.failed.append(
+            {"taskId": row.id, "reason": sanitize_error_summary(str(exc)), "status": "stale_update_failed"}
+        )
         return False
     if written:
         summary.stale.append(entry)
@@ -164,7 +169,9 @@ def settle_stale(
 # ---- processing (§5) ------------------------------------------------------------------------------------------
 
 
-def process_occurrence(ctx: AppContext, row: TaskRow, payload: dict[str, Any], user_key: str, env: DeliveryEnv) -> Outcome:
+def process_occurrence(
+    ctx: AppContext, row: TaskRow, payload: dict[str, Any], user_key: str, env: DeliveryEnv
+) -> Outcome:
     occurrence = Occurrence(row.id, row.uuid, parse_iso_ms(row.next_send_at))
     entries = _committed_batch(ctx, row, occurrence, user_key)
     outcome = Outcome(redelivered=entries is not None)
@@ -193,7 +200,9 @@ def _send_one(ctx: AppContext, row: TaskRow, push: dict[str, Any], subscription:
     """Claim the row, push it, mark it delivered. False when another run already claimed it."""
     message_id = push["messageId"]
     now = ctx.now_ms()
-    claimed = ctx.tasks.claim_push(row.user_id, row.uuid, row.claim_version, message_id, iso_from_ms(now))
+    claimed = ctx.outbox.claim_send(
+        row.user_id, message_id, task_uuid=row.uuid, claim_version=row.claim_version, now_ms=now
+    )
     if not claimed:
         current = ctx.tasks.get_task(row.user_id, row.uuid)
         if current is None or current.claim_version != row.claim_version or current.status != "pending":
@@ -203,7 +212,7 @@ def _send_one(ctx: AppContext, row: TaskRow, push: dict[str, Any], subscription:
     try:
         env.push_sender.send(subscription, encode_push(push))
     except Exception:
-        ctx.tasks.release_push(row.user_id, message_id)
+        ctx.outbox.release_send(row.user_id, message_id)
         raise
     ctx.outbox.mark_delivered(row.user_id, [message_id], ctx.now_ms())
     return True
@@ -219,7 +228,8 @@ def _generate(
         if not isinstance(content, str) or not content:
             raise DeliveryFailure("Invalid message configuration: no content source available")
     elif message_type in ("prompted", "auto", "instant"):
-        credentials = resolve_chat_credentials(payload, _credential_lookup(ctx, row.user_id))
+        lookup = make_credential_lookup(ctx.credentials, row.user_id, ctx.user_key(row.user_id))
+        credentials = resolve_chat_credentials(payload, lookup)
         has_prompt = bool(payload.get("completePrompt")) or (
             isinstance(payload.get("messages"), list) and bool(payload["messages"])
         )
@@ -242,25 +252,6 @@ def _generate(
     return pushes + content_pushes(payload, occurrence, segments, now)
 
 
-def _credential_lookup(ctx: AppContext, user_id: str) -> Callable[[str], dict | None] | None:
-    store = ctx.credentials
-    if store is None:
-        return None
-    user_key = ctx.user_key(user_id)
-
-    def lookup(cred_id: str) -> dict | None:
-        stored = store.get_values(user_id, [cred_id]).get(cred_id)
-        if not stored:
-            return None
-        try:
-            value = json.loads(decrypt_from_storage(stored, user_key))
-        except (DecryptError, ValueError):
-            return None  # undecryptable credential rows count as absent (§5.3)
-        return value if isinstance(value, dict) else None
-
-    return lookup
-
-
 def _append_batch(ctx: AppContext, row: TaskRow, pushes: list[dict[str, Any]], user_key: str) -> None:
     from amsg.ports import OutboxAppend
 
@@ -280,9 +271,7 @@ def _append_batch(ctx: AppContext, row: TaskRow, pushes: list[dict[str, Any]], u
     ctx.outbox.append(row.user_id, rows)
 
 
-def _committed_batch(
-    ctx: AppContext, row: TaskRow, occurrence: Occurrence, user_key: str
-) -> list[_Entry] | None:
+def _committed_batch(ctx: AppContext, row: TaskRow, occurrence: Occurrence, user_key: str) -> list[_Entry] | None:
     """This occurrence's batch if it is already in the outbox (§5.12): then only unsent rows go out."""
     if occurrence.occurrence_ms is None:
         return None
@@ -293,7 +282,7 @@ def _committed_batch(
         return None
     entries: list[tuple[int, _Entry]] = []
     for item in stored:
-        if item.total_messages is None:
+        if item.total_messages is None or item.encrypted_push is None:
             continue
         try:
             push = decode_push(decrypt_from_storage(item.encrypted_push, user_key))
@@ -305,7 +294,7 @@ def _committed_batch(
             or push.get("messageKind") == "result"
         ):
             continue
-        done = item.delivered_at is not None or item.acked_at is not None or getattr(item, "sending_at", None)
+        done = item.delivered_at is not None or item.acked_at is not None or item.sending_at is not None
         entries.append((int(push.get("messageIndex") or 0), _Entry(push, done)))
     if not entries:
         return None
@@ -426,7 +415,9 @@ def _fail(
     if permanent or row.retry_count >= limit:
         if recurrence != "none":
             occurrence = parse_iso_ms(row.next_send_at) or now
-            next_iso = iso_from_ms(plan_next_occurrence(occurrence, recurrence, now, (payload or {}).get("tzId")).next_ms)
+            next_iso = iso_from_ms(
+                plan_next_occurrence(occurrence, recurrence, now, (payload or {}).get("tzId")).next_ms
+            )
             settlement = Settlement(next_send_at=next_iso, retry_count=0, last_error=compact_json(last_error))
             entry.update({"retryCount": row.retry_count, "status": "occurrence_skipped", "nextSendAt": next_iso})
         else:

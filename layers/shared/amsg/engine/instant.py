@@ -50,7 +50,9 @@ def deliver_instant(
         else None
     )
     if claimed is None:
-        raise api_error("MESSAGE_SEND_FAILED", details={"code": "TASK_NOT_FOUND", "message": "任务不存在", "retriesAttempted": 0})
+        raise api_error(
+            "MESSAGE_SEND_FAILED", details={"code": "TASK_NOT_FOUND", "message": "任务不存在", "retriesAttempted": 0}
+        )
 
     def renew() -> bool:
         lease = iso_from_ms(max(deadline, ctx.now_ms()) + ctx.settings.run_lease_ms)
@@ -77,8 +79,13 @@ def deliver_instant(
                 env.sleep(pause_ms / 1000)
                 attempt += 1
     sent_at = iso_from_ms(ctx.now_ms())
-    if not ctx.tasks.settle(user_id, task_uuid, claimed.claim_version, Settlement(claimed.next_send_at, delete=True), sent_at):
-        raise api_error("MESSAGE_SEND_FAILED", details={"code": "POST_SEND_CLEANUP_FAILED", "message": "任务删除失败", "retriesAttempted": attempt})
+    if not ctx.tasks.settle(
+        user_id, task_uuid, claimed.claim_version, Settlement(claimed.next_send_at, delete=True), sent_at
+    ):
+        raise api_error(
+            "MESSAGE_SEND_FAILED",
+            details={"code": "POST_SEND_CLEANUP_FAILED", "message": "任务删除失败", "retriesAttempted": attempt},
+        )
     data: dict[str, Any] = {
         "uuid": task_uuid,
         "contactName": payload.get("contactName"),

@@ -15,8 +15,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
-
 from amsg.api.common import StoredPayloadUnreadable, decrypt_payload
 from amsg.context import AppContext
 from amsg.engine.delivery import DeliveryEnv, deliver_claimed, is_stale, settle_stale
@@ -48,25 +46,6 @@ class TaskMessage:
             "claimVersion": self.claim_version,
             "nextSendAt": self.next_send_at,
         }
-
-
-class TaskMessageModel(BaseModel):
-    """Validates the SQS body; a malformed message is a poison pill, never retried into the DLQ forever."""
-
-    model_config = ConfigDict(populate_by_name=True, extra="ignore", frozen=True)
-    user_id: str = Field(alias="userId", min_length=1)
-    uuid: str = Field(min_length=1, max_length=256)
-    claim_version: int = Field(alias="claimVersion", ge=1)
-    next_send_at: str = Field(alias="nextSendAt", min_length=1)
-
-
-def parse_task_message(body: str) -> TaskMessage | None:
-    try:
-        model = TaskMessageModel.model_validate_json(body)
-    except ValidationError:
-        logger.warning("malformed task message dropped")
-        return None
-    return TaskMessage(model.user_id, model.uuid, model.claim_version, model.next_send_at)
 
 
 def delivery_env(ctx: AppContext, *, remaining_ms: Callable[[], int] | None = None) -> DeliveryEnv:
@@ -109,9 +88,7 @@ def run_tick(
     return result
 
 
-def _claim_and_enqueue(
-    ctx: AppContext, summary: TickSummary, remaining_ms: Callable[[], int], owner: str
-) -> None:
+def _claim_and_enqueue(ctx: AppContext, summary: TickSummary, remaining_ms: Callable[[], int], owner: str) -> None:
     settings = ctx.settings
     queue = ctx.extra("queue")
     pending: list[TaskRow] = []
@@ -211,7 +188,7 @@ def _housekeeping(ctx: AppContext, summary: TickSummary) -> None:
     cleanup = getattr(ctx.client_state, "cleanup_expired", None)
     if ttl and cleanup is not None:
         try:
-            summary.housekeeping["expiredStateEntries"] = cleanup(ttl, now, HOUSEKEEPING_LIMIT)
+            summary.housekeeping["expiredStateEntries"] = cleanup(ttl, now, limit=HOUSEKEEPING_LIMIT)
         except Exception as exc:
             summary.housekeeping["clientStateError"] = type(exc).__name__
 

@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import hashlib
 import math
-import secrets
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -40,7 +39,14 @@ from boto3.dynamodb.conditions import Key
 from botocore.exceptions import ClientError
 
 from amsg.adapters.dynamo import keys
-from amsg.adapters.dynamo.table import INLINE_CHARS, BlobRef, DynamoTable, TransactionCancelled, is_conditional_failure
+from amsg.adapters.dynamo.table import (
+    INLINE_CHARS,
+    BlobRef,
+    DynamoTable,
+    TransactionCancelled,
+    backoff,
+    is_conditional_failure,
+)
 from amsg.domain.client_state import DAY_MS, reference_footprint
 from amsg.errors import PartialWriteError, StoreUnavailable
 from amsg.ports import NamespaceListing, NamespaceStats, StateRow, StateWrite, StateWriteResult
@@ -203,7 +209,7 @@ class DynamoClientStateStore:
                         self.t.transact(actions)
                     except TransactionCancelled as exc:
                         if "ConditionalCheckFailed" in exc.reasons and attempt < WRITE_ATTEMPTS - 1:
-                            time.sleep(min(0.2, 0.01 * 2**attempt) * (0.5 + secrets.randbelow(100) / 100))
+                            backoff(attempt + 1, base_s=0.01, cap_s=0.2)
                             continue  # a concurrent write changed a root since the read: decide again
                         if "ConditionalCheckFailed" in exc.reasons:
                             raise StoreUnavailable("client state write kept conflicting") from exc

@@ -10,6 +10,8 @@
 | outbox row           | U#<uid>       | O#<message_id or U+001E sha256>      |
 | outbox payload part  | U#<uid>       | OP#<sha256(message_id)>#<token>#<i>  |
 | LLM credential       | U#<uid>       | C#<credId>                           |
+| client state root    | U#<uid>       | S#<ns>\\x1f<keyPart>  (client_state.py) |
+| client state part    | U#<uid>       | SC#<ns>\\x1f<keyPart>\\x1f<token>#<i>    |
 | serialize-group lock | SG#<group>    | #                                    |
 | schema marker        | META          | schema                               |
 """

@@ -12,6 +12,9 @@ Item ``U#<uid> / O#<message_id>`` (ids over 1000 UTF-8 bytes are hashed, see :fu
   a task uuid.
 * ``ttl`` — epoch seconds: ``created + 28 d``; on ack ``min(created + 28 d, ack + 7 d)``. TTL deletion lags,
   so readers also filter ``ttl > now``.
+* ``delivered_at`` / ``acked_at`` (ms) — set by a successful push / the client's ack (final);
+  ``sending_at`` (ms) — set by :meth:`DynamoOutboxStore.claim_send` (fenced by the task's claim version) so a
+  row is pushed by at most one run; released again when that push fails.
 * ``payload`` — storage ciphertext of the push JSON; above :data:`INLINE_PAYLOAD_CHARS` it is split across
   ``OP#…`` part items written before the row (they carry the row's ttl, so nothing is orphaned for good).
 """
@@ -31,6 +34,7 @@ from amsg.adapters.dynamo import keys
 from amsg.adapters.dynamo.table import PART_CHARS, BlobRef, DynamoTable, TransactionCancelled, is_conditional_failure
 from amsg.errors import StoreUnavailable
 from amsg.ports import OutboxAppend, OutboxRow
+from amsg.timeutil import iso_from_ms
 
 DAY_MS = 86_400_000
 RETENTION_MS = 28 * DAY_MS  # any row, after creation
@@ -284,9 +288,14 @@ class DynamoOutboxStore:
             {
                 "ConditionCheck": {
                     "Key": {"PK": keys.user_pk(user_id), "SK": keys.task_sk(task_uuid)},
-                    "ConditionExpression": "claim_version = :cv AND #st = :pending",
+                    # our claim is current and its lease unexpired: a run that lost its lease sends nothing
+                    "ConditionExpression": "claim_version = :cv AND #st = :pending AND lease_until > :now",
                     "ExpressionAttributeNames": {"#st": "status"},
-                    "ExpressionAttributeValues": {":cv": claim_version, ":pending": "pending"},
+                    "ExpressionAttributeValues": {
+                        ":cv": claim_version,
+                        ":pending": "pending",
+                        ":now": iso_from_ms(now_ms),
+                    },
                 }
             },
         ]
@@ -301,7 +310,7 @@ class DynamoOutboxStore:
             self.t.table.update_item(
                 Key=keys.outbox_key(user_id, message_id),
                 UpdateExpression="REMOVE sending_at",
-                ConditionExpression="attribute_exists(SK)",
+                ConditionExpression="attribute_exists(SK) AND attribute_not_exists(delivered_at)",
             )
         except ClientError as exc:
             if not is_conditional_failure(exc):

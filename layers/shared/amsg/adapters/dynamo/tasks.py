@@ -4,6 +4,7 @@ uuid registry, the sparse sharded due index written on every create/update, larg
 
 from __future__ import annotations
 
+import contextlib
 from decimal import Decimal
 from typing import Any
 
@@ -249,9 +250,7 @@ class DynamoTaskStore:
     # leaves the due window and comes back by itself if its worker dies (the lease expires): nothing is lost
     # and the tick's query needs no filter. Tasks leave the index for good only when they stop being pending.
 
-    def due_candidates(
-        self, shard: int, now_iso: str, limit: int, start: Any = None
-    ) -> tuple[list[DueCandidate], Any]:
+    def due_candidates(self, shard: int, now_iso: str, limit: int, start: Any = None) -> tuple[list[DueCandidate], Any]:
         kwargs: dict[str, Any] = {
             "IndexName": "due",
             "KeyConditionExpression": Key("due_pk").eq(f"DUE#{shard}") & Key("due_sk").lte(f"{now_iso}#\uffff"),
@@ -430,48 +429,6 @@ class DynamoTaskStore:
             self._drop_parts(user_id, uuid, str(existing["payload_token"]))
         return True
 
-    def claim_push(self, user_id: str, uuid: str, claim_version: int, message_id: str, now_iso: str) -> bool:
-        """Claim one outbox row for sending, atomically with a check that our task claim is still current
-        (claim version unchanged, lease unexpired). At most one run ever sends a given row."""
-        try:
-            self.t.transact(
-                [
-                    {
-                        "Update": {
-                            "Key": keys.outbox_key(user_id, message_id),
-                            "UpdateExpression": "SET sending_at = :now",
-                            "ConditionExpression": (
-                                "attribute_exists(SK) AND attribute_not_exists(sending_at)"
-                                " AND attribute_not_exists(delivered_at) AND attribute_not_exists(acked_at)"
-                            ),
-                            "ExpressionAttributeValues": {":now": now_iso},
-                        }
-                    },
-                    {
-                        "ConditionCheck": {
-                            "Key": self._key(user_id, uuid),
-                            "ConditionExpression": "claim_version = :cv AND lease_until > :now",
-                            "ExpressionAttributeValues": {":cv": claim_version, ":now": now_iso},
-                        }
-                    },
-                ]
-            )
-        except TransactionCancelled:
-            return False
-        return True
-
-    def release_push(self, user_id: str, message_id: str) -> None:
-        """The push service refused the row: make it sendable again for the next attempt."""
-        try:
-            self.t.table.update_item(
-                Key=keys.outbox_key(user_id, message_id),
-                UpdateExpression="REMOVE sending_at",
-                ConditionExpression="attribute_exists(SK) AND attribute_not_exists(delivered_at)",
-            )
-        except ClientError as exc:
-            if not is_conditional_failure(exc):
-                raise
-
     def delete_settled_before(self, cutoff_iso: str, *, shards: int, limit: int) -> int:
         """Housekeeping: delete sent/failed tasks not updated since ``cutoff_iso`` (bounded per tick)."""
         deleted = 0
@@ -523,7 +480,5 @@ class DynamoTaskStore:
 
     def _drop_parts(self, user_id: str, uuid: str, token: str) -> None:
         """Best-effort removal of a replaced payload's parts (unreferenced parts are harmless garbage)."""
-        try:
+        with contextlib.suppress(ClientError):
             self.t.delete_blob(keys.user_pk(user_id), keys.task_part_prefix(uuid), token)
-        except ClientError:
-            pass

@@ -1,0 +1,1 @@
+"""Benchmarks (not tests): printed ratios and counts. Run with ``make bench`` (or ``python -m bench``)."""

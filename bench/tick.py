@@ -1,0 +1,64 @@
+"""Tick throughput on DynamoDB Local: claims per second, and DynamoDB requests per claimed task."""
+
+from __future__ import annotations
+
+import time
+import uuid
+
+from bench import counting
+
+
+def main(tasks: int = 400) -> None:
+    counting.install()
+    from amsg.crypto import compact_json, encrypt_for_storage
+    from amsg.engine.runner import run_tick
+    from amsg.ports import NewTask
+    from amsg.timeutil import iso_from_ms
+    from amsg_local.dynamodb_local import start_dynamodb_local
+    from amsg_local.tables import create_tables_from_template
+    from amsg_local.template import load_template
+
+    from tests.support.ddb_engine import T0_MS, MemoryQueue, RecordingPushSender, ddb_context, with_fakes
+
+    server = start_dynamodb_local()
+    try:
+        import boto3
+
+        client = boto3.client(
+            "dynamodb",
+            endpoint_url=server.endpoint_url,
+            region_name="us-east-1",
+            aws_access_key_id="x",
+            aws_secret_access_key="x",
+        )
+        create_tables_from_template(client, load_template(), "bench")
+        ctx = ddb_context(server.endpoint_url, "bench")
+        queue = MemoryQueue()
+        with_fakes(ctx, RecordingPushSender(), queue)
+        due = iso_from_ms(T0_MS + 60_000)
+        for i in range(tasks):
+            user = f"{uuid.UUID(int=i % 40 + 1, version=4)}"
+            payload = compact_json({"contactName": "Rei", "messageType": "fixed", "userMessage": "hi", "metadata": {}})
+            ctx.tasks.create_task(
+                NewTask(
+                    user,
+                    str(uuid.uuid4()),
+                    encrypt_for_storage(payload, ctx.user_key(user)),
+                    "fixed",
+                    due,
+                    iso_from_ms(T0_MS),
+                )
+            )
+        ctx.clock.current_ms = T0_MS + 61_000
+        counting.reset()
+        started = time.perf_counter()
+        summary = run_tick(ctx)
+        elapsed = time.perf_counter() - started
+        claimed = summary["claimedTasks"]
+        print("== tick on DynamoDB Local")
+        print(f"  due tasks {tasks}, claimed {claimed}, enqueued {summary['enqueuedTasks']} in {elapsed:.2f} s")
+        print(f"  claims/s             {claimed / elapsed:8.1f}")
+        requests = counting.dynamodb_total()
+        print(f"  DynamoDB requests    {requests:8d}  ({requests / max(1, claimed):.2f} per claim)")
+    finally:
+        server.stop()
