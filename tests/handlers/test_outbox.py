@@ -393,17 +393,25 @@ def test_page_stops_before_the_response_size_limit(ctx, api, monkeypatch):
 
 def test_claim_send_is_fenced_by_the_task_claim(ctx, api):
     from amsg.ports import NewTask
+    from amsg.timeutil import iso_from_ms
 
-    task = NewTask(api.user_id, TASK, "00:00:00", "fixed", "2030-01-01T00:00:00.000Z", "2029-12-31T00:00:00.000Z")
+    due = "2029-12-31T00:00:00.000Z"
+    task = NewTask(api.user_id, TASK, "00:00:00", "fixed", due, due)
     ctx.tasks.create_task(task)
     seed(ctx, api, ["p1", "p2"])
-    claim = dict(task_uuid=TASK, claim_version=0, now_ms=T0_MS)
+    lease_until = iso_from_ms(T0_MS + 90_000)
+    claimed = ctx.tasks.claim(
+        api.user_id, TASK, expected_next_send_at=due, now_iso=iso_from_ms(T0_MS), lease_until=lease_until, owner="t"
+    )
+    assert claimed is not None and claimed.claim_version == 1
+    claim = dict(task_uuid=TASK, claim_version=1, now_ms=T0_MS)
     assert ctx.outbox.claim_send(api.user_id, "p1", **claim) is True
     assert ctx.outbox.claim_send(api.user_id, "p1", **claim) is False  # taken: never pushed twice
     assert ctx.outbox.list_for_task(api.user_id, TASK)[0].sending_at == T0_MS
     ctx.outbox.release_send(api.user_id, "p1")  # the push failed: a retry may send it
     assert ctx.outbox.claim_send(api.user_id, "p1", **claim) is True
-    assert ctx.outbox.claim_send(api.user_id, "p2", **{**claim, "claim_version": 1}) is False  # claim moved on
+    assert ctx.outbox.claim_send(api.user_id, "p2", **{**claim, "claim_version": 2}) is False  # not our claim
+    assert ctx.outbox.claim_send(api.user_id, "p2", **{**claim, "now_ms": T0_MS + 90_000}) is False  # lease over
     assert ctx.outbox.claim_send(api.user_id, "nope", **claim) is False
     ctx.outbox.mark_delivered(api.user_id, ["p2"], T0_MS)
     assert ctx.outbox.claim_send(api.user_id, "p2", **claim) is False  # already delivered
