@@ -261,3 +261,21 @@ def test_stale_expiry_and_fast_forward(world, user):
     assert moved["lastError"]["skippedCount"] == 3
     assert all(p.get("taskUuid") not in (once["uuid"], daily["uuid"]) for p in pushes_for(world, user))
     local(stack, "/_local/clock", {"nowMs": base})
+
+
+def test_run_task_now_through_the_local_route(world, user):
+    stack = world["stack"]
+    assert local(stack, "/_local/run-task", {"uuid": str(uuid.uuid4())}) == {
+        "success": True,
+        "ran": False,
+        "reason": "not_found",
+    }
+    first = iso_from_ms(now_ms(stack) + MINUTE)
+    created = user.schedule(
+        {"contactName": "Rei", "messageType": "fixed", "userMessage": "run me", "firstSendTime": first}
+    )
+    assert local(stack, "/_local/run-task", {"uuid": created.data["uuid"]})["reason"] == "not_due"
+    local(stack, "/_local/clock", {"advanceMs": MINUTE + 1000})
+    result = local(stack, "/_local/run-task", {"uuid": created.data["uuid"]})
+    assert result["ran"] is True and result["summary"]["successCount"] == 1
+    assert "run me" in [p["message"] for p in pushes_for(world, user)]

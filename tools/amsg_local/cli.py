@@ -8,6 +8,7 @@ by default; DynamoDB Local or a given endpoint on request), the task queue (moto
 from __future__ import annotations
 
 import argparse
+import json
 import contextlib
 import ipaddress
 import logging
@@ -433,7 +434,25 @@ def _parser() -> argparse.ArgumentParser:
     local.add_argument("--template", type=Path, default=None, help="template.yaml (default: found from cwd)")
     local.add_argument("--env-file", type=Path, default=Path(".env"), help="dotenv file (default ./.env)")
     local.add_argument("-v", "--verbose", action="store_true", help="log every request and debug output")
+    run_task = commands.add_parser(
+        "run-task",
+        help="run one task now through the delivery chain (runTask): against the deployment the environment "
+        "describes (AMSG_TABLE_NAME, AMSG_MASTER_KEY[_PARAM], VAPID settings, AWS credentials/endpoints)",
+    )
+    run_task.add_argument("uuid", help="the task uuid")
+    run_task.add_argument("--env-file", type=Path, default=Path(".env"), help="dotenv file (default ./.env)")
     return parser
+
+
+def _run_task(args: argparse.Namespace) -> int:
+    """``runTask(uuid)`` from the command line: prints ``{ran, reason?|summary}`` as JSON."""
+    from amsg import runtime
+    from amsg.engine.runner import run_task_now
+
+    values = {**read_env_file(args.env_file), **os.environ}
+    result = run_task_now(runtime.build_context(values), args.uuid)
+    print(json.dumps(result, ensure_ascii=False, indent=2))
+    return 0 if result.get("ran") else 1
 
 
 def _serve(args: argparse.Namespace) -> int:
@@ -491,6 +510,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             logging.getLogger(noisy).setLevel(logging.WARNING)
     if args.command == "local":
         return _serve(args)
+    if args.command == "run-task":
+        return _run_task(args)
     return 2
 
 

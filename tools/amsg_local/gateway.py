@@ -61,6 +61,7 @@ API_PAYLOAD_LIMIT = 10 * 1024 * 1024  # HTTP API quota: 10 MB payload
 INTEGRATION_TIMEOUT_S = 30.0  # HTTP API: hard maximum integration timeout
 LOCAL_TICK_PATH = "/_local/tick"
 LOCAL_CLOCK_PATH = "/_local/clock"
+LOCAL_RUN_TASK_PATH = "/_local/run-task"
 
 _TEXT_TYPES = {"application/json", "application/xml", "application/javascript"}
 _HOP_BY_HOP = {"connection", "keep-alive", "transfer-encoding", "content-length", "upgrade", "te", "trailer"}
@@ -216,6 +217,8 @@ class Gateway:
             return self._with_cors(self._local_tick(), origin)
         if method == "POST" and raw_path == LOCAL_CLOCK_PATH:
             return self._with_cors(self._local_clock(body), origin)
+        if method == "POST" and raw_path == LOCAL_RUN_TASK_PATH:
+            return self._with_cors(self._local_run_task(body), origin)
         route, path_params = self.router.match(method, raw_path)
         if route is None:
             return self._with_cors(GatewayResponse.message(404, "Not Found"), origin)
@@ -352,6 +355,20 @@ class Gateway:
             if allowed != "*":
                 _merge_vary(response.headers, "origin")
         return response
+
+    def _local_run_task(self, body: bytes) -> GatewayResponse:
+        """Local-only ``runTask(uuid)``: ``{"uuid": "..."}`` → ``{ran, reason?|summary}``, then drains the queue."""
+        from amsg import runtime
+        from amsg.engine.runner import run_task_now
+
+        try:
+            task_uuid = json.loads(body or b"{}").get("uuid")
+            result = run_task_now(runtime.app_context(), task_uuid)
+        except (ValueError, TypeError, AttributeError) as exc:
+            payload = {"success": False, "error": {"code": "INVALID_PARAMETERS", "message": str(exc)}}
+            return GatewayResponse(400, [("content-type", "application/json; charset=utf-8")], _json_body(payload))
+        payload = {"success": True, **result}
+        return GatewayResponse(200, [("content-type", "application/json; charset=utf-8")], _json_body(payload))
 
     def _local_clock(self, body: bytes) -> GatewayResponse:
         """Local-only time travel: ``{"advanceMs": n}``, ``{"nowMs": n}`` or ``{"reset": true}``."""

@@ -11,6 +11,7 @@ from collections.abc import Callable, Mapping
 from amsg.clock import SystemClock
 from amsg.config import ConfigError, Secrets, Settings
 from amsg.context import AppContext
+from amsg.observability import logger
 from amsg.domain.client_state import parse_ttl_config
 
 _current: AppContext | None = None
@@ -122,10 +123,15 @@ def delivery_factories(settings: Settings, secrets: Secrets) -> dict[str, Callab
         if not (settings.vapid_public_key and settings.vapid_email and private_key):
             return None  # VAPID incomplete: the tick claims nothing, run_task releases its claim
         from amsg.adapters.webpush_sender import WebPushSender
+        from amsg.vapid import VapidConfigError
 
-        return WebPushSender(
-            private_key, settings.vapid_public_key, settings.vapid_email, timeout_s=settings.push_timeout_ms / 1000
-        )
+        try:
+            return WebPushSender(
+                private_key, settings.vapid_public_key, settings.vapid_email, timeout_s=settings.push_timeout_ms / 1000
+            )
+        except VapidConfigError as exc:  # unusable keys count as "VAPID not configured" (logged, never the key)
+            logger.error("VAPID configuration is unusable", extra={"error": str(exc)})
+            return None
 
     def llm() -> object:
         from amsg.adapters.llm_httpx import HttpxLlmClient
