@@ -12,10 +12,10 @@ import uuid
 from pathlib import Path
 
 import pytest
-from amsg_local.cli import start_local_stack
-
 from amsg.timeutil import iso_from_ms
 from amsg.vapid import generate_vapid_keys
+from amsg_local.cli import start_local_stack
+
 from tests.support.fake_push import FakePushService
 
 pytestmark = pytest.mark.e2e
@@ -39,9 +39,19 @@ def js_client() -> Path:
     if not package.exists() or json.loads(package.read_text())["version"] != CLIENT_VERSION:
         CLIENT_DIR.mkdir(parents=True, exist_ok=True)
         result = subprocess.run(
-            [npm, "install", "--no-audit", "--no-fund", "--silent", "--prefix", str(CLIENT_DIR),
-             f"@rei-standard/amsg-client@{CLIENT_VERSION}"],
-            capture_output=True, text=True, timeout=300,
+            [
+                npm,
+                "install",
+                "--no-audit",
+                "--no-fund",
+                "--silent",
+                "--prefix",
+                str(CLIENT_DIR),
+                f"@rei-standard/amsg-client@{CLIENT_VERSION}",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=300,
         )
         if result.returncode != 0:
             _unavailable(f"npm install failed: {result.stderr[-500:]}")
@@ -60,6 +70,7 @@ def test_reference_js_client_schedules_and_we_deliver(js_client):
         "AMSG_PUSH_PACING_MS": "0",
     }
     with FakePushService(vapid_public_key=public) as push, start_local_stack(config=config) as stack:
+
         def local(path: str, body: dict) -> dict:
             request = urllib.request.Request(stack.base_url + path, data=json.dumps(body).encode(), method="POST")
             with urllib.request.urlopen(request, timeout=60) as response:
@@ -71,7 +82,10 @@ def test_reference_js_client_schedules_and_we_deliver(js_client):
         first = iso_from_ms(now + 60_000)
         result = subprocess.run(
             ["node", str(js_client), stack.base_url, user_id, json.dumps(subscription.to_json()), first],
-            capture_output=True, text=True, timeout=120, check=False,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
         )
         assert result.returncode == 0, result.stderr
         out = json.loads(result.stdout.strip().splitlines()[-1])

@@ -8,9 +8,9 @@ by default; DynamoDB Local or a given endpoint on request), the task queue (moto
 from __future__ import annotations
 
 import argparse
-import json
 import contextlib
 import ipaddress
+import json
 import logging
 import os
 import re

@@ -11,8 +11,8 @@ from collections.abc import Callable, Mapping
 from amsg.clock import SystemClock
 from amsg.config import ConfigError, Secrets, Settings
 from amsg.context import AppContext
-from amsg.observability import logger
 from amsg.domain.client_state import parse_ttl_config
+from amsg.observability import logger
 
 _current: AppContext | None = None
 

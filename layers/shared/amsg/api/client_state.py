@@ -28,25 +28,18 @@ from amsg.domain.client_state import (
 from amsg.domain.jsvalues import js_trim
 from amsg.errors import CloudGuardError, PartialWriteError, api_error
 from amsg.http.gates import (
-    decrypt_request_object,
-    require_encryption_version,
-    require_payload_encrypted,
     require_user_id,
 )
 from amsg.http.request import ApiRequest
 from amsg.http.responses import ApiResponse, encrypted, internal_error, ok
 from amsg.observability import logger
 
-from .common import authenticate
+from .common import authenticate, open_encrypted_body
 
 
 def put_client_state(request: ApiRequest, ctx: AppContext) -> ApiResponse:
-    authenticate(request, ctx)
-    require_payload_encrypted(request)
-    user_id = require_user_id(request)
-    require_encryption_version(request)
-    user_key = ctx.user_key(user_id)
-    body = decrypt_request_object(request, user_key)
+    opened = open_encrypted_body(request, ctx)
+    user_id, user_key, body = opened.user_id, opened.user_key, opened.body
 
     entries = body.get("entries")
     if not isinstance(entries, list) or not entries:

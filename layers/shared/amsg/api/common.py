@@ -3,16 +3,46 @@
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from typing import Any
 
 from amsg.context import AppContext
 from amsg.crypto import DecryptError, decrypt_from_storage
-from amsg.http.gates import require_client_token
+from amsg.errors import ApiError
+from amsg.http.gates import (
+    decrypt_request_object,
+    require_client_token,
+    require_encryption_version,
+    require_payload_encrypted,
+    require_user_id,
+)
 from amsg.http.request import ApiRequest
 
 
 def authenticate(request: ApiRequest, ctx: AppContext) -> None:
     require_client_token(request, ctx.secrets.client_token)
+
+
+@dataclass(frozen=True)
+class EncryptedBody:
+    user_id: str
+    user_key: str
+    body: dict[str, Any]
+
+
+def open_encrypted_body(
+    request: ApiRequest, ctx: AppContext, *, bad_json: ApiError | None = None, not_object: ApiError | None = None
+) -> EncryptedBody:
+    """The encrypted-body gate of the write routes, in the reference's order (api.md §2.10): auth →
+    X-Payload-Encrypted → X-User-Id → X-Encryption-Version → envelope → decrypt → object."""
+    authenticate(request, ctx)
+    require_payload_encrypted(request)
+    user_id = require_user_id(request)
+    require_encryption_version(request)
+    user_key = ctx.user_key(user_id)
+    return EncryptedBody(
+        user_id, user_key, decrypt_request_object(request, user_key, bad_json=bad_json, not_object=not_object)
+    )
 
 
 def decrypt_payload(encrypted: str, user_key: str) -> dict[str, Any]:

@@ -23,9 +23,6 @@ from amsg.domain.credentials import (
 from amsg.domain.validation import CRED_ID_MAX_LENGTH, validate_cred_id
 from amsg.errors import api_error, invalid_parameters
 from amsg.http.gates import (
-    decrypt_request_object,
-    require_encryption_version,
-    require_payload_encrypted,
     require_user_id,
 )
 from amsg.http.request import ApiRequest
@@ -34,7 +31,7 @@ from amsg.observability import logger
 from amsg.ports import CredentialWrite
 from amsg.timeutil import iso_from_ms
 
-from .common import authenticate
+from .common import authenticate, open_encrypted_body
 
 __all__ = [
     "delete_llm_credentials",
@@ -59,12 +56,8 @@ def _store(ctx: AppContext) -> Any:
 
 
 def _body(request: ApiRequest, ctx: AppContext, **overrides: Any) -> tuple[str, str, dict[str, Any]]:
-    authenticate(request, ctx)
-    require_payload_encrypted(request)
-    user_id = require_user_id(request)
-    require_encryption_version(request)
-    user_key = ctx.user_key(user_id)
-    return user_id, user_key, decrypt_request_object(request, user_key, **overrides)
+    opened = open_encrypted_body(request, ctx, **overrides)
+    return opened.user_id, opened.user_key, opened.body
 
 
 def put_llm_credentials(request: ApiRequest, ctx: AppContext) -> ApiResponse:

@@ -16,10 +16,7 @@ from amsg.crypto import DecryptError, compact_json, decrypt_from_storage
 from amsg.domain.jsvalues import js_trim
 from amsg.errors import api_error
 from amsg.http.gates import (
-    decrypt_request_object,
     parse_strict_int,
-    require_encryption_version,
-    require_payload_encrypted,
     require_user_id,
 )
 from amsg.http.request import ApiRequest
@@ -27,7 +24,7 @@ from amsg.http.responses import ApiResponse, encrypted, ok
 from amsg.observability import logger
 from amsg.ports import OutboxRow
 
-from .common import authenticate
+from .common import authenticate, open_encrypted_body
 
 DEFAULT_PAGE_SIZE = 50
 MAX_PAGE_SIZE = 100
@@ -107,12 +104,8 @@ def _decrypt_push(row: OutboxRow, user_key: str) -> Any:
 
 
 def _body(request: ApiRequest, ctx: AppContext) -> tuple[str, dict[str, Any]]:
-    """The shared encrypted-body gate of ack and delete, in the reference's order (api.md §2.10)."""
-    authenticate(request, ctx)
-    require_payload_encrypted(request)
-    user_id = require_user_id(request)
-    require_encryption_version(request)
-    return user_id, decrypt_request_object(request, ctx.user_key(user_id))
+    opened = open_encrypted_body(request, ctx)
+    return opened.user_id, opened.body
 
 
 def _valid_id(value: Any) -> bool:

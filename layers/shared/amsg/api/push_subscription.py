@@ -8,16 +8,13 @@ from amsg.context import AppContext
 from amsg.crypto import DecryptError, compact_json, decrypt_from_storage, encrypt_for_storage
 from amsg.errors import api_error
 from amsg.http.gates import (
-    decrypt_request_object,
-    require_encryption_version,
-    require_payload_encrypted,
     require_user_id,
 )
 from amsg.http.request import ApiRequest
 from amsg.http.responses import ApiResponse, ok
 from amsg.observability import logger
 
-from .common import authenticate
+from .common import authenticate, open_encrypted_body
 
 
 def _positive_int(value: object) -> int | None:
@@ -31,12 +28,8 @@ def _positive_int(value: object) -> int | None:
 
 
 def put_push_subscription(request: ApiRequest, ctx: AppContext) -> ApiResponse:
-    authenticate(request, ctx)
-    require_payload_encrypted(request)
-    user_id = require_user_id(request)
-    require_encryption_version(request)
-    user_key = ctx.user_key(user_id)
-    body = decrypt_request_object(request, user_key)
+    opened = open_encrypted_body(request, ctx)
+    user_id, user_key, body = opened.user_id, opened.user_key, opened.body
     subscription = body.get("subscription")
     endpoint = subscription.get("endpoint") if isinstance(subscription, dict) else None
     if not isinstance(endpoint, str) or not endpoint.strip():

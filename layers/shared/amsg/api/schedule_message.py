@@ -8,29 +8,19 @@ from amsg.context import AppContext
 from amsg.crypto import compact_json, encrypt_for_storage
 from amsg.domain.validation import MAX_TASK_PAYLOAD_BYTES, payload_too_large_error, validate_schedule_payload
 from amsg.errors import TaskUuidConflict, api_error
-from amsg.http.gates import (
-    decrypt_request_object,
-    require_encryption_version,
-    require_payload_encrypted,
-    require_user_id,
-)
 from amsg.http.request import ApiRequest
 from amsg.http.responses import ApiResponse, ok
 from amsg.observability import logger
 from amsg.ports import NewTask
 from amsg.timeutil import iso_from_ms
 
-from .common import authenticate
+from .common import open_encrypted_body
 from .credentials_check import require_credentials_exist
 
 
 def schedule_message(request: ApiRequest, ctx: AppContext) -> ApiResponse:
-    authenticate(request, ctx)
-    require_payload_encrypted(request)
-    user_id = require_user_id(request)
-    require_encryption_version(request)
-    user_key = ctx.user_key(user_id)
-    payload = decrypt_request_object(request, user_key)
+    opened = open_encrypted_body(request, ctx)
+    user_id, user_key, payload = opened.user_id, opened.user_key, opened.body
     now_ms = ctx.now_ms()
     req = validate_schedule_payload(payload, now_ms=now_ms)
 

@@ -31,7 +31,14 @@ from boto3.dynamodb.conditions import Attr, Key
 from botocore.exceptions import ClientError
 
 from amsg.adapters.dynamo import keys
-from amsg.adapters.dynamo.table import PART_CHARS, BlobRef, DynamoTable, TransactionCancelled, is_conditional_failure
+from amsg.adapters.dynamo.table import (
+    PART_CHARS,
+    BlobRef,
+    DynamoTable,
+    TransactionCancelled,
+    backoff,
+    is_conditional_failure,
+)
 from amsg.errors import StoreUnavailable
 from amsg.ports import OutboxAppend, OutboxRow
 from amsg.timeutil import iso_from_ms
@@ -43,7 +50,7 @@ INLINE_PAYLOAD_CHARS = 300_000
 # One transaction: the counter + 99 rows, and stay well below the 4 MB request limit.
 MAX_ROWS_PER_TRANSACTION = 99
 MAX_TRANSACTION_CHARS = 3_000_000
-APPEND_ATTEMPTS = 12
+APPEND_ATTEMPTS = 40
 ID_DIGITS = 16
 MAX_ID = 10**ID_DIGITS - 1
 
@@ -163,7 +170,9 @@ class DynamoOutboxStore:
                 blobs[row.message_id] = self._write_parts(
                     pk, row.message_id, row.encrypted_push, _ttl_for(row.created_at)
                 )
-        for _ in range(APPEND_ATTEMPTS):
+        for attempt in range(APPEND_ATTEMPTS):
+            if attempt:
+                backoff(attempt)  # the per-user counter moved under us: jittered back-off, then read again
             existing = self._batch_get([keys.outbox_key(user_id, row.message_id) for row in chunk])
             counter = self.t.get(counter_key)
             current = (_int(counter.get("n")) if counter else None) or 0

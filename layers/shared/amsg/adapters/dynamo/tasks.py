@@ -223,11 +223,18 @@ class DynamoTaskStore:
     # ---- delete -----------------------------------------------------------------------------------------
 
     def delete_task(self, user_id: str, uuid: str) -> bool:
+        return self._delete_with_registry(user_id, uuid, "attribute_exists(PK)", {})
+
+    def _delete_with_registry(self, user_id: str, uuid: str, condition: str, values: dict[str, Any]) -> bool:
+        """Delete the task and its uuid registry entry in one transaction; False when the condition failed."""
         existing = self.t.get(self._key(user_id, uuid), projection="payload_token")
+        task_delete: dict[str, Any] = {"Key": self._key(user_id, uuid), "ConditionExpression": condition}
+        if values:
+            task_delete["ExpressionAttributeValues"] = values
         try:
             self.t.transact(
                 [
-                    {"Delete": {"Key": self._key(user_id, uuid), "ConditionExpression": "attribute_exists(PK)"}},
+                    {"Delete": task_delete},
                     {
                         "Delete": {
                             "Key": keys.uuid_registry_key(uuid),
@@ -403,31 +410,7 @@ class DynamoTaskStore:
         return True
 
     def _delete_claimed(self, user_id: str, uuid: str, claim_version: int) -> bool:
-        existing = self.t.get(self._key(user_id, uuid), projection="payload_token")
-        try:
-            self.t.transact(
-                [
-                    {
-                        "Delete": {
-                            "Key": self._key(user_id, uuid),
-                            "ConditionExpression": "claim_version = :cv",
-                            "ExpressionAttributeValues": {":cv": claim_version},
-                        }
-                    },
-                    {
-                        "Delete": {
-                            "Key": keys.uuid_registry_key(uuid),
-                            "ConditionExpression": "attribute_not_exists(PK) OR user_id = :uid",
-                            "ExpressionAttributeValues": {":uid": user_id},
-                        }
-                    },
-                ]
-            )
-        except TransactionCancelled:
-            return False
-        if existing and existing.get("payload_token"):
-            self._drop_parts(user_id, uuid, str(existing["payload_token"]))
-        return True
+        return self._delete_with_registry(user_id, uuid, "claim_version = :cv", {":cv": claim_version})
 
     def delete_settled_before(self, cutoff_iso: str, *, shards: int, limit: int) -> int:
         """Housekeeping: delete sent/failed tasks not updated since ``cutoff_iso`` (bounded per tick)."""
