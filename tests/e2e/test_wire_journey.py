@@ -279,3 +279,64 @@ def test_run_task_now_through_the_local_route(world, user):
     result = local(stack, "/_local/run-task", {"uuid": created.data["uuid"]})
     assert result["ran"] is True and result["summary"]["successCount"] == 1
     assert "run me" in [p["message"] for p in pushes_for(world, user)]
+
+
+def test_prompted_and_instant_pushes_over_http(world, user):
+    stack, llm = world["stack"], world["llm"]
+    llm.reply_reasoning("晚上好！", "想一想")
+    first_ms = now_ms(stack) + MINUTE
+    prompted = user.schedule(
+        {
+            "contactName": "Rei",
+            "messageType": "prompted",
+            "completePrompt": "evening",
+            "firstSendTime": iso_from_ms(first_ms),
+            "apiUrl": llm.base_url + "/v1",
+            "apiKey": "sk-e2e-0123456789abcdef",
+            "primaryModel": "m",
+            "messageSubtype": "greeting",
+            "metadata": {"charId": "c9"},
+        }
+    ).data
+    instant = user.schedule(
+        {"contactName": "Ai", "messageType": "instant", "userMessage": "马上！", "firstSendTime": iso_from_ms(first_ms)}
+    )
+    assert instant.status == 200 and instant.data["status"] == "sent" and instant.data["messagesSent"] == 1
+    local(stack, "/_local/clock", {"advanceMs": MINUTE + 1000})
+    tick(stack)
+    got = {p["messageId"]: p for p in pushes_for(world, user)}
+    sent = got[f"msg_task_{prompted['id']}@{first_ms}_0"]
+    assert sent["message"] == "晚上好！" and sent["messageSubtype"] == "greeting"
+    assert sent["metadata"] == {"charId": "c9"} and sent["source"] == "scheduled" and sent["messageType"] == "prompted"
+    instant_push = next(p for p in got.values() if p["taskUuid"] == instant.data["uuid"])
+    assert instant_push["source"] == "instant" and instant_push["title"] == "来自 Ai"
+
+
+def test_client_state_large_values_round_trip_through_the_gateway(world, user):
+    big = "状" * 100_000  # 300 KB of UTF-8
+    largest = "x" * 2_999_859  # the largest value one JS-client request can carry (README)
+    resp = user.put_client_state(
+        [
+            {"namespace": "ns", "key": "big", "value": big, "updatedAt": 1},
+            {"namespace": "ns", "key": "small", "value": "v", "updatedAt": 1},
+        ],
+        compact=True,
+    )
+    assert resp.status == 200 and resp.data["upserted"] == 2, resp.text
+    assert (
+        user.put_client_state(
+            [{"namespace": "m", "key": "k", "value": largest, "updatedAt": 1_700_000_000_000}], compact=True
+        ).status
+        == 200
+    )
+    got = user.get_client_state("ns").data["entries"]
+    assert [(e["key"], e["value"] == (big if e["key"] == "big" else "v")) for e in got] == [
+        ("big", True),
+        ("small", True),
+    ]
+    assert user.get_client_state("m").data["entries"][0]["value"] == largest
+    over = user.put_client_state(
+        [{"namespace": "m", "key": "k", "value": largest + "x", "updatedAt": 1_700_000_000_001}], compact=True
+    )
+    assert (over.status, over.code) == (413, "REQUEST_BODY_TOO_LARGE")
+    assert user.get_client_state("m").data["entries"][0]["updatedAt"] == 1_700_000_000_000  # nothing lost

@@ -218,3 +218,28 @@ def test_instant_permanent_failure_answers_500_and_marks_failed(engine, status):
     assert resp.status == 500 and resp.code == "MESSAGE_SEND_FAILED"
     assert resp.body["error"]["details"]["code"] == "PROCESSING_ERROR"
     assert resp.body["error"]["details"]["permanent"] is True
+
+
+def test_llm_timeout_is_retried_with_backoff_and_nothing_is_lost(engine, make_context):
+    engine.ctx.settings = type(engine.ctx.settings)(**{**engine.ctx.settings.__dict__, "llm_timeout_ms": 1000})
+    engine.llm.reply_delay(3.0, "too late")
+    engine.llm.reply_content("准时到了。")
+    created = schedule(
+        engine,
+        messageType="prompted",
+        userMessage=None,
+        completePrompt="x",
+        apiUrl=engine.llm.base_url,
+        apiKey="sk-timeout-0123456789",
+        primaryModel="m",
+    )
+    due(engine)
+    engine.harness.tick_and_drain()
+    task = engine.api.get_message(created["uuid"]).data["task"]
+    assert task["retryCount"] == 1 and "timed out" in task["lastError"]["reason"]
+    assert "errorCode" not in task["lastError"]  # timeouts are plain, retryable errors
+    assert engine.push.payloads() == []
+    assert engine.harness.tick()["claimedTasks"] == 0  # back-off honoured
+    due(engine, 61_000 + 120_000)
+    engine.harness.tick_and_drain()
+    assert [p["message"] for p in engine.push.payloads()] == ["准时到了。"]

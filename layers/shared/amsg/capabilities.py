@@ -61,7 +61,7 @@ FEATURES: list[tuple[str, Callable[[AppContext], bool]]] = [
     ("worker-run-task", _has("delivery")),
     ("llm-credentials", _credentials),
     ("gzip-request-body", _always),
-    ("client-state-ttl", _has("client_state_ttl")),
+    ("client-state-ttl", lambda ctx: _client_state(ctx) and bool(ctx.settings.client_state_ttl_days)),
     ("client-state-delete", _client_state),
     ("client-state-namespaces", _client_state),
     ("client-state-delete-namespace", _client_state),

@@ -32,6 +32,7 @@ class Settings:
     instant_deadline_ms: int = 27_000
     hooks_module: str | None = None
     push_pacing_ms: int = 1500
+    llm_timeout_ms: int = 300_000
     push_timeout_ms: int = 10_000
     client_state_ttl_days: dict[str, float] = field(default_factory=dict)
 

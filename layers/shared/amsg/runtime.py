@@ -65,6 +65,7 @@ def settings_from_env(env: Mapping[str, str]) -> Settings:
         instant_deadline_ms=_int_env(env, "AMSG_INSTANT_DEADLINE_MS", 27_000),
         hooks_module=env.get("AMSG_HOOKS_MODULE") or None,
         push_pacing_ms=_int_env(env, "AMSG_PUSH_PACING_MS", 1500),
+        llm_timeout_ms=_int_env(env, "AMSG_LLM_TIMEOUT_MS", 300_000),
         push_timeout_ms=_int_env(env, "AMSG_PUSH_TIMEOUT_MS", 10_000),
         client_state_ttl_days=parse_ttl_config(env.get("AMSG_CLIENT_STATE_TTL")),
     )

@@ -51,10 +51,13 @@ class TaskMessage:
 def delivery_env(ctx: AppContext, *, remaining_ms: Callable[[], int] | None = None) -> DeliveryEnv:
     """Collaborators for a delivery: push sender (None without VAPID), LLM client, pacing, LLM budget."""
 
+    cap_s = ctx.settings.llm_timeout_ms / 1000
+
     def llm_timeout_s() -> float:
+        """The LLM call never outlives the invocation: remaining time minus a margin to write the outcome."""
         if remaining_ms is None:
-            return 300.0
-        return max(1.0, min(300.0, (remaining_ms() - 10_000) / 1000))
+            return cap_s
+        return max(1.0, min(cap_s, (remaining_ms() - 10_000) / 1000))
 
     return DeliveryEnv(
         push_sender=ctx.extra("push_sender"),
