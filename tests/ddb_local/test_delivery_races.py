@@ -129,3 +129,43 @@ def test_consumer_killed_mid_delivery_is_taken_over_without_duplicates(ddb_local
     rows = ctx.outbox.list_unacked(user, 0, 50, ctx.now_ms())
     assert [row.message_id for row in rows] == [f"msg_task_{task_id}@{occurrence}_{i}" for i in range(3)]
     assert ctx.tasks.find_task(task_uuid) is None
+
+
+def test_racing_ticks_release_one_task_per_serialize_group_in_due_order(ddb_local_endpoint, ddb_local_table):
+    ctx = ddb_context(ddb_local_endpoint, ddb_local_table, AMSG_HOOKS_MODULE="tests.support.hooks_serialize")
+    sender, queue = RecordingPushSender(), MemoryQueue()
+    with_fakes(ctx, sender, queue)
+    user = str(uuid.uuid4())
+    key = ctx.user_key(user)
+    ctx.subscriptions.put_push_subscription(user, encrypt_for_storage(compact_json({"endpoint": "https://x"}), key), 1)
+    for i in range(6):
+        payload = {"contactName": "Rei", "messageType": "fixed", "userMessage": f"m{i}", "metadata": {"group": "g"}}
+        ctx.tasks.create_task(
+            NewTask(
+                user,
+                str(uuid.uuid4()),
+                encrypt_for_storage(compact_json(payload), key),
+                "fixed",
+                iso_from_ms(T0_MS + 60_000 + i * 1000),
+                iso_from_ms(T0_MS),
+            )
+        )
+    ctx.clock.current_ms = T0_MS + 120_000
+    for _ in range(6):
+        summaries: list[dict] = []
+        barrier = threading.Barrier(3)
+
+        def one_tick(n: int) -> None:
+            barrier.wait()
+            summaries.append(run_tick(ctx, owner=f"tick-{n}"))
+
+        threads = [threading.Thread(target=one_tick, args=(n,)) for n in range(3)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        assert sum(s["claimedTasks"] for s in summaries) == 1  # the gate and the claim are one atomic step
+        body = queue.items.get_nowait()
+        assert queue.items.empty()
+        run_message(ctx, parse_task_message(json.dumps(body)), remaining_ms=lambda: 100_000, owner="c")
+    assert [p["message"] for p in sender.sent] == [f"m{i}" for i in range(6)]

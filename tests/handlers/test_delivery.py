@@ -243,3 +243,41 @@ def test_llm_timeout_is_retried_with_backoff_and_nothing_is_lost(engine, make_co
     due(engine, 61_000 + 120_000)
     engine.harness.tick_and_drain()
     assert [p["message"] for p in engine.push.payloads()] == ["准时到了。"]
+
+
+@pytest.fixture
+def grouped(engine, make_context):
+    """The engine with AMSG_HOOKS_MODULE set (serialize_by groups by metadata.group)."""
+    settings = engine.ctx.settings
+    engine.ctx.settings = type(settings)(**{**settings.__dict__, "hooks_module": "tests.support.hooks_serialize"})
+    return engine
+
+
+def test_serialize_by_delivers_one_task_per_group_the_earlier_first(grouped):
+    from amsg.crypto import serialize_group_value
+
+    engine = grouped
+    first = schedule(engine, userMessage="A", metadata={"group": "char-1"}, firstSendTime="2029-12-31T00:01:00Z")
+    second = schedule(engine, userMessage="B", metadata={"group": "char-1"}, firstSendTime="2029-12-31T00:01:30Z")
+    other = schedule(engine, userMessage="C", metadata={"group": "char-2"})
+    loose = schedule(engine, userMessage="D")
+    broken = schedule(engine, userMessage="E", metadata={"explode": True})
+    due(engine, 120_000)
+    summary = engine.harness.tick()
+    assert summary["claimedTasks"] == 3  # A, C, D: B waits behind A; E's hook failed
+    assert summary["details"]["serializeSkippedTasks"] == 2
+    row = engine.ctx.tasks.get_task(engine.api.user_id, first["uuid"])
+    assert row.serialize_group == serialize_group_value(engine.api.user_key, "char-1")  # never the key in clear
+    # A is still in flight (queued, not yet delivered): the next tick must not release B
+    assert engine.harness.tick()["claimedTasks"] == 0
+    engine.harness.drain()
+    assert sorted(p["message"] for p in engine.push.payloads()) == ["A", "C", "D"]
+    engine.harness.tick_and_drain()
+    assert [p["message"] for p in engine.push.payloads()][-1] == "B"
+    assert engine.api.get_message(broken["uuid"]).data["task"]["status"] == "pending"
+    assert {second["uuid"], other["uuid"], loose["uuid"]}
+
+
+def test_capabilities_report_serialize_by_only_with_the_hook(grouped):
+    caps = grouped.api.capabilities().body["features"]
+    assert "tick-serialize-by" in caps

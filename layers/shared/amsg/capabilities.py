@@ -8,6 +8,15 @@ from collections.abc import Callable
 from amsg.context import AppContext
 
 
+def _serialize_by_enabled(ctx: AppContext) -> bool:
+    from amsg.hooks import load_hooks
+
+    try:
+        return load_hooks(ctx.settings.hooks_module).serialize_by is not None
+    except ImportError:
+        return False
+
+
 def _always(ctx: AppContext) -> bool:
     return True
 
@@ -48,6 +57,7 @@ FEATURES: list[tuple[str, Callable[[AppContext], bool]]] = [
     ("user-push-subscription", _always),
     ("get-message-detail", _always),
     ("update-message-contact-name", _always),
+    ("tick-serialize-by", _serialize_by_enabled),
     ("client-state-version-guard", _client_state),
     ("schedule-immediate", _always),
     ("schedule-supersede", _always),

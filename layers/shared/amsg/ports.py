@@ -102,9 +102,18 @@ class TaskStore(Protocol):
         ...
 
     def claim(
-        self, user_id: str, uuid: str, *, expected_next_send_at: str, now_iso: str, lease_until: str, owner: str
+        self,
+        user_id: str,
+        uuid: str,
+        *,
+        expected_next_send_at: str,
+        now_iso: str,
+        lease_until: str,
+        owner: str,
+        group: str | None = None,
     ) -> TaskRow | None:
-        """Conditional claim (pending, occurrence as read, lease free, retry due); bumps ``claim_version``."""
+        """Conditional claim (pending, occurrence as read, lease free, retry due); bumps ``claim_version``.
+        With a serialize ``group`` the claim also takes the group's lock in the same transaction."""
         ...
 
     def renew_lease(self, user_id: str, uuid: str, claim_version: int, lease_until: str, owner: str) -> bool: ...

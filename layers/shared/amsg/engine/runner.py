@@ -19,7 +19,9 @@ from amsg.api.common import StoredPayloadUnreadable, decrypt_payload
 from amsg.context import AppContext
 from amsg.engine.delivery import DeliveryEnv, deliver_claimed, is_stale, settle_stale
 from amsg.engine.lease import LeaseKeeper
+from amsg.crypto import serialize_group_value
 from amsg.engine.summary import DeliverySummary, TickSummary
+from amsg.hooks import Hooks, load_hooks, task_view
 from amsg.observability import logger
 from amsg.ports import Settlement, TaskRow
 from amsg.timeutil import iso_from_ms, parse_iso_ms
@@ -111,6 +113,8 @@ def _claim_and_enqueue(ctx: AppContext, summary: TickSummary, remaining_ms: Call
                 summary.enqueued += 1
         pending.clear()
 
+    hooks = load_hooks(settings.hooks_module)
+    released: set[tuple[str, str]] = set()  # (user, group key) released this tick: one per group per tick
     for shard in range(max(1, settings.due_shards)):
         start: Any = None
         while True:
@@ -126,6 +130,10 @@ def _claim_and_enqueue(ctx: AppContext, summary: TickSummary, remaining_ms: Call
             candidates, start = ctx.tasks.due_candidates(shard, now_iso, page_size, start)
             for candidate in candidates:
                 summary.due += 1
+                group = serialize_group(ctx, hooks, candidate.user_id, candidate.uuid, released)
+                if group is SKIP:
+                    summary.serialize_skipped += 1
+                    continue
                 row = ctx.tasks.claim(
                     candidate.user_id,
                     candidate.uuid,
@@ -133,6 +141,7 @@ def _claim_and_enqueue(ctx: AppContext, summary: TickSummary, remaining_ms: Call
                     now_iso=now_iso,
                     lease_until=iso_from_ms(now + settings.tick_claim_lease_ms),
                     owner=owner,
+                    group=group,  # type: ignore[arg-type]
                 )
                 if row is None:
                     summary.claim_skipped += 1
@@ -150,6 +159,40 @@ def _claim_and_enqueue(ctx: AppContext, summary: TickSummary, remaining_ms: Call
         if summary.stopped_by:
             break
     flush()
+
+
+SKIP = object()
+
+
+def serialize_group(
+    ctx: AppContext, hooks: Hooks, user_id: str, task_uuid: str, released: set[tuple[str, str]] | None
+) -> object:
+    """The stored group of a task per the host's ``serialize_by`` (an HMAC of the key under the user key, so
+    group names never appear in clear), None when it takes part in no group, or SKIP when it must wait (its
+    group already released a task this tick, or the hook failed). Blocked tasks are not touched."""
+    if hooks.serialize_by is None:
+        return None
+    row = ctx.tasks.get_task(user_id, task_uuid)
+    if row is None or row.status != "pending":
+        return None  # the claim will fail by itself
+    user_key = ctx.user_key(user_id)
+    try:
+        payload = decrypt_payload(row.encrypted_payload, user_key)
+    except StoredPayloadUnreadable:
+        return None  # delivery records the decrypt failure
+    view = task_view(payload, task_id=row.id, uuid=row.uuid, next_send_at=row.next_send_at, retry_count=row.retry_count)
+    try:
+        key = hooks.serialize_by(view)
+    except Exception as exc:
+        logger.warning("serialize_by failed; the task waits for a later tick", extra={"error": type(exc).__name__})
+        return SKIP
+    if not isinstance(key, str) or not key:
+        return None
+    if released is not None:
+        if (user_id, key) in released:
+            return SKIP
+        released.add((user_id, key))
+    return serialize_group_value(user_key, key)
 
 
 def _settle_stale_in_tick(ctx: AppContext, row: TaskRow, summary: TickSummary) -> None:
@@ -264,14 +307,18 @@ def run_task_now(ctx: AppContext, task_uuid: str, *, owner: str | None = None) -
     if retry_after is not None and retry_after > now:
         return {"ran": False, "reason": "retry_pending", "retryAfter": row.retry_after}
     owner = owner or f"runTask:{uuid_lib.uuid4()}"
-    claimed = ctx.tasks.claim(
-        row.user_id,
-        row.uuid,
-        expected_next_send_at=row.next_send_at,
-        now_iso=iso_from_ms(now),
-        lease_until=iso_from_ms(now + ctx.settings.run_lease_ms),
-        owner=owner,
-    )
+    group = serialize_group(ctx, load_hooks(ctx.settings.hooks_module), row.user_id, row.uuid, None)
+    claimed = None
+    if group is not SKIP:
+        claimed = ctx.tasks.claim(
+            row.user_id,
+            row.uuid,
+            expected_next_send_at=row.next_send_at,
+            now_iso=iso_from_ms(now),
+            lease_until=iso_from_ms(now + ctx.settings.run_lease_ms),
+            owner=owner,
+            group=group,  # type: ignore[arg-type]
+        )
     if claimed is None:
         summary = DeliverySummary(total_tasks=1, claim_skipped=1)
         return {"ran": True, "summary": summary.as_dict(started_ms=now, now_ms=ctx.now_ms())}

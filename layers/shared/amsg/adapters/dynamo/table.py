@@ -85,10 +85,19 @@ class DynamoTable:
 
     # ---- reads ------------------------------------------------------------------------------------------
 
-    def get(self, key: dict[str, str], *, consistent: bool = True, projection: str | None = None) -> dict | None:
+    def get(
+        self,
+        key: dict[str, str],
+        *,
+        consistent: bool = True,
+        projection: str | None = None,
+        names: dict[str, str] | None = None,
+    ) -> dict | None:
         kwargs: dict[str, Any] = {"Key": key, "ConsistentRead": consistent}
         if projection:
             kwargs["ProjectionExpression"] = projection
+        if names:
+            kwargs["ExpressionAttributeNames"] = names
         return self.table.get_item(**kwargs).get("Item")
 
     def query_all(self, **kwargs: Any) -> Iterator[dict[str, Any]]:

@@ -279,8 +279,18 @@ class DynamoTaskStore:
         return candidates, response.get("LastEvaluatedKey")
 
     def claim(
-        self, user_id: str, uuid: str, *, expected_next_send_at: str, now_iso: str, lease_until: str, owner: str
+        self,
+        user_id: str,
+        uuid: str,
+        *,
+        expected_next_send_at: str,
+        now_iso: str,
+        lease_until: str,
+        owner: str,
+        group: str | None = None,
     ) -> TaskRow | None:
+        if group is not None:
+            return self._claim_grouped(user_id, uuid, expected_next_send_at, now_iso, lease_until, owner, group)
         try:
             result = self.t.table.update_item(
                 Key=self._key(user_id, uuid),
@@ -288,11 +298,7 @@ class DynamoTaskStore:
                     "SET lease_until = :lease, lease_owner = :owner, updated_at = :now, due_sk = :dsk "
                     "ADD claim_version :one"
                 ),
-                ConditionExpression=(
-                    "#st = :pending AND next_send_at = :expected"
-                    " AND (attribute_not_exists(lease_until) OR lease_until <= :now)"
-                    " AND (attribute_not_exists(retry_after) OR retry_after <= :now)"
-                ),
+                ConditionExpression=self._CLAIM_CONDITION,
                 ExpressionAttributeNames={"#st": "status"},
                 ExpressionAttributeValues={
                     ":lease": lease_until,
@@ -310,6 +316,89 @@ class DynamoTaskStore:
                 return None
             raise
         return self._row(result["Attributes"])
+
+    _CLAIM_CONDITION = (
+        "#st = :pending AND next_send_at = :expected"
+        " AND (attribute_not_exists(lease_until) OR lease_until <= :now)"
+        " AND (attribute_not_exists(retry_after) OR retry_after <= :now)"
+    )
+
+    def _claim_grouped(
+        self, user_id: str, uuid: str, expected: str, now_iso: str, lease_until: str, owner: str, group: str
+    ) -> TaskRow | None:
+        """Claim a task of a serialize group: the gate and the claim are one transaction with the group's lock
+        item, whose ``holder`` names the last task that got a grouped lease. The claim commits only if that
+        holder, checked at commit time, holds no unexpired pending lease, so at most one task of the group is
+        ever in flight (no write skew)."""
+        lock_key = {"PK": keys.user_pk(user_id), "SK": f"SG#{group}"}
+        lock = self.t.get(lock_key)
+        holder = lock.get("holder") if lock else None
+        if holder and holder != uuid:
+            current = self.t.get(self._key(user_id, holder), projection="#st, lease_until", names={"#st": "status"})
+            if current and current.get("status") == "pending" and (current.get("lease_until") or "") > now_iso:
+                return None  # group busy: leave the task untouched, it stays due
+        actions: list[dict[str, Any]] = [
+            {
+                "Update": {
+                    "Key": self._key(user_id, uuid),
+                    "UpdateExpression": (
+                        "SET lease_until = :lease, lease_owner = :owner, updated_at = :now, due_sk = :dsk, "
+                        "serialize_group = :group ADD claim_version :one"
+                    ),
+                    "ConditionExpression": self._CLAIM_CONDITION,
+                    "ExpressionAttributeNames": {"#st": "status"},
+                    "ExpressionAttributeValues": {
+                        ":lease": lease_until,
+                        ":owner": owner,
+                        ":now": now_iso,
+                        ":dsk": keys.due_sk(lease_until, uuid),
+                        ":group": group,
+                        ":one": 1,
+                        ":pending": "pending",
+                        ":expected": expected,
+                    },
+                }
+            }
+        ]
+        if lock is None:
+            actions.append(
+                {
+                    "Put": {
+                        "Item": {**lock_key, "holder": uuid, "version": 1},
+                        "ConditionExpression": "attribute_not_exists(PK)",
+                    }
+                }
+            )
+        else:
+            actions.append(
+                {
+                    "Update": {
+                        "Key": lock_key,
+                        "UpdateExpression": "SET holder = :holder, version = version + :one",
+                        "ConditionExpression": "version = :seen",
+                        "ExpressionAttributeValues": {":holder": uuid, ":one": 1, ":seen": lock["version"]},
+                    }
+                }
+            )
+        if holder and holder != uuid:
+            actions.append(
+                {
+                    "ConditionCheck": {
+                        "Key": self._key(user_id, holder),
+                        "ConditionExpression": (
+                            "attribute_not_exists(PK) OR #st <> :pending OR attribute_not_exists(lease_until)"
+                            " OR lease_until <= :now"
+                        ),
+                        "ExpressionAttributeNames": {"#st": "status"},
+                        "ExpressionAttributeValues": {":pending": "pending", ":now": now_iso},
+                    }
+                }
+            )
+        try:
+            self.t.transact(actions)
+        except TransactionCancelled:
+            return None  # the lock moved, the holder renewed, or the task changed
+        return self.get_task(user_id, uuid)
 
     def renew_lease(self, user_id: str, uuid: str, claim_version: int, lease_until: str, owner: str) -> bool:
         try:
