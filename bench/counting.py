@@ -19,8 +19,15 @@ def _count(event_name: str, **_: Any) -> None:
         calls[f"{service}.{operation}"] += 1
 
 
+_installed = False
+
+
 def install() -> None:
     """Hook every boto3 session created from now on (the table adapter builds its own sessions)."""
+    global _installed
+    if _installed:
+        return
+    _installed = True
     original = boto3.session.Session.__init__
 
     def init(self: Any, *args: Any, **kwargs: Any) -> None:

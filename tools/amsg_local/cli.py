@@ -305,7 +305,14 @@ def start_local_stack(
                 environ[key] = value
         for key in ("AMSG_CLIENT_TOKEN",):
             environ.pop(key, None)
-        environ.update(settings.environment())
+        owned = settings.environment()
+        environ.update(owned)
+        # every other AMSG_* knob given (pacing, timeouts, hooks module, client-state TTL, ...) reaches the
+        # handlers too, and is restored on stop
+        for key, value in values.items():
+            if key.startswith("AMSG_") and key not in owned and key != "AMSG_CORS_ORIGINS":
+                saved.setdefault(key, environ.get(key))
+                environ[key] = value
         environ["AWS_ENDPOINT_URL_SQS"] = moto.endpoint_url
         if use_aws:
             environ.pop("AWS_ENDPOINT_URL_DYNAMODB", None)

@@ -17,9 +17,9 @@ from typing import Any
 
 from amsg.api.common import StoredPayloadUnreadable, decrypt_payload
 from amsg.context import AppContext
+from amsg.crypto import serialize_group_value
 from amsg.engine.delivery import DeliveryEnv, deliver_claimed, is_stale, settle_stale
 from amsg.engine.lease import LeaseKeeper
-from amsg.crypto import serialize_group_value
 from amsg.engine.summary import DeliverySummary, TickSummary
 from amsg.hooks import Hooks, load_hooks, task_view
 from amsg.observability import logger
