@@ -281,3 +281,51 @@ def test_serialize_by_delivers_one_task_per_group_the_earlier_first(grouped):
 def test_capabilities_report_serialize_by_only_with_the_hook(grouped):
     caps = grouped.api.capabilities().body["features"]
     assert "tick-serialize-by" in caps
+
+
+def _with_settings(engine, **changes):
+    settings = engine.ctx.settings
+    engine.ctx.settings = type(settings)(**{**settings.__dict__, **changes})
+
+
+def test_cancel_during_a_long_generation_stops_before_any_push(engine):
+    import threading
+
+    _with_settings(engine, heartbeat_ms=100)
+    engine.llm.reply_delay(1.0, "不该发出。")
+    created = schedule(
+        engine,
+        messageType="prompted",
+        userMessage=None,
+        completePrompt="x",
+        apiUrl=engine.llm.base_url,
+        apiKey="sk-cancel-0123456789",
+        primaryModel="m",
+    )
+    due(engine)
+    engine.harness.tick()
+    messages = engine.harness.receive()
+    canceller = threading.Timer(0.3, lambda: engine.api.cancel(created["uuid"]))
+    canceller.start()
+    engine.harness.run(messages)
+    canceller.join()
+    assert engine.push.payloads() == []
+    assert engine.api.get_encrypted("/outbox").data["entries"] == []  # undelivered rows discarded
+
+
+def test_due_index_shards_are_all_read(engine):
+    import boto3
+
+    from tests.conftest import TABLE
+
+    _with_settings(engine, due_shards=4)
+    engine.ctx.tasks.due_shards = 4  # the store writes the shard; the tick reads every shard
+    created = [schedule(engine, userMessage=f"s{i}") for i in range(12)]
+    table = boto3.resource("dynamodb", region_name="us-east-1").Table(TABLE)
+    shards = {
+        table.get_item(Key={"PK": f"U#{engine.api.user_id}", "SK": f"T#{c['uuid']}"})["Item"]["due_pk"] for c in created
+    }
+    assert len(shards) > 1 and shards <= {f"DUE#{i}" for i in range(4)}
+    due(engine)
+    engine.harness.tick_and_drain()
+    assert sorted(p["message"] for p in engine.push.payloads()) == sorted(f"s{i}" for i in range(12))
