@@ -54,7 +54,8 @@ def test_api_handlers_do_not_load_the_push_or_llm_stack_at_import(handler):
         "import importlib.util, json, sys\n"
         f"spec = importlib.util.spec_from_file_location('h', {str(handler)!r})\n"
         "module = importlib.util.module_from_spec(spec); spec.loader.exec_module(module)\n"
-        "print(json.dumps(sorted(m for m in ('httpx', 'http_ece', 'pywebpush', 'aiohttp', 'boto3') if m in sys.modules)))"
+        "heavy = ('httpx', 'http_ece', 'pywebpush', 'aiohttp', 'boto3')\n"
+        "print(json.dumps(sorted(m for m in heavy if m in sys.modules)))"
     )
     env = {"PYTHONPATH": str(PACKAGE.parent), "AWS_DEFAULT_REGION": "us-east-1", "PATH": "/usr/bin:/bin"}
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, env=env, check=True).stdout
