@@ -329,3 +329,41 @@ def test_due_index_shards_are_all_read(engine):
     due(engine)
     engine.harness.tick_and_drain()
     assert sorted(p["message"] for p in engine.push.payloads()) == sorted(f"s{i}" for i in range(12))
+
+
+def test_cred_refs_are_resolved_at_fire_time(engine):
+    stored_key = "sk-stored-credential-0123456789"
+    resp = engine.api.put_credentials(
+        [
+            {
+                "credId": "global/chat",
+                "value": {"apiUrl": engine.llm.base_url, "apiKey": stored_key, "primaryModel": "m1"},
+            }
+        ]
+    )
+    assert resp.status == 200, resp.text
+    engine.llm.reply_content("凭据有效。")
+    schedule(engine, messageType="prompted", userMessage=None, completePrompt="x", credRefs={"chat": "global/chat"})
+    due(engine)
+    engine.harness.tick_and_drain()
+    request = engine.llm.last_request
+    assert request.headers["authorization"] == f"Bearer {stored_key}"
+    assert request.json["model"] == "m1"
+    assert [p["message"] for p in engine.push.payloads()] == ["凭据有效。"]
+
+
+def test_missing_credential_at_fire_time_is_retryable(engine):
+    engine.api.put_credentials(
+        [
+            {
+                "credId": "gone",
+                "value": {"apiUrl": engine.llm.base_url, "apiKey": "sk-x-0123456789ab", "primaryModel": "m"},
+            }
+        ]
+    )
+    created = schedule(engine, messageType="prompted", userMessage=None, completePrompt="x", credRefs={"chat": "gone"})
+    engine.api.delete_credentials({"credIds": ["gone"]})
+    due(engine)
+    engine.harness.tick_and_drain()
+    task = engine.api.get_message(created["uuid"]).data["task"]
+    assert task["retryCount"] == 1 and task["lastError"]["errorCode"] == "CREDENTIAL_MISSING"

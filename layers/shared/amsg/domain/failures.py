@@ -25,6 +25,13 @@ class DeliveryFailure(Exception):
         self.permanent = permanent
 
 
+class NonRetryableError(DeliveryFailure):
+    """For hosts (hooks): a failure that retrying cannot fix. Detected by ``permanent``, never by class."""
+
+    def __init__(self, message: str, *, code: str | None = None) -> None:
+        super().__init__(message, code=code, permanent=True)
+
+
 class LlmCallError(DeliveryFailure):
     """The LLM step failed: upstream rejection, unusable reply, timeout or network error.
 

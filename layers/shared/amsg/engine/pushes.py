@@ -106,6 +106,25 @@ def should_push(push: dict[str, Any], *, outboxed: bool) -> bool:
     return kind is None or kind in ("content", "result")
 
 
+PUSH_ENVELOPE_RESERVED_BYTES = 384
+"""Worst-case size of the fields the engine adds to or overwrites on a host-built push (ids, timestamp,
+index/total, task identity; uuid <= 64 chars): hosts reserve it when they budget their own pushes."""
+
+
+def measure_push_payload(text: str, *, reserve_envelope: bool = False) -> dict[str, Any]:
+    """The reference's ``measurePushPayload``: UTF-8 size against the 3993-byte plaintext limit."""
+    size = len(text.encode("utf-8"))
+    reserved = PUSH_ENVELOPE_RESERVED_BYTES if reserve_envelope else 0
+    max_bytes = MAX_PUSH_PAYLOAD_BYTES - reserved
+    return {
+        "bytes": size,
+        "maxBytes": max_bytes,
+        "remainingBytes": max_bytes - size,
+        "withinLimit": size <= max_bytes,
+        "envelopeReservedBytes": reserved,
+    }
+
+
 def encode_push(push: dict[str, Any]) -> bytes:
     return compact_json(push).encode("utf-8")
 
