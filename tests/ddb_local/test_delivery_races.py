@@ -169,3 +169,38 @@ def test_racing_ticks_release_one_task_per_serialize_group_in_due_order(ddb_loca
         assert queue.items.empty()
         run_message(ctx, parse_task_message(json.dumps(body)), remaining_ms=lambda: 100_000, owner="c")
     assert [p["message"] for p in sender.sent] == [f"m{i}" for i in range(6)]
+
+
+def test_push_service_5xx_then_410_on_dynamodb_local(ddb_local_endpoint, ddb_local_table):
+    ctx = ddb_context(ddb_local_endpoint, ddb_local_table)
+    sender, queue = RecordingPushSender(), MemoryQueue()
+    with_fakes(ctx, sender, queue)
+    ((user, task_uuid),) = seed(ctx, users=1, per_user=1, message="一。二。")
+    sender.statuses = [201, 503]  # first segment accepted, second refused: retry only the second
+    ctx.clock.current_ms = T0_MS + 61_000
+
+    def tick_and_run() -> dict:
+        run_tick(ctx)
+        results = []
+        while not queue.items.empty():
+            message = parse_task_message(json.dumps(queue.items.get_nowait()))
+            results.append(run_message(ctx, message, remaining_ms=lambda: 100_000, owner="c"))
+        return results[-1] if results else {}
+
+    first = tick_and_run()
+    assert first["details"]["failedTasks"][0]["retryCount"] == 1
+    row = ctx.tasks.find_task(task_uuid)
+    assert row.retry_count == 1 and json.loads(row.last_error)["pushStatus"] == 503
+    assert tick_and_run() == {}  # back-off honoured: nothing claimed before retry_after
+    ctx.clock.advance(120_000)
+    second = tick_and_run()
+    assert second["details"]["redeliveredTasks"][0]["pushedCount"] == 1
+    assert [p["message"] for p in sender.sent] == ["一。", "二。"]  # nothing lost, nothing twice
+    assert ctx.tasks.find_task(task_uuid) is None
+
+    ((user, gone_uuid),) = seed(ctx, users=1, per_user=1, message="x")
+    sender.statuses = [410]
+    ctx.clock.advance(61_000)
+    tick_and_run()
+    row = ctx.tasks.find_task(gone_uuid)
+    assert row.status == "failed" and json.loads(row.last_error)["pushStatus"] == 410

@@ -40,6 +40,7 @@ class RecordingPushSender:
         self.sent: list[dict[str, Any]] = []
         self.kill_before: set[str] = set()
         self.kill_after: set[str] = set()
+        self.statuses: list[int] = []  # answers for the next pushes (non-2xx raise PushSendError)
 
     def send(self, subscription: Any, payload: bytes | str, **_: Any) -> int:
         push = json.loads(payload)
@@ -48,6 +49,11 @@ class RecordingPushSender:
             if message_id in self.kill_before:
                 self.kill_before.discard(message_id)
                 raise Killed(message_id)
+            status = self.statuses.pop(0) if self.statuses else 201
+            if status >= 300:
+                from amsg.ports import PushSendError
+
+                raise PushSendError(f"Web Push delivery failed: {status}", status=status)
             self.sent.append(push)
             if message_id in self.kill_after:
                 self.kill_after.discard(message_id)
