@@ -175,7 +175,7 @@ def test_push_service_5xx_then_410_on_dynamodb_local(ddb_local_endpoint, ddb_loc
     ctx = ddb_context(ddb_local_endpoint, ddb_local_table)
     sender, queue = RecordingPushSender(), MemoryQueue()
     with_fakes(ctx, sender, queue)
-    ((user, task_uuid),) = seed(ctx, users=1, per_user=1, message="一。二。")
+    ((_, task_uuid),) = seed(ctx, users=1, per_user=1, message="一。二。")
     sender.statuses = [201, 503]  # first segment accepted, second refused: retry only the second
     ctx.clock.current_ms = T0_MS + 61_000
 
@@ -198,7 +198,7 @@ def test_push_service_5xx_then_410_on_dynamodb_local(ddb_local_endpoint, ddb_loc
     assert [p["message"] for p in sender.sent] == ["一。", "二。"]  # nothing lost, nothing twice
     assert ctx.tasks.find_task(task_uuid) is None
 
-    ((user, gone_uuid),) = seed(ctx, users=1, per_user=1, message="x")
+    ((_, gone_uuid),) = seed(ctx, users=1, per_user=1, message="x")
     sender.statuses = [410]
     ctx.clock.advance(61_000)
     tick_and_run()
