@@ -89,7 +89,15 @@ def run_tick(
         _claim_and_enqueue(ctx, summary, remaining_ms, owner)
     _housekeeping(ctx, summary)
     result = summary.as_dict(started_ms=started, now_ms=ctx.now_ms())
-    logger.info("tick finished", extra={"summary": result})
+    busy = (
+        summary.due
+        or summary.stale
+        or summary.failed
+        or summary.stopped_by
+        or summary.housekeeping.get("deletedSettledTasks")
+    )
+    # an idle minute is not worth a log line (1,440 a day); anything that happened is
+    (logger.info if busy else logger.debug)("tick finished", extra={"summary": result})
     return result
 
 
