@@ -3,9 +3,7 @@ push service), and DynamoDB requests per delivered task."""
 
 from __future__ import annotations
 
-import json
 import time
-import urllib.request
 import uuid
 
 from bench import counting
@@ -29,11 +27,7 @@ def main(tasks: int = 100) -> None:
         "AMSG_PUSH_PACING_MS": "0",
     }
     with FakePushService(vapid_public_key=public) as push, start_local_stack(config=config) as stack:
-
-        def local(path: str, body: dict) -> dict:
-            request = urllib.request.Request(stack.base_url + path, data=json.dumps(body).encode(), method="POST")
-            with urllib.request.urlopen(request, timeout=300) as response:
-                return json.loads(response.read())
+        local = stack.post_local
 
         now = local("/_local/clock", {"advanceMs": 0})["nowMs"]
         clients = []

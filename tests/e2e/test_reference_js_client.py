@@ -7,7 +7,6 @@ import json
 import os
 import shutil
 import subprocess
-import urllib.request
 import uuid
 from pathlib import Path
 
@@ -70,11 +69,7 @@ def test_reference_js_client_schedules_and_we_deliver(js_client):
         "AMSG_PUSH_PACING_MS": "0",
     }
     with FakePushService(vapid_public_key=public) as push, start_local_stack(config=config) as stack:
-
-        def local(path: str, body: dict) -> dict:
-            request = urllib.request.Request(stack.base_url + path, data=json.dumps(body).encode(), method="POST")
-            with urllib.request.urlopen(request, timeout=60) as response:
-                return json.loads(response.read())
+        local = stack.post_local
 
         now = local("/_local/clock", {"advanceMs": 0})["nowMs"]
         subscription = push.subscribe()

@@ -5,7 +5,6 @@ decrypts every push (RFC 8291) and verifies its VAPID token (RFC 8292), and a lo
 from __future__ import annotations
 
 import json
-import urllib.request
 import uuid
 from collections.abc import Iterator
 
@@ -40,14 +39,7 @@ def world() -> Iterator[dict]:
 
 
 def local(stack: LocalStack, path: str, body: dict | None = None) -> dict:
-    request = urllib.request.Request(
-        stack.base_url + path,
-        data=json.dumps(body or {}).encode(),
-        method="POST",
-        headers={"Content-Type": "application/json"},
-    )
-    with urllib.request.urlopen(request, timeout=60) as response:
-        return json.loads(response.read())
+    return stack.post_local(path, body)
 
 
 def now_ms(stack: LocalStack) -> int:

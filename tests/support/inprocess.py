@@ -13,9 +13,9 @@ import uuid
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
-from typing import Any
-from urllib.parse import parse_qsl, urlsplit
+from urllib.parse import urlsplit
 
+from amsg_local.gateway import build_v2_event, fold_headers
 from amsg_local.template import Route, http_routes, load_template
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -48,54 +48,6 @@ class LambdaContext:
         return self.remaining_ms
 
 
-def v2_event(route: Route | None, method: str, path_with_query: str, headers: dict[str, str], body: bytes | None):
-    parts = urlsplit(path_with_query)
-    lowered: dict[str, str] = {}
-    for key, value in headers.items():
-        lowered[key.lower()] = f"{lowered[key.lower()]},{value}" if key.lower() in lowered else value
-    event: dict[str, Any] = {
-        "version": "2.0",
-        "routeKey": route.route_key if route else "$default",
-        "rawPath": parts.path,
-        "rawQueryString": parts.query,
-        "headers": lowered,
-        "requestContext": {
-            "accountId": "000000000000",
-            "apiId": "local",
-            "domainName": "localhost",
-            "http": {
-                "method": method,
-                "path": parts.path,
-                "protocol": "HTTP/1.1",
-                "sourceIp": "127.0.0.1",
-                "userAgent": lowered.get("user-agent", "test"),
-            },
-            "requestId": str(uuid.uuid4()),
-            "routeKey": route.route_key if route else "$default",
-            "stage": "$default",
-            "timeEpoch": 0,
-        },
-        "isBase64Encoded": False,
-    }
-    query: dict[str, str] = {}
-    for key, value in parse_qsl(parts.query, keep_blank_values=True):
-        query[key] = f"{query[key]},{value}" if key in query else value
-    if query:
-        event["queryStringParameters"] = query
-    if body is not None and body != b"":
-        textual = "content-encoding" not in lowered
-        try:
-            text = body.decode("utf-8") if textual else None
-        except UnicodeDecodeError:
-            text = None
-        if text is None:
-            event["body"] = base64.b64encode(body).decode("ascii")
-            event["isBase64Encoded"] = True
-        else:
-            event["body"] = text
-    return event
-
-
 class InProcessApi:
     """A transport: ``(method, path, headers, body) -> (status, headers, body)``."""
 
@@ -112,7 +64,9 @@ class InProcessApi:
     def __call__(self, method: str, path: str, headers: dict[str, str], body: bytes | None):
         route = self.route_for(method, urlsplit(path).path)
         module = load_handler_module(route.code_uri / (route.handler.rsplit(".", 1)[0] + ".py"))
-        event = v2_event(route, method, path, headers, body)
+        parts = urlsplit(path)
+        folded = fold_headers(list(headers.items()))
+        event = build_v2_event(route, method, parts.path, parts.query, folded, body or b"")
         result = module.handler(event, LambdaContext(aws_request_id=str(uuid.uuid4())))
         out_body = result.get("body") or ""
         raw = base64.b64decode(out_body) if result.get("isBase64Encoded") else out_body.encode("utf-8")

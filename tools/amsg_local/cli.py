@@ -192,6 +192,19 @@ class LocalStack:
     def queue_url(self) -> str:
         return self.queue.url
 
+    def post_local(self, path: str, body: Mapping[str, Any] | None = None) -> dict[str, Any]:
+        """``POST`` a local-only route over HTTP (``/_local/tick``, ``/_local/clock``, ``/_local/run-task``)."""
+        import urllib.request
+
+        request = urllib.request.Request(  # noqa: S310 (our own loopback base URL)
+            self.base_url + path,
+            data=json.dumps(dict(body or {})).encode("utf-8"),
+            method="POST",
+            headers={"Content-Type": "application/json"},
+        )
+        with urllib.request.urlopen(request, timeout=300) as response:  # noqa: S310 (loopback only)
+            return json.loads(response.read())
+
     def tick(self) -> dict[str, Any]:
         """One tick + drain, the same as ``POST /_local/tick`` (raises TickNotConfigured when unavailable)."""
         return self.gateway.ticks.run_once()

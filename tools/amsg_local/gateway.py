@@ -82,6 +82,79 @@ def is_text_body(headers: Mapping[str, str]) -> bool:
     return media_type.startswith("text/") or media_type in _TEXT_TYPES
 
 
+def build_v2_event(
+    route: Route,
+    method: str,
+    raw_path: str,
+    raw_query: str,
+    headers: dict[str, str],
+    body: bytes,
+    path_params: dict[str, str] | None = None,
+    source_ip: str = "127.0.0.1",
+    host: str = "127.0.0.1",
+    request_id: str | None = None,
+) -> dict[str, Any]:
+    """The API Gateway HTTP API payload v2 event of one request (``headers`` folded: lower-case, joined)."""
+    request_id = request_id or base64.b64encode(secrets.token_bytes(10)).decode("ascii")
+    now = datetime.now(UTC)
+    event_headers = {key: value for key, value in headers.items() if key != "cookie"}
+    event_headers.setdefault("x-forwarded-for", source_ip)
+    event_headers.setdefault("x-forwarded-proto", "http")
+    event_headers.setdefault("x-forwarded-port", host.rsplit(":", 1)[-1] if ":" in host else "80")
+    event_headers.setdefault("x-amzn-trace-id", f"Root=1-{int(now.timestamp()):08x}-{uuid.uuid4().hex[:24]}")
+    domain = headers.get("host", host)
+    event: dict[str, Any] = {
+        "version": "2.0",
+        "routeKey": route.route_key,
+        "rawPath": raw_path,
+        "rawQueryString": raw_query,
+    }
+    if "cookie" in headers:
+        event["cookies"] = [c.strip() for c in re.split(r"[;,]", headers["cookie"]) if c.strip()]
+    event["headers"] = event_headers
+    if raw_query:
+        params: dict[str, str] = {}
+        for key, value in parse_qsl(raw_query, keep_blank_values=True):
+            params[key] = f"{params[key]},{value}" if key in params else value
+        event["queryStringParameters"] = params
+    if path_params:
+        event["pathParameters"] = path_params
+    event["requestContext"] = {
+        "accountId": "123456789012",
+        "apiId": "local",
+        "domainName": domain,
+        "domainPrefix": domain.split(".", 1)[0],
+        "http": {
+            "method": method,
+            "path": raw_path,
+            "protocol": "HTTP/1.1",
+            "sourceIp": source_ip,
+            "userAgent": headers.get("user-agent", ""),
+        },
+        "requestId": request_id,
+        "routeKey": route.route_key,
+        "stage": "$default",
+        "time": now.strftime("%d/%b/%Y:%H:%M:%S +0000"),
+        "timeEpoch": int(now.timestamp() * 1000),
+    }
+    if body:
+        text = None
+        if is_text_body(headers):
+            try:
+                text = body.decode("utf-8")
+            except UnicodeDecodeError:
+                text = None
+        if text is None:
+            event["body"] = base64.b64encode(body).decode("ascii")
+            event["isBase64Encoded"] = True
+        else:
+            event["body"] = text
+            event["isBase64Encoded"] = False
+    else:
+        event["isBase64Encoded"] = False
+    return event
+
+
 @dataclass
 class GatewayResponse:
     status: int
@@ -204,7 +277,7 @@ class Gateway:
         host: str = "127.0.0.1",
     ) -> GatewayResponse:
         """Answer one request (``target`` is the raw request target: path plus optional query)."""
-        headers = _fold_headers(header_pairs)
+        headers = fold_headers(header_pairs)
         origin = headers.get("origin")
         method = method.upper()
         if len(body) > self.payload_limit:
@@ -223,7 +296,7 @@ class Gateway:
         if route is None:
             return self._with_cors(GatewayResponse.message(404, "Not Found"), origin)
         request_id = base64.b64encode(secrets.token_bytes(10)).decode("ascii")
-        event = self._event(
+        event = build_v2_event(
             route, method, raw_path, split.query, headers, body, path_params, source_ip, host, request_id
         )
         event_size = len(_json_body(event))
@@ -245,77 +318,6 @@ class Gateway:
             response = _to_http(invocation.value, route)
         response.headers.append(("apigw-requestid", request_id))
         return self._with_cors(response, origin)
-
-    def _event(
-        self,
-        route: Route,
-        method: str,
-        raw_path: str,
-        raw_query: str,
-        headers: dict[str, str],
-        body: bytes,
-        path_params: dict[str, str],
-        source_ip: str,
-        host: str,
-        request_id: str,
-    ) -> dict[str, Any]:
-        now = datetime.now(UTC)
-        event_headers = {key: value for key, value in headers.items() if key != "cookie"}
-        event_headers.setdefault("x-forwarded-for", source_ip)
-        event_headers.setdefault("x-forwarded-proto", "http")
-        event_headers.setdefault("x-forwarded-port", host.rsplit(":", 1)[-1] if ":" in host else "80")
-        event_headers.setdefault("x-amzn-trace-id", f"Root=1-{int(now.timestamp()):08x}-{uuid.uuid4().hex[:24]}")
-        domain = headers.get("host", host)
-        event: dict[str, Any] = {
-            "version": "2.0",
-            "routeKey": route.route_key,
-            "rawPath": raw_path,
-            "rawQueryString": raw_query,
-        }
-        if "cookie" in headers:
-            event["cookies"] = [c.strip() for c in re.split(r"[;,]", headers["cookie"]) if c.strip()]
-        event["headers"] = event_headers
-        if raw_query:
-            params: dict[str, str] = {}
-            for key, value in parse_qsl(raw_query, keep_blank_values=True):
-                params[key] = f"{params[key]},{value}" if key in params else value
-            event["queryStringParameters"] = params
-        if path_params:
-            event["pathParameters"] = path_params
-        event["requestContext"] = {
-            "accountId": "123456789012",
-            "apiId": "local",
-            "domainName": domain,
-            "domainPrefix": domain.split(".", 1)[0],
-            "http": {
-                "method": method,
-                "path": raw_path,
-                "protocol": "HTTP/1.1",
-                "sourceIp": source_ip,
-                "userAgent": headers.get("user-agent", ""),
-            },
-            "requestId": request_id,
-            "routeKey": route.route_key,
-            "stage": "$default",
-            "time": now.strftime("%d/%b/%Y:%H:%M:%S +0000"),
-            "timeEpoch": int(now.timestamp() * 1000),
-        }
-        if body:
-            text = None
-            if is_text_body(headers):
-                try:
-                    text = body.decode("utf-8")
-                except UnicodeDecodeError:
-                    text = None
-            if text is None:
-                event["body"] = base64.b64encode(body).decode("ascii")
-                event["isBase64Encoded"] = True
-            else:
-                event["body"] = text
-                event["isBase64Encoded"] = False
-        else:
-            event["isBase64Encoded"] = False
-        return event
 
     def _preflight(self, origin: str) -> GatewayResponse:
         assert self.cors is not None
@@ -437,7 +439,7 @@ class Gateway:
             self._thread = None
 
 
-def _fold_headers(pairs: Sequence[tuple[str, str]]) -> dict[str, str]:
+def fold_headers(pairs: Sequence[tuple[str, str]]) -> dict[str, str]:
     """Lower-case names; duplicates joined with commas (payload 2.0 has no multi-value headers)."""
     folded: dict[str, str] = {}
     for name, value in pairs:

@@ -52,42 +52,34 @@ def _stamp(push: dict[str, Any], payload: dict[str, Any], occ: Occurrence) -> di
     return push
 
 
-def _title(payload: dict[str, Any]) -> str:
-    return f"来自 {payload.get('contactName')}"
+def _presentation(payload: dict[str, Any]) -> dict[str, Any]:
+    """What the service worker shows: title, sender, avatar, subtype, metadata."""
+    return {
+        "title": f"来自 {payload.get('contactName')}",
+        "contactName": payload.get("contactName"),
+        "avatarUrl": payload.get("avatarUrl") or None,
+        "messageSubtype": payload.get("messageSubtype") or "chat",
+        "metadata": payload.get("metadata") if isinstance(payload.get("metadata"), dict) else {},
+    }
 
 
 def reasoning_push(payload: dict[str, Any], occ: Occurrence, reasoning: str, now_ms: int) -> dict[str, Any]:
     push = _common(payload, occ, "reasoning", occ.message_id("reasoning"), now_ms)
-    push.update(
-        {
-            "reasoningContent": reasoning,
-            "title": _title(payload),
-            "contactName": payload.get("contactName"),
-            "avatarUrl": payload.get("avatarUrl") or None,
-            "messageSubtype": payload.get("messageSubtype") or "chat",
-            "metadata": payload.get("metadata") if isinstance(payload.get("metadata"), dict) else {},
-        }
-    )
+    push["reasoningContent"] = reasoning
+    push.update(_presentation(payload))
     return _stamp(push, payload, occ)
 
 
 def content_pushes(payload: dict[str, Any], occ: Occurrence, segments: list[str], now_ms: int) -> list[dict[str, Any]]:
-    total = len(segments)
+    """One push per segment; field order as the reference builds them (metadata after index/total)."""
+    shown = _presentation(payload)
+    metadata = shown.pop("metadata")
     pushes = []
     for index, segment in enumerate(segments):
         push = _common(payload, occ, "content", occ.message_id(index), now_ms)
-        push.update(
-            {
-                "message": segment,
-                "title": _title(payload),
-                "contactName": payload.get("contactName"),
-                "avatarUrl": payload.get("avatarUrl") or None,
-                "messageSubtype": payload.get("messageSubtype") or "chat",
-                "messageIndex": index + 1,
-                "totalMessages": total,
-                "metadata": payload.get("metadata") if isinstance(payload.get("metadata"), dict) else {},
-            }
-        )
+        push["message"] = segment
+        push.update(shown)
+        push.update({"messageIndex": index + 1, "totalMessages": len(segments), "metadata": metadata})
         pushes.append(_stamp(push, payload, occ))
     return pushes
 
