@@ -14,12 +14,15 @@ _invocation: dict[str, LambdaContext] = {}
 
 def record_handler(record: SQSRecord) -> dict:
     context = _invocation["context"]
-    return run_message(
+    summary = run_message(
         runtime.app_context(),
         parse_task_message(record.body),
         remaining_ms=context.get_remaining_time_in_millis,
         owner=f"run:{context.aws_request_id}",
     )
+    metrics.add_metric(name="TasksDelivered", unit="Count", value=summary.get("successCount", 0))
+    metrics.add_metric(name="DeliveryFailures", unit="Count", value=summary.get("failedCount", 0))
+    return summary
 
 
 @metrics.log_metrics

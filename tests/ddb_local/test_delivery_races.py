@@ -204,3 +204,47 @@ def test_push_service_5xx_then_410_on_dynamodb_local(ddb_local_endpoint, ddb_loc
     tick_and_run()
     row = ctx.tasks.find_task(gone_uuid)
     assert row.status == "failed" and json.loads(row.last_error)["pushStatus"] == 410
+
+
+class Throttle:
+    """Answers selected DynamoDB calls with a throttling error before they reach DynamoDB Local."""
+
+    def __init__(self, operations: set[str], every: int) -> None:
+        self.operations, self.every, self.seen, self.throttled = operations, every, 0, 0
+
+    def __call__(self, request, **kwargs):  # botocore 'before-send' hook
+        from botocore.awsrequest import AWSResponse
+
+        target = request.headers.get("X-Amz-Target", b"")
+        target = target.decode() if isinstance(target, bytes) else target
+        if target.split(".")[-1] not in self.operations:
+            return None
+        self.seen += 1
+        if self.seen % self.every:
+            return None
+        self.throttled += 1
+        body = json.dumps({"__type": "com.amazonaws.dynamodb.v20120810#ThrottlingException", "message": "slow down"})
+
+        class Raw:
+            def stream(self, **_):
+                yield body.encode()
+
+        return AWSResponse(request.url, 400, {"x-amzn-requestid": "t"}, Raw())
+
+
+def test_throttled_dynamodb_loses_no_task_and_sends_nothing_twice(ddb_local_endpoint, ddb_local_table):
+    ctx = ddb_context(ddb_local_endpoint, ddb_local_table)
+    sender, queue = RecordingPushSender(), MemoryQueue()
+    with_fakes(ctx, sender, queue)
+    tasks = seed(ctx, users=2, per_user=3, message="甲。乙。")
+    throttle = Throttle({"UpdateItem", "TransactWriteItems", "GetItem", "Query"}, every=4)
+    ctx.tasks.t.resource.meta.client.meta.events.register("before-send.dynamodb", throttle)
+    ctx.clock.current_ms = T0_MS + 61_000
+    summary = run_tick(ctx)
+    while not queue.items.empty():
+        message = parse_task_message(json.dumps(queue.items.get_nowait()))
+        run_message(ctx, message, remaining_ms=lambda: 100_000, owner="c")
+    assert throttle.throttled >= 5  # the SDK retried them (standard mode)
+    assert summary["claimedTasks"] == len(tasks)
+    counts = sender.counts()
+    assert len(counts) == 2 * len(tasks) and set(counts.values()) == {1}

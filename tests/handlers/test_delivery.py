@@ -367,3 +367,28 @@ def test_missing_credential_at_fire_time_is_retryable(engine):
     engine.harness.tick_and_drain()
     task = engine.api.get_message(created["uuid"]).data["task"]
     assert task["retryCount"] == 1 and task["lastError"]["errorCode"] == "CREDENTIAL_MISSING"
+
+
+def test_a_claim_that_keeps_failing_is_isolated_and_retried_next_tick(engine, monkeypatch):
+    from amsg.engine.runner import run_tick
+    from botocore.exceptions import ClientError
+
+    bad = schedule(engine, userMessage="later")
+    schedule(engine, userMessage="now")
+    due(engine)
+    real_claim = engine.ctx.tasks.claim
+
+    def flaky(user_id, uuid, **kw):
+        if uuid == bad["uuid"]:
+            raise ClientError({"Error": {"Code": "ThrottlingException", "Message": "x"}}, "UpdateItem")
+        return real_claim(user_id, uuid, **kw)
+
+    monkeypatch.setattr(engine.ctx.tasks, "claim", flaky)
+    summary = run_tick(engine.ctx)
+    assert summary["enqueuedTasks"] == 1
+    assert summary["details"]["failedTasks"] == [
+        {"taskUuid": bad["uuid"], "reason": "ClientError", "status": "claim_failed"}
+    ]
+    monkeypatch.setattr(engine.ctx.tasks, "claim", real_claim)
+    engine.harness.tick_and_drain()
+    assert sorted(p["message"] for p in engine.push.payloads()) == ["later", "now"]

@@ -142,15 +142,21 @@ def _claim_and_enqueue(ctx: AppContext, summary: TickSummary, remaining_ms: Call
                 if group is SKIP:
                     summary.serialize_skipped += 1
                     continue
-                row = ctx.tasks.claim(
-                    candidate.user_id,
-                    candidate.uuid,
-                    expected_next_send_at=candidate.next_send_at,
-                    now_iso=now_iso,
-                    lease_until=iso_from_ms(now + settings.tick_claim_lease_ms),
-                    owner=owner,
-                    group=group,  # type: ignore[arg-type]
-                )
+                try:
+                    row = ctx.tasks.claim(
+                        candidate.user_id,
+                        candidate.uuid,
+                        expected_next_send_at=candidate.next_send_at,
+                        now_iso=now_iso,
+                        lease_until=iso_from_ms(now + settings.tick_claim_lease_ms),
+                        owner=owner,
+                        group=group,  # type: ignore[arg-type]
+                    )
+                except Exception as exc:  # throttled past the SDK's retries: the task stays due for the next tick
+                    summary.failed.append(
+                        {"taskUuid": candidate.uuid, "reason": type(exc).__name__, "status": "claim_failed"}
+                    )
+                    continue
                 if row is None:
                     summary.claim_skipped += 1
                     continue
