@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from amsg.context import AppContext
 from amsg.errors import api_error
-from amsg.http.gates import parse_strict_int, require_user_id
+from amsg.http.gates import page_limit, require_user_id
 from amsg.http.request import ApiRequest
 from amsg.http.responses import ApiResponse, encrypted
 
@@ -20,15 +20,12 @@ MAX_CLIENT_STATE_NAMESPACES = 200
 def list_client_state_namespaces(request: ApiRequest, ctx: AppContext) -> ApiResponse:
     authenticate(request, ctx)
     user_id = require_user_id(request)
-    try:
-        limit = parse_strict_int(request.param("limit"))
-    except ValueError:
-        limit = 0
-    if limit is None:
-        limit = MAX_CLIENT_STATE_NAMESPACES
-    if limit < 1:
-        raise api_error("INVALID_NAMESPACE_LIMIT")
-    limit = min(limit, MAX_CLIENT_STATE_NAMESPACES)
+    limit = page_limit(
+        request.param("limit"),
+        default=MAX_CLIENT_STATE_NAMESPACES,
+        maximum=MAX_CLIENT_STATE_NAMESPACES,
+        error=api_error("INVALID_NAMESPACE_LIMIT"),
+    )
     store = ctx.client_state
     if store is None:
         raise api_error("CLIENT_STATE_NAMESPACES_NOT_SUPPORTED")

@@ -5,7 +5,7 @@ from __future__ import annotations
 from amsg.context import AppContext
 from amsg.domain.projection import parse_last_error, project_task
 from amsg.errors import api_error, invalid_parameters
-from amsg.http.gates import parse_strict_int, require_query_id, require_user_id
+from amsg.http.gates import page_limit, parse_strict_int, require_query_id, require_user_id
 from amsg.http.request import ApiRequest
 from amsg.http.responses import ApiResponse, encrypted
 
@@ -19,15 +19,12 @@ def list_messages(request: ApiRequest, ctx: AppContext) -> ApiResponse:
     authenticate(request, ctx)
     user_id = require_user_id(request)
     status = request.param("status") or "all"
-    try:
-        limit = parse_strict_int(request.param("limit"))
-    except ValueError:
-        limit = 0
-    if limit is None:
-        limit = DEFAULT_LIMIT
-    if limit < 1:
-        raise invalid_parameters(message="limit 参数无效，必须为正整数")
-    limit = min(limit, MAX_LIMIT)
+    limit = page_limit(
+        request.param("limit"),
+        default=DEFAULT_LIMIT,
+        maximum=MAX_LIMIT,
+        error=invalid_parameters(message="limit 参数无效，必须为正整数"),
+    )
     try:
         offset = parse_strict_int(request.param("offset")) or 0
     except ValueError:

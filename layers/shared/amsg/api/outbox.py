@@ -16,6 +16,7 @@ from amsg.crypto import DecryptError, compact_json, decrypt_from_storage
 from amsg.domain.jsvalues import js_trim
 from amsg.errors import api_error
 from amsg.http.gates import (
+    page_limit,
     parse_strict_int,
     require_user_id,
 )
@@ -50,15 +51,12 @@ def list_outbox(request: ApiRequest, ctx: AppContext) -> ApiResponse:
     except ValueError:
         raise api_error("INVALID_OUTBOX_CURSOR") from None
     since = since or 0
-    try:
-        limit = parse_strict_int(request.param("limit"))
-    except ValueError:
-        raise api_error("INVALID_OUTBOX_LIMIT") from None
-    if limit is None:
-        limit = DEFAULT_PAGE_SIZE
-    if limit < 1:
-        raise api_error("INVALID_OUTBOX_LIMIT")
-    limit = min(limit, MAX_PAGE_SIZE)
+    limit = page_limit(
+        request.param("limit"),
+        default=DEFAULT_PAGE_SIZE,
+        maximum=MAX_PAGE_SIZE,
+        error=api_error("INVALID_OUTBOX_LIMIT"),
+    )
 
     user_key = ctx.user_key(user_id)
     rows: list[OutboxRow] = store.list_unacked(user_id, since, limit, ctx.now_ms())

@@ -89,6 +89,19 @@ def decrypt_request_object(
     return value
 
 
+def page_limit(raw: str | None, *, default: int, maximum: int, error: ApiError) -> int:
+    """A positive page size: absent/empty → default, clamped to ``maximum``; otherwise ``error`` (R15)."""
+    try:
+        value = parse_strict_int(raw)
+    except ValueError:
+        raise error from None
+    if value is None:
+        return default
+    if value < 1:
+        raise error
+    return min(value, maximum)
+
+
 def parse_strict_int(raw: str | None) -> int | None:
     """Numeric query parameters: absent/empty → None (default); otherwise ``^[0-9]+$`` or ValueError (R15)."""
     if raw is None or raw == "":
