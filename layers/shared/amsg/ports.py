@@ -116,6 +116,12 @@ class TaskStore(Protocol):
         With a serialize ``group`` the claim also takes the group's lock in the same transaction."""
         ...
 
+    def adopt_claim(
+        self, user_id: str, uuid: str, claim_version: int, next_send_at: str, lease_until: str, owner: str
+    ) -> TaskRow | None:
+        """Take over the tick's claim if it is still current, switching to the run lease, in one write."""
+        ...
+
     def renew_lease(self, user_id: str, uuid: str, claim_version: int, lease_until: str, owner: str) -> bool: ...
 
     def settle(self, user_id: str, uuid: str, claim_version: int, settlement: Settlement, now_iso: str) -> bool:

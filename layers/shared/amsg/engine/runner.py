@@ -263,16 +263,17 @@ def run_message(
     if message is None:
         return {"skipped": "malformed_message"}
     started = ctx.now_ms()
-    row = ctx.tasks.get_task(message.user_id, message.uuid)
-    if (
-        row is None
-        or row.status != "pending"
-        or row.claim_version != message.claim_version
-        or row.next_send_at != message.next_send_at
-        or row.lease_until is None
-    ):
-        return {"skipped": "claim_not_current", "taskUuid": message.uuid}
     env = delivery_env(ctx, remaining_ms=remaining_ms)
+    row = ctx.tasks.adopt_claim(
+        message.user_id,
+        message.uuid,
+        message.claim_version,
+        message.next_send_at,
+        iso_from_ms(started + ctx.settings.run_lease_ms),
+        owner,
+    )
+    if row is None:  # delivered, settled, cancelled, rescheduled or taken over since the tick enqueued it
+        return {"skipped": "claim_not_current", "taskUuid": message.uuid}
     if env.push_sender is None:
         _release(ctx, row)  # R4: without VAPID, release without consuming a retry
         return {"skipped": "not_configured", "taskUuid": message.uuid}
@@ -280,14 +281,13 @@ def run_message(
 
 
 def _deliver_under_lease(ctx: AppContext, row: TaskRow, env: DeliveryEnv, owner: str, started: int) -> dict:
+    """Deliver a task whose run lease we just took (adopted or claimed), renewing it on a heartbeat."""
     settings = ctx.settings
 
     def renew() -> bool:
         lease = iso_from_ms(ctx.now_ms() + settings.run_lease_ms)
         return ctx.tasks.renew_lease(row.user_id, row.uuid, row.claim_version, lease, owner)
 
-    if not renew():
-        return {"skipped": "claim_not_current", "taskUuid": row.uuid}
     summary = DeliverySummary(total_tasks=1)
     with LeaseKeeper(renew, settings.heartbeat_ms / 1000) as keeper:
         env.lease_lost = keeper.lost.is_set

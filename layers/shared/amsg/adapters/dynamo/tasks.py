@@ -400,6 +400,35 @@ class DynamoTaskStore:
             return None  # the lock moved, the holder renewed, or the task changed
         return self.get_task(user_id, uuid)
 
+    def adopt_claim(
+        self, user_id: str, uuid: str, claim_version: int, next_send_at: str, lease_until: str, owner: str
+    ) -> TaskRow | None:
+        """run_task takes over the tick's claim in one write: only if it is still current (same claim version
+        and occurrence, still pending and leased), switching to the run lease; returns the task, else None."""
+        try:
+            result = self.t.table.update_item(
+                Key=self._key(user_id, uuid),
+                UpdateExpression="SET lease_until = :lease, lease_owner = :owner, due_sk = :dsk",
+                ConditionExpression=(
+                    "claim_version = :cv AND #st = :pending AND next_send_at = :nsa AND attribute_exists(lease_until)"
+                ),
+                ExpressionAttributeNames={"#st": "status"},
+                ExpressionAttributeValues={
+                    ":lease": lease_until,
+                    ":owner": owner,
+                    ":dsk": keys.due_sk(lease_until, uuid),
+                    ":cv": claim_version,
+                    ":pending": "pending",
+                    ":nsa": next_send_at,
+                },
+                ReturnValues="ALL_NEW",
+            )
+        except ClientError as exc:
+            if is_conditional_failure(exc):
+                return None
+            raise
+        return self._row(result["Attributes"])
+
     def renew_lease(self, user_id: str, uuid: str, claim_version: int, lease_until: str, owner: str) -> bool:
         try:
             self.t.table.update_item(
