@@ -392,3 +392,24 @@ def test_a_claim_that_keeps_failing_is_isolated_and_retried_next_tick(engine, mo
     monkeypatch.setattr(engine.ctx.tasks, "claim", real_claim)
     engine.harness.tick_and_drain()
     assert sorted(p["message"] for p in engine.push.payloads()) == ["later", "now"]
+
+
+def test_a_record_started_without_enough_time_hands_its_claim_back(engine):
+    import json as json_lib
+
+    from amsg.engine.messages import parse_task_message
+    from amsg.engine.runner import run_message
+
+    schedule(engine, userMessage="patience")
+    due(engine)
+    engine.harness.tick()
+    (message,) = engine.harness.receive()
+    result = run_message(
+        engine.ctx, parse_task_message(message["Body"]), remaining_ms=lambda: 5_000, owner="late-in-batch"
+    )
+    assert result["skipped"] == "no_time_left"
+    row = engine.ctx.tasks.find_task(json_lib.loads(message["Body"])["uuid"])
+    assert row.lease_until is None and row.retry_count == 0  # released, no retry consumed
+    assert engine.harness.tick()["claimedTasks"] == 1  # due again at once
+    engine.harness.drain()
+    assert [p["message"] for p in engine.push.payloads()] == ["patience"]

@@ -27,6 +27,9 @@ from amsg.ports import Settlement, TaskRow
 from amsg.timeutil import iso_from_ms, parse_iso_ms
 
 TICK_PAGE = 100
+# a record that starts with less time than this hands its claim back instead of starting a delivery it
+# could not finish (the next tick re-claims it at once; no retry is consumed)
+MIN_RUN_BUDGET_MS = 30_000
 TICK_TIME_MARGIN_MS = 8_000  # stop claiming while there is time left to enqueue and log
 RETENTION_MS = 7 * 86_400_000
 HOUSEKEEPING_LIMIT = 100
@@ -277,6 +280,9 @@ def run_message(
     if env.push_sender is None:
         _release(ctx, row)  # R4: without VAPID, release without consuming a retry
         return {"skipped": "not_configured", "taskUuid": message.uuid}
+    if remaining_ms() < MIN_RUN_BUDGET_MS:
+        _release(ctx, row)  # late in a batch: let the next tick hand it to a fresh invocation
+        return {"skipped": "no_time_left", "taskUuid": message.uuid}
     return _deliver_under_lease(ctx, row, env, owner, started)
 
 
