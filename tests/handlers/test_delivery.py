@@ -27,6 +27,19 @@ def schedule(env, **fields):
     return resp.data
 
 
+def schedule_ai(env, api_key: str, **fields):
+    """An LLM task against the loopback fake (prompted unless said otherwise)."""
+    ai = {
+        "messageType": "prompted",
+        "userMessage": None,
+        "completePrompt": "x",
+        "apiUrl": env.llm.base_url,
+        "apiKey": api_key,
+        "primaryModel": "m",
+    }
+    return schedule(env, **{**ai, **fields})
+
+
 def due(env, ms: int = 61_000):
     env.ctx.clock.current_ms = T0_MS + ms
 
@@ -139,15 +152,7 @@ def test_gone_subscription_is_a_permanent_failure(engine):
 
 def test_llm_auth_error_is_permanent_with_code(engine):
     engine.llm.reply_error(401, "Incorrect API key provided: sk-abcdefghijklmnopqrstuvwxyz")
-    created = schedule(
-        engine,
-        messageType="auto",
-        userMessage=None,
-        completePrompt="x",
-        apiUrl=engine.llm.base_url,
-        apiKey="sk-abcdefghijklmnopqrstuvwxyz",
-        primaryModel="m",
-    )
+    created = schedule_ai(engine, "sk-abcdefghijklmnopqrstuvwxyz", messageType="auto")
     due(engine)
     engine.harness.tick_and_drain()
     details = engine.api.get_message(created["uuid"]).body["error"]["details"]
@@ -224,15 +229,7 @@ def test_llm_timeout_is_retried_with_backoff_and_nothing_is_lost(engine, make_co
     engine.ctx.settings = type(engine.ctx.settings)(**{**engine.ctx.settings.__dict__, "llm_timeout_ms": 1000})
     engine.llm.reply_delay(3.0, "too late")
     engine.llm.reply_content("准时到了。")
-    created = schedule(
-        engine,
-        messageType="prompted",
-        userMessage=None,
-        completePrompt="x",
-        apiUrl=engine.llm.base_url,
-        apiKey="sk-timeout-0123456789",
-        primaryModel="m",
-    )
+    created = schedule_ai(engine, "sk-timeout-0123456789")
     due(engine)
     engine.harness.tick_and_drain()
     task = engine.api.get_message(created["uuid"]).data["task"]
@@ -293,15 +290,7 @@ def test_cancel_during_a_long_generation_stops_before_any_push(engine):
 
     _with_settings(engine, heartbeat_ms=100)
     engine.llm.reply_delay(1.0, "不该发出。")
-    created = schedule(
-        engine,
-        messageType="prompted",
-        userMessage=None,
-        completePrompt="x",
-        apiUrl=engine.llm.base_url,
-        apiKey="sk-cancel-0123456789",
-        primaryModel="m",
-    )
+    created = schedule_ai(engine, "sk-cancel-0123456789")
     due(engine)
     engine.harness.tick()
     messages = engine.harness.receive()

@@ -73,6 +73,15 @@ class DynamoTaskStore:
             rev=_int(item.get("rev")),
         )
 
+    def _update_if(self, **kwargs: Any) -> dict[str, Any] | None:
+        """A conditional UpdateItem: the returned attributes, or None when the condition did not hold."""
+        try:
+            return self.t.table.update_item(**kwargs).get("Attributes") or {}
+        except ClientError as exc:
+            if is_conditional_failure(exc):
+                return None
+            raise
+
     def _key(self, user_id: str, uuid: str) -> dict[str, str]:
         return {"PK": keys.user_pk(user_id), "SK": keys.task_sk(uuid)}
 
@@ -291,31 +300,26 @@ class DynamoTaskStore:
     ) -> TaskRow | None:
         if group is not None:
             return self._claim_grouped(user_id, uuid, expected_next_send_at, now_iso, lease_until, owner, group)
-        try:
-            result = self.t.table.update_item(
-                Key=self._key(user_id, uuid),
-                UpdateExpression=(
-                    "SET lease_until = :lease, lease_owner = :owner, updated_at = :now, due_sk = :dsk "
-                    "ADD claim_version :one"
-                ),
-                ConditionExpression=self._CLAIM_CONDITION,
-                ExpressionAttributeNames={"#st": "status"},
-                ExpressionAttributeValues={
-                    ":lease": lease_until,
-                    ":owner": owner,
-                    ":now": now_iso,
-                    ":dsk": keys.due_sk(lease_until, uuid),
-                    ":one": 1,
-                    ":pending": "pending",
-                    ":expected": expected_next_send_at,
-                },
-                ReturnValues="ALL_NEW",
-            )
-        except ClientError as exc:
-            if is_conditional_failure(exc):
-                return None
-            raise
-        return self._row(result["Attributes"])
+        attributes = self._update_if(
+            Key=self._key(user_id, uuid),
+            UpdateExpression=(
+                "SET lease_until = :lease, lease_owner = :owner, updated_at = :now, due_sk = :dsk "
+                "ADD claim_version :one"
+            ),
+            ConditionExpression=self._CLAIM_CONDITION,
+            ExpressionAttributeNames={"#st": "status"},
+            ExpressionAttributeValues={
+                ":lease": lease_until,
+                ":owner": owner,
+                ":now": now_iso,
+                ":dsk": keys.due_sk(lease_until, uuid),
+                ":one": 1,
+                ":pending": "pending",
+                ":expected": expected_next_send_at,
+            },
+            ReturnValues="ALL_NEW",
+        )
+        return None if attributes is None else self._row(attributes)
 
     _CLAIM_CONDITION = (
         "#st = :pending AND next_send_at = :expected"
@@ -405,50 +409,40 @@ class DynamoTaskStore:
     ) -> TaskRow | None:
         """run_task takes over the tick's claim in one write: only if it is still current (same claim version
         and occurrence, still pending and leased), switching to the run lease; returns the task, else None."""
-        try:
-            result = self.t.table.update_item(
-                Key=self._key(user_id, uuid),
-                UpdateExpression="SET lease_until = :lease, lease_owner = :owner, due_sk = :dsk",
-                ConditionExpression=(
-                    "claim_version = :cv AND #st = :pending AND next_send_at = :nsa AND attribute_exists(lease_until)"
-                ),
-                ExpressionAttributeNames={"#st": "status"},
-                ExpressionAttributeValues={
-                    ":lease": lease_until,
-                    ":owner": owner,
-                    ":dsk": keys.due_sk(lease_until, uuid),
-                    ":cv": claim_version,
-                    ":pending": "pending",
-                    ":nsa": next_send_at,
-                },
-                ReturnValues="ALL_NEW",
-            )
-        except ClientError as exc:
-            if is_conditional_failure(exc):
-                return None
-            raise
-        return self._row(result["Attributes"])
+        attributes = self._update_if(
+            Key=self._key(user_id, uuid),
+            UpdateExpression="SET lease_until = :lease, lease_owner = :owner, due_sk = :dsk",
+            ConditionExpression=(
+                "claim_version = :cv AND #st = :pending AND next_send_at = :nsa AND attribute_exists(lease_until)"
+            ),
+            ExpressionAttributeNames={"#st": "status"},
+            ExpressionAttributeValues={
+                ":lease": lease_until,
+                ":owner": owner,
+                ":dsk": keys.due_sk(lease_until, uuid),
+                ":cv": claim_version,
+                ":pending": "pending",
+                ":nsa": next_send_at,
+            },
+            ReturnValues="ALL_NEW",
+        )
+        return None if attributes is None else self._row(attributes)
 
     def renew_lease(self, user_id: str, uuid: str, claim_version: int, lease_until: str, owner: str) -> bool:
-        try:
-            self.t.table.update_item(
-                Key=self._key(user_id, uuid),
-                UpdateExpression="SET lease_until = :lease, lease_owner = :owner, due_sk = :dsk",
-                ConditionExpression="claim_version = :cv AND #st = :pending AND attribute_exists(lease_until)",
-                ExpressionAttributeNames={"#st": "status"},
-                ExpressionAttributeValues={
-                    ":lease": lease_until,
-                    ":owner": owner,
-                    ":dsk": keys.due_sk(lease_until, uuid),
-                    ":cv": claim_version,
-                    ":pending": "pending",
-                },
-            )
-        except ClientError as exc:
-            if is_conditional_failure(exc):
-                return False
-            raise
-        return True
+        renewed = self._update_if(
+            Key=self._key(user_id, uuid),
+            UpdateExpression="SET lease_until = :lease, lease_owner = :owner, due_sk = :dsk",
+            ConditionExpression="claim_version = :cv AND #st = :pending AND attribute_exists(lease_until)",
+            ExpressionAttributeNames={"#st": "status"},
+            ExpressionAttributeValues={
+                ":lease": lease_until,
+                ":owner": owner,
+                ":dsk": keys.due_sk(lease_until, uuid),
+                ":cv": claim_version,
+                ":pending": "pending",
+            },
+        )
+        return renewed is not None
 
     def settle(self, user_id: str, uuid: str, claim_version: int, settlement: Settlement, now_iso: str) -> bool:
         if settlement.delete:
