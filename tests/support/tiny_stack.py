@@ -146,11 +146,19 @@ Resources:
             Queue: !GetAtt Queue.Arn
             BatchSize: 5
             FunctionResponseTypes: [ReportBatchItemFailures]
+            ScalingConfig:
+              MaximumConcurrency: 3
 """
 
 HANDLERS = {
     "layers/shared/tinylib.py": """
         import json
+        import threading
+
+        # how many run_task invocations ran at once (the layer is shared by every sandbox of this process)
+        running = 0
+        most_running = 0
+        _lock = threading.Lock()
 
 
         def reply(status, payload, **headers):
@@ -233,8 +241,20 @@ HANDLERS = {
     "functions/run_task/run_task_handler.py": """
         import json
         import os
+        import time
+
+        import tinylib
 
         def handler(event, context):
+            with tinylib._lock:
+                tinylib.running += 1
+                tinylib.most_running = max(tinylib.most_running, tinylib.running)
+            try:
+                if any(r["body"].startswith("nap") for r in event["Records"]):
+                    time.sleep(0.3)
+            finally:
+                with tinylib._lock:
+                    tinylib.running -= 1
             record_dir = os.environ.get("TINY_RECORD_DIR")
             if record_dir:
                 with open(os.path.join(record_dir, "run_task.jsonl"), "a") as fh:

@@ -127,6 +127,21 @@ def test_tick_then_drain_partial_batch(tmp_path: Path, restore_sys_path: None, m
     assert record["receiptHandle"] and record["messageId"] and record["md5OfBody"]
 
 
+def test_drain_runs_the_consumer_at_the_templates_maximum_concurrency(
+    tmp_path: Path, restore_sys_path: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    template = write_tiny_project(tmp_path)
+    monkeypatch.setenv("TINY_TICK_BODIES", json.dumps([f"nap-{i}" for i in range(30)]))
+    with start_local_stack(template_path=template) as stack:
+        summary = stack.tick()
+        run_task = summary["runTask"]
+        assert (run_task["received"], run_task["deleted"], run_task["failed"]) == (30, 30, 0)
+        assert run_task["concurrency"] == 3  # ScalingConfig.MaximumConcurrency of the tiny template
+        assert run_task["batches"] >= 6  # BatchSize 5
+        # three pollers, each with its own sandbox, were inside the consumer at once (never more)
+        assert sys.modules["tinylib"].most_running == 3
+
+
 def test_tick_is_501_until_handlers_exist(tmp_path: Path, restore_sys_path: None) -> None:
     template = write_tiny_project(tmp_path, with_delivery=False)
     with start_local_stack(template_path=template) as stack:

@@ -1,7 +1,9 @@
 """Local stand-ins for EventBridge Scheduler (the tick) and the SQS event source mapping (run_task).
 
 ``LocalDelivery`` is the default ``tick_then_drain`` of the gateway: it invokes the tick function with the
-ScheduleV2 input from the template, then drains the task queue into the SQS consumer with Lambda's
+ScheduleV2 input from the template, then drains the task queue into the SQS consumer the way the event source
+mapping does: up to the template's ``ScalingConfig.MaximumConcurrency`` pollers, each receiving up to
+``BatchSize`` records and invoking the consumer (so that many invocations run in parallel), with Lambda's
 partial-batch semantics (``ReportBatchItemFailures``): only records not listed in ``batchItemFailures`` are
 deleted; a raised error, a timeout or a malformed response fails the whole batch. Failed records stay in the
 queue and come back after the queue's visibility timeout, and go to the DLQ after ``maxReceiveCount``, exactly
@@ -16,6 +18,7 @@ import logging
 import threading
 import uuid
 from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 from typing import Any
 
@@ -23,7 +26,14 @@ from amsg_local.lambda_runtime import Invocation, LambdaRuntime
 from amsg_local.tables import LocalQueue, task_queue_logical_id
 from amsg_local.template import TemplateError, function_events, functions_with_event
 
-__all__ = ["LocalDelivery", "TickNotConfigured", "TickRunner", "partial_batch_failures", "sqs_event"]
+__all__ = [
+    "LocalDelivery",
+    "TickNotConfigured",
+    "TickRunner",
+    "consumer_concurrency",
+    "partial_batch_failures",
+    "sqs_event",
+]
 
 log = logging.getLogger("local_stack.delivery")
 
@@ -114,6 +124,20 @@ def partial_batch_failures(invocation: Invocation, message_ids: list[str]) -> se
     return failed
 
 
+# The SQS event source mapping's default when ScalingConfig.MaximumConcurrency is not set is "as many as the
+# account allows"; locally that would be one thread per batch, so we stop at a sane number.
+DEFAULT_CONSUMER_CONCURRENCY = 5
+
+
+def consumer_concurrency(template: Mapping[str, Any], logical_id: str) -> int:
+    """The SQS event's ``ScalingConfig.MaximumConcurrency`` (parameter defaults applied; 2..1000 on AWS)."""
+    for props in function_events(template, logical_id, "SQS"):
+        scaling = props.get("ScalingConfig") or {}
+        if isinstance(scaling, Mapping) and scaling.get("MaximumConcurrency") is not None:
+            return max(1, int(scaling["MaximumConcurrency"]))
+    return DEFAULT_CONSUMER_CONCURRENCY
+
+
 class LocalDelivery:
     """The default ``tick_then_drain`` for a template with a scheduled tick and an SQS consumer."""
 
@@ -125,7 +149,8 @@ class LocalDelivery:
         queue: LocalQueue,
         *,
         region: str = "us-east-1",
-        max_batches: int = 1000,
+        max_batches: int = 100_000,
+        concurrency: int | None = None,
     ) -> None:
         self.template = template
         self.runtime = runtime
@@ -139,6 +164,12 @@ class LocalDelivery:
             self.consumer_function: str | None = task_queue_logical_id(template)[0]
         except TemplateError:
             self.consumer_function = None
+        if concurrency is not None:
+            self.concurrency = max(1, concurrency)
+        elif self.consumer_function is not None:
+            self.concurrency = consumer_concurrency(template, self.consumer_function)
+        else:
+            self.concurrency = DEFAULT_CONSUMER_CONCURRENCY
         self._input = self._schedule_input()
 
     def _schedule_input(self) -> str | None:
@@ -184,41 +215,60 @@ class LocalDelivery:
         return _invocation_summary(invocation)
 
     def drain(self) -> dict[str, Any]:
-        """Feed the queue to the consumer in batches until nothing is visible (or ``max_batches``)."""
+        """Feed the queue to the consumer until nothing is visible, with ``concurrency`` pollers in parallel.
+
+        Each poller receives one batch, invokes the consumer and deletes the records that did not fail, then
+        polls again; it stops when a receive comes back empty (failed records stay invisible until their
+        visibility timeout, so they are not retried within this drain) or after ``max_batches`` in total.
+        """
         assert self.consumer_function is not None
-        totals = {"function": self.consumer_function, "batches": 0, "received": 0, "deleted": 0, "failed": 0}
+        consumer = self.consumer_function
+        totals = {"function": consumer, "batches": 0, "received": 0, "deleted": 0, "failed": 0}
         errors: list[dict[str, Any]] = []
         results: list[Any] = []
-        for _ in range(self.max_batches):
-            response = self.sqs.receive_message(
-                QueueUrl=self.queue.url,
-                MaxNumberOfMessages=max(1, min(self.queue.batch_size, 10)),
-                WaitTimeSeconds=0,
-                MessageSystemAttributeNames=["All"],
-                MessageAttributeNames=["All"],
-            )
-            messages = response.get("Messages") or []
-            if not messages:
-                break
-            ids = [message["MessageId"] for message in messages]
-            invocation = self.runtime.invoke(self.consumer_function, sqs_event(messages, self.queue.arn, self.region))
-            failed = partial_batch_failures(invocation, ids)
-            succeeded = [message for message in messages if message["MessageId"] not in failed]
-            for start in range(0, len(succeeded), 10):
-                chunk = succeeded[start : start + 10]
-                self.sqs.delete_message_batch(
+        lock = threading.Lock()
+
+        def poll() -> None:
+            while True:
+                with lock:
+                    if totals["batches"] >= self.max_batches:
+                        return
+                    totals["batches"] += 1
+                response = self.sqs.receive_message(
                     QueueUrl=self.queue.url,
-                    Entries=[{"Id": str(i), "ReceiptHandle": m["ReceiptHandle"]} for i, m in enumerate(chunk)],
+                    MaxNumberOfMessages=max(1, min(self.queue.batch_size, 10)),
+                    WaitTimeSeconds=0,
+                    MessageSystemAttributeNames=["All"],
+                    MessageAttributeNames=["All"],
                 )
-            totals["batches"] += 1
-            totals["received"] += len(messages)
-            totals["deleted"] += len(succeeded)
-            totals["failed"] += len(failed)
-            if not invocation.ok:
-                errors.append(_invocation_summary(invocation))
-            elif invocation.value is not None:
-                results.append(_jsonable(invocation.value))
-        return {**totals, "errors": errors, "results": results}
+                messages = response.get("Messages") or []
+                if not messages:
+                    with lock:
+                        totals["batches"] -= 1
+                    return
+                ids = [message["MessageId"] for message in messages]
+                invocation = self.runtime.invoke(consumer, sqs_event(messages, self.queue.arn, self.region))
+                failed = partial_batch_failures(invocation, ids)
+                succeeded = [message for message in messages if message["MessageId"] not in failed]
+                for start in range(0, len(succeeded), 10):
+                    chunk = succeeded[start : start + 10]
+                    self.sqs.delete_message_batch(
+                        QueueUrl=self.queue.url,
+                        Entries=[{"Id": str(i), "ReceiptHandle": m["ReceiptHandle"]} for i, m in enumerate(chunk)],
+                    )
+                with lock:
+                    totals["received"] += len(messages)
+                    totals["deleted"] += len(succeeded)
+                    totals["failed"] += len(failed)
+                    if not invocation.ok:
+                        errors.append(_invocation_summary(invocation))
+                    elif invocation.value is not None:
+                        results.append(_jsonable(invocation.value))
+
+        with ThreadPoolExecutor(self.concurrency, thread_name_prefix=f"sqs-poller-{consumer}") as pool:
+            for future in [pool.submit(poll) for _ in range(self.concurrency)]:
+                future.result()
+        return {**totals, "concurrency": self.concurrency, "errors": errors, "results": results}
 
     def __call__(self) -> dict[str, Any]:
         reason = self.missing()
