@@ -49,7 +49,7 @@ SAM = ROOT / ".venv-tools" / "bin" / "sam"
 BASES = ROOT / "scripts" / "sam-event-bases.json"  # cached sam output: --check and reruns need no tools venv
 
 MASTER_KEY = "a" * 64  # tests/conftest.py MASTER_KEY
-USER_ID = "550e8400-e29b-41d4-a716-446655440000"  # api.md §6.1/§6.2 vector user
+USER_ID = "550e8400-e29b-41d4-a716-446655440000"  # the user of the reference's crypto test vector
 TASK_UUID = "3f2b8c1e-5d4a-4e6f-9a7b-1c2d3e4f5a6b"
 NOW_MS = 1_893_369_600_000  # tests/conftest.py T0_MS (2029-12-31T00:00:00Z)
 API_ID = "abc123defg"
@@ -84,7 +84,7 @@ HTTP_SPECS: dict[tuple[str, str], dict[str, Any]] = {
     },
     ("push_subscription", "GET"): {"user": True},
     ("push_subscription", "DELETE"): {"user": True},
-    # api.md §6.2 test vector: this exact envelope (IV 000102...0b) decrypts to a fixed task for 2030-01-01.
+    # The reference's crypto test vector: this exact envelope (IV 000102...0b) decrypts to a fixed task for 2030-01-01.
     ("schedule_message", "POST"): {
         "user": True,
         "enc": True,

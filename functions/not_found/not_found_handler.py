@@ -1,4 +1,4 @@
-"""$default route: every unknown method/path answers the reference's 404 envelope (R18)."""
+"""$default route: every unknown method/path answers the reference's 404 envelope."""
 
 from amsg.api.keys import not_found
 from amsg.http.lambda_app import http_app, serve

@@ -1,4 +1,7 @@
-"""SQS → deliver each claimed task; partial batch failures only for infrastructure errors (R5)."""
+"""SQS → deliver each claimed task; partial batch failures only for infrastructure errors.
+
+Task outcomes are written to DynamoDB before the record is acked, so a failed task is never redelivered by SQS.
+"""
 
 from amsg import runtime
 from amsg.engine.messages import parse_task_message

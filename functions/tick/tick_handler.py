@@ -1,4 +1,4 @@
-"""EventBridge Scheduler (every minute) → claim due tasks and enqueue them (R1, R4). Delivery is run_task's."""
+"""EventBridge Scheduler (every minute) → claim due tasks and enqueue them. Delivery is run_task's."""
 
 from amsg import runtime
 from amsg.engine.runner import run_tick

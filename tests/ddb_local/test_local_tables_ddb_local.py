@@ -29,7 +29,7 @@ def test_create_is_idempotent(ddb_local_client: Any, ddb_local_table: str) -> No
 
 
 def test_ddb_local_rejects_what_aws_rejects(ddb_local_client: Any) -> None:
-    # moto accepts one-character table names; DynamoDB Local (like AWS) does not (aws.md §3.6)
+    # moto accepts one-character table names; DynamoDB Local (like AWS) does not
     with pytest.raises(Exception, match=r"(?i)table ?name|length|validation"):
         create_tables_from_template(ddb_local_client, load_template(), "x")
 

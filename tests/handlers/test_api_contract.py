@@ -1,4 +1,4 @@
-"""Wire contract of the task API (api.md §2–§3), driven through the real handlers with an independent client:
+"""Wire contract of the task API, driven through the real handlers with an independent client:
 headers and their check order, envelopes, auth, gzip, limits, and every route's success shape."""
 
 from __future__ import annotations

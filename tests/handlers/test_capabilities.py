@@ -1,4 +1,4 @@
-"""GET /capabilities is honest (decision 18, R20): the reference's names in the reference's order (api.md §3.10),
+"""GET /capabilities is honest: the reference's names in the reference's order,
 and every advertised feature that has a route actually answers on it (no 404, no *_NOT_SUPPORTED)."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from amsg.capabilities import FEATURES
 
 from tests.support.wire_client import WireClient
 
-# api.md §3.10 / storage.md B.5, next.34, in order (57 static names) + the one dynamic flag
+# The reference's list at next.34, in order (57 static names) + the one dynamic flag
 REFERENCE = """
 client-state client-state-chunking client-state-partial-failure agentic-hooks agentic-scratch agentic-write-state
 agentic-fire-tools agentic-schedule-task vapid-public-key tick-stale-guard recurring-skip-occurrence

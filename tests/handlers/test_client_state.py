@@ -1,4 +1,4 @@
-"""``/client-state`` and ``/client-state/namespaces`` over the wire (api.md §3.11-§3.12, engine.md §7, R10, R11).
+"""``/client-state`` and ``/client-state/namespaces`` over the wire.
 
 The wire client is independent of the server package; store-level checks (items in the table, TTL housekeeping,
 the transaction split) use ``ctx`` directly.
@@ -48,7 +48,7 @@ def table_items(prefix: str = "") -> list[dict]:
 
 
 def ref_bytes(plain: int) -> int:
-    """What the reference stores for one value (R11): hex ciphertext rows, chunked above 200 KiB."""
+    """What the reference stores for one value: hex ciphertext rows, chunked above 200 KiB."""
     if plain <= 204_800:
         return 2 * plain + 66
     n = math.ceil(plain / 204_800)
@@ -513,7 +513,7 @@ def test_unsupported_store_answers_501_after_validation(api, ctx):
     assert (resp.status, resp.code) == (501, "CLIENT_STATE_NAMESPACES_NOT_SUPPORTED")
 
 
-# ---- multi-transaction writes (R10) ------------------------------------------------------------------------
+# ---- multi-transaction writes ---------------------------------------------------------------------------
 
 
 def _fail_on_call(monkeypatch, store, n: int, exc: Exception):

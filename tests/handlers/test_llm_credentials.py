@@ -1,4 +1,4 @@
-"""PUT/GET/DELETE /llm-credentials (api.md §3.14, storage.md Part B) and credRefs at schedule/update time,
+"""PUT/GET/DELETE /llm-credentials and credRefs at schedule/update time,
 driven through the independent wire client; fire-time resolution through the delivery engine."""
 
 from __future__ import annotations
@@ -280,7 +280,7 @@ def test_prefix_delete_unsupported(ctx, api):
     assert "llm-credentials" in api.capabilities().body["features"]
 
 
-# ---- credRefs at schedule / update time (storage.md B.3) ------------------------------------------------------
+# ---- credRefs at schedule / update time ------------------------------------------------------------------------
 
 
 def prompted(**fields) -> dict:

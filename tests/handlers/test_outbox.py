@@ -1,4 +1,4 @@
-"""GET /outbox, POST /outbox/ack, DELETE /outbox (api.md §3.13, engine.md §8, R7) driven through the wire
+"""GET /outbox, POST /outbox/ack, DELETE /outbox driven through the wire
 client; rows are seeded through the store's engine-facing ``append`` exactly as the delivery engine does."""
 
 from __future__ import annotations
@@ -88,7 +88,7 @@ def test_bad_limit(api, limit):
 
 def test_limit_default_clamp_and_empty_values(ctx, api):
     seed(ctx, api, [f"m{i:03d}" for i in range(120)])
-    default = api.outbox(since="", limit="")  # empty = default (R15)
+    default = api.outbox(since="", limit="")  # empty = default
     assert len(default.data["entries"]) == 50 and default.data["hasMore"] is True
     clamped = api.outbox(limit="1000")
     assert len(clamped.data["entries"]) == 100 and clamped.data["cursor"] == 100

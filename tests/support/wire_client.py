@@ -1,4 +1,4 @@
-"""An independent client of the amsg wire protocol, written from the spec (api.md §2, §6, §9a) — it does
+"""An independent client of the amsg wire protocol, written from the wire contract (docs/compatibility.md) — it does
 NOT import the server's ``amsg`` package, so tests using it prove wire compatibility, not self-consistency.
 
 It behaves like ``@rei-standard/amsg-client``: fetch the user key, AES-256-GCM envelopes with a 12-byte IV and
@@ -180,7 +180,7 @@ class WireClient:
     def delete_subscription(self) -> WireResponse:
         return self.request("DELETE", "/push-subscription")
 
-    # ---- client state (api.md §3.11-§3.12) ----------------------------------------------------------------
+    # ---- client state --------------------------------------------------------------------------------------
 
     def put_client_state(self, entries: Any, **kw: Any) -> WireResponse:
         return self.send_encrypted("PUT", "/client-state", {"entries": entries}, **kw)
@@ -199,7 +199,7 @@ class WireClient:
         query = "" if limit is None else "?" + urllib.parse.urlencode({"limit": limit})
         return self.get_encrypted("/client-state/namespaces" + query)
 
-    # ---- outbox (api.md §3.13) ------------------------------------------------------------------------------
+    # ---- outbox -----------------------------------------------------------------------------------------------
 
     def outbox(self, since: Any = None, limit: Any = None) -> WireResponse:
         params = {k: v for k, v in (("since", since), ("limit", limit)) if v is not None}
@@ -223,7 +223,7 @@ class WireClient:
             if not resp.data["hasMore"]:
                 return entries, since
 
-    # ---- llm credentials (api.md §3.14) ---------------------------------------------------------------------
+    # ---- llm credentials -----------------------------------------------------------------------------------
 
     def put_credentials(self, credentials: Any) -> WireResponse:
         return self.send_encrypted("PUT", "/llm-credentials", {"credentials": credentials})

@@ -1,6 +1,6 @@
-"""Invariants of template.yaml (spec aws.md §4.3, decisions 14-19, R2-R4, R8, R18, R19, R22).
+"""Invariants of template.yaml (see docs/architecture.md and docs/decisions.md).
 
-These hold whatever cfn-lint checks next (aws.md §3.2). They read the raw template through the local stack's
+These hold whatever cfn-lint checks next. They read the raw template through the local stack's
 CloudFormation-aware loader (tests/support/template.py); nothing is deployed or translated.
 
 Assertions marked ``[needs handler files]`` read functions/<name>/<name>_handler.py. They do not skip: a
@@ -35,7 +35,7 @@ from tests.support.template import (
 )
 
 API_PREFIX = "/api/v1"
-REFERENCE_ALLOW_HEADERS = [  # api.md §2.8 CORS_ALLOW_HEADERS
+REFERENCE_ALLOW_HEADERS = [  # the reference's CORS_ALLOW_HEADERS
     "Content-Type",
     "X-User-Id",
     "X-Payload-Encrypted",
@@ -43,7 +43,7 @@ REFERENCE_ALLOW_HEADERS = [  # api.md §2.8 CORS_ALLOW_HEADERS
     "X-Response-Encrypted",
     "X-Client-Token",
 ]
-ALLOW_HEADERS = [*REFERENCE_ALLOW_HEADERS, "Content-Encoding", "Authorization"]  # decision 16 / R19
+ALLOW_HEADERS = [*REFERENCE_ALLOW_HEADERS, "Content-Encoding", "Authorization"]  # see docs/compatibility.md
 ALLOW_METHODS = {"GET", "POST", "PUT", "DELETE", "OPTIONS"}
 
 GSIS = {"due": ("due_pk", "due_sk"), "retention": ("ret_pk", "ret_sk"), "work": ("work_pk", "work_sk")}
@@ -97,7 +97,7 @@ def test_every_api_function_is_served_at_root_and_under_api_v1(tpl):
         for method, path in pairs:
             assert path.startswith("/") and not path.endswith("/"), (fn, method, path)
             twin = path[len(API_PREFIX) :] if path.startswith(API_PREFIX + "/") else API_PREFIX + path
-            assert (method, twin) in pairs, f"{fn}: {method} {path} has no {method} {twin} twin (R18)"
+            assert (method, twin) in pairs, f"{fn}: {method} {path} has no {method} {twin} twin"
         assert all(method != "ANY" for method, _ in pairs), f"{fn}: explicit methods only ($default handles the rest)"
 
 
@@ -162,7 +162,7 @@ def test_handler_module_exists_and_defines_handler(tpl, logical_id):
     }
     assert attr in defined, f"{path.relative_to(REPO_ROOT)} has no top-level {attr!r}"
     siblings = sorted(p.name for p in code_dir.glob("*.py") if p != path)
-    assert not siblings, f"{logical_id}: function dirs hold one module (aws.md §4.1), found {siblings}"
+    assert not siblings, f"{logical_id}: function dirs hold one module, found {siblings}"
 
 
 # ------------------------------------------------------------------------------------------------ runtime & layer
@@ -183,7 +183,7 @@ def test_shared_layer_build_settings(tpl):
     assert list(layers) == ["SharedLayer"], layers
     layer = layers["SharedLayer"]
     assert layer["Metadata"]["BuildMethod"] == "python3.12"
-    # without BuildArchitecture sam build installs x86_64 wheels into an arm64 layer (aws.md §3.3)
+    # without BuildArchitecture sam build installs x86_64 wheels into an arm64 layer
     assert layer["Metadata"]["BuildArchitecture"] == "arm64"
     props = layer["Properties"]
     assert props["CompatibleRuntimes"] == ["python3.12"]
@@ -232,7 +232,7 @@ def test_run_task_partial_batch_failures_dlq_and_concurrency_cap(tpl):
     (event,) = _events(tpl, fn, "SQS").values()
     props = event["Properties"]
     assert props["FunctionResponseTypes"] == ["ReportBatchItemFailures"]
-    assert props["ScalingConfig"]["MaximumConcurrency"] == {"Ref": "RunTaskMaxConcurrency"}  # R4
+    assert props["ScalingConfig"]["MaximumConcurrency"] == {"Ref": "RunTaskMaxConcurrency"}  # delivery concurrency
     queue_props = tpl["Resources"][ref_target(props["Queue"])]["Properties"]
     redrive = queue_props["RedrivePolicy"]
     dlq = ref_target(redrive["deadLetterTargetArn"])
@@ -250,7 +250,7 @@ def test_tick_schedule_and_no_retries(tpl):
     assert function_dir(tpl, fn) == "tick"
     assert _timeout(tpl, fn) < 60, "a tick must finish inside its minute"
     invoke = tpl["Resources"][fn]["Properties"]["EventInvokeConfig"]
-    assert invoke["MaximumRetryAttempts"] == 0  # Scheduler invokes async: no Lambda-side replays (aws.md §2.3)
+    assert invoke["MaximumRetryAttempts"] == 0  # Scheduler invokes async: no Lambda-side replays
     assert int(invoke["MaximumEventAgeInSeconds"]) <= 60
     (event,) = _events(tpl, fn, "ScheduleV2").values()
     props = event["Properties"]
@@ -270,7 +270,7 @@ def test_tick_schedule_and_no_retries(tpl):
 
 def test_table_keys_indexes_and_ttl(tpl):
     tables = resources_of_type(tpl, "AWS::DynamoDB::Table")
-    assert list(tables) == ["Table"], tables  # R8: one table, no idempotency table
+    assert list(tables) == ["Table"], tables  # one table, no idempotency table (claim fencing deduplicates)
     props = tables["Table"]["Properties"]
 
     def keys(schema: list[dict[str, str]]) -> tuple[str, ...]:
@@ -281,7 +281,7 @@ def test_table_keys_indexes_and_ttl(tpl):
     assert keys(props["KeySchema"]) == ("PK", "SK")
     assert {g["IndexName"]: keys(g["KeySchema"]) for g in props["GlobalSecondaryIndexes"]} == GSIS
     assert {i["IndexName"]: keys(i["KeySchema"]) for i in props["LocalSecondaryIndexes"]} == LSIS
-    # R7: unacked outbox rows are paged from a strongly consistent LSI, so it must carry the rows
+    # unacked outbox rows are paged from a strongly consistent LSI, so it must carry the rows
     for lsi in props["LocalSecondaryIndexes"]:
         assert lsi["Projection"]["ProjectionType"] == "ALL", lsi["IndexName"]
 
@@ -302,7 +302,7 @@ def test_cors_configuration(tpl):
     cors = tpl["Resources"]["HttpApi"]["Properties"]["CorsConfiguration"]
     condition, when_on, when_off = cors["Fn::If"]
     assert when_off == {"Ref": "AWS::NoValue"}
-    assert sorted(when_on) == ["AllowHeaders", "AllowMethods", "AllowOrigins", "MaxAge"], "no credentials/expose (R19)"
+    assert sorted(when_on) == ["AllowHeaders", "AllowMethods", "AllowOrigins", "MaxAge"], "no credentials/expose"
     assert when_on["AllowHeaders"] == ALLOW_HEADERS
     assert set(when_on["AllowMethods"]) == ALLOW_METHODS and len(when_on["AllowMethods"]) == len(ALLOW_METHODS)
     assert when_on["MaxAge"] == {"Ref": "CorsMaxAge"}
@@ -314,7 +314,7 @@ def test_cors_configuration(tpl):
 
 def test_cors_absent_without_origins_and_split_with_them(tpl):
     cors = tpl["Resources"]["HttpApi"]["Properties"]["CorsConfiguration"]
-    assert resolve(cors, tpl) is NO_VALUE  # R19: no origins -> no CorsConfiguration at all
+    assert resolve(cors, tpl) is NO_VALUE  # no origins -> no CorsConfiguration at all
     on = resolve(cors, tpl, {"AllowOrigins": "https://app.example.com,http://localhost:5173"})
     assert on["AllowOrigins"] == ["https://app.example.com", "http://localhost:5173"]
     assert on["MaxAge"] == 86400
@@ -329,7 +329,7 @@ def test_allow_origins_pattern(tpl):
 
 
 def test_no_code_emits_cors_headers():
-    """HTTP API ignores backend CORS headers when CorsConfiguration is set (decision 16); handlers and the
+    """HTTP API ignores backend CORS headers when CorsConfiguration is set; handlers and the
     layer code that builds their responses must not set any."""
     offenders = [
         f"{path.relative_to(REPO_ROOT)}:{n}"
@@ -405,7 +405,7 @@ def test_template_file_is_the_one_tested():
 
 
 def test_layer_requirements_match_the_lock():
-    """layers/shared/requirements.txt is generated from uv.lock (aws.md §4.5 item 10); needs uv on PATH."""
+    """layers/shared/requirements.txt is generated from uv.lock; needs uv on PATH."""
     result = subprocess.run(
         [sys.executable, str(REPO_ROOT / "scripts" / "sync-layer-requirements"), "--check"],
         capture_output=True,

@@ -1,4 +1,4 @@
-"""JS regex source → Python translation (R14): behaviour JS would show, and what must be rejected."""
+"""JS regex source → Python translation: behaviour JS would show, and what must be rejected."""
 
 from __future__ import annotations
 

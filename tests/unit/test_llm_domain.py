@@ -1,4 +1,4 @@
-"""Pure LLM rules: engine.md §5.3–§5.5, api.md §4.5, decision 7 / R14 / R16."""
+"""Pure LLM rules: request body, credentials, reply parsing."""
 
 from __future__ import annotations
 
@@ -125,7 +125,7 @@ def test_extra_body_spread_first_and_core_keys_win() -> None:
 
 
 def test_extra_body_keys_survive_when_engine_does_not_set_them() -> None:
-    """engine.md §5.4 QUIRK: temperature/max_tokens/stream from llmExtraBody stay when the engine omits them."""
+    """Reference quirk: temperature/max_tokens/stream from llmExtraBody stay when the engine omits them."""
     msgs = [{"role": "user", "content": "x"}]
     extra = {"temperature": 0.3, "max_tokens": 99, "stream": False, "tool_choice": "none"}
     body = build_chat_body({"primaryModel": "m", "messages": msgs, "llmExtraBody": extra})
@@ -256,7 +256,7 @@ def test_mismatched_closing_tag_is_not_a_span() -> None:
 
 
 def test_empty_think_span_means_no_reasoning_and_content_kept() -> None:
-    # §5.5: reasoning is null when the first span is blank, so the content is left as it is.
+    # Reasoning is null when the first span is blank, so the content is left as it is.
     assert extract_reply(completion("<think> </think>Hi")) == ("<think> </think>Hi", None)
 
 

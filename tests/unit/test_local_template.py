@@ -1,4 +1,4 @@
-"""template.yaml as the local stack reads it: routes (R18), CORS (R19), table (R8, R26), intrinsics."""
+"""template.yaml as the local stack reads it: routes, CORS, table, intrinsics."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""TaskProjection (api.md §4.2, R16) and last_error parsing."""
+"""TaskProjection and last_error parsing."""
 
 import json
 
@@ -112,14 +112,14 @@ def test_no_secrets_leak():
 
 def test_last_error_only_from_row():
     out = project_task(row(last_error=None), payload(), include_metadata=False)
-    assert out["lastError"] is None  # the payload's copy is ignored (R16)
+    assert out["lastError"] is None  # the payload's copy is ignored
 
 
 def test_defaults_for_minimal_payload():
     out = project_task(row(message_type="", retry_count=0), {"contactName": "R"}, include_metadata=True)
     assert out["messageType"] is None
     assert out["messageSubtype"] is None
-    assert out["recurrenceType"] == "none"  # decision 6
+    assert out["recurrenceType"] == "none"  # missing means none
     assert out["tzId"] is None
     assert out["charId"] is None
     assert out["clientTaskId"] is None

@@ -1,4 +1,4 @@
-"""Recurrence (engine.md §4.3 vectors; rows 10 and 11 per decision 4 / R13)."""
+"""Recurrence (the reference's vectors; rows 10 and 11 follow our DST rule, see docs/compatibility.md)."""
 
 from __future__ import annotations
 
@@ -24,7 +24,7 @@ def ms(iso: str) -> int:
     return value
 
 
-# engine.md §4.3 advanceOccurrence table (row 6 and 7 are checked separately: they are relative)
+# The reference's advanceOccurrence table (row 6 and 7 are checked separately: they are relative)
 ADVANCE_VECTORS = [
     (1, "2026-03-07T13:00:00.000Z", "daily", 1, "America/New_York", "2026-03-08T12:00:00.000Z"),
     (2, "2026-10-31T12:00:00.000Z", "daily", 1, "America/New_York", "2026-11-01T13:00:00.000Z"),
@@ -107,7 +107,7 @@ def test_southern_hemisphere_spring_gap_resolves_after() -> None:
     assert iso_from_ms(advance_occurrence(occ, "daily", 1, "Australia/Sydney")) == "2026-10-03T16:30:00.000Z"
 
 
-# engine.md §4.3 planNextOccurrence table
+# The reference's planNextOccurrence table
 def test_plan_three_days_overdue() -> None:
     occ = ms("2026-06-01T09:00:00.000Z")
     plan = plan_next_occurrence(occ, "daily", occ + 3 * DAY_MS + 5 * MIN_MS, None)

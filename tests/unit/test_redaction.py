@@ -1,4 +1,4 @@
-"""Error-summary sanitization and credential redaction (engine.md §1.6)."""
+"""Error-summary sanitization and credential redaction."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Message splitting (engine.md §5.6 as fixed by decision 5 / R14) and JS ``String.prototype.split``."""
+"""Message splitting (see docs/compatibility.md) and JS ``String.prototype.split``."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import pytest
 from amsg.domain.jsregex import compile_js_pattern
 from amsg.domain.splitting import DEFAULT_SPLIT_PATTERN, js_split, split_message
 
-# engine.md §5.6 vectors; `a\nb\nc` uses R14's value (the reference glued it to `ab`, `c`).
+# The reference's vectors; `a\nb\nc` uses the documented value (the reference glued it to `ab`, `c`).
 SPEC_VECTORS = [
     ("你好。世界！再见？", None, ["你好。", "世界！", "再见？"]),
     ("行一\n行二\n行三", "([\n]+)", ["行一\n", "行二\n", "行三"]),
@@ -28,10 +28,10 @@ def test_spec_vectors(text: str, pattern: str | list[str] | None, expected: list
 @pytest.mark.parametrize(
     ("text", "pattern", "expected"),
     [
-        # uncaptured separators vanish (decision 5), including the empty pattern
+        # uncaptured separators vanish, including the empty pattern
         ("abc", "", ["a", "b", "c"]),
         ("one--two", "-+", ["one", "two"]),
-        # a group that does not participate contributes nothing and never throws (R14)
+        # a group that does not participate contributes nothing and never throws
         ("a-b_c", "(-)|(_)", ["a-", "b_", "c"]),
         ("1x 2 3", "(\\d)(x)?", ["1x 2 3"]),  # every piece blank: chunk kept whole
         ("a1b2x c", "(\\d)(x)?", ["a1", "b2x", "c"]),

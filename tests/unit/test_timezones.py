@@ -14,7 +14,7 @@ from amsg.domain.timezones import canonical_tz, is_valid_tz
         ("america/argentina/buenos_aires", "America/Argentina/Buenos_Aires"),
         ("utc", "UTC"),
         ("etc/gmt+5", "Etc/GMT+5"),
-        # aliases are kept as aliases (R13: no alias resolution)
+        # aliases are kept as aliases (no alias resolution)
         ("us/eastern", "US/Eastern"),
         ("Europe/Kiev", "Europe/Kiev"),
     ],

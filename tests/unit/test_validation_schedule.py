@@ -1,4 +1,4 @@
-"""POST /schedule-message validation (api.md §3.3): every row, the order, JS truthiness, the stored payload."""
+"""POST /schedule-message validation: every row, the order, JS truthiness, the stored payload."""
 
 import json
 import math
@@ -902,7 +902,7 @@ def test_validate_cred_refs_and_chat_helper():
         ("(", "splitPattern 不是有效正则表达式"),
         ("[", "splitPattern 不是有效正则表达式"),
         ("*", "splitPattern 不是有效正则表达式"),
-        ("\\p{L}", "splitPattern 不是有效正则表达式"),  # needs the u flag: untranslatable → 400 (decision 5)
+        ("\\p{L}", "splitPattern 不是有效正则表达式"),  # needs the u flag: untranslatable → 400
         ("x" * 201, "splitPattern 不能超过 200 字符"),
         ("😀" * 101, "splitPattern 不能超过 200 字符"),  # 202 UTF-16 units
         (5, "splitPattern 必须是字符串"),

@@ -1,4 +1,4 @@
-"""PUT /update-message validation and merge (api.md §3.4)."""
+"""PUT /update-message validation and merge."""
 
 import math
 

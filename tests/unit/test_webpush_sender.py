@@ -1,4 +1,4 @@
-"""R17: the Web Push request on the wire, proven against the loopback fake push service."""
+"""The Web Push request on the wire (exactly the reference's), proven against the loopback fake push service."""
 
 from __future__ import annotations
 
@@ -321,7 +321,7 @@ def test_private_key_formats_and_interop_with_py_vapid() -> None:
     pem = key.private_bytes(
         serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
     ).decode()
-    assert public_key_from_private(pem) == public  # a pasted PEM string also works (aws.md §3.8 gotcha)
+    assert public_key_from_private(pem) == public  # a pasted PEM string also works
     padded_std = private.replace("-", "+").replace("_", "/") + "="
     assert public_key_from_private(padded_std) == public
 
@@ -400,7 +400,7 @@ print(sorted(m for m in sys.modules if m.split(".")[0] in heavy))
 
 
 def test_importing_and_sending_never_loads_pywebpush_or_aiohttp() -> None:
-    """API functions import amsg.vapid; the push adapter must stay cheap too (aws.md §2.5)."""
+    """API functions import amsg.vapid; the push adapter must stay cheap too (cold starts)."""
     env_path = [str(ROOT / "layers" / "shared"), str(ROOT)]
     result = subprocess.run(
         [sys.executable, "-c", f"import sys; sys.path[:0] = {env_path!r}\n" + _IMPORT_PROBE, unused_loopback_url()],

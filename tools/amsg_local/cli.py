@@ -1,4 +1,4 @@
-"""``amsg local``: the whole stack on this machine, no AWS account and no Docker (aws.md §4.2).
+"""``amsg local``: the whole stack on this machine, no AWS account and no Docker.
 
 One process runs the template-driven gateway, the Lambda handlers (in process), the data store (embedded moto
 by default; DynamoDB Local or a given endpoint on request), the task queue (moto SQS) and the tick.

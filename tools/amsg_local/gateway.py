@@ -11,10 +11,10 @@ they will see on AWS:
   ``Content-Encoding`` (everything else, a missing Content-Type included, arrives base64 encoded);
 * responses: ``statusCode``/``headers``/``body``/``isBase64Encoded``; a value without ``statusCode`` becomes a
   200 JSON response; ``cookies`` are ignored here;
-* CORS (decision 16, R19): with allowed origins, preflights (OPTIONS + Origin + Access-Control-Request-Method)
+* CORS (like API Gateway): with allowed origins, preflights (OPTIONS + Origin + Access-Control-Request-Method)
   are answered here with 204, allowed origins are added to every response, and CORS headers from handlers are
   dropped; without allowed origins there is no CORS at all (OPTIONS reaches ``$default``);
-* limits (R22): request payload over 10 MB → 413 ``{"message":"Request Entity Too Large"}`` before any
+* limits (AWS): request payload over 10 MB → 413 ``{"message":"Request Entity Too Large"}`` before any
   handler runs; an event over Lambda's 6 MB invocation limit → the same 413 (on AWS the invoke fails; 413 is
   our documented local answer); a response over 6 MB, an unhandled error or a Lambda timeout → 500
   ``{"message":"Internal Server Error"}``; no answer within 30 s → 503 ``{"message":"Service Unavailable"}``.

@@ -1,5 +1,5 @@
 """``GET /capabilities``: the reference's feature names, in its order, filtered to what this deployment
-implements and has enabled (decision 18, R20). A feature is listed only when its predicate holds."""
+implements and has enabled. A feature is listed only when its predicate holds."""
 
 from __future__ import annotations
 
@@ -40,7 +40,7 @@ _client_state = _store("client_state")
 _outbox = _store("outbox", "list_unacked", "ack")
 _credentials = _store("credentials", "upsert", "list", "get_values", "delete_ids", "delete_all")
 
-# (reference feature name, predicate), in the reference's order (api.md §3.10). Features we do not implement
+# (reference feature name, predicate), in the reference's order. Features we do not implement
 # are simply absent from this table; tests/handlers/test_capabilities.py keeps it honest.
 FEATURES: list[tuple[str, Callable[[AppContext], bool]]] = [
     ("client-state", _client_state),

@@ -1,6 +1,6 @@
 """Deployment settings and secrets, as plain values. Built by :mod:`amsg.runtime` from the environment.
 
-Numeric knobs follow R25: ``AMSG_<SNAKE_CASE>`` with the engine.md §2.2 defaults.
+Numeric knobs are ``AMSG_<SNAKE_CASE>`` variables; their defaults are the reference's (the README lists them).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Keys and ciphers of the wire and of storage (spec api.md §6), byte-compatible with the reference.
+"""Keys and ciphers of the wire and of storage (see docs/compatibility.md), byte-compatible with the reference.
 
 * user key      = hex(sha256(utf8(master_key + user_id)))  (the AES-256 key is its 32 raw bytes)
 * transport v1  = AES-256-GCM, 12-byte IV, detached tag, each field standard base64 (``atob``-friendly)

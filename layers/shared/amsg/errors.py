@@ -79,7 +79,8 @@ CATALOGUE: dict[str, tuple[int, str]] = {
     "OUTBOX_DELETE_NOT_SUPPORTED": (501, "当前数据库适配器不支持删除 message_outbox 行"),
 }
 
-# Cloud-owner guard violations on ordinary endpoints answer 409 {code, message} (spec decision 3 / R12).
+# Cloud-owner guard violations on ordinary endpoints answer 409 {code, message} (the reference leaks them
+# as 500; see docs/compatibility.md).
 CLOUD_GUARD_CODES = frozenset(
     {
         "CLOUD_OWNER_RETIRED",
@@ -148,7 +149,7 @@ class StoreUnavailable(StoreError):
 
 
 class PartialWriteError(StoreError):
-    """A write split into several DynamoDB transactions failed after some of them committed (R10).
+    """A write split into several DynamoDB transactions failed after some of them committed (see docs/compatibility.md).
 
     ``applied`` lists the indexes (into the caller's entries) whose outcome is final; ``cause`` is the failure of
     the part that did not commit. The HTTP layer answers that failure's status with ``details.appliedEntries``.

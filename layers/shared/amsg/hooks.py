@@ -1,4 +1,4 @@
-"""Host hooks (decision 15): plain Python callables in a module named by ``AMSG_HOOKS_MODULE``, shipped in the
+"""Host hooks: plain Python callables in a module named by ``AMSG_HOOKS_MODULE``, shipped in the
 layer or the function code. Only ``serialize_by`` is wired so far; the agentic fire hooks are not implemented.
 
 ``serialize_by(task) -> str | None`` receives a read-only view of the task (its payload without ``apiKey`` and

@@ -19,7 +19,7 @@ class Clock(Protocol):
 
 @dataclass
 class TaskRow:
-    """One task (engine.md §1.1 columns plus our DynamoDB fencing fields)."""
+    """One task (the reference's columns plus our DynamoDB fencing fields; see docs/data-model.md)."""
 
     user_id: str
     uuid: str
@@ -141,7 +141,7 @@ KEEP = object()
 
 @dataclass
 class Settlement:
-    """What a fenced write after a claim does to the task (engine.md §2.9-§2.13, R2).
+    """What a fenced write after a claim does to the task (see docs/delivery.md).
 
     ``delete`` removes the task (one-shot success). ``status`` 'failed'/'sent' takes it out of the due index.
     Otherwise the task stays pending and becomes due again at ``retry_after`` or ``next_send_at``. Every
@@ -175,12 +175,12 @@ class PushSubscriptionStore(Protocol):
     def delete_push_subscription(self, user_id: str) -> bool: ...
 
 
-# ---- message outbox (engine.md §8, storage.md C.3.5 / D.4.8, R7) ----------------------------------------
+# ---- message outbox (see docs/delivery.md) ---------------------------------------------------------------
 
 
 @dataclass
 class OutboxAppend:
-    """One finalized push to record **before** sending it (engine.md §5.8 step 1).
+    """One finalized push to record **before** sending it (outbox first).
 
     ``encrypted_push`` is the storage ciphertext (``iv:tag:ct`` hex, :func:`amsg.crypto.encrypt_for_storage`
     under the user key) of the compact push JSON; the store never sees plaintext. ``created_at`` is epoch ms.
@@ -239,7 +239,7 @@ class OutboxStore(Protocol):
 
     def claim_send(self, user_id: str, message_id: str, *, task_uuid: str, claim_version: int, now_ms: int) -> bool:
         """Take one row for pushing, atomically with a check that the task is still pending under
-        ``claim_version`` (R2 fencing). False when the row is gone, acked, delivered or already taken, or the
+        ``claim_version`` (fencing). False when the row is gone, acked, delivered or already taken, or the
         task claim moved on. A taken row is never pushed by another run (exactly-once pushes)."""
         ...
 
@@ -261,7 +261,7 @@ class OutboxStore(Protocol):
 
     def list_for_task(self, user_id: str, task_uuid: str, *, since_ms: int = 0, limit: int = 500) -> list[OutboxRow]:
         """The task's rows with ``created_at >= since_ms`` in any state, ordered by (created_at, id), at most
-        ``limit`` (strongly consistent; used to redeliver a committed batch, engine.md §5.12)."""
+        ``limit`` (strongly consistent; used to redeliver a committed batch)."""
         ...
 
     # -- API-facing ---------------------------------------------------------------------------------------
@@ -280,7 +280,7 @@ class OutboxStore(Protocol):
         ...
 
 
-# ---- LLM credentials (storage.md Part B, C.3.4, D.3) -----------------------------------------------------
+# ---- LLM credentials (see docs/data-model.md) ------------------------------------------------------------
 
 
 @dataclass
@@ -318,7 +318,7 @@ class SchemaInspector(Protocol):
 
 
 # ---------------------------------------------------------------------------------------------------------
-# LLM (engine.md §5.4). The port raises amsg.domain.failures.LlmCallError (re-exported here) for every
+# LLM. The port raises amsg.domain.failures.LlmCallError (re-exported here) for every
 # failure: delivery code reads only its ``permanent``/``code``/``llm_status``, never a transport's errors.
 
 
@@ -329,7 +329,7 @@ class LlmRequest:
     url: str
     api_key: str = field(repr=False)
     body: dict[str, Any] = field(repr=False)
-    # False for agentic rounds: a reply with only tool_calls is legitimate there (engine.md §5.4).
+    # False for agentic rounds: a reply with only tool_calls is legitimate there.
     require_content: bool = True
 
 
@@ -349,13 +349,13 @@ class LlmClient(Protocol):
         ...
 
 
-# ---- Web Push (engine.md §5.10, api.md §4.3) -----------------------------------------------------------
+# ---- Web Push ---------------------------------------------------------------------------------------------
 #
 # Failure model: ``PushSender.send`` returns normally on a 2xx and RAISES :class:`PushSendError` on anything
 # else. An exception rather than a result object: the engine's failure path is exception-driven like the
 # reference's (``code``/``statusCode``/``permanent`` on the thrown error), a forgotten ``if not result.ok``
 # would silently count a failed push as delivered, and the reasoning push is isolated with a try/except
-# anyway (§5.9).
+# anyway.
 
 MAX_PUSH_PAYLOAD_BYTES = 3993
 """Plaintext limit: 4096 − 103 aes128gcm overhead (16 salt, 4 rs, 1 idlen, 65 keyid, 1 pad, 16 tag)."""
@@ -381,7 +381,7 @@ class PushSendError(Exception):
       retryable, since the client can PUT a fresh one).
     * ``status``: the push service's HTTP status, or ``None`` when no response was received. Only this value
       may become the engine's ``pushStatus``.
-    * ``permanent``: the api.md §4.3 classification, already applied.
+    * ``permanent``: the reference's permanent-status classification (404, 410, ...), already applied.
     * ``details``: ``{"bytes", "maxBytes"}`` for ``PUSH_PAYLOAD_TOO_LARGE``, else ``None``.
     """
 
@@ -414,7 +414,7 @@ class PushSender(Protocol):
         """Encrypt ``payload`` (UTF-8 JSON) for ``subscription`` (browser ``toJSON()`` shape) and POST it.
 
         Returns the 2xx status; raises :class:`PushSendError` on any other outcome. ``timeout_s`` overrides
-        the sender's HTTP timeout for this call (the instant path's remaining budget, R21).
+        the sender's HTTP timeout for this call (the instant path's remaining budget).
         """
         ...
 
@@ -425,7 +425,7 @@ class TaskQueue(Protocol):
         ...
 
 
-# ---- client state (api.md §3.11-§3.12, engine.md §7) ----------------------------------------------------
+# ---- client state -----------------------------------------------------------------------------------------
 #
 # Values cross this port as storage ciphertext (``encrypt_for_storage`` text); the domain encrypts and
 # decrypts (amsg.domain.client_state), so the store never sees plaintext. The same store serves the HTTP
@@ -440,7 +440,7 @@ class StateWrite:
     key: str
     value: str | None
     guard: int
-    plain_bytes: int = 0  # UTF-8 bytes of the plaintext: the reference-equivalent row/byte accounting (R11)
+    plain_bytes: int = 0  # UTF-8 bytes of the plaintext: the reference-equivalent row/byte accounting
 
 
 @dataclass
@@ -466,7 +466,7 @@ class StateRow:
 class NamespaceStats:
     namespace: str
     entry_count: int
-    byte_size: int  # what the reference would store (ciphertext, chunk rows included) — R11
+    byte_size: int  # what the reference would store (ciphertext, chunk rows included)
     updated_at: int
 
 

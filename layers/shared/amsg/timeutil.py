@@ -1,6 +1,6 @@
 """Time formats of the wire: JS ``toISOString()`` strings and epoch milliseconds.
 
-Parsing follows spec R27: ISO 8601 only (``Z`` or an offset; naive date-time = UTC; date-only = UTC midnight).
+Parsing accepts ISO 8601 only (``Z`` or an offset; naive date-time = UTC; date-only = UTC midnight).
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ def ms_from_datetime(dt: datetime) -> int:
 
 
 def parse_iso_ms(value: object) -> int | None:
-    """Parse an ISO 8601 string to epoch ms, or None when it is not one (R27)."""
+    """Parse an ISO 8601 string to epoch ms, or None when it is not one."""
     if not isinstance(value, str):
         return None
     m = _ISO_RE.match(value.strip())

@@ -1,7 +1,7 @@
 """VAPID keys and the RFC 8292 ``Authorization`` header, with ``cryptography`` only.
 
 Kept free of pywebpush/py_vapid on purpose: the API functions use this module (key generation for the local
-stack, ``/vapid-public-key`` sanity checks), and pywebpush drags aiohttp into the import (aws.md §2.5).
+stack, ``/vapid-public-key`` sanity checks), and pywebpush drags aiohttp into the import (slow cold starts).
 
 Key formats are the ones the web-push JS libraries (and the reference) use:
 
@@ -22,7 +22,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.hazmat.primitives.asymmetric.utils import decode_dss_signature
 
-# engine.md §5.10: the JWT lives 12 h (RFC 8292 caps it at 24 h).
+# The JWT lives 12 h, like the reference's (RFC 8292 caps it at 24 h).
 VAPID_JWT_TTL_S = 12 * 60 * 60
 
 _JWT_HEADER = {"typ": "JWT", "alg": "ES256"}
@@ -97,7 +97,7 @@ def public_key_from_private(private_key: str) -> str:
 
 
 def normalize_subject(subject: str) -> str:
-    """``mailto:`` prepended unless it already starts with ``mailto:``/``http(s):`` (engine.md §5.10)."""
+    """``mailto:`` prepended unless it already starts with ``mailto:``/``http(s):``, as the reference does."""
     text = (subject or "").strip()
     if not text:
         raise VapidConfigError("VAPID subject is empty")

@@ -1,9 +1,9 @@
-"""Web Push sender (R17, engine.md §5.10): RFC 8291 aes128gcm + RFC 8292 VAPID, POSTed with httpx.
+"""Web Push sender: RFC 8291 aes128gcm + RFC 8292 VAPID, POSTed with httpx.
 
-Why not ``pywebpush.webpush()``: it cannot produce the R17 request. It sends no ``Content-Type``, writes
+Why not ``pywebpush.webpush()``: it cannot produce the reference's request. It sends no ``Content-Type``, writes
 ``Authorization: vapid t=…,k=…`` without the reference's ``, `` separator, adds requests' ``User-Agent`` and
-``Accept`` headers, treats 203–299 as failures, and importing it loads aiohttp + requests (~180 ms,
-aws.md §2.5). So this adapter uses the two pieces pywebpush itself is built on: ``http_ece`` (the aes128gcm
+``Accept`` headers, treats 203–299 as failures, and importing it loads aiohttp + requests (~180 ms of
+cold start). So this adapter uses the two pieces pywebpush itself is built on: ``http_ece`` (the aes128gcm
 record) and an ES256 JWT (:mod:`amsg.vapid`, ``cryptography`` only), and sends with httpx, which the LLM
 adapter loads anyway. ``http_ece`` and httpx are imported lazily: importing this module costs nothing until
 the first push.
@@ -39,7 +39,7 @@ if TYPE_CHECKING:
 
 RECORD_SIZE = 4096
 _ERROR_BODY_CHARS = 200
-# httpx's client defaults we do not want on the wire (R17: exact header set).
+# httpx's client defaults we do not want on the wire (the header set must be exactly the reference's).
 _DROP_DEFAULT_HEADERS = ("Accept", "Accept-Encoding", "User-Agent")
 
 
@@ -87,7 +87,7 @@ class WebPushSender:
         """Guard, encrypt, sign, POST. Returns the 2xx status, raises :class:`PushSendError` otherwise.
 
         ``timeout_s`` overrides the constructor's timeout for this one call (the instant path passes its
-        remaining budget, R21).
+        remaining budget).
         """
         plaintext = payload.encode("utf-8") if isinstance(payload, str) else bytes(payload)
         # The guard comes first: an oversize payload never reaches encryption or the network.

@@ -1,4 +1,4 @@
-"""``DELETE /cancel-message?id=`` (api.md §3.5): delete the caller's task whatever its status."""
+"""``DELETE /cancel-message?id=``: delete the caller's task whatever its status."""
 
 from __future__ import annotations
 

@@ -1,13 +1,13 @@
-"""``PUT|GET|DELETE /client-state``: the per-user cloud mirror of client state (api.md §3.11, engine.md §7).
+"""``PUT|GET|DELETE /client-state``: the per-user cloud mirror of client state.
 
-Check order (api.md §2.10): PUT = auth → ``X-Payload-Encrypted`` → ``X-User-Id`` → ``X-Encryption-Version`` →
+Check order (the reference's): PUT = auth → ``X-Payload-Encrypted`` → ``X-User-Id`` → ``X-Encryption-Version`` →
 envelope → decrypt → object → entries → per-entry validation → store support (501) → write. GET/DELETE =
 auth → ``X-User-Id`` → query → store support → operation.
 
 Size: a value may be 5 MiB (``STATE_VALUE_TOO_LARGE`` above), but one request must fit Lambda's 6 MB invocation
 payload, so the body cap ``MAX_RAW_BODY_BYTES`` (4 000 000 raw bytes, 413 ``REQUEST_BODY_TOO_LARGE``, enforced
 before this module runs) bounds what one uncompressed PUT can carry: 2 999 859 UTF-8 bytes for a single entry
-with one-character namespace and key (decision 13; see the README).
+with one-character namespace and key (see docs/compatibility.md).
 """
 
 from __future__ import annotations
@@ -75,10 +75,10 @@ def put_client_state(request: ApiRequest, ctx: AppContext) -> ApiResponse:
 
 
 def _partial_failure(exc: PartialWriteError) -> ApiResponse:
-    """The failing transaction's status, plus which entries did commit (R10)."""
+    """The failing transaction's status, plus which entries did commit (a split write is not atomic)."""
     applied = {"appliedEntries": exc.applied}
     cause = exc.cause
-    if isinstance(cause, CloudGuardError):  # decision 3 / R12
+    if isinstance(cause, CloudGuardError):  # 409, not the reference's 500
         error = {"code": cause.code, "message": str(cause), "details": applied}
         return ApiResponse(409, {"success": False, "error": error})
     logger.warning("client state write partially applied", extra={"applied": len(exc.applied)})

@@ -1,6 +1,6 @@
-"""``GET /client-state/namespaces[?limit=n]``: which namespaces the user has in the cloud (api.md §3.12).
+"""``GET /client-state/namespaces[?limit=n]``: which namespaces the user has in the cloud.
 
-Check order: auth → ``X-User-Id`` → ``limit`` (R15: absent/empty → 200; otherwise ``^[0-9]+$`` and ≥ 1, larger
+Check order: auth → ``X-User-Id`` → ``limit`` (absent/empty → 200; otherwise ``^[0-9]+$`` and ≥ 1, larger
 values clamped to 200) → store support → list. The response is encrypted: namespace names are user data.
 """
 

@@ -33,7 +33,7 @@ class EncryptedBody:
 def open_encrypted_body(
     request: ApiRequest, ctx: AppContext, *, bad_json: ApiError | None = None, not_object: ApiError | None = None
 ) -> EncryptedBody:
-    """The encrypted-body gate of the write routes, in the reference's order (api.md §2.10): auth →
+    """The encrypted-body gate of the write routes, in the reference's order: auth →
     X-Payload-Encrypted → X-User-Id → X-Encryption-Version → envelope → decrypt → object."""
     authenticate(request, ctx)
     require_payload_encrypted(request)
@@ -46,7 +46,7 @@ def open_encrypted_body(
 
 
 def decrypt_payload(encrypted: str, user_key: str) -> dict[str, Any]:
-    """A stored task payload; an unreadable one is an internal error of the whole request (api.md §3.6)."""
+    """A stored task payload; an unreadable one is an internal error of the whole request, as in the reference."""
     try:
         value = json.loads(decrypt_from_storage(encrypted, user_key))
     except (DecryptError, ValueError) as exc:

@@ -1,4 +1,4 @@
-"""credRefs existence checks at schedule/update time (api.md §3.3 step 4, storage.md B.3)."""
+"""credRefs existence checks at schedule/update time: a missing credential is a 400 now, not a failed fire."""
 
 from __future__ import annotations
 

@@ -33,7 +33,7 @@ def capabilities(request: ApiRequest, ctx: AppContext) -> ApiResponse:
 
 
 def init_tenant(request: ApiRequest, ctx: AppContext) -> ApiResponse:
-    """Checks (never creates) the table, its indexes and TTL, then records the schema marker (R26)."""
+    """Checks (never creates: the template owns it) the table, its indexes and TTL, then records the marker."""
     authenticate(request, ctx)
     report = ctx.schema.check_schema(ctx.now_ms())
     if not report.ok:

@@ -1,5 +1,5 @@
 """``PUT|GET|DELETE /llm-credentials`` — per-user named LLM credentials referenced by tasks' ``credRefs``
-(api.md §3.14, storage.md B.4). Responses are plain (not encrypted); request bodies of PUT and DELETE are.
+(see docs/data-model.md). Responses are plain (not encrypted); request bodies of PUT and DELETE are.
 Values never leave the server: GET lists ``{credId, updatedAt}`` only.
 
 Fire-time resolution lives in :mod:`amsg.domain.credentials` (``resolve_cred_value``,
@@ -41,7 +41,7 @@ __all__ = [
     "resolve_cred_value",
 ]
 
-# DynamoDB imposes these (decision 13): one item ≤ 400 KB, one transaction ≤ 4 MB. Realistic values are a few
+# DynamoDB imposes these: one item ≤ 400 KB, one transaction ≤ 4 MB. Realistic values are a few
 # KB; only values padded with large extra fields can reach them, and those get 413 instead of a 500.
 MAX_STORED_VALUE_CHARS = 350_000
 MAX_STORED_BATCH_CHARS = 3_500_000
@@ -121,7 +121,8 @@ def get_llm_credentials(request: ApiRequest, ctx: AppContext) -> ApiResponse:
 
 
 def delete_llm_credentials(request: ApiRequest, ctx: AppContext) -> ApiResponse:
-    # every decrypt or JSON failure is DECRYPTION_FAILED here (api.md §2.3); a non-object stays INVALID_PAYLOAD_FORMAT
+    # every decrypt or JSON failure is DECRYPTION_FAILED here, as in the reference;
+    # a non-object stays INVALID_PAYLOAD_FORMAT
     user_id, _, body = _body(request, ctx, bad_json=api_error("DECRYPTION_FAILED"))
     given = [
         name

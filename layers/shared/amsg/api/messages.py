@@ -1,4 +1,4 @@
-"""``GET /messages`` (list, api.md §3.6) and ``GET /message?id=`` (single, §3.7); responses encrypted."""
+"""``GET /messages`` (list) and ``GET /message?id=`` (single); responses encrypted."""
 
 from __future__ import annotations
 

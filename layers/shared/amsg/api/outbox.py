@@ -1,9 +1,9 @@
 """``GET /outbox``, ``POST /outbox/ack``, ``DELETE /outbox`` — the client's side of the server inbox
-(api.md §3.13, engine.md §8). Every push the server produces is in the outbox before it is sent; ack is the
+(see docs/delivery.md). Every push the server produces is in the outbox before it is sent; ack is the
 only proof of receipt.
 
 Paging: ids are strictly increasing per user in commit order and the unacked index is read strongly
-consistent (R7), so ``since = cursor`` never skips or repeats a row, even while new rows arrive.
+consistent, so ``since = cursor`` never skips or repeats a row, even while new rows arrive.
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ MAX_PAGE_SIZE = 100
 MAX_ACK_IDS = 200
 MAX_DELETE_IDS = 200
 # Plaintext budget of one page: the encrypted envelope (base64, ×4/3) must stay under Lambda's 6 MB response
-# (R22). A page that would exceed it ends early with hasMore = true; the client simply pages on.
+# (Lambda's 6 MB). A page that would exceed it ends early with hasMore = true; the client simply pages on.
 MAX_PAGE_PLAINTEXT_BYTES = 4_000_000
 
 

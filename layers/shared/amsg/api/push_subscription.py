@@ -1,4 +1,4 @@
-"""``PUT|GET|DELETE /push-subscription``: one encrypted Web Push subscription per user (api.md §3.8)."""
+"""``PUT|GET|DELETE /push-subscription``: one encrypted Web Push subscription per user."""
 
 from __future__ import annotations
 

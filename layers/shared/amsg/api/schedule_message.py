@@ -1,4 +1,4 @@
-"""``POST /schedule-message`` (api.md §3.3), in the reference's check order (§2.10)."""
+"""``POST /schedule-message``, in the reference's check order."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""``PUT /update-message?id=`` (api.md §3.4): validate the patch, merge into the stored payload, write
+"""``PUT /update-message?id=``: validate the patch, merge into the stored payload, write
 conditionally (pending; plus no live lease when the occurrence moves)."""
 
 from __future__ import annotations

@@ -1,5 +1,4 @@
-"""client_state rules shared by ``/client-state`` and the hooks' ``read_state``/``write_state``
-(api.md §3.11-§3.12, engine.md §7, R11).
+"""client_state rules shared by ``/client-state`` and the hooks' ``read_state``/``write_state``.
 
 Validation mirrors the reference's per-entry checks (order, codes, messages; lengths in UTF-16 units, sizes in
 UTF-8 bytes). Values are encrypted here, never in the store: the store receives storage ciphertext plus the
@@ -24,7 +23,7 @@ MAX_NAMESPACE_CHARS = 128
 MAX_KEY_CHARS = 256
 DEFAULT_MAX_STATE_VALUE_BYTES = 5 * 1024 * 1024
 # The reference slices values above 200 KiB into rows of at most this many plaintext bytes; our physical layout
-# differs (one ciphertext cut into item-sized parts), but wire-visible counts follow the reference's rows (R11).
+# differs (one ciphertext cut into item-sized parts), but wire-visible counts follow the reference's rows.
 REFERENCE_SLICE_BYTES = 200 * 1024
 REFERENCE_CHUNK_MARKER_BYTES = len("\x1famsg-chunked\x1fv1\x1f")  # + decimal slice count
 STORAGE_OVERHEAD_BYTES = 66  # hex iv (32) + ':' + hex tag (32) + ':'
@@ -75,7 +74,7 @@ def has_reserved_chars(text: str) -> bool:
 
 
 def reference_footprint(plain_bytes: int) -> tuple[int, int]:
-    """``(rows, bytes)`` the reference would store for a value of ``plain_bytes`` UTF-8 bytes (R11).
+    """``(rows, bytes)`` the reference would store for a value of ``plain_bytes`` UTF-8 bytes.
 
     ≤ 200 KiB: one row of ``2p + 66`` hex bytes. Larger: a marker root row plus ``n = ceil(p / 204800)`` slice rows,
     each its own ciphertext (``2 · slice + 66``).

@@ -1,4 +1,4 @@
-"""LLM credential values (storage.md B.1, B.2): shape check, at-rest encoding and fire-time resolution.
+"""LLM credential values: shape check, at-rest encoding and fire-time resolution.
 
 Pure functions; the store only ever sees ciphertext. A resolved value is a **new** dict on every call and must
 only be merged into the outgoing LLM request (never into payloads, hook contexts, metadata or pushes).

@@ -1,10 +1,10 @@
 """Delivery failures: how one delivery attempt ends when it does not succeed.
 
-These live apart from :mod:`amsg.errors` on purpose. That module is the HTTP catalogue (``ApiError`` becomes
-a response envelope) plus store exceptions; a delivery failure never reaches a client as such. The engine
-turns it into ``last_error {reason, errorCode, pushStatus}`` and a retry-or-terminal decision (engine.md
-§2.12), and that decision reads the *attributes* (``permanent``, ``code``), never the class, exactly like the
-reference's duck typing. Subclasses only exist so adapters and tests can say which step failed.
+These live apart from :mod:`amsg.errors` on purpose. That module is the HTTP catalogue (``ApiError`` becomes a
+response envelope) plus store exceptions; a delivery failure never reaches a client as such. The engine turns it
+into ``last_error {reason, errorCode, pushStatus}`` and a retry-or-terminal decision, and that decision reads the
+*attributes* (``permanent``, ``code``), never the class, exactly like the reference's duck typing. Subclasses only
+exist so adapters and tests can say which step failed.
 
 Messages must never carry an API key or prompt text: builders of these exceptions redact upstream text first.
 """

@@ -1,4 +1,4 @@
-"""JavaScript regex sources (``splitPattern``) translated to Python ``re`` (spec decision 5, R14).
+"""JavaScript regex sources (``splitPattern``) translated to Python ``re`` (see docs/compatibility.md).
 
 Stored patterns are JavaScript regex *sources* compiled by the reference with ``new RegExp(source)`` — no
 flags, so the web-compatibility grammar of ECMAScript Annex B applies. Python's ``re`` disagrees with that

@@ -1,7 +1,7 @@
 """JavaScript value semantics the reference's checks rely on, expressed for decoded JSON values.
 
 The wire contract was written against JS: ``if (payload.x)`` truthiness, ``String.prototype.length``
-(UTF-16 code units, spec decision 9) and ``String.prototype.trim``. Python's ``bool()``, ``len()`` and
+(UTF-16 code units, for parity with the reference) and ``String.prototype.trim``. Python's ``bool()``, ``len()`` and
 ``str.strip()`` all differ at the edges (``[]``/``{}`` are truthy in JS, emoji count 2, ``\\ufeff`` is trimmed),
 so every rule that mirrors the reference goes through these helpers.
 """

@@ -1,4 +1,4 @@
-"""OpenAI-compatible chat call rules (engine.md §5.3–§5.5, api.md §4.5): everything except the HTTP itself.
+"""OpenAI-compatible chat call rules (the reference's): everything except the HTTP itself.
 
 The adapter only moves bytes; URL normalization, body composition, reply parsing, reasoning extraction, upstream
 error wording and permanent/retryable classification live here so they are testable without a socket and
@@ -82,7 +82,7 @@ def normalize_api_url(url: object) -> str:
 
 
 def build_chat_body(payload: Mapping[str, Any]) -> dict[str, Any]:
-    """Compose the chat-completions body (engine.md §5.4).
+    """Compose the chat-completions body.
 
     ``llmExtraBody`` goes first so the engine's keys win, but only the keys the engine actually sets: an extra
     ``temperature``/``max_tokens``/``tools``/``tool_choice``/``stream`` survives when the engine leaves that
@@ -132,7 +132,7 @@ def _positive_int(value: object) -> int:
 
 
 # ---------------------------------------------------------------------------------------------------------
-# Credentials (engine.md §5.3 as amended by storage.md B.2 / README R16)
+# Credentials: the task's own apiKey, or a credRef resolved from the user's stored LLM credentials
 
 
 @dataclass(frozen=True)
@@ -380,7 +380,7 @@ def _non_completion_detail(data: object) -> tuple[str, str]:
 
 
 def extract_reply(json_body: object, *, require_content: bool = True) -> tuple[str, str | None]:
-    """(content, reasoning) from a parsed chat completion (engine.md §5.5, decision 7).
+    """(content, reasoning) from a parsed chat completion; empty content after reasoning is a retryable failure.
 
     Reasoning is ``reasoning_content`` or the first ``<think>``/``<thinking>``/``<thought>`` span; when found,
     every such span is removed from the content. Blank content fails (retryable, no code) when required, and so

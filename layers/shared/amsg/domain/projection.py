@@ -1,4 +1,4 @@
-"""The public shape of a task (api.md §4.2, R16): a whitelist, so credentials in the payload never leak.
+"""The public shape of a task : a whitelist, so credentials in the payload never leak.
 
 Used by ``GET /messages`` (list, no metadata), ``GET /message`` (single, with metadata) and the hook-side
 ``scheduleTask`` duplicate answer.
@@ -20,7 +20,7 @@ def _reject_constant(token: str) -> Any:
 def parse_last_error(text: str | None) -> Any:
     """The row's ``last_error`` text as JSON (normally a dict); unparsable → ``{reason: text}``; empty → None.
 
-    Only the row attribute is authoritative (R16, conflicts #33): the payload's unsanitised copy is never read.
+    Only the row attribute is authoritative: the payload's unsanitised copy is never read.
     """
     if not isinstance(text, str) or not text:
         return None

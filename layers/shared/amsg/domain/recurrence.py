@@ -1,9 +1,9 @@
-"""Recurrence: the next occurrence of a daily/weekly task, in wall-clock time of its zone (engine.md §4).
+"""Recurrence: the next occurrence of a daily/weekly task, in wall-clock time of its zone.
 
 The base is always the nominal occurrence, never "now", so the wall-clock time never drifts: a task due at
 08:00 in New York stays at 08:00 across DST changes (23 h or 25 h apart in UTC).
 
-DST rule (spec decision 4 / R13, in every zone — the reference only behaves so west of UTC): a wall time
+DST rule (in every zone — the reference only behaves so west of UTC): a wall time
 inside a spring-forward gap resolves *after* the gap, shifted by the gap length (02:30 → 03:30); an ambiguous
 fall-back wall time resolves to the *first* instance. ``zoneinfo`` with ``fold=0`` does exactly this.
 """
@@ -32,7 +32,7 @@ log = logging.getLogger(__name__)
 DAY_MS = 86_400_000
 WEEK_MS = 7 * DAY_MS
 MAX_LISTED_SKIPPED_OCCURRENCES = 32
-# Bound on the walk-back / walk-forward correction of the period estimate (§4.1 steps 2–3).
+# Bound on the walk-back / walk-forward correction of the period estimate in ``plan_next_occurrence``.
 _ADJUST_STEP_CAP = 32
 
 
@@ -58,7 +58,7 @@ def _days_per_period(recurrence_type: str | None) -> int:
 def _resolve_zone(tz_id: str | None) -> tzinfo | None:
     """The zone for ``tz_id``; None for "no zone" and, with a warning, for an id this runtime cannot load.
 
-    New ids are validated at every entry point (R13); an unusable id can only come from stored or imported
+    New ids are validated at every entry point; an unusable id can only come from stored or imported
     data, and for those the reference's fallback (plain UTC addition) keeps the task alive.
     """
     if not tz_id:
@@ -94,7 +94,7 @@ def advance_occurrence(occ_ms: int, recurrence_type: str | None, periods: int, t
 
 
 def plan_next_occurrence(occ_ms: int, recurrence_type: str | None, now_ms: int, tz_id: str | None) -> NextOccurrence:
-    """The first occurrence strictly after ``now_ms`` of the series through ``occ_ms`` (engine.md §4.1).
+    """The first occurrence strictly after ``now_ms`` of the series through ``occ_ms``.
 
     Success, terminal failure, post-send persistence failure and stale fast-forward all use this rule, so a
     task that fires days late skips to its next future slot instead of replaying the missed ones.
@@ -123,7 +123,7 @@ def plan_next_occurrence(occ_ms: int, recurrence_type: str | None, now_ms: int, 
         periods += 1
         cursor = advance(periods)
     if cursor <= now_ms:
-        # Still not past now after the capped walk: settle on UTC period arithmetic (§4.1 step 4).
+        # Still not past now after the capped walk: settle on UTC period arithmetic.
         periods = -(-(now_ms - occ_ms + 1) // period_ms)
         cursor = occ_ms + periods * period_ms
 

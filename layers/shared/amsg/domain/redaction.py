@@ -1,4 +1,4 @@
-"""Credential redaction for persisted and logged error text (engine.md §1.6).
+"""Credential redaction for persisted and logged error text: no API key may reach a row or a log.
 
 ``last_error.reason`` is shown to clients and provider errors often echo the API key or a bearer token, so
 every summary goes through :func:`sanitize_error_summary`. The redaction is shape-based and deliberately
@@ -58,7 +58,7 @@ _MAX_BLOCK_ALTERNATIONS = 2  # "fewer than 3" letter/digit alternations per segm
 
 
 def looks_like_model_id(token: str) -> bool:
-    """Whether ``token`` is shaped like a model name rather than a secret (engine.md §1.6 predicate).
+    """Whether ``token`` is shaped like a model name rather than a secret (the reference's predicate).
 
     Model ids are short lowercase words and version numbers (``claude-3-5-sonnet-20241022``); secrets are long,
     mixed-case, hex-heavy or letter/digit soup. A MoE size such as ``8x7b`` is the one soup-like segment allowed.

@@ -1,4 +1,4 @@
-"""Message segmentation: one LLM reply becomes several pushes (engine.md §5.6 as fixed by decision 5 / R14).
+"""Message segmentation: one LLM reply becomes several pushes (see docs/compatibility.md).
 
 Patterns are JavaScript regex sources (translated by :mod:`amsg.domain.jsregex`), applied with JavaScript
 ``String.prototype.split`` semantics — not Python's ``re.split``, which splits on empty matches at the start and

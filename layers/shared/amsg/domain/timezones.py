@@ -1,4 +1,4 @@
-"""Time-zone ids: accepted case-insensitively, stored in canonical case (spec decision 4, R13).
+"""Time-zone ids: accepted case-insensitively, stored in canonical case; unknown ids are rejected.
 
 Canonical means the exact-case key of ``zoneinfo.available_timezones()``; aliases such as ``US/Eastern`` are
 kept as they are (no resolution to ``America/New_York``). The lookup table is built on first use, not at

@@ -1,4 +1,4 @@
-"""Request validation for ``POST /schedule-message`` and ``PUT /update-message`` (api.md §3.3, §3.4, §4.6).
+"""Request validation for ``POST /schedule-message`` and ``PUT /update-message`` (the reference's codes).
 
 The checks run in the reference's order because clients observe *which* error wins when several fields are
 bad. Conditions use JS semantics (truthiness, UTF-16 lengths, ``key in`` for ``hasOwnProperty``) so that the
@@ -30,7 +30,7 @@ from amsg.domain.timezones import canonical_tz
 from amsg.errors import ApiError, api_error, invalid_parameters, invalid_update
 from amsg.timeutil import iso_from_ms, parse_iso_ms
 
-# ---- limits (api.md §8) -------------------------------------------------------------------------------------
+# ---- limits (the reference's) --------------------------------------------------------------------------------
 
 MESSAGE_TYPES = ("fixed", "prompted", "auto", "instant")
 RECURRENCE_TYPES = ("none", "daily", "weekly")
@@ -44,7 +44,7 @@ AVATAR_URL_MAX_LENGTH = 2048
 CRED_ID_MAX_LENGTH = 128
 CRED_REFS_MAX_ENTRIES = 16
 CRED_REFS_KEY_MAX_LENGTH = 64
-TASK_UUID_MAX_LENGTH = 256  # R9
+TASK_UUID_MAX_LENGTH = 256  # keeps uuids well inside DynamoDB key limits
 
 DEFAULT_PARAMS_MESSAGE = "缺少必需参数或参数格式错误"
 INLINE_CREDENTIAL_FIELDS = ("apiUrl", "apiKey", "primaryModel")
@@ -61,7 +61,7 @@ def is_valid_uuid(value: Any) -> bool:
 
 
 def validate_cred_id(value: Any) -> bool:
-    """A credId: string of 1–128 UTF-16 units without U+0000–U+001F / U+007F (storage.md B.1)."""
+    """A credId: string of 1–128 UTF-16 units without U+0000–U+001F / U+007F."""
     return isinstance(value, str) and 1 <= utf16_len(value) <= CRED_ID_MAX_LENGTH and not has_control_chars(value)
 
 
@@ -100,7 +100,7 @@ def distinct_cred_ids(cred_refs: Any) -> list[str]:
 
 
 def validate_messages_array(value: Any) -> str | None:
-    """The §4.6 shape rules; returns the reference's English message for the first problem, or None."""
+    """The push-subscription shape rules; returns the reference's English message for the first problem, or None."""
     if not isinstance(value, list) or not value:
         return "messages must be a non-empty array"
     for i, message in enumerate(value):
@@ -157,7 +157,7 @@ def _pattern_compiles(source: str) -> bool:
 def split_pattern_error(value: Any) -> str | None:
     """Why ``value`` is not an acceptable ``splitPattern`` (string | string[] | null), or None.
 
-    Rejecting untranslatable patterns here keeps fire time free of regex surprises (decision 5).
+    Rejecting untranslatable patterns here keeps fire time free of regex surprises.
     """
     if value is None:
         return None
@@ -183,7 +183,7 @@ def validate_split_pattern(value: Any) -> bool:
     return split_pattern_error(value) is None
 
 
-# ---- avatarUrl (R16: any absolute URL, not data:, ≤ 2048 UTF-16 units) -----------------------------------------
+# ---- avatarUrl (any absolute URL, not data:, ≤ 2048 UTF-16 units) ----------------------------------------------
 
 _C0_OR_SPACE = "".join(chr(c) for c in range(0x21))
 _SCHEME_RE = re.compile(r"[A-Za-z][A-Za-z0-9+.\-]*")
@@ -379,7 +379,7 @@ class ScheduleRequest:
         return now_ms if self.immediate else self.next_send_at_ms
 
     def build_stored_payload(self, now_ms: int) -> dict[str, Any]:
-        """The stored task payload of api.md §4.1, keys in the reference's order.
+        """The stored task payload, keys in the reference's order.
 
         Pass the same ``now_ms`` that was used for validation so ``firstSendTime`` equals the row's
         ``next_send_at`` for immediate tasks.
@@ -419,7 +419,7 @@ def validate_schedule_payload(
     now_ms: int,
     new_uuid: Callable[[], str] = _new_uuid,
 ) -> ScheduleRequest:
-    """Validate a decrypted schedule request (api.md §3.3) in the documented order; raise the first error."""
+    """Validate a decrypted schedule request in the reference's order; raise the first error."""
     if not is_plain_object(payload):
         raise api_error("INVALID_PAYLOAD_FORMAT")
     p = payload
@@ -477,7 +477,7 @@ def validate_schedule_payload(
     recurrence = p.get("recurrenceType")
     if js_truthy(recurrence) and (not isinstance(recurrence, str) or recurrence not in RECURRENCE_TYPES):
         raise _params_error(["recurrenceType"])
-    recurrence_type = recurrence if js_truthy(recurrence) else "none"  # decision 6
+    recurrence_type = recurrence if js_truthy(recurrence) else "none"  # missing means none, on every path
 
     tz_id: str | None = None
     if p.get("tzId") is not None:
@@ -661,7 +661,7 @@ class UpdatePatch:
 
 
 def validate_update_patch(patch: dict[str, Any]) -> UpdatePatch:
-    """Validate a decrypted update body (api.md §3.4) in the reference's order; raise the first error."""
+    """Validate a decrypted update body in the reference's order; raise the first error."""
     if not is_plain_object(patch):
         raise api_error("INVALID_UPDATE_DATA")
     u = patch
@@ -714,7 +714,7 @@ def validate_update_patch(patch: dict[str, Any]) -> UpdatePatch:
         if split_error:
             raise invalid_update(["splitPattern"], split_error)
 
-    # A bad avatar is dropped from the patch (old avatar kept), never an error (§6.2 soft strip).
+    # A bad avatar is dropped from the patch (old avatar kept), never an error (the reference's soft strip).
     avatar_ok = "avatarUrl" in u and avatar_url_error(u["avatarUrl"]) is None
 
     if "pushSubscription" in u:
@@ -746,7 +746,7 @@ def validate_update_patch(patch: dict[str, Any]) -> UpdatePatch:
 
 
 def _update_changes(u: dict[str, Any], *, tz_id: str | None, avatar_ok: bool) -> dict[str, Any]:
-    """The merge column of §3.4: key-present-replace, truthy-replace, or null-ignored per field."""
+    """The reference's merge rule per field: key-present-replace, truthy-replace, or null-ignored per field."""
     changes: dict[str, Any] = {}
     if js_truthy(u.get("completePrompt")):
         changes["completePrompt"] = u["completePrompt"]

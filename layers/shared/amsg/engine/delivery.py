@@ -1,5 +1,5 @@
-"""Deliver one claimed task (engine.md §2.8–§2.15, §5): stale guard → content → outbox → fenced pushes →
-settle. Every write after the claim is fenced by the claim version (R2); a run that lost its claim sends
+"""Deliver one claimed task (see docs/delivery.md): stale guard → content → outbox → fenced pushes →
+settle. Every write after the claim is fenced by the claim version; a run that lost its claim sends
 nothing more and writes nothing.
 
 Exactly-once pushes: the whole batch of an occurrence is appended to the outbox *before* anything is sent
@@ -120,7 +120,7 @@ def deliver_claimed(ctx: AppContext, row: TaskRow, summary: DeliverySummary, env
     return None
 
 
-# ---- stale guard (§2.9) ---------------------------------------------------------------------------------------
+# ---- stale guard ---------------------------------------------------------------------------------------------
 
 
 def is_stale(row: TaskRow, now_ms: int, stale_after_ms: int) -> bool:
@@ -166,7 +166,7 @@ def settle_stale(
     return written
 
 
-# ---- processing (§5) ------------------------------------------------------------------------------------------
+# ---- processing ------------------------------------------------------------------------------------------
 
 
 def process_occurrence(
@@ -272,7 +272,7 @@ def _append_batch(ctx: AppContext, row: TaskRow, pushes: list[dict[str, Any]], u
 
 
 def _committed_batch(ctx: AppContext, row: TaskRow, occurrence: Occurrence, user_key: str) -> list[_Entry] | None:
-    """This occurrence's batch if it is already in the outbox (§5.12): then only unsent rows go out."""
+    """This occurrence's batch if it is already in the outbox (a redelivery): then only unsent rows go out."""
     if occurrence.occurrence_ms is None:
         return None
     try:
@@ -319,12 +319,12 @@ def _resolve_subscription(ctx: AppContext, row: TaskRow, payload: dict[str, Any]
     )
 
 
-# ---- settling (§2.11–§2.14) ------------------------------------------------------------------------------------
+# ---- settling ---------------------------------------------------------------------------------------------
 
 
 def _recurrence(payload: dict[str, Any] | None) -> str:
     value = (payload or {}).get("recurrenceType")
-    return value if value in RECURRING else "none"  # decision 6: missing means none
+    return value if value in RECURRING else "none"  # missing means none, on every path
 
 
 def _with_last_error(payload: dict[str, Any] | None, last_error: dict[str, Any] | None, user_key: str) -> str | None:
@@ -375,7 +375,7 @@ def _finalize_success(ctx: AppContext, row: TaskRow, payload: dict[str, Any], su
 def _post_send_persistence_failure(
     ctx: AppContext, row: TaskRow, recurrence: str, settlement: Settlement, summary: DeliverySummary, exc: Exception
 ) -> bool:
-    """Pushes went out but the finalize write failed (§2.13): one more, simpler write."""
+    """Pushes went out but the finalize write failed: one more, simpler write."""
     summary.failed_count += 1
     entry: dict[str, Any] = {"taskId": row.id, "reason": sanitize_error_summary(str(exc)), "messageDelivered": True}
     fallback = (
@@ -403,7 +403,7 @@ def _fail(
     summary: DeliverySummary,
     env: DeliveryEnv,
 ) -> None:
-    """Retry with back-off, or settle terminally (§2.12). The outcome is written before SQS is acked (R5)."""
+    """Retry with back-off, or settle terminally. The outcome is written before SQS is acked, so a crash redelivers."""
     now = ctx.now_ms()
     info = failure_info(exc, row, now)
     reason, permanent, last_error = info.reason, info.permanent, info.last_error
@@ -459,7 +459,7 @@ class FailureInfo:
 
 
 def failure_info(exc: BaseException, row: TaskRow, now_ms: int) -> FailureInfo:
-    """Classify a failed attempt (§2.12) and build the sanitized ``last_error`` (§1.6)."""
+    """Classify a failed attempt and build the sanitized ``last_error`` (no secret in it)."""
     reason = str(getattr(exc, "message", None) or exc) or type(exc).__name__
     code = getattr(exc, "code", None)
     code = code if isinstance(code, str) and code else None

@@ -1,4 +1,4 @@
-"""``messageType: 'instant'``: delivered inside ``POST /schedule-message`` (api.md §3.3 step 9, §5.13, R21).
+"""``messageType: 'instant'``: delivered inside ``POST /schedule-message`` (see docs/delivery.md).
 
 The task row was just created; we claim it for ourselves, try up to 3 times (sleeping k s after the k-th
 failure) within a total deadline of ~27 s (the HTTP API caps integrations at 30 s), then delete it on

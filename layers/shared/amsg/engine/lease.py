@@ -1,4 +1,4 @@
-"""Lease heartbeat for a delivery in progress (engine.md §2.7, R2): renewed every ``heartbeat_ms`` by a
+"""Lease heartbeat for a delivery in progress (see docs/delivery.md): renewed every ``heartbeat_ms`` by a
 background thread inside the invocation, fenced by the claim version, stopped in ``finally``.
 
 Losing the lease (renewal refused: the task was cancelled, superseded, settled or taken over) sets ``lost``;

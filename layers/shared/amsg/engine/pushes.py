@@ -1,4 +1,4 @@
-"""Push envelopes (engine.md §5.7, api.md §4.4): ids, fields, identity stamp, push policy and size budget."""
+"""Push envelopes (see docs/compatibility.md): ids, fields, identity stamp, push policy and size budget."""
 
 from __future__ import annotations
 
@@ -85,7 +85,7 @@ def content_pushes(payload: dict[str, Any], occ: Occurrence, segments: list[str]
 
 
 def should_push(push: dict[str, Any], *, outboxed: bool) -> bool:
-    """Push policy (§5.8 step 4): with an outbox only content/result (or an explicit show) are pushed."""
+    """Push policy (the reference's): with an outbox only content/result (or an explicit show) are pushed."""
     if not outboxed:
         return True
     notification = push.get("notification")

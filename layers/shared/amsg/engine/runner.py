@@ -1,4 +1,4 @@
-"""Entry points of the delivery engine (R1, R4, R5, R21, decision 14):
+"""Entry points of the delivery engine (see docs/architecture.md and docs/delivery.md):
 
 * :func:`run_tick` — claim due tasks (conditional writes), settle stale ones, enqueue the rest, housekeeping.
 * :func:`run_message` — what ``run_task`` does with one SQS message: adopt the tick's claim (or do nothing
@@ -87,7 +87,7 @@ def run_tick(
     summary = TickSummary(scheduled_time=scheduled_time)
     owner = owner or f"tick:{uuid_lib.uuid4()}"
     if ctx.extra("push_sender") is None:
-        summary.stopped_by = "vapid"  # R4: claim nothing without VAPID
+        summary.stopped_by = "vapid"  # claim nothing without VAPID: no push could be sent
     else:
         _claim_and_enqueue(ctx, summary, remaining_ms, owner)
     _housekeeping(ctx, summary)
@@ -238,7 +238,7 @@ def _release(ctx: AppContext, row: TaskRow) -> None:
 
 
 def _housekeeping(ctx: AppContext, summary: TickSummary) -> None:
-    """Best-effort and isolated (decision 8): never aborts the tick or loses its summary."""
+    """Best-effort and isolated: housekeeping never aborts the tick or loses its summary."""
     now = ctx.now_ms()
     cutoff = iso_from_ms(now - RETENTION_MS)
     try:
@@ -278,7 +278,7 @@ def run_message(
     if row is None:  # delivered, settled, cancelled, rescheduled or taken over since the tick enqueued it
         return {"skipped": "claim_not_current", "taskUuid": message.uuid}
     if env.push_sender is None:
-        _release(ctx, row)  # R4: without VAPID, release without consuming a retry
+        _release(ctx, row)  # without VAPID, release without consuming a retry (a config fault, not the task's)
         return {"skipped": "not_configured", "taskUuid": message.uuid}
     if remaining_ms() < MIN_RUN_BUDGET_MS:
         _release(ctx, row)  # late in a batch: let the next tick hand it to a fresh invocation

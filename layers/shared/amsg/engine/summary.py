@@ -1,4 +1,4 @@
-"""The tick and per-task summaries (engine.md §2.16, R1): informational, logged, returned by runTask."""
+"""The tick and per-task summaries (the reference's shapes): informational, logged, returned by runTask."""
 
 from __future__ import annotations
 
@@ -50,7 +50,7 @@ class DeliverySummary:
 
 @dataclass
 class TickSummary:
-    """What one tick did: it only claims, settles stale tasks and enqueues (R1)."""
+    """What one tick did: it only claims, settles stale tasks and enqueues."""
 
     scheduled_time: str | None = None
     due: int = 0

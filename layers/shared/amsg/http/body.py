@@ -1,4 +1,4 @@
-"""Request body reading (api.md §2.7, R22): size limits, gzip, text decoding — before any route logic."""
+"""Request body reading (see docs/compatibility.md): size limits, gzip, text decoding — before any route logic."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import zlib
 from amsg.errors import api_error
 from amsg.http.request import ApiRequest
 
-# Lambda's synchronous invocation payload is 6 MB; a body has to fit in it after base64 (R22).
+# Lambda's synchronous invocation payload is 6 MB; a body has to fit in it after base64.
 MAX_RAW_BODY_BYTES = 4_000_000
 # The reference's cap on gzip-decompressed bodies.
 MAX_DECOMPRESSED_BODY_BYTES = 32 * 1024 * 1024

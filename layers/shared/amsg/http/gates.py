@@ -1,4 +1,4 @@
-"""The per-request gates of the reference, each raising its documented error (api.md §2.2–§2.5, §2.10).
+"""The per-request gates of the reference, each raising its documented error, in the reference's order.
 
 Handlers call them in the reference's check order; keeping each gate tiny makes the order visible there.
 """
@@ -67,7 +67,7 @@ def decrypt_request_object(
     bad_json: ApiError | None = None,
     not_object: ApiError | None = None,
 ) -> dict[str, Any]:
-    """Envelope → decrypted plain object. Error codes per endpoint are overridable (api.md §2.3)."""
+    """Envelope → decrypted plain object. Error codes per endpoint are overridable, as the reference's are."""
     try:
         envelope = parse_json(request.text_body or "")
     except ValueError as exc:
@@ -90,7 +90,7 @@ def decrypt_request_object(
 
 
 def page_limit(raw: str | None, *, default: int, maximum: int, error: ApiError) -> int:
-    """A positive page size: absent/empty → default, clamped to ``maximum``; otherwise ``error`` (R15)."""
+    """A positive page size: absent/empty → default, clamped to ``maximum``; otherwise ``error``."""
     try:
         value = parse_strict_int(raw)
     except ValueError:
@@ -103,7 +103,7 @@ def page_limit(raw: str | None, *, default: int, maximum: int, error: ApiError) 
 
 
 def parse_strict_int(raw: str | None) -> int | None:
-    """Numeric query parameters: absent/empty → None (default); otherwise ``^[0-9]+$`` or ValueError (R15)."""
+    """Numeric query parameters: absent/empty → None (default); otherwise ``^[0-9]+$`` or ValueError."""
     if raw is None or raw == "":
         return None
     if not re.fullmatch(r"[0-9]+", raw):

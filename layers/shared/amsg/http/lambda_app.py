@@ -24,7 +24,7 @@ BODY_METHODS = frozenset({"POST", "PUT", "DELETE"})
 
 
 def http_app() -> APIGatewayHttpResolver:
-    """One resolver per function; routes are served both at ``/`` and under ``/api/v1/`` (decision 2)."""
+    """One resolver per function; routes are served both at ``/`` and under ``/api/v1/`` (both client setups)."""
     return APIGatewayHttpResolver(strip_prefixes=["/api/v1"])
 
 
@@ -47,7 +47,7 @@ def handle(event: dict, endpoint: Endpoint) -> dict:
         response = endpoint(request, context)
     except ApiError as error:
         response = from_error(error)
-    except CloudGuardError as error:  # decision 3 / R12: guard violations are 409 {code, message}
+    except CloudGuardError as error:  # guard violations are 409 {code, message} (docs/compatibility.md)
         response = ApiResponse(409, {"success": False, "error": {"code": error.code, "message": str(error)}})
     except StoreUnavailable as exc:
         logger.warning("store unavailable", extra={"error": type(exc).__name__})

@@ -1,4 +1,4 @@
-"""Response envelopes (api.md §2.1, §2.4, §2.9) and their Lambda proxy form."""
+"""Response envelopes (the reference's ``{success, data | error}``) and their Lambda proxy form."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from amsg.crypto import compact_json, encrypt_envelope
 from amsg.errors import ApiError, api_error
 
 JSON_CONTENT_TYPE = "application/json; charset=utf-8"
-# Lambda's synchronous response limit is 6 MB; stay clear of it (R22).
+# Lambda's synchronous response limit is 6 MB; stay clear of it.
 MAX_RESPONSE_BYTES = 5_900_000
 
 

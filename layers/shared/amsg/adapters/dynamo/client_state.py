@@ -1,5 +1,4 @@
-"""client_state in DynamoDB: the per-user cloud mirror of client state (api.md §3.11-§3.12, engine.md §7,
-storage.md D.2, D.4.7, D.4.10, D.4.11, R10, R11).
+"""client_state in DynamoDB: the per-user cloud mirror of client state (see docs/data-model.md).
 
 Items (all in the user's partition ``U#<uid>``):
 
@@ -11,17 +10,17 @@ Items (all in the user's partition ``U#<uid>``):
 ``keyPart`` is the raw key while the UTF-8 bytes of namespace + key fit 900, else ``\\x1e`` + sha256(key): user
 namespaces and keys never contain U+0000–U+001F, so neither separator can occur in them.
 
-A value is one storage ciphertext (hex ``iv:tag:ct``, decision 13). Up to ``INLINE_CHARS`` it sits in the root;
-larger ones are cut by character offset into parts written *before* the root that references them under a fresh
-per-write token (D.4.11), so a reader never pairs a root with another write's parts; parts that are missing make
-the key read as absent. ``ref_rows``/``ref_bytes`` record what the reference would have stored (R11), which is what
+A value is one storage ciphertext (hex ``iv:tag:ct``, the reference's at-rest format). Up to ``INLINE_CHARS`` it
+sits in the root; larger ones are cut by character offset into parts written *before* the root that references them
+under a fresh per-write token, so a reader never pairs a root with another write's parts; parts that are missing
+make the key read as absent. ``ref_rows``/``ref_bytes`` record what the reference would have stored, which is what
 ``deleted`` and the namespace ``byteSize`` report.
 
-Writes are read → decide → compare-and-set (D.4.7): consistent BatchGetItem of the touched roots, the reference's
+Writes are read → decide → compare-and-set: consistent BatchGetItem of the touched roots, the reference's
 last-write-wins rule in memory, then one TransactWriteItems whose root Puts/Deletes are conditioned on the root as
 read (``rev`` + ``updated_at`` + blob token). A failed condition means a concurrent write landed in between: the
 part is re-read and re-decided, so a newer concurrent value is never overwritten by an older one. A request is cut
-into transactions of at most 100 actions and ~3.5 MB, by logical key (R10); if a later one fails,
+into transactions of at most 100 actions and ~3.5 MB, by logical key; if a later one fails,
 :class:`~amsg.errors.PartialWriteError` names the entries already committed.
 """
 
@@ -121,7 +120,7 @@ class DynamoClientStateStore:
     # ---- write --------------------------------------------------------------------------------------------
 
     def upsert(self, user_id: str, writes: list[StateWrite], *, now_ms: int) -> StateWriteResult:
-        """Last-write-wins batch (api.md §3.11): a write or delete applies iff its guard ≥ the stored one, or the
+        """Last-write-wins batch: a write or delete applies iff its guard ≥ the stored one, or the
         stored one is "from the future" (> now). Entries addressing the same key apply in request order."""
         pk = keys.user_pk(user_id)
         groups: dict[str, _Group] = {}
@@ -333,7 +332,7 @@ class DynamoClientStateStore:
     # ---- delete -------------------------------------------------------------------------------------------
 
     def delete_all(self, user_id: str) -> int:
-        """Every root and part of the user (BatchWriteItem: not atomic, idempotent — storage.md D.3)."""
+        """Every root and part of the user (BatchWriteItem: not atomic, idempotent)."""
         pk = keys.user_pk(user_id)
         doomed: list[dict[str, str]] = []
         count = 0
@@ -349,7 +348,7 @@ class DynamoClientStateStore:
     def delete_namespace(self, user_id: str, namespace: str) -> int:
         """One namespace with its parts: roots first, then parts, in transactions of ≤ 100 deletes. Atomic up to
         100 items; beyond that each transaction is atomic on its own (the reference's single transaction cannot
-        be had — R10, documented)."""
+        be had — documented in docs/compatibility.md)."""
         if not _addressable(namespace):
             return 0
         pk = keys.user_pk(user_id)
@@ -365,7 +364,7 @@ class DynamoClientStateStore:
         return count
 
     def cleanup_expired(self, ttl_days: Mapping[str, float], now_ms: int, *, limit: int = 100) -> int:
-        """TTL housekeeping (api.md §3.11, engine.md §2.17, D.4.10): delete entries of the configured namespaces
+        """TTL housekeeping: delete entries of the configured namespaces
         (all users) whose stored ``updatedAt`` is older than ``now − days``; at most ``limit`` keys per call."""
         deleted = 0
         budget = limit

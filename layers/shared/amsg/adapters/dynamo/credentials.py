@@ -1,14 +1,14 @@
-"""LLM credentials per user (api.md §3.14, storage.md Part B, C.3.4, D.3).
+"""LLM credentials per user (see docs/data-model.md).
 
 Item ``U#<uid> / C#<credId>``: ``cred_id``, ``encrypted_value`` (storage ciphertext of the value JSON),
 ``created_at`` (first write, ISO), ``updated_at`` (every write, ISO), ``rev``. The credId is the last SK
 component, so the base table already lists credentials in binary credId order and a prefix delete is
 ``begins_with(SK, "C#" + prefix)``.
 
-The 500-rows-per-user cap is enforced by the API as the reference does it (check-then-write, storage.md D.4.9
-"faithful"): a PUT batch stays ONE all-or-nothing TransactWriteItems of ≤ 100 actions, which a counter item
-in the same transaction would push to 101 for a full batch. Concurrent PUTs by one user can overshoot the cap
-by at most one batch, exactly as on D1; there is no counter to drift.
+The 500-rows-per-user cap is enforced by the API as the reference does it (check-then-write): a PUT batch stays ONE
+all-or-nothing TransactWriteItems of ≤ 100 actions, which a counter item in the same transaction would push to 101
+for a full batch. Concurrent PUTs by one user can overshoot the cap by at most one batch, exactly as on D1; there is
+no counter to drift.
 """
 
 from __future__ import annotations
@@ -82,7 +82,7 @@ class DynamoCredentialStore:
         return self._delete_matching(user_id, prefix)
 
     def _delete_matching(self, user_id: str, prefix: str) -> int:
-        """Not atomic beyond one batch (R10): deletes are idempotent, a retry finishes the job."""
+        """Not atomic beyond one batch: deletes are idempotent, a retry finishes the job."""
         rows = list(
             self.t.query_prefix(keys.user_pk(user_id), keys.CREDENTIAL_PREFIX + prefix, ProjectionExpression="PK, SK")
         )
@@ -93,7 +93,7 @@ class DynamoCredentialStore:
     # ---- reads ------------------------------------------------------------------------------------------
 
     def count(self, user_id: str) -> int:
-        """Paginated COUNT (a page stops at 1 MB, and 500 large values need several, #18)."""
+        """Paginated COUNT (a page stops at 1 MB, and 500 large values need several)."""
         kwargs: dict[str, Any] = {
             "KeyConditionExpression": "PK = :pk AND begins_with(SK, :p)",
             "ExpressionAttributeValues": {":pk": keys.user_pk(user_id), ":p": keys.CREDENTIAL_PREFIX},

@@ -1,11 +1,11 @@
-"""The per-user message outbox (engine.md §8, storage.md C.3.5 / D.4.8, README decision 12 and R7, R8).
+"""The per-user message outbox (see docs/data-model.md and docs/delivery.md).
 
 Item ``U#<uid> / O#<message_id>`` (ids over 1000 UTF-8 bytes are hashed, see :func:`keys.outbox_key`):
 
 * ``id`` — per-user integer from the counter ``U#<uid> / SEQ#outbox``. The counter is compare-and-set
   *inside* the append transaction, so two appends of one user commit one after the other and ids grow in
   commit order: when a reader sees id *n*, every id below *n* is already committed. That makes ``since`` a
-  stable cursor (R7): paging never skips a row that commits later.
+  stable cursor: paging never skips a row that commits later.
 * ``ob_lsk`` — 16-digit zero-padded id, present only while the row is unacked (sparse LSI
   ``outbox_unacked``, read strongly consistent by ``GET /outbox``).
 * ``obt_lsk`` — ``<task_uuid>#<13-digit created ms>#<16-digit id>`` (LSI ``outbox_by_task``) when the row has
@@ -407,7 +407,7 @@ class DynamoOutboxStore:
             "ConsistentRead": True,
         }
         items: list[dict[str, Any]] = []
-        # Limit applies before the filter: keep reading pages until `limit` rows passed it (R7/#14)
+        # Limit applies before the filter: keep reading pages until `limit` rows passed it
         while len(items) < limit:
             page = self.t.table.query(Limit=limit - len(items), **kwargs)
             items.extend(page.get("Items", []))

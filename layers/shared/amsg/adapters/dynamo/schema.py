@@ -1,4 +1,5 @@
-"""Schema self-check for ``POST /init-tenant`` (R26): verify, never create, then record the marker."""
+"""Schema self-check for ``POST /init-tenant``: the template owns the table, so verify, never create, then
+record the marker."""
 
 from __future__ import annotations
 

@@ -2,7 +2,7 @@
 
 Large values (task payloads up to ~2 MB of hex, client-state values) are cut into parts written *before*
 the item that references them (``<prefix><token>#<index>``), so a reader never sees a half-written value
-and a crashed writer leaves only unreferenced parts (spec storage.md D.4.11).
+and a crashed writer leaves only unreferenced parts.
 """
 
 from __future__ import annotations

@@ -1,5 +1,6 @@
-"""Tasks in DynamoDB: per-user ids from a counter in the creating transaction (decision 12), a deployment-wide
-uuid registry, the sparse sharded due index written on every create/update, large payloads split across items.
+"""Tasks in DynamoDB (see docs/data-model.md): per-user ids from a counter in the creating transaction, a
+deployment-wide uuid registry, the sparse sharded due index written on every create/update, large payloads split
+across items.
 """
 
 from __future__ import annotations
