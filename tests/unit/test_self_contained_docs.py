@@ -66,3 +66,16 @@ def test_the_pattern_catches_the_citation_styles():
     assert all(CITATION.search(head + tail) for head, tail in halves)
     fine = ["RFC 8291", "the reference's order", "R2D2", "${sp" + "ec// /}", "decisions.md", "HTTP 413"]
     assert not any(CITATION.search(text) for text in fine)
+
+
+def test_every_docs_page_that_is_pointed_at_exists():
+    pointer = re.compile(r"\bdocs/([A-Za-z0-9_-]+\.md)")
+    missing = sorted(
+        {
+            f"{path.relative_to(ROOT)} -> docs/{name}"
+            for path in tracked_text_files()
+            for name in pointer.findall(path.read_text(encoding="utf-8"))
+            if not (ROOT / "docs" / name).is_file()
+        }
+    )
+    assert missing == []
