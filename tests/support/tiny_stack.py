@@ -109,6 +109,14 @@ Resources:
       Timeout: 60
       Events:
         Slow: { Type: HttpApi, Properties: { ApiId: !Ref HttpApi, Method: GET, Path: /very-slow } }
+  ResolverFunction:
+    Type: AWS::Serverless::Function
+    Properties:
+      CodeUri: functions/resolver/
+      Handler: resolver_handler.handler
+      ReservedConcurrentExecutions: 40
+      Events:
+        Whoami: { Type: HttpApi, Properties: { ApiId: !Ref HttpApi, Method: GET, Path: /whoami } }
   MissingFunction:
     Type: AWS::Serverless::Function
     Properties:
@@ -203,6 +211,24 @@ HANDLERS = {
                 time.sleep(0.4)
                 return {"statusCode": 200, "body": __name__}
             return {"statusCode": 500, "body": "unexpected"}
+    """,
+    "functions/resolver/resolver_handler.py": """
+        import time
+
+        from aws_lambda_powertools.event_handler import APIGatewayHttpResolver
+
+        app = APIGatewayHttpResolver()
+
+
+        @app.get("/whoami")
+        def whoami():
+            time.sleep(float(app.current_event.query_string_parameters.get("nap", "0")))
+            return {"id": app.current_event.query_string_parameters["id"],
+                    "requestId": app.lambda_context.aws_request_id}
+
+
+        def handler(event, context):
+            return app.resolve(event, context)
     """,
     "functions/slow/slow_handler.py": """
         import time

@@ -19,12 +19,21 @@ they will see on AWS:
   our documented local answer); a response over 6 MB, an unhandled error or a Lambda timeout → 500
   ``{"message":"Internal Server Error"}``; no answer within 30 s → 503 ``{"message":"Service Unavailable"}``.
 
+* transport: keep-alive (HTTP/1.1), ``TCP_NODELAY`` on every accepted socket (without it a response written
+  in pieces waits out the peer's delayed ACK, ~40 ms), headers and body sent in one write, a listen backlog of
+  :data:`LISTEN_BACKLOG` so bursts of connections are queued instead of reset, a read timeout
+  (:data:`READ_TIMEOUT_S`) for idle keep-alive connections and bodies that stall (408), and errors found before
+  routing (too many or too long headers, bad framing) answered as API Gateway does, in JSON
+  ``{"message": ...}``, never as an HTML page.
+
 Local-only: ``POST /_local/tick`` runs one tick and drains the task queue (501 when not available).
 """
 
 from __future__ import annotations
 
 import base64
+import contextlib
+import errno
 import json
 import logging
 import re
@@ -47,6 +56,8 @@ from amsg_local.template import CorsConfig, Route, http_routes
 __all__ = [
     "API_PAYLOAD_LIMIT",
     "INTEGRATION_TIMEOUT_S",
+    "LISTEN_BACKLOG",
+    "READ_TIMEOUT_S",
     "Gateway",
     "GatewayResponse",
     "Router",
@@ -59,6 +70,8 @@ log = logging.getLogger("local_stack.gateway")
 
 API_PAYLOAD_LIMIT = 10 * 1024 * 1024  # HTTP API quota: 10 MB payload
 INTEGRATION_TIMEOUT_S = 30.0  # HTTP API: hard maximum integration timeout
+LISTEN_BACKLOG = 1024  # pending connections the kernel queues (it caps this at net.core.somaxconn)
+READ_TIMEOUT_S = 30.0  # an idle keep-alive connection, or a request whose bytes stop arriving, is closed
 LOCAL_TICK_PATH = "/_local/tick"
 LOCAL_CLOCK_PATH = "/_local/clock"
 LOCAL_RUN_TASK_PATH = "/_local/run-task"
@@ -251,8 +264,10 @@ class Gateway:
         payload_limit: int = API_PAYLOAD_LIMIT,
         lambda_payload_limit: int = LAMBDA_SYNC_PAYLOAD_LIMIT,
         parameters: Mapping[str, Any] | None = None,
+        read_timeout_s: float = READ_TIMEOUT_S,
     ) -> None:
         self.template = template
+        self.read_timeout_s = read_timeout_s
         self.cors = cors
         self.runtime = runtime or LambdaRuntime(template, parameters=parameters)
         self.routes = http_routes(template, parameters)
@@ -411,7 +426,12 @@ class Gateway:
         if self._server is not None:
             raise RuntimeError("gateway already started")
         server_class = _IPv6Server if ":" in host else _IPv4Server
-        server = server_class((host, port), _make_handler(self))
+        try:
+            server = server_class((host, port), _make_handler(self))
+        except OSError as exc:
+            if exc.errno == errno.EADDRINUSE:
+                raise OSError(exc.errno, f"port {port} on {host} is already in use (try --port 0 or PORT=...)") from exc
+            raise
         self._server = server
         self._thread = threading.Thread(
             target=server.serve_forever, kwargs={"poll_interval": 0.1}, name="amsg-local-gateway", daemon=True
@@ -498,6 +518,12 @@ def _header_text(value: Any) -> str:
 class _IPv4Server(ThreadingHTTPServer):
     daemon_threads = True
     allow_reuse_address = True
+    request_queue_size = LISTEN_BACKLOG
+
+    def get_request(self) -> tuple[socket.socket, Any]:
+        connection, address = super().get_request()
+        connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        return connection, address
 
 
 class _IPv6Server(_IPv4Server):
@@ -509,11 +535,25 @@ def _make_handler(gateway: Gateway) -> type[BaseHTTPRequestHandler]:
         protocol_version = "HTTP/1.1"
         server_version = "amsg-local"
         sys_version = ""
+        timeout = gateway.read_timeout_s  # socket timeout: idle keep-alive and stalled bodies
+
+        def send_error(self, code: int, message: str | None = None, explain: str | None = None) -> None:
+            """Errors found before routing (header limits, bad request line): API Gateway's JSON, not HTML."""
+            phrase = self.responses.get(code, ("Error",))[0]
+            self.close_connection = True
+            if self.request_version == "HTTP/0.9":  # the request line did not parse: answer in HTTP/1.1 anyway
+                self.request_version = "HTTP/1.1"
+            with contextlib.suppress(OSError):
+                self._write(GatewayResponse.message(code, phrase))
+            log.info("%s -> %d (%s)", getattr(self, "requestline", "") or "-", code, message or phrase)
 
         def _serve(self) -> None:
             started = time.monotonic()
             try:
                 body = self._read_body()
+            except TimeoutError:
+                self.send_error(408)
+                return
             except _TooLarge:
                 response = gateway._with_cors(
                     GatewayResponse.message(413, "Request Entity Too Large"), self.headers.get("origin")
@@ -571,9 +611,11 @@ def _make_handler(gateway: Gateway) -> type[BaseHTTPRequestHandler]:
             self.send_header("content-length", str(len(response.body)))
             if self.close_connection:
                 self.send_header("connection", "close")
-            self.end_headers()
-            if self.command != "HEAD" and response.body:
-                self.wfile.write(response.body)
+            if getattr(self, "command", None) != "HEAD" and response.body:
+                self._headers_buffer.append(b"\r\n" + response.body)  # one write: headers and body together
+                self.flush_headers()
+            else:
+                self.end_headers()
 
         def log_message(self, format: str, *args: Any) -> None:
             log.debug(format, *args)

@@ -3,11 +3,20 @@
 Each function gets a pool of "sandboxes": one private import of its handler file under a unique module name
 (every function dir has its own ``*_handler.py``, and a Powertools resolver keeps per-request state, so two
 concurrent requests must never share one module instance). A sandbox serves one invocation at a time, like a
-Lambda execution environment; a sandbox whose invocation timed out is thrown away, as Lambda does.
+Lambda execution environment; a sandbox whose invocation timed out is thrown away, as Lambda does. The pool is
+bounded (the function's ``ReservedConcurrentExecutions``, else :data:`LOCAL_MAX_SANDBOXES`): an invocation
+beyond it waits for a sandbox to come free.
+
+Powertools' HTTP resolver stores the current event and Lambda context on its base *class*
+(``BaseRouter.current_event``), which is harmless on Lambda (one event per process at a time) but lets two
+concurrent invocations in one process read each other's event, whatever module instance they run in.
+:func:`isolate_powertools_router_state` makes those two class attributes per thread (each invocation runs in
+its own thread), which restores Lambda's one-event-per-sandbox view.
 
 What differs from Lambda (documented for developers): every sandbox shares this process, its environment and
 the already-imported layer package (``amsg``), and a timed-out handler thread keeps running in the background
-(Python cannot kill a thread); its result is discarded.
+(Python cannot kill a thread); its result is discarded. The Powertools logger is shared too, so keys a
+handler appends (correlation id, Lambda context fields) can show up on a concurrent invocation's log lines.
 """
 
 from __future__ import annotations
@@ -30,10 +39,12 @@ from amsg_local.template import FunctionSpec, function_spec, layer_dirs
 
 __all__ = [
     "LAMBDA_SYNC_PAYLOAD_LIMIT",
+    "LOCAL_MAX_SANDBOXES",
     "FunctionRuntime",
     "Invocation",
     "LambdaContext",
     "LambdaRuntime",
+    "isolate_powertools_router_state",
 ]
 
 log = logging.getLogger("local_stack.lambda")
@@ -41,7 +52,12 @@ log = logging.getLogger("local_stack.lambda")
 # Lambda's synchronous invocation limit for the request and the response payload (6 MB).
 LAMBDA_SYNC_PAYLOAD_LIMIT = 6 * 1024 * 1024
 
+# Sandboxes per function when the template reserves no concurrency (Lambda would scale to the account limit;
+# one process cannot, and would only thrash).
+LOCAL_MAX_SANDBOXES = 32
+
 _sandbox_ids = itertools.count(1)
+_isolation_lock = threading.Lock()
 
 Handler = Callable[[Any, Any], Any]
 
@@ -84,6 +100,51 @@ class Invocation:
         return self.error_type is None
 
 
+class _PerThread:
+    """A data descriptor whose value is per thread (unset → AttributeError, like a missing attribute)."""
+
+    def __init__(self, name: str, store: threading.local) -> None:
+        self.name = name
+        self.store = store
+
+    def __get__(self, instance: object, owner: type | None = None) -> Any:
+        try:
+            return getattr(self.store, self.name)
+        except AttributeError:
+            raise AttributeError(self.name) from None
+
+    def __set__(self, instance: object, value: Any) -> None:
+        setattr(self.store, self.name, value)
+
+
+_ROUTER_STATE = ("current_event", "lambda_context")
+
+
+def isolate_powertools_router_state() -> bool:
+    """Make ``BaseRouter.current_event``/``lambda_context`` per thread (idempotent; False without Powertools).
+
+    Powertools writes them on the class (``BaseRouter.current_event = ...``) and reads them through instances
+    and the class, so the descriptor goes both on the class (instance access) and on a metaclass (class access).
+    """
+    try:
+        from aws_lambda_powertools.event_handler import api_gateway
+    except ImportError:
+        return False
+    base = api_gateway.BaseRouter
+    with _isolation_lock:
+        if getattr(type(base), "_amsg_local_isolated", False):
+            return True
+        store = threading.local()
+        slots = {name: _PerThread(name, store) for name in _ROUTER_STATE}
+        for name, slot in slots.items():
+            type.__setattr__(base, name, slot)
+        isolated_meta = type(type(base))(
+            f"PerThread{type(base).__name__}", (type(base),), {**slots, "_amsg_local_isolated": True}
+        )
+        base.__class__ = isolated_meta
+    return True
+
+
 class HandlerImportError(RuntimeError):
     """Runtime.ImportModuleError / Runtime.HandlerNotFound: the handler file or function is missing."""
 
@@ -101,9 +162,15 @@ class FunctionRuntime:
 
     spec: FunctionSpec
     region: str = "us-east-1"
+    max_sandboxes: int = 0  # 0 = the function's reserved concurrency, else LOCAL_MAX_SANDBOXES
     _idle: list[_Sandbox] = field(default_factory=list, repr=False)
-    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+    _lock: threading.Condition = field(default_factory=threading.Condition, repr=False)
+    _live: int = field(default=0, repr=False)
     _retired: list[str] = field(default_factory=list, repr=False)
+
+    def __post_init__(self) -> None:
+        if self.max_sandboxes <= 0:
+            self.max_sandboxes = self.spec.reserved_concurrency or LOCAL_MAX_SANDBOXES
 
     def available(self) -> bool:
         return self.spec.handler_file.is_file()
@@ -131,23 +198,43 @@ class FunctionRuntime:
             raise HandlerImportError(f"Handler '{spec.function_name}' missing on module '{spec.module_name}'")
         return _Sandbox(sandbox_id, module_name, handler)
 
-    def _acquire(self) -> _Sandbox:
+    def _acquire(self, timeout_s: float | None = None) -> _Sandbox | None:
+        """An idle sandbox, a new one while under ``max_sandboxes``, else wait; None when ``timeout_s`` ran out."""
+        deadline = None if timeout_s is None else time.monotonic() + timeout_s
         with self._lock:
+            while not self._idle and self._live >= self.max_sandboxes:
+                remaining = None if deadline is None else deadline - time.monotonic()
+                if remaining is not None and remaining <= 0:
+                    return None
+                self._lock.wait(remaining)
             if self._idle:
                 return self._idle.pop()
-        return self._new_sandbox()  # a cold start; imports happen outside the pool lock
+            self._live += 1
+        try:
+            return self._new_sandbox()  # a cold start; imports happen outside the pool lock
+        except BaseException:
+            with self._lock:
+                self._live -= 1
+                self._lock.notify()
+            raise
 
     def _release(self, sandbox: _Sandbox) -> None:
         with self._lock:
             self._idle.append(sandbox)
+            self._lock.notify()
 
     def _retire(self, sandbox: _Sandbox) -> None:
         # Keep the module in sys.modules: its thread may still be running code that looks itself up.
-        self._retired.append(sandbox.module_name)
+        with self._lock:
+            self._retired.append(sandbox.module_name)
+            self._live -= 1
+            self._lock.notify()
 
     def warm(self) -> None:
         """Import one sandbox now (surfaces import errors at start-up instead of on the first request)."""
-        self._release(self._acquire())
+        sandbox = self._acquire()
+        if sandbox is not None:
+            self._release(sandbox)
 
     def invoke(self, event: Any, *, wait_cap_s: float | None = None, request_id: str | None = None) -> Invocation:
         """Run the handler in its own thread; give up after the function Timeout (or ``wait_cap_s`` if sooner).
@@ -158,10 +245,24 @@ class FunctionRuntime:
         request_id = request_id or str(uuid.uuid4())
         started = time.monotonic()
         try:
-            sandbox = self._acquire()
+            sandbox = self._acquire(wait_cap_s)
         except HandlerImportError as exc:
             log.error("%s: Runtime.ImportModuleError: %s", self.spec.logical_id, exc)
             return Invocation(self.spec.logical_id, request_id, 0.0, None, "Runtime.ImportModuleError", str(exc))
+        if sandbox is None:
+            log.error("%s: no free sandbox within %.1fs", self.spec.logical_id, wait_cap_s or 0.0)
+            message = f"no sandbox free within {wait_cap_s:g} seconds"
+            return Invocation(
+                self.spec.logical_id,
+                request_id,
+                (time.monotonic() - started) * 1000,
+                None,
+                "Caller.Timeout",
+                message,
+                timed_out=True,
+            )
+        if wait_cap_s is not None:
+            wait_cap_s = max(0.0, wait_cap_s - (time.monotonic() - started))
         context = LambdaContext(self.spec, request_id, self.region)
         outcome: dict[str, Any] = {}
         finished = threading.Event()
@@ -242,6 +343,7 @@ class LambdaRuntime:
         for directory in layer_dirs(template):
             if str(directory) not in sys.path:
                 sys.path.insert(0, str(directory))
+        isolate_powertools_router_state()
 
     def function(self, logical_id: str) -> FunctionRuntime:
         with self._lock:

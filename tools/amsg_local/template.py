@@ -259,6 +259,7 @@ class FunctionSpec:
     timeout: int
     memory_size: int
     environment: dict[str, str]
+    reserved_concurrency: int | None = None
 
     @property
     def module_name(self) -> str:
@@ -326,7 +327,12 @@ def function_spec(
         timeout=int(props.get("Timeout", glob.get("Timeout", _DEFAULT_TIMEOUT_S))),
         memory_size=int(props.get("MemorySize", glob.get("MemorySize", _DEFAULT_MEMORY_MB))),
         environment=env,
+        reserved_concurrency=_optional_int(props.get("ReservedConcurrentExecutions")),
     )
+
+
+def _optional_int(value: Any) -> int | None:
+    return None if value is None or isinstance(value, dict) else int(value)
 
 
 def _env_text(value: Any) -> str:
