@@ -461,7 +461,19 @@ def _parser() -> argparse.ArgumentParser:
     )
     run_task.add_argument("uuid", help="the task uuid")
     run_task.add_argument("--env-file", type=Path, default=Path(".env"), help="dotenv file (default ./.env)")
+    _import_command().add_parser(commands)
     return parser
+
+
+def _import_command() -> Any:
+    """``amsg import`` lives in its own package next to this one (an editable install made before it existed
+    does not map it yet, so fall back to the directory both share)."""
+    try:
+        import amsg_import.command as command
+    except ModuleNotFoundError:
+        sys.path.append(str(Path(__file__).resolve().parents[1]))
+        import amsg_import.command as command
+    return command
 
 
 def _run_task(args: argparse.Namespace) -> int:
@@ -532,6 +544,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _serve(args)
     if args.command == "run-task":
         return _run_task(args)
+    if args.command == "import":
+        return _import_command().main(args)
     return 2
 
 

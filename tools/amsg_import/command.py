@@ -1,0 +1,373 @@
+"""``amsg import``: the command line, the master-key check, progress and the end report.
+
+Order of work: open the source and recognise its schema version → check that a sample of every encrypted kind
+decrypts with the master key (a wrong key stops here, before any write) → raise per-user id counters → write
+every kind with conditional writes (see :mod:`amsg_import.writer`) → report. Nothing secret is printed: no
+key, no plaintext, no ciphertext; rows are named by user id and uuid / message id / namespace and key.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from collections import Counter
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from itertools import islice
+from pathlib import Path
+from typing import Any, TextIO
+
+from amsg_import.reader import KINDS, Problem, Record, ReferenceReader
+from amsg_import.sources import Source, SourceError, open_source
+from amsg_import.writer import FAILED, SKIPPED, WRITTEN, Outcome, TargetWriter
+
+KEY_SAMPLE = 3
+EXAMPLES_PER_REASON = 3
+
+
+class ImportStopped(Exception):
+    """The import cannot start (wrong master key, unreadable source, missing table); nothing was written."""
+
+
+# ---- report -------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class KindStats:
+    read: int = 0
+    written: int = 0
+    skipped: int = 0
+    failed: int = 0
+    reasons: Counter[tuple[str, str]] = field(default_factory=Counter)
+    examples: dict[tuple[str, str], list[str]] = field(default_factory=dict)
+
+    def add(self, outcome: Outcome, ref: str) -> None:
+        self.read += 1
+        if outcome.status == WRITTEN:
+            self.written += 1
+        elif outcome.status == SKIPPED:
+            self.skipped += 1
+        else:
+            self.failed += 1
+        if outcome.reason:
+            key = (outcome.status, outcome.reason)
+            self.reasons[key] += 1
+            if outcome.status != WRITTEN:
+                examples = self.examples.setdefault(key, [])
+                if len(examples) < EXAMPLES_PER_REASON:
+                    examples.append(ref)
+
+
+@dataclass
+class Report:
+    dry_run: bool
+    source: dict[str, Any]
+    key_check: dict[str, dict[str, int]] = field(default_factory=dict)
+    kinds: dict[str, KindStats] = field(default_factory=dict)
+    counters: dict[str, int] = field(default_factory=dict)
+    seconds: float = 0.0
+
+    @property
+    def failed(self) -> int:
+        return sum(s.failed for s in self.kinds.values())
+
+    def totals(self) -> dict[str, int]:
+        return {
+            name: sum(getattr(s, name) for s in self.kinds.values())
+            for name in ("read", "written", "skipped", "failed")
+        }
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "dryRun": self.dry_run,
+            "source": self.source,
+            "keyCheck": self.key_check,
+            "counters": self.counters,
+            "kinds": {
+                kind: {
+                    "read": s.read,
+                    "written": s.written,
+                    "skipped": s.skipped,
+                    "failed": s.failed,
+                    "reasons": [
+                        {
+                            "status": status,
+                            "reason": reason,
+                            "count": count,
+                            "examples": s.examples.get((status, reason), []),
+                        }
+                        for (status, reason), count in sorted(s.reasons.items())
+                    ],
+                }
+                for kind, s in self.kinds.items()
+            },
+            "totals": self.totals(),
+            "seconds": round(self.seconds, 2),
+        }
+
+    def render(self) -> str:
+        written = "would write" if self.dry_run else "written"
+        lines = [
+            f"source   {self.source.get('source')}: schema {self.source.get('schema')}",
+            f"tables   {', '.join(self.source.get('tables', []))}",
+            "key      "
+            + (
+                ", ".join(f"{k} {v['decrypted']}/{v['sampled']}" for k, v in self.key_check.items())
+                or "nothing encrypted to check"
+            ),
+        ]
+        if self.counters:
+            lines.append("counters " + ", ".join(f"{k} ids continue after {v}" for k, v in self.counters.items()))
+        lines.append("")
+        lines.append(f"{'kind':<14}{'read':>8}{written:>13}{'skipped':>9}{'failed':>8}")
+        for kind, s in self.kinds.items():
+            lines.append(f"{kind:<14}{s.read:>8}{s.written:>13}{s.skipped:>9}{s.failed:>8}")
+        t = self.totals()
+        lines.append(f"{'total':<14}{t['read']:>8}{t['written']:>13}{t['skipped']:>9}{t['failed']:>8}")
+        details = [
+            (kind, status, reason, count, s.examples.get((status, reason), []))
+            for kind, s in self.kinds.items()
+            for (status, reason), count in sorted(s.reasons.items())
+        ]
+        if details:
+            lines.append("")
+            for kind, status, reason, count, examples in details:
+                shown = f" (e.g. {'; '.join(examples)})" if examples else ""
+                lines.append(f"  {kind}: {count} {status}: {reason}{shown}")
+        lines.append("")
+        if self.dry_run:
+            lines.append("dry run: nothing was written.")
+        elif self.failed:
+            lines.append(
+                f"{self.failed} row(s) failed; fix the cause and run the same command again (done rows are skipped)."
+            )
+        else:
+            lines.append("done. Running the same command again is safe: it skips what is already here.")
+        return "\n".join(lines)
+
+
+# ---- progress -----------------------------------------------------------------------------------------------
+
+
+class Progress:
+    """Counts per kind on one line (redrawn on a terminal, printed every few thousand rows otherwise)."""
+
+    def __init__(self, stream: TextIO, *, every: int = 2000) -> None:
+        self.stream = stream
+        self.tty = bool(getattr(stream, "isatty", lambda: False)())
+        self.every = every
+        self._last = 0.0
+
+    def _line(self, kind: str, s: KindStats, label: str) -> str:
+        return f"{kind:<14}{s.read:>8} read {s.written:>8} {label} {s.skipped:>7} skipped {s.failed:>6} failed"
+
+    def update(self, kind: str, s: KindStats, label: str) -> None:
+        if self.tty:
+            now = time.monotonic()
+            if now - self._last >= 0.1:
+                self._last = now
+                self.stream.write("\r" + self._line(kind, s, label))
+                self.stream.flush()
+        elif s.read % self.every == 0:
+            self.stream.write(self._line(kind, s, label) + "\n")
+
+    def done(self, kind: str, s: KindStats, label: str) -> None:
+        self.stream.write(("\r" if self.tty else "") + self._line(kind, s, label) + "\n")
+        self.stream.flush()
+
+
+# ---- the import ---------------------------------------------------------------------------------------------
+
+
+def check_master_key(reader: ReferenceReader, sample: int = KEY_SAMPLE) -> dict[str, dict[str, int]]:
+    """Decrypt the first ``sample`` ciphertexts of every kind; a kind where none decrypts stops the import."""
+    results: dict[str, dict[str, int]] = {}
+    for kind in KINDS:
+        tried = ok = 0
+        for user_id, ciphertext in islice(reader.ciphertexts(kind), sample):
+            tried += 1
+            ok += reader.decrypts(user_id, ciphertext)
+        if tried:
+            results[kind] = {"sampled": tried, "decrypted": ok}
+    wrong = [kind for kind, r in results.items() if r["decrypted"] == 0]
+    if wrong:
+        raise ImportStopped(
+            "the master key does not decrypt the source's data "
+            f"({', '.join(f'{k}: 0 of {results[k]["sampled"]}' for k in wrong)}). Use the reference deployment's "
+            "master key (AMSG_MASTER_KEY); nothing was written."
+        )
+    return results
+
+
+class DryRunWriter:
+    """Decides from the source alone what an import into an empty table would do (touches no table)."""
+
+    def __init__(self, now_ms: int) -> None:
+        self.now_ms = now_ms
+        # reuse the real writer's pure decisions (task normalisation, outbox retention) without a table
+        self._pure = TargetWriter.__new__(TargetWriter)
+        self._pure.now_ms = now_ms
+
+    def dispatch(self, kind: str, record: Record) -> Outcome:
+        if kind == "outbox":
+            ttl = TargetWriter.outbox_ttl(self._pure, record)  # type: ignore[arg-type]
+            if ttl <= self.now_ms // 1000:
+                return Outcome(SKIPPED, "past the outbox retention (the reference deletes it too)")
+        if kind == "tasks" and getattr(record, "uuid_derived", False):
+            return Outcome(WRITTEN, "legacy row without uuid: given a derived uuid")
+        if kind == "state" and getattr(record, "chunked", False):
+            return Outcome(WRITTEN, "chunked value joined")
+        return Outcome(WRITTEN)
+
+
+def _dispatcher(writer: TargetWriter) -> Callable[[str, Record], Outcome]:
+    methods: dict[str, Callable[[Any], Outcome]] = {
+        "tasks": writer.write_task,
+        "state": writer.write_state,
+        "subscriptions": writer.write_subscription,
+        "credentials": writer.write_credential,
+        "outbox": writer.write_outbox,
+        "owners": writer.write_owner,
+        "records": writer.write_record,
+        "sidecars": writer.write_sidecar,
+    }
+
+    def dispatch(kind: str, record: Record) -> Outcome:
+        outcome = methods[kind](record)
+        if kind == "tasks" and outcome.status == WRITTEN and getattr(record, "uuid_derived", False):
+            return Outcome(WRITTEN, "legacy row without uuid: given a derived uuid")
+        return outcome
+
+    return dispatch
+
+
+def run_import(
+    source: Source,
+    *,
+    master_key: str,
+    table: Any = None,
+    due_shards: int = 1,
+    dry_run: bool = False,
+    now_ms: int | None = None,
+    progress: TextIO | None = None,
+    kinds: tuple[str, ...] = KINDS,
+) -> Report:
+    """Import ``source`` into ``table`` (a :class:`~amsg.adapters.dynamo.table.DynamoTable`); returns the
+    report. Raises :class:`ImportStopped` before any write when the source or the key is wrong."""
+    started = time.monotonic()
+    now = int(time.time() * 1000) if now_ms is None else now_ms
+    reader = ReferenceReader(source, master_key)
+    report = Report(dry_run=dry_run, source=reader.describe())
+    report.key_check = check_master_key(reader)
+    report.counters = {name: reader.id_floor(name) for name in ("tasks", "outbox") if reader.has(name)}
+    if dry_run:
+        dispatch = DryRunWriter(now).dispatch
+    else:
+        if table is None:
+            raise ImportStopped("no target table")
+        writer = TargetWriter(
+            table,
+            due_shards=due_shards,
+            now_ms=now,
+            task_floor=report.counters.get("tasks", 0),
+            outbox_floor=report.counters.get("outbox", 0),
+        )
+        dispatch = _dispatcher(writer)
+    label = "would write" if dry_run else "written"
+    bar = Progress(progress) if progress is not None else None
+    for kind in kinds:
+        if not reader.has(kind):
+            continue
+        stats = report.kinds.setdefault(kind, KindStats())
+        for item in reader.read(kind):
+            if isinstance(item, Problem):
+                stats.add(Outcome(FAILED, item.reason), f"{item.user_id} {item.ref}")
+            else:
+                ref = f"{item.user_id} {item.ref}"
+                try:
+                    outcome = dispatch(kind, item)
+                except Exception as exc:  # one bad row must not stop the rest; the type is enough to act on
+                    outcome = Outcome(FAILED, f"write error ({type(exc).__name__})")
+                stats.add(outcome, ref)
+            if bar:
+                bar.update(kind, stats, label)
+        if bar:
+            bar.done(kind, stats, label)
+    report.seconds = time.monotonic() - started
+    return report
+
+
+# ---- command line -------------------------------------------------------------------------------------------
+
+
+def add_parser(commands: Any) -> None:
+    parser = commands.add_parser(
+        "import",
+        help="import a reference deployment's database (D1/SQLite file, `wrangler d1 export` dump, Postgres URL)",
+        description="Copy a reference amsg-server database into this deployment's table, with the same master "
+        "key. Safe to run again: conditional writes skip what is already here and never overwrite newer data.",
+    )
+    parser.add_argument("source", help="a .sqlite/.db file, a .sql dump, or postgres://user@host/db")
+    parser.add_argument("--dry-run", action="store_true", help="read and check everything, write nothing")
+    parser.add_argument("--dynamodb-endpoint", metavar="URL", help="target DynamoDB endpoint (e.g. DynamoDB Local)")
+    parser.add_argument("--table", metavar="NAME", help="target table (default AMSG_TABLE_NAME)")
+    parser.add_argument("--region", help="AWS region of the table (default from the environment)")
+    parser.add_argument("--env-file", type=Path, default=Path(".env"), help="dotenv file (default ./.env)")
+    parser.add_argument("--json", action="store_true", help="print the end report as JSON")
+
+
+def _table(values: Mapping[str, str], args: argparse.Namespace) -> Any:
+    from amsg.adapters.dynamo.table import DynamoTable
+
+    name = (args.table or values.get("AMSG_TABLE_NAME") or "").strip()
+    if not name:
+        raise ImportStopped("no target table: pass --table NAME or set AMSG_TABLE_NAME")
+    endpoint = args.dynamodb_endpoint or values.get("AWS_ENDPOINT_URL_DYNAMODB") or None
+    region = args.region or values.get("AWS_REGION") or values.get("AWS_DEFAULT_REGION") or None
+    if endpoint:
+        region = region or "us-east-1"
+        if not values.get("AWS_ACCESS_KEY_ID"):  # DynamoDB Local accepts any credentials
+            os.environ.setdefault("AWS_ACCESS_KEY_ID", "local")
+            os.environ.setdefault("AWS_SECRET_ACCESS_KEY", "local")
+    table = DynamoTable(name, endpoint_url=endpoint, region=region)
+    try:
+        table.client.describe_table(TableName=name)
+    except Exception as exc:
+        raise ImportStopped(f"target table {name} is not reachable ({type(exc).__name__})") from None
+    return table
+
+
+def main(args: argparse.Namespace) -> int:
+    from amsg.config import ConfigError
+    from amsg.runtime import secrets_from_env
+    from amsg_local.cli import read_env_file
+
+    values = {**read_env_file(args.env_file), **os.environ}
+    source: Source | None = None
+    try:
+        try:
+            master_key = secrets_from_env(values).master_key
+        except ConfigError as exc:
+            raise ImportStopped(str(exc)) from None
+        source = open_source(args.source)
+        table = None if args.dry_run else _table(values, args)
+        due_shards = int(values.get("AMSG_DUE_SHARDS") or 1)
+        report = run_import(
+            source,
+            master_key=master_key,
+            table=table,
+            due_shards=due_shards,
+            dry_run=args.dry_run,
+            progress=sys.stderr,
+        )
+    except (ImportStopped, SourceError) as exc:
+        print(f"amsg import: {exc}", file=sys.stderr)
+        return 2
+    finally:
+        if source is not None:
+            source.close()
+    print(json.dumps(report.as_json(), ensure_ascii=False, indent=2) if args.json else report.render())
+    return 1 if report.failed else 0
