@@ -38,6 +38,8 @@ class Reply:
     delay_s: float = 0.0
     headers: dict[str, str] = field(default_factory=dict)
     model: str = "fake-model"
+    tool_calls: list[dict[str, Any]] | None = None  # the assistant asks for these tools (OpenAI wire shape)
+    usage: dict[str, Any] | None = None
 
     def render(self) -> bytes:
         if isinstance(self.body, bytes):
@@ -49,12 +51,17 @@ class Reply:
         message: dict[str, Any] = {"role": "assistant", "content": self.content}
         if self.reasoning_content is not None:
             message["reasoning_content"] = self.reasoning_content
-        completion = {
+        if self.tool_calls is not None:
+            message["tool_calls"] = self.tool_calls
+        finish = "tool_calls" if self.tool_calls else "stop"
+        completion: dict[str, Any] = {
             "id": "chatcmpl-fake",
             "object": "chat.completion",
             "model": self.model,
-            "choices": [{"index": 0, "message": message, "finish_reason": "stop"}],
+            "choices": [{"index": 0, "message": message, "finish_reason": finish}],
         }
+        if self.usage is not None:
+            completion["usage"] = self.usage
         return json.dumps(completion).encode("utf-8")
 
 
@@ -212,6 +219,14 @@ class FakeLlmServer:
         if code is not None:
             error["code"] = code
         return self.push(Reply(status=status, body={"error": error}, **kw))
+
+    def reply_tool_calls(self, *calls: tuple[str, str, dict[str, Any]], content: str | None = None, **kw: Any):
+        """The assistant asks for tools: each call is ``(id, function name, arguments)``."""
+        wire = [
+            {"id": call_id, "type": "function", "function": {"name": name, "arguments": json.dumps(args)}}
+            for call_id, name, args in calls
+        ]
+        return self.push(Reply(content=content, tool_calls=wire, **kw))
 
     def reply_delay(self, delay_s: float, content: str = "late", **kw: Any) -> FakeLlmServer:
         return self.push(Reply(content=content, delay_s=delay_s, **kw))

@@ -8,13 +8,26 @@ from collections.abc import Callable
 from amsg.context import AppContext
 
 
-def _serialize_by_enabled(ctx: AppContext) -> bool:
-    from amsg.hooks import load_hooks
+def _hook(*names: str, agentic: bool = False) -> Callable[[AppContext], bool]:
+    """The hooks module is configured, loads, and exports the hooks the feature needs (and, for agentic
+    features, the fire hooks themselves); the delivery engine honours them."""
 
-    try:
-        return load_hooks(ctx.settings.hooks_module).serialize_by is not None
-    except ImportError:
-        return False
+    def enabled(ctx: AppContext) -> bool:
+        from amsg.hooks import load_hooks
+
+        try:
+            hooks = load_hooks(ctx.settings.hooks_module)
+        except ImportError:
+            return False
+        if agentic and (hooks.on_before_fire is None or hooks.on_llm_output is None):
+            return False
+        return all(getattr(hooks, name) is not None for name in names)
+
+    return enabled
+
+
+_serialize_by_enabled = _hook("serialize_by")
+_agentic = _hook(agentic=True)
 
 
 def _always(ctx: AppContext) -> bool:
@@ -46,25 +59,41 @@ FEATURES: list[tuple[str, Callable[[AppContext], bool]]] = [
     ("client-state", _client_state),
     ("client-state-chunking", _client_state),
     ("client-state-partial-failure", _client_state),
+    ("agentic-hooks", _agentic),
+    ("agentic-scratch", _agentic),
+    ("agentic-write-state", lambda ctx: _agentic(ctx) and _client_state(ctx)),
+    ("agentic-fire-tools", _hook("execute_tool_calls", agentic=True)),
+    ("agentic-schedule-task", _agentic),
     ("vapid-public-key", lambda ctx: bool(ctx.settings.vapid_public_key)),
     ("tick-stale-guard", _has("delivery")),
     ("recurring-skip-occurrence", _has("delivery")),
     ("occurrence-scoped-push-ids", _has("delivery")),
+    ("after-send-hook", _hook("on_after_send", agentic=True)),
     ("update-message-credentials", _always),
+    ("hook-state-accessors", lambda ctx: _agentic(ctx) and _client_state(ctx)),
+    ("after-send-scratch", _hook("on_after_send", agentic=True)),
+    ("fire-task-identity", _agentic),
     ("push-task-identity", _has("delivery")),
     ("push-envelope-reserved-bytes", _has("delivery")),
+    ("schedule-task-duplicate-row", _agentic),
+    ("recurring-stale-skip-hook", _hook("on_stale_skip")),
     ("task-timezone", _always),
     ("user-push-subscription", _always),
     ("get-message-detail", _always),
     ("update-message-contact-name", _always),
     ("tick-serialize-by", _serialize_by_enabled),
+    ("fire-settled-hook", _hook("on_fire_settled", agentic=True)),
     ("client-state-version-guard", _client_state),
     ("schedule-immediate", _always),
     ("schedule-supersede", _always),
     ("tick-lease-heartbeat", _has("delivery")),
     ("run-task-entrypoint", _has("delivery")),
     ("task-last-error", _has("delivery")),
+    ("non-retryable-error", _agentic),
+    ("agentic-cancel-renew-task", _agentic),
     ("message-outbox", _outbox),
+    ("fire-settled-metadata", _hook("on_fire_settled", agentic=True)),
+    ("hook-usage", _agentic),
     ("llm-extra-body", _always),
     ("error-cause", _always),
     ("schema-self-check", _always),
@@ -72,6 +101,7 @@ FEATURES: list[tuple[str, Callable[[AppContext], bool]]] = [
     ("llm-credentials", _credentials),
     ("gzip-request-body", _always),
     ("client-state-ttl", lambda ctx: _client_state(ctx) and bool(ctx.settings.client_state_ttl_days)),
+    ("emit-result", lambda ctx: _agentic(ctx) and _outbox(ctx)),
     ("client-state-delete", _client_state),
     ("client-state-namespaces", _client_state),
     ("client-state-delete-namespace", _client_state),
@@ -79,7 +109,10 @@ FEATURES: list[tuple[str, Callable[[AppContext], bool]]] = [
     ("outbox-delete", _store("outbox", "delete")),
     ("llm-permanent-errors", _has("delivery")),
     ("redeliver-committed-batch", _has("delivery")),
+    ("hook-usage-total", _agentic),
     ("max-delivery-retries", _has("delivery")),
+    ("max-generation-retries", _agentic),
+    ("before-fire-defer", _agentic),
 ]
 
 

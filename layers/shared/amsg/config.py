@@ -35,6 +35,10 @@ class Settings:
     llm_timeout_ms: int = 300_000
     push_timeout_ms: int = 10_000
     client_state_ttl_days: dict[str, float] = field(default_factory=dict)
+    # agentic fire budgets (hooks module): LLM rounds, wall budget after on_before_fire, follow-ups per fire
+    max_tool_iterations: int = 5
+    total_timeout_ms: int = 240_000
+    max_scheduled_tasks_per_fire: int = 2
 
 
 @dataclass

@@ -144,6 +144,10 @@ class TaskUuidConflict(StoreError):
     """A task with this uuid already exists somewhere in the deployment."""
 
 
+class ClaimLost(StoreError):
+    """A write fenced by a task claim found the claim gone (the task was cancelled, settled or taken over)."""
+
+
 class StoreUnavailable(StoreError):
     """A read or write could not be completed (throttled after retries, endpoint down, ...)."""
 

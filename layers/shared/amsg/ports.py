@@ -477,8 +477,12 @@ class NamespaceListing:
 
 
 class ClientStateStore(Protocol):
-    def upsert(self, user_id: str, writes: list[StateWrite], *, now_ms: int) -> StateWriteResult:
-        """Last-write-wins batch. Raises PartialWriteError when a later transaction fails after earlier ones."""
+    def upsert(
+        self, user_id: str, writes: list[StateWrite], *, now_ms: int, fence: tuple[str, int] | None = None
+    ) -> StateWriteResult:
+        """Last-write-wins batch. Raises PartialWriteError when a later transaction fails after earlier ones.
+        With ``fence`` = (task uuid, claim version) every transaction also checks that the user's task is
+        still pending under that claim, and ClaimLost is raised when it is not (nothing of that part written)."""
         ...
 
     def get_namespace(self, user_id: str, namespace: str) -> list[StateRow]:

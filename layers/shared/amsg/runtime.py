@@ -68,6 +68,9 @@ def settings_from_env(env: Mapping[str, str]) -> Settings:
         llm_timeout_ms=_int_env(env, "AMSG_LLM_TIMEOUT_MS", 300_000),
         push_timeout_ms=_int_env(env, "AMSG_PUSH_TIMEOUT_MS", 10_000),
         client_state_ttl_days=parse_ttl_config(env.get("AMSG_CLIENT_STATE_TTL")),
+        max_tool_iterations=_int_env(env, "AMSG_MAX_TOOL_ITERATIONS", 5),
+        total_timeout_ms=_int_env(env, "AMSG_TOTAL_TIMEOUT_MS", 240_000),
+        max_scheduled_tasks_per_fire=_int_env(env, "AMSG_MAX_SCHEDULED_TASKS_PER_FIRE", 2),
     )
 
 

@@ -163,9 +163,18 @@ def validate_entry(
 
 
 def write_entries(
-    store: ClientStateStore, user_id: str, user_key: str, entries: Sequence[StateEntry], now_ms: int
+    store: ClientStateStore,
+    user_id: str,
+    user_key: str,
+    entries: Sequence[StateEntry],
+    now_ms: int,
+    *,
+    fence: tuple[str, int] | None = None,
 ) -> StateWriteResult:
     """Encrypt and write validated entries (one server-now for the whole batch).
+
+    ``fence`` = (task uuid, claim version): a hook's write commits only while that claim is current
+    (the store raises :class:`amsg.errors.ClaimLost` otherwise).
 
     A :class:`PartialWriteError` from the store is re-raised with the entries' own indexes.
     """
@@ -182,6 +191,8 @@ def write_entries(
     if not writes:
         return StateWriteResult()
     try:
+        if fence is not None:
+            return store.upsert(user_id, writes, now_ms=now_ms, fence=fence)
         return store.upsert(user_id, writes, now_ms=now_ms)
     except PartialWriteError as exc:
         raise PartialWriteError([entries[i].index for i in exc.applied], exc.cause) from exc.cause

@@ -28,6 +28,7 @@ from amsg.domain.redaction import sanitize_error_summary
 from amsg.domain.splitting import split_message
 from amsg.engine.pushes import Occurrence, content_pushes, decode_push, encode_push, reasoning_push, should_push
 from amsg.engine.summary import DeliverySummary
+from amsg.hooks import HookContext, call_hook, load_hooks, task_view
 from amsg.observability import logger
 from amsg.ports import LlmClient, PushSender, PushSendError, Settlement, TaskRow
 from amsg.timeutil import iso_from_ms, parse_iso_ms
@@ -61,6 +62,7 @@ class DeliveryEnv:
     llm_timeout_s: Callable[[], float] = lambda: 300.0
     pacing_ms: int = 1500
     max_retries: int | None = None  # overrides settings.max_delivery_retries (instant path: 2)
+    defer_supported: bool = True  # a hook may defer the fire (not inside POST /schedule-message)
 
 
 @dataclass
@@ -69,6 +71,7 @@ class Outcome:
     pushed: int = 0
     redelivered: bool = False
     reasoning_error: str | None = None
+    deferred_until: str | None = None  # a hook deferred the fire: due again then, no retry consumed
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -111,6 +114,9 @@ def deliver_claimed(ctx: AppContext, row: TaskRow, summary: DeliverySummary, env
             logger.warning("delivery step failed", extra={"error": type(exc).__name__})
         _fail(ctx, row, payload, user_key, exc, summary, env)
         return None
+    if outcome.deferred_until is not None:
+        _defer(ctx, row, payload, user_key, outcome.deferred_until, summary)
+        return None
     if outcome.redelivered:
         summary.redelivered.append({"taskId": row.id, "pushedCount": outcome.pushed})
     if outcome.reasoning_error:
@@ -118,6 +124,44 @@ def deliver_claimed(ctx: AppContext, row: TaskRow, summary: DeliverySummary, env
     if _finalize_success(ctx, row, payload, summary):
         return outcome
     return None
+
+
+def needs_llm(payload: dict[str, Any]) -> bool:
+    """Whether a fire goes through the hooks: prompted/auto always, instant only with chat credentials."""
+    message_type = payload.get("messageType")
+    if message_type in ("prompted", "auto"):
+        return True
+    if message_type != "instant":
+        return False
+    refs = payload.get("credRefs")
+    if isinstance(refs, dict) and isinstance(refs.get("chat"), str) and refs["chat"]:
+        return True
+    return bool(payload.get("apiUrl") and payload.get("apiKey") and payload.get("primaryModel"))
+
+
+def _defer(
+    ctx: AppContext, row: TaskRow, payload: dict[str, Any], user_key: str, retry_after: str, summary: DeliverySummary
+) -> None:
+    """A hook deferred the fire: move it to ``retry_after`` without consuming a retry, or settle it as stale
+    once the wake-up would be too late for this occurrence (that is what ends endless defers)."""
+    occurrence = parse_iso_ms(row.next_send_at)
+    wake = parse_iso_ms(retry_after) or ctx.now_ms()
+    if occurrence is not None and wake - occurrence > ctx.settings.stale_after_ms:
+        settle_stale(ctx, row, payload, user_key, summary)
+        return
+    settlement = Settlement(next_send_at=row.next_send_at, retry_after=retry_after)
+    try:
+        written = ctx.tasks.settle(row.user_id, row.uuid, row.claim_version, settlement, iso_from_ms(ctx.now_ms()))
+    except Exception as exc:
+        summary.failed_count += 1
+        summary.failed.append(
+            {"taskId": row.id, "reason": sanitize_error_summary(str(exc)), "status": "defer_update_failed"}
+        )
+        return
+    if not written:
+        record_cancelled(ctx, row, summary, "cancelled_mid_delivery")
+        return
+    summary.deferred.append({"taskId": row.id, "retryAfter": retry_after})
 
 
 # ---- stale guard ---------------------------------------------------------------------------------------------
@@ -163,7 +207,59 @@ def settle_stale(
         return False
     if written:
         summary.stale.append(entry)
+        _stale_skip_hook(
+            ctx, row, payload, user_key, entry, occurrence, recurrence, plan if recurrence in RECURRING else None
+        )
     return written
+
+
+def _stale_skip_hook(
+    ctx: AppContext,
+    row: TaskRow,
+    payload: dict[str, Any],
+    user_key: str,
+    entry: dict[str, Any],
+    occurrence: int,
+    recurrence: str,
+    plan: Any,
+) -> None:
+    """``on_stale_skip(row, info)``: best-effort, after the stale settle was written."""
+    hook = load_hooks(ctx.settings.hooks_module).on_stale_skip
+    if hook is None:
+        return
+    from amsg.engine.fire import AgenticFire
+
+    fire = AgenticFire(
+        ctx,
+        row,
+        payload,
+        user_key,
+        DeliveryEnv(push_sender=ctx.extra("push_sender"), llm=None),
+        load_hooks(ctx.settings.hooks_module),
+    )
+    metadata = payload.get("metadata")
+    info = HookContext(
+        fire,
+        guarded_writes=False,
+        task=fire.view,
+        user_id=row.user_id,
+        now=fire.now,
+        scratch=fire.scratch,
+        reason="stale",
+        action=entry["action"],
+        metadata=metadata if isinstance(metadata, dict) else None,
+        recurrence_type=payload.get("recurrenceType") or "none",
+        occurrence_ms=occurrence,
+        skipped_count=entry["skippedCount"],
+        skipped_occurrences=list(plan.skipped_occurrences) if plan is not None else [occurrence],
+        skipped_truncated=bool(plan.skipped_truncated) if plan is not None else False,
+        next_send_at=entry.get("nextSendAt"),
+    )
+    safe_row = TaskRow(**{**row.__dict__})
+    try:
+        call_hook(hook, safe_row, info)
+    except Exception as exc:
+        logger.warning("hook failed", extra={"hook": "on_stale_skip", "error": type(exc).__name__})
 
 
 # ---- processing ------------------------------------------------------------------------------------------
@@ -176,7 +272,24 @@ def process_occurrence(
     entries = _committed_batch(ctx, row, occurrence, user_key)
     outcome = Outcome(redelivered=entries is not None)
     if entries is None:
-        pushes = _generate(ctx, row, payload, occurrence, env)
+        hooks = load_hooks(ctx.settings.hooks_module)
+        if hooks.agentic and needs_llm(payload):
+            from amsg.engine.fire import AgenticFire
+
+            fired = AgenticFire(ctx, row, payload, user_key, env, hooks).run()
+            if fired is not None:
+                return fired
+        try:
+            pushes = _generate(ctx, row, payload, occurrence, env)
+        except Exception as exc:
+            if hooks.max_generation_retries is not None and not hasattr(exc, "retry_limit"):
+                from amsg.engine.fire import generation_limit
+
+                view = task_view(
+                    payload, task_id=row.id, uuid=row.uuid, next_send_at=row.next_send_at, retry_count=row.retry_count
+                )
+                exc.retry_limit = generation_limit(ctx, hooks, view)  # type: ignore[attr-defined]
+            raise
         _append_batch(ctx, row, pushes, user_key)
         entries = [_Entry(push, done=False) for push in pushes]
     outcome.messages_sent = sum(1 for entry in entries if entry.push.get("messageKind") == "content")
@@ -407,7 +520,9 @@ def _fail(
     now = ctx.now_ms()
     info = failure_info(exc, row, now)
     reason, permanent, last_error = info.reason, info.permanent, info.last_error
-    limit = env.max_retries if env.max_retries is not None else ctx.settings.max_delivery_retries
+    limit = getattr(exc, "retry_limit", None)
+    if not isinstance(limit, int):
+        limit = env.max_retries if env.max_retries is not None else ctx.settings.max_delivery_retries
     raw_last_error = {**last_error, "reason": reason}
     recurrence = _recurrence(payload)
     summary.failed_count += 1

@@ -35,6 +35,7 @@ def deliver_instant(
     started = ctx.now_ms()
     deadline = started + ctx.settings.instant_deadline_ms
     env = delivery_env(ctx, remaining_ms=lambda: deadline - ctx.now_ms())
+    env.defer_supported = False  # the row lives only for this request: a hook cannot move it
     owner = f"instant:{uuid_lib.uuid4()}"
     row = ctx.tasks.get_task(user_id, task_uuid)
     claimed = (

@@ -47,7 +47,7 @@ from amsg.adapters.dynamo.table import (
     is_conditional_failure,
 )
 from amsg.domain.client_state import DAY_MS, reference_footprint
-from amsg.errors import PartialWriteError, StoreUnavailable
+from amsg.errors import ClaimLost, PartialWriteError, StoreUnavailable
 from amsg.ports import NamespaceListing, NamespaceStats, StateRow, StateWrite, StateWriteResult
 
 SEP = "\x1f"
@@ -119,7 +119,9 @@ class DynamoClientStateStore:
 
     # ---- write --------------------------------------------------------------------------------------------
 
-    def upsert(self, user_id: str, writes: list[StateWrite], *, now_ms: int) -> StateWriteResult:
+    def upsert(
+        self, user_id: str, writes: list[StateWrite], *, now_ms: int, fence: tuple[str, int] | None = None
+    ) -> StateWriteResult:
         """Last-write-wins batch: a write or delete applies iff its guard ≥ the stored one, or the
         stored one is "from the future" (> now). Entries addressing the same key apply in request order."""
         pk = keys.user_pk(user_id)
@@ -129,9 +131,10 @@ class DynamoClientStateStore:
             groups.setdefault(sk, _Group(write.namespace, write.key, sk)).indexes.append(index)
         outcomes: list[bool] = [False] * len(writes)
         committed: list[int] = []
-        for part in self._plan_parts(list(groups.values()), writes):
+        check = _fence_check(pk, fence) if fence is not None else None
+        for part in self._plan_parts(list(groups.values()), writes, reserved=1 if check else 0):
             try:
-                self._write_part(pk, part, writes, now_ms, outcomes)
+                self._write_part(pk, part, writes, now_ms, outcomes, check)
             except Exception as exc:
                 if committed:
                     raise PartialWriteError(sorted(committed), exc) from exc
@@ -148,7 +151,7 @@ class DynamoClientStateStore:
                 result.upserted += 1
         return result
 
-    def _plan_parts(self, groups: list[_Group], writes: list[StateWrite]) -> list[list[_Group]]:
+    def _plan_parts(self, groups: list[_Group], writes: list[StateWrite], reserved: int = 0) -> list[list[_Group]]:
         """Transactions of ≤ 100 actions (one per key) and ≤ ~3.5 MB, never splitting a key's entries."""
         parts: list[list[_Group]] = []
         current: list[_Group] = []
@@ -156,7 +159,7 @@ class DynamoClientStateStore:
         for group in groups:
             inline = [len(writes[i].value or "") for i in group.indexes if len(writes[i].value or "") <= INLINE_CHARS]
             estimate = ITEM_OVERHEAD_BYTES + 3 * len(group.sk.encode("utf-8")) + max(inline, default=0)
-            if current and (len(current) >= TX_MAX_ACTIONS or size + estimate > TX_MAX_BYTES):
+            if current and (len(current) >= TX_MAX_ACTIONS - reserved or size + estimate > TX_MAX_BYTES):
                 parts.append(current)
                 current, size = [], 0
             current.append(group)
@@ -166,7 +169,13 @@ class DynamoClientStateStore:
         return parts
 
     def _write_part(
-        self, pk: str, part: list[_Group], writes: list[StateWrite], now_ms: int, outcomes: list[bool]
+        self,
+        pk: str,
+        part: list[_Group],
+        writes: list[StateWrite],
+        now_ms: int,
+        outcomes: list[bool],
+        check: dict[str, Any] | None = None,
     ) -> None:
         new_blobs: dict[int, BlobRef] = {}  # write index -> parts written for it (reused across attempts)
         kept: set[str] = set()
@@ -204,9 +213,13 @@ class DynamoClientStateStore:
                     if current is not None and current.get("blob_token"):
                         replaced.append((group, str(current["blob_token"])))
                 if actions:
+                    if check is not None:
+                        actions.append(check)
                     try:
                         self.t.transact(actions)
                     except TransactionCancelled as exc:
+                        if check is not None and exc.failed(len(actions) - 1):
+                            raise ClaimLost("the task claim fencing this write is gone") from exc
                         if "ConditionalCheckFailed" in exc.reasons and attempt < WRITE_ATTEMPTS - 1:
                             backoff(attempt + 1, base_s=0.01, cap_s=0.2)
                             continue  # a concurrent write changed a root since the read: decide again
@@ -434,3 +447,16 @@ def _cas(current: dict[str, Any] | None) -> dict[str, Any]:
     else:
         condition += "attribute_not_exists(#bt)"
     return {"ConditionExpression": condition, "ExpressionAttributeNames": names, "ExpressionAttributeValues": values}
+
+
+def _fence_check(pk: str, fence: tuple[str, int]) -> dict[str, Any]:
+    """The claim check a hook's state write commits with: the firing task is still pending under our claim."""
+    task_uuid, claim_version = fence
+    return {
+        "ConditionCheck": {
+            "Key": {"PK": pk, "SK": keys.task_sk(task_uuid)},
+            "ConditionExpression": "claim_version = :cv AND #st = :pending",
+            "ExpressionAttributeNames": {"#st": "status"},
+            "ExpressionAttributeValues": {":cv": claim_version, ":pending": "pending"},
+        }
+    }
