@@ -12,16 +12,15 @@ from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
 processor = BatchProcessor(event_type=EventType.SQS)
-_invocation: dict[str, LambdaContext] = {}
 
 
-def record_handler(record: SQSRecord) -> dict:
-    context = _invocation["context"]
+def record_handler(record: SQSRecord, lambda_context: LambdaContext) -> dict:
+    """One record; the batch processor passes this invocation's context (its remaining time bounds the run)."""
     summary = run_message(
         runtime.app_context(),
         parse_task_message(record.body),
-        remaining_ms=context.get_remaining_time_in_millis,
-        owner=f"run:{context.aws_request_id}",
+        remaining_ms=lambda_context.get_remaining_time_in_millis,
+        owner=f"run:{lambda_context.aws_request_id}",
     )
     metrics.add_metric(name="TasksDelivered", unit="Count", value=summary.get("successCount", 0))
     metrics.add_metric(name="DeliveryFailures", unit="Count", value=summary.get("failedCount", 0))
@@ -31,5 +30,4 @@ def record_handler(record: SQSRecord) -> dict:
 @metrics.log_metrics
 @logger.inject_lambda_context(log_event=False)
 def handler(event: dict, context: LambdaContext) -> dict:
-    _invocation["context"] = context
     return process_partial_response(event=event, record_handler=record_handler, processor=processor, context=context)

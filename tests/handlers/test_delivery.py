@@ -365,20 +365,20 @@ def test_a_claim_that_keeps_failing_is_isolated_and_retried_next_tick(engine, mo
     bad = schedule(engine, userMessage="later")
     schedule(engine, userMessage="now")
     due(engine)
-    real_claim = engine.ctx.tasks.claim
+    real_claim = engine.ctx.claims.claim
 
     def flaky(user_id, uuid, **kw):
         if uuid == bad["uuid"]:
             raise ClientError({"Error": {"Code": "ThrottlingException", "Message": "x"}}, "UpdateItem")
         return real_claim(user_id, uuid, **kw)
 
-    monkeypatch.setattr(engine.ctx.tasks, "claim", flaky)
+    monkeypatch.setattr(engine.ctx.claims, "claim", flaky)
     summary = run_tick(engine.ctx)
     assert summary["enqueuedTasks"] == 1
     assert summary["details"]["failedTasks"] == [
         {"taskUuid": bad["uuid"], "reason": "ClientError", "status": "claim_failed"}
     ]
-    monkeypatch.setattr(engine.ctx.tasks, "claim", real_claim)
+    monkeypatch.setattr(engine.ctx.claims, "claim", real_claim)
     engine.harness.tick_and_drain()
     assert sorted(p["message"] for p in engine.push.payloads()) == ["later", "now"]
 

@@ -400,7 +400,7 @@ def test_claim_send_is_fenced_by_the_task_claim(ctx, api):
     ctx.tasks.create_task(task)
     seed(ctx, api, ["p1", "p2"])
     lease_until = iso_from_ms(T0_MS + 90_000)
-    claimed = ctx.tasks.claim(
+    claimed = ctx.claims.claim(
         api.user_id, TASK, expected_next_send_at=due, now_iso=iso_from_ms(T0_MS), lease_until=lease_until, owner="t"
     )
     assert claimed is not None and claimed.claim_version == 1

@@ -8,7 +8,7 @@ from typing import Any
 
 from amsg.config import Secrets, Settings
 from amsg.crypto import derive_user_key
-from amsg.ports import Clock, OutboxStore, PushSubscriptionStore, SchemaInspector, TaskStore
+from amsg.ports import ClaimStore, Clock, OutboxStore, PushSubscriptionStore, SchemaInspector, TaskStore
 
 
 @dataclass
@@ -17,6 +17,7 @@ class AppContext:
     secrets: Secrets
     clock: Clock
     tasks: TaskStore
+    claims: ClaimStore
     subscriptions: PushSubscriptionStore
     outbox: OutboxStore
     schema: SchemaInspector

@@ -37,6 +37,8 @@ class TaskRow:
     serialize_group: str | None = None
     claim_version: int = 0
     rev: int = 0
+    payload_token: str | None = None  # set when the payload is split across part items
+    outbox_occurrence: str | None = None  # the occurrence whose push batch is already in the outbox
 
 
 @dataclass
@@ -95,7 +97,13 @@ class TaskStore(Protocol):
 
     def delete_task(self, user_id: str, uuid: str) -> bool: ...
 
-    # ---- delivery engine (tick claims, run_task adopts; every write after a claim is fenced) ----------
+    def find_task(self, uuid: str) -> TaskRow | None:
+        """Any user's task by uuid (runTask); uses the deployment-wide uuid registry."""
+        ...
+
+
+class ClaimStore(Protocol):
+    """The delivery side of the tasks: tick claims, run_task adopts; every write after a claim is fenced."""
 
     def due_candidates(self, shard: int, now_iso: str, limit: int, start: Any = None) -> tuple[list[DueCandidate], Any]:
         """One page of the due index (eligible time <= now); returns (candidates, next page token or None)."""
@@ -126,10 +134,6 @@ class TaskStore(Protocol):
 
     def settle(self, user_id: str, uuid: str, claim_version: int, settlement: Settlement, now_iso: str) -> bool:
         """Apply a settlement if the claim is still ours; False means the row is gone or was taken over."""
-        ...
-
-    def find_task(self, uuid: str) -> TaskRow | None:
-        """Any user's task by uuid (runTask); uses the deployment-wide uuid registry."""
         ...
 
     def delete_settled_before(self, cutoff_iso: str, *, shards: int, limit: int) -> int: ...

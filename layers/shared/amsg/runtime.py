@@ -91,6 +91,7 @@ def secrets_from_env(env: Mapping[str, str]) -> Secrets:
 
 
 def build_context(env: Mapping[str, str]) -> AppContext:
+    from amsg.adapters.dynamo.claims import DynamoClaimStore
     from amsg.adapters.dynamo.client_state import DynamoClientStateStore
     from amsg.adapters.dynamo.credentials import DynamoCredentialStore
     from amsg.adapters.dynamo.outbox import DynamoOutboxStore
@@ -109,6 +110,7 @@ def build_context(env: Mapping[str, str]) -> AppContext:
         secrets=secrets,
         clock=SystemClock(),
         tasks=DynamoTaskStore(table, due_shards=settings.due_shards),
+        claims=DynamoClaimStore(table, due_shards=settings.due_shards),
         subscriptions=DynamoPushSubscriptionStore(table),
         outbox=DynamoOutboxStore(table),
         schema=DynamoSchemaInspector(table),

@@ -198,7 +198,7 @@ def settle_stale(
     settlement.encrypted_payload = _with_last_error(payload, last_error, user_key)
     settlement.payload_rev = row.rev
     try:
-        written = ctx.tasks.settle(row.user_id, row.uuid, row.claim_version, settlement, iso_from_ms(now))
+        written = ctx.claims.settle(row.user_id, row.uuid, row.claim_version, settlement, iso_from_ms(now))
     except Exception as exc:
         summary.failed_count += 1
         summary.failed.append(
@@ -471,7 +471,7 @@ def _finalize_success(ctx: AppContext, row: TaskRow, payload: dict[str, Any], su
             payload_rev=row.rev,
         )
     try:
-        written = ctx.tasks.settle(row.user_id, row.uuid, row.claim_version, settlement, now_iso)
+        written = ctx.claims.settle(row.user_id, row.uuid, row.claim_version, settlement, now_iso)
     except Exception as exc:
         return _post_send_persistence_failure(ctx, row, recurrence, settlement, summary, exc)
     if not written:
@@ -497,7 +497,7 @@ def _post_send_persistence_failure(
         else Settlement(next_send_at=row.next_send_at, status="sent", retry_count=0)
     )
     try:
-        ctx.tasks.settle(row.user_id, row.uuid, row.claim_version, fallback, iso_from_ms(ctx.now_ms()))
+        ctx.claims.settle(row.user_id, row.uuid, row.claim_version, fallback, iso_from_ms(ctx.now_ms()))
         entry["status"] = (
             "post_send_cleanup_failed_rescheduled" if recurrence != "none" else "post_send_cleanup_failed_marked_sent"
         )
@@ -552,7 +552,7 @@ def _fail(
         )
         entry.update({"retryCount": row.retry_count + 1, "nextRetryAt": retry_at})
     try:
-        written = ctx.tasks.settle(row.user_id, row.uuid, row.claim_version, settlement, iso_from_ms(now))
+        written = ctx.claims.settle(row.user_id, row.uuid, row.claim_version, settlement, iso_from_ms(now))
     except Exception as write_error:
         entry.update({"status": "retry_update_failed", "updateError": sanitize_error_summary(str(write_error))})
         summary.failed.append(entry)

@@ -39,7 +39,7 @@ def deliver_instant(
     owner = f"instant:{uuid_lib.uuid4()}"
     row = ctx.tasks.get_task(user_id, task_uuid)
     claimed = (
-        ctx.tasks.claim(
+        ctx.claims.claim(
             user_id,
             task_uuid,
             expected_next_send_at=row.next_send_at,
@@ -57,7 +57,7 @@ def deliver_instant(
 
     def renew() -> bool:
         lease = iso_from_ms(max(deadline, ctx.now_ms()) + ctx.settings.run_lease_ms)
-        return ctx.tasks.renew_lease(user_id, task_uuid, claimed.claim_version, lease, owner)
+        return ctx.claims.renew_lease(user_id, task_uuid, claimed.claim_version, lease, owner)
 
     attempt = 0
     with LeaseKeeper(renew, ctx.settings.heartbeat_ms / 1000) as keeper:
@@ -80,7 +80,7 @@ def deliver_instant(
                 env.sleep(pause_ms / 1000)
                 attempt += 1
     sent_at = iso_from_ms(ctx.now_ms())
-    if not ctx.tasks.settle(
+    if not ctx.claims.settle(
         user_id, task_uuid, claimed.claim_version, Settlement(claimed.next_send_at, delete=True), sent_at
     ):
         raise api_error(
@@ -107,7 +107,7 @@ def _fail(ctx: AppContext, row: Any, info: Any, attempt: int) -> ApiResponse:
         next_send_at=row.next_send_at, status="failed", retry_count=attempt, last_error=compact_json(info.last_error)
     )
     try:
-        ctx.tasks.settle(row.user_id, row.uuid, row.claim_version, settlement, iso_from_ms(ctx.now_ms()))
+        ctx.claims.settle(row.user_id, row.uuid, row.claim_version, settlement, iso_from_ms(ctx.now_ms()))
     except Exception as exc:
         logger.warning("marking the instant task failed did not succeed", extra={"error": type(exc).__name__})
     details: dict[str, Any] = {

@@ -1,27 +1,55 @@
-"""The SQS message body of a claimed task, validated with pydantic (only run_task imports this)."""
+"""The one SQS message model between the tick (which writes it) and run_task (which parses it).
+
+The body names the task and the claim it belongs to — never task content: ``{"userId", "uuid",
+"claimVersion", "nextSendAt"}``. run_task acts on a message only while that claim is still current, so a
+stale, duplicated or forged message does nothing. Validation is plain Python (no pydantic) so neither the
+tick nor run_task pays for a model library at cold start.
+"""
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+import json
+from dataclasses import dataclass
+from typing import Any
 
-from amsg.engine.runner import TaskMessage
-from amsg.observability import logger
-
-
-class TaskMessageModel(BaseModel):
-    """Validates the SQS body; a malformed message is a poison pill, never retried into the DLQ forever."""
-
-    model_config = ConfigDict(populate_by_name=True, extra="ignore", frozen=True)
-    user_id: str = Field(alias="userId", min_length=1)
-    uuid: str = Field(min_length=1, max_length=256)
-    claim_version: int = Field(alias="claimVersion", ge=1)
-    next_send_at: str = Field(alias="nextSendAt", min_length=1)
+MAX_UUID_CHARS = 256
+MAX_ID_CHARS = 512
 
 
-def parse_task_message(body: str) -> TaskMessage | None:
+@dataclass(frozen=True)
+class TaskMessage:
+    user_id: str
+    uuid: str
+    claim_version: int
+    next_send_at: str
+
+    def to_body(self) -> dict[str, Any]:
+        return {
+            "userId": self.user_id,
+            "uuid": self.uuid,
+            "claimVersion": self.claim_version,
+            "nextSendAt": self.next_send_at,
+        }
+
+
+def _text(value: Any, limit: int) -> str | None:
+    return value if isinstance(value, str) and 0 < len(value) <= limit else None
+
+
+def parse_task_message(body: str | bytes | None) -> TaskMessage | None:
+    """The message, or None for a malformed body (a poison pill: acknowledged and dropped, never retried)."""
+    from amsg.observability import logger
+
     try:
-        model = TaskMessageModel.model_validate_json(body)
-    except ValidationError:
-        logger.warning("malformed task message dropped")
-        return None
-    return TaskMessage(model.user_id, model.uuid, model.claim_version, model.next_send_at)
+        data = json.loads(body) if body else None
+    except ValueError:
+        data = None
+    if isinstance(data, dict):
+        user_id = _text(data.get("userId"), MAX_ID_CHARS)
+        uuid = _text(data.get("uuid"), MAX_UUID_CHARS)
+        next_send_at = _text(data.get("nextSendAt"), 64)
+        version = data.get("claimVersion")
+        if user_id and uuid and next_send_at and type(version) is int and version >= 1:
+            return TaskMessage(user_id, uuid, version, next_send_at)
+    logger.warning("malformed task message dropped")
+    return None

@@ -12,7 +12,6 @@ from __future__ import annotations
 import time
 import uuid as uuid_lib
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 from amsg.api.common import StoredPayloadUnreadable, decrypt_payload
@@ -20,6 +19,7 @@ from amsg.context import AppContext
 from amsg.crypto import serialize_group_value
 from amsg.engine.delivery import DeliveryEnv, deliver_claimed, is_stale, settle_stale
 from amsg.engine.lease import LeaseKeeper
+from amsg.engine.messages import TaskMessage
 from amsg.engine.summary import DeliverySummary, TickSummary
 from amsg.hooks import Hooks, load_hooks, task_view
 from amsg.observability import logger
@@ -33,24 +33,6 @@ MIN_RUN_BUDGET_MS = 30_000
 TICK_TIME_MARGIN_MS = 8_000  # stop claiming while there is time left to enqueue and log
 RETENTION_MS = 7 * 86_400_000
 HOUSEKEEPING_LIMIT = 100
-
-
-@dataclass(frozen=True)
-class TaskMessage:
-    """The SQS message body: ids and the claim it belongs to (never task content)."""
-
-    user_id: str
-    uuid: str
-    claim_version: int
-    next_send_at: str
-
-    def as_body(self) -> dict[str, Any]:
-        return {
-            "userId": self.user_id,
-            "uuid": self.uuid,
-            "claimVersion": self.claim_version,
-            "nextSendAt": self.next_send_at,
-        }
 
 
 def delivery_env(ctx: AppContext, *, remaining_ms: Callable[[], int] | None = None) -> DeliveryEnv:
@@ -113,7 +95,7 @@ def _claim_and_enqueue(ctx: AppContext, summary: TickSummary, remaining_ms: Call
         if not pending:
             return
         messages = [
-            TaskMessage(row.user_id, row.uuid, row.claim_version, row.next_send_at).as_body() for row in pending
+            TaskMessage(row.user_id, row.uuid, row.claim_version, row.next_send_at).to_body() for row in pending
         ]
         failed = set(queue.send_many(messages)) if queue is not None else set(range(len(messages)))
         for index, row in enumerate(pending):
@@ -138,7 +120,7 @@ def _claim_and_enqueue(ctx: AppContext, summary: TickSummary, remaining_ms: Call
             now = ctx.now_ms()
             now_iso = iso_from_ms(now)
             page_size = min(TICK_PAGE, settings.tick_claim_limit - summary.claimed)
-            candidates, start = ctx.tasks.due_candidates(shard, now_iso, page_size, start)
+            candidates, start = ctx.claims.due_candidates(shard, now_iso, page_size, start)
             for candidate in candidates:
                 summary.due += 1
                 group = serialize_group(ctx, hooks, candidate.user_id, candidate.uuid, released)
@@ -146,7 +128,7 @@ def _claim_and_enqueue(ctx: AppContext, summary: TickSummary, remaining_ms: Call
                     summary.serialize_skipped += 1
                     continue
                 try:
-                    row = ctx.tasks.claim(
+                    row = ctx.claims.claim(
                         candidate.user_id,
                         candidate.uuid,
                         expected_next_send_at=candidate.next_send_at,
@@ -226,7 +208,7 @@ def _settle_stale_in_tick(ctx: AppContext, row: TaskRow, summary: TickSummary) -
 
 def _release(ctx: AppContext, row: TaskRow) -> None:
     try:
-        ctx.tasks.settle(
+        ctx.claims.settle(
             row.user_id,
             row.uuid,
             row.claim_version,
@@ -242,7 +224,7 @@ def _housekeeping(ctx: AppContext, summary: TickSummary) -> None:
     now = ctx.now_ms()
     cutoff = iso_from_ms(now - RETENTION_MS)
     try:
-        summary.housekeeping["deletedSettledTasks"] = ctx.tasks.delete_settled_before(
+        summary.housekeeping["deletedSettledTasks"] = ctx.claims.delete_settled_before(
             cutoff, shards=max(1, ctx.settings.due_shards), limit=HOUSEKEEPING_LIMIT
         )
     except Exception as exc:
@@ -267,7 +249,7 @@ def run_message(
         return {"skipped": "malformed_message"}
     started = ctx.now_ms()
     env = delivery_env(ctx, remaining_ms=remaining_ms)
-    row = ctx.tasks.adopt_claim(
+    row = ctx.claims.adopt_claim(
         message.user_id,
         message.uuid,
         message.claim_version,
@@ -292,7 +274,7 @@ def _deliver_under_lease(ctx: AppContext, row: TaskRow, env: DeliveryEnv, owner:
 
     def renew() -> bool:
         lease = iso_from_ms(ctx.now_ms() + settings.run_lease_ms)
-        return ctx.tasks.renew_lease(row.user_id, row.uuid, row.claim_version, lease, owner)
+        return ctx.claims.renew_lease(row.user_id, row.uuid, row.claim_version, lease, owner)
 
     summary = DeliverySummary(total_tasks=1)
     with LeaseKeeper(renew, settings.heartbeat_ms / 1000) as keeper:
@@ -330,7 +312,7 @@ def run_task_now(ctx: AppContext, task_uuid: str, *, owner: str | None = None) -
     group = serialize_group(ctx, load_hooks(ctx.settings.hooks_module), row.user_id, row.uuid, None)
     claimed = None
     if group is not SKIP:
-        claimed = ctx.tasks.claim(
+        claimed = ctx.claims.claim(
             row.user_id,
             row.uuid,
             expected_next_send_at=row.next_send_at,

@@ -12,8 +12,12 @@
 | LLM credential       | U#<uid>       | C#<credId>                           |
 | client state root    | U#<uid>       | S#<ns>\\x1f<keyPart>  (client_state.py) |
 | client state part    | U#<uid>       | SC#<ns>\\x1f<keyPart>\\x1f<token>#<i>    |
-| serialize-group lock | SG#<group>    | #                                    |
+| serialize-group lock | U#<uid>       | SG#<hmac of the group key>           |
 | schema marker        | META          | schema                               |
+
+Index keys written on task items: GSI ``due`` — ``due_pk = DUE#<shard>``, ``due_sk = <eligible time>#<uuid>``
+(pending tasks only); GSI ``retention`` — ``ret_pk = TDONE#<shard>``, ``ret_sk = <settled time>`` (sent/failed).
+Every prefix and every parse of a key lives in this module.
 """
 
 from __future__ import annotations
@@ -23,12 +27,30 @@ import hashlib
 SCHEMA_VERSION = "2.6.0-cloud-data.1+ddb.1"
 
 
+USER_PREFIX = "U#"
+TASK_PREFIX = "T#"
+DUE_PREFIX = "DUE#"
+DONE_PREFIX = "TDONE#"
+
+
 def user_pk(user_id: str) -> str:
-    return f"U#{user_id}"
+    return f"{USER_PREFIX}{user_id}"
 
 
 def task_sk(uuid: str) -> str:
-    return f"T#{uuid}"
+    return f"{TASK_PREFIX}{uuid}"
+
+
+def task_key(user_id: str, uuid: str) -> dict[str, str]:
+    return {"PK": user_pk(user_id), "SK": task_sk(uuid)}
+
+
+def parse_task_key(item: dict[str, str]) -> tuple[str, str]:
+    """(user id, task uuid) of a task item's key (e.g. from an index that projects only the keys)."""
+    pk, sk = item["PK"], item["SK"]
+    if not pk.startswith(USER_PREFIX) or not sk.startswith(TASK_PREFIX):
+        raise ValueError("not a task key")
+    return pk[len(USER_PREFIX) :], sk[len(TASK_PREFIX) :]
 
 
 def task_part_prefix(uuid: str) -> str:
@@ -78,8 +100,9 @@ def credential_key(user_id: str, cred_id: str) -> dict[str, str]:
     return {"PK": user_pk(user_id), "SK": CREDENTIAL_PREFIX + cred_id}
 
 
-def group_lock_key(group: str) -> dict[str, str]:
-    return {"PK": f"SG#{group}", "SK": "#"}
+def group_lock_key(user_id: str, group: str) -> dict[str, str]:
+    """The serialize-group lock of one user's group (``group`` is already an HMAC, never the host's key)."""
+    return {"PK": user_pk(user_id), "SK": f"SG#{group}"}
 
 
 SCHEMA_KEY = {"PK": "META", "SK": "schema"}
@@ -90,13 +113,26 @@ def due_shard(uuid: str, shard_count: int) -> int:
     return int(hashlib.sha256(uuid.encode("utf-8")).hexdigest()[:8], 16) % max(1, shard_count)
 
 
+def due_shard_pk(shard: int) -> str:
+    return f"{DUE_PREFIX}{shard}"
+
+
 def due_pk(uuid: str, shard_count: int) -> str:
-    return f"DUE#{due_shard(uuid, shard_count)}"
+    return due_shard_pk(due_shard(uuid, shard_count))
 
 
 def due_sk(next_send_at: str, uuid: str) -> str:
     return f"{next_send_at}#{uuid}"
 
 
+def due_window_end(now_iso: str) -> str:
+    """Upper bound of the due index's sort key for "eligible at or before now" (every uuid sorts below)."""
+    return f"{now_iso}#\uffff"
+
+
+def done_shard_pk(shard: int) -> str:
+    return f"{DONE_PREFIX}{shard}"
+
+
 def done_pk(uuid: str, shard_count: int) -> str:
-    return f"TDONE#{due_shard(uuid, shard_count)}"
+    return done_shard_pk(due_shard(uuid, shard_count))

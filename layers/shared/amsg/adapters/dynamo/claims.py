@@ -1,0 +1,340 @@
+"""Tasks in DynamoDB, the delivery side: the due index, claims fenced by ``claim_version``, leases and their
+heartbeat, settlements, and housekeeping of settled tasks. The API side (create/read/update/delete) is
+:mod:`.tasks`; both share its item mapping.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from boto3.dynamodb.conditions import Key
+from botocore.exceptions import ClientError
+
+from amsg.adapters.dynamo import keys
+from amsg.adapters.dynamo.table import DynamoTable, TransactionCancelled, is_conditional_failure
+from amsg.adapters.dynamo.tasks import _int, delete_with_registry, drop_parts, payload_attrs, registry_delete, task_row
+from amsg.ports import KEEP, DueCandidate, Settlement, TaskRow
+
+
+class DynamoClaimStore:
+    def __init__(self, table: DynamoTable, *, due_shards: int = 1) -> None:
+        self.t = table
+        self.due_shards = due_shards
+
+    def _row(self, item: dict[str, Any]) -> TaskRow:
+        return task_row(self.t, item)
+
+    def _key(self, user_id: str, uuid: str) -> dict[str, str]:
+        return keys.task_key(user_id, uuid)
+
+    def _update_if(self, **kwargs: Any) -> dict[str, Any] | None:
+        """A conditional UpdateItem: the returned attributes, or None when the condition did not hold."""
+        try:
+            return self.t.table.update_item(**kwargs).get("Attributes") or {}
+        except ClientError as exc:
+            if is_conditional_failure(exc):
+                return None
+            raise
+
+    # ---- delivery engine --------------------------------------------------------------------------------
+    #
+    # The due index key is the task's *eligible* time: ``due_sk = <eligible>#<uuid>`` where eligible is the
+    # lease expiry while claimed, ``retry_after`` while backing off, else ``next_send_at``. A claimed task thus
+    # leaves the due window and comes back by itself if its worker dies (the lease expires): nothing is lost
+    # and the tick's query needs no filter. Tasks leave the index for good only when they stop being pending.
+
+    def due_candidates(self, shard: int, now_iso: str, limit: int, start: Any = None) -> tuple[list[DueCandidate], Any]:
+        kwargs: dict[str, Any] = {
+            "IndexName": "due",
+            "KeyConditionExpression": Key("due_pk").eq(keys.due_shard_pk(shard))
+            & Key("due_sk").lte(keys.due_window_end(now_iso)),
+            "Limit": limit,
+        }
+        if start:
+            kwargs["ExclusiveStartKey"] = start
+        response = self.t.table.query(**kwargs)
+        candidates = [
+            DueCandidate(
+                user_id=item["user_id"],
+                uuid=item["uuid"],
+                next_send_at=item["next_send_at"],
+                retry_count=_int(item.get("retry_count")),
+                retry_after=item.get("retry_after"),
+            )
+            for item in response.get("Items", [])
+        ]
+        return candidates, response.get("LastEvaluatedKey")
+
+    def claim(
+        self,
+        user_id: str,
+        uuid: str,
+        *,
+        expected_next_send_at: str,
+        now_iso: str,
+        lease_until: str,
+        owner: str,
+        group: str | None = None,
+    ) -> TaskRow | None:
+        if group is not None:
+            return self._claim_grouped(user_id, uuid, expected_next_send_at, now_iso, lease_until, owner, group)
+        attributes = self._update_if(
+            Key=self._key(user_id, uuid),
+            UpdateExpression=(
+                "SET lease_until = :lease, lease_owner = :owner, updated_at = :now, due_sk = :dsk "
+                "ADD claim_version :one"
+            ),
+            ConditionExpression=self._CLAIM_CONDITION,
+            ExpressionAttributeNames={"#st": "status"},
+            ExpressionAttributeValues={
+                ":lease": lease_until,
+                ":owner": owner,
+                ":now": now_iso,
+                ":dsk": keys.due_sk(lease_until, uuid),
+                ":one": 1,
+                ":pending": "pending",
+                ":expected": expected_next_send_at,
+            },
+            ReturnValues="ALL_NEW",
+        )
+        return None if attributes is None else self._row(attributes)
+
+    _CLAIM_CONDITION = (
+        "#st = :pending AND next_send_at = :expected"
+        " AND (attribute_not_exists(lease_until) OR lease_until <= :now)"
+        " AND (attribute_not_exists(retry_after) OR retry_after <= :now)"
+    )
+
+    def _claim_grouped(
+        self, user_id: str, uuid: str, expected: str, now_iso: str, lease_until: str, owner: str, group: str
+    ) -> TaskRow | None:
+        """Claim a task of a serialize group: the gate and the claim are one transaction with the group's lock
+        item, whose ``holder`` names the last task that got a grouped lease. The claim commits only if that
+        holder, checked at commit time, holds no unexpired pending lease, so at most one task of the group is
+        ever in flight (no write skew)."""
+        lock_key = keys.group_lock_key(user_id, group)
+        lock = self.t.get(lock_key)
+        holder = lock.get("holder") if lock else None
+        if holder and holder != uuid:
+            current = self.t.get(self._key(user_id, holder), projection="#st, lease_until", names={"#st": "status"})
+            if current and current.get("status") == "pending" and (current.get("lease_until") or "") > now_iso:
+                return None  # group busy: leave the task untouched, it stays due
+        actions: list[dict[str, Any]] = [
+            {
+                "Update": {
+                    "Key": self._key(user_id, uuid),
+                    "UpdateExpression": (
+                        "SET lease_until = :lease, lease_owner = :owner, updated_at = :now, due_sk = :dsk, "
+                        "serialize_group = :group ADD claim_version :one"
+                    ),
+                    "ConditionExpression": self._CLAIM_CONDITION,
+                    "ExpressionAttributeNames": {"#st": "status"},
+                    "ExpressionAttributeValues": {
+                        ":lease": lease_until,
+                        ":owner": owner,
+                        ":now": now_iso,
+                        ":dsk": keys.due_sk(lease_until, uuid),
+                        ":group": group,
+                        ":one": 1,
+                        ":pending": "pending",
+                        ":expected": expected,
+                    },
+                }
+            }
+        ]
+        if lock is None:
+            actions.append(
+                {
+                    "Put": {
+                        "Item": {**lock_key, "holder": uuid, "version": 1},
+                        "ConditionExpression": "attribute_not_exists(PK)",
+                    }
+                }
+            )
+        else:
+            actions.append(
+                {
+                    "Update": {
+                        "Key": lock_key,
+                        "UpdateExpression": "SET holder = :holder, version = version + :one",
+                        "ConditionExpression": "version = :seen",
+                        "ExpressionAttributeValues": {":holder": uuid, ":one": 1, ":seen": lock["version"]},
+                    }
+                }
+            )
+        if holder and holder != uuid:
+            actions.append(
+                {
+                    "ConditionCheck": {
+                        "Key": self._key(user_id, holder),
+                        "ConditionExpression": (
+                            "attribute_not_exists(PK) OR #st <> :pending OR attribute_not_exists(lease_until)"
+                            " OR lease_until <= :now"
+                        ),
+                        "ExpressionAttributeNames": {"#st": "status"},
+                        "ExpressionAttributeValues": {":pending": "pending", ":now": now_iso},
+                    }
+                }
+            )
+        try:
+            self.t.transact(actions)
+        except TransactionCancelled:
+            return None  # the lock moved, the holder renewed, or the task changed
+        item = self.t.get(self._key(user_id, uuid))
+        return self._row(item) if item else None
+
+    def adopt_claim(
+        self, user_id: str, uuid: str, claim_version: int, next_send_at: str, lease_until: str, owner: str
+    ) -> TaskRow | None:
+        """run_task takes over the tick's claim in one write: only if it is still current (same claim version
+        and occurrence, still pending and leased), switching to the run lease; returns the task, else None."""
+        attributes = self._update_if(
+            Key=self._key(user_id, uuid),
+            UpdateExpression="SET lease_until = :lease, lease_owner = :owner, due_sk = :dsk",
+            ConditionExpression=(
+                "claim_version = :cv AND #st = :pending AND next_send_at = :nsa AND attribute_exists(lease_until)"
+            ),
+            ExpressionAttributeNames={"#st": "status"},
+            ExpressionAttributeValues={
+                ":lease": lease_until,
+                ":owner": owner,
+                ":dsk": keys.due_sk(lease_until, uuid),
+                ":cv": claim_version,
+                ":pending": "pending",
+                ":nsa": next_send_at,
+            },
+            ReturnValues="ALL_NEW",
+        )
+        return None if attributes is None else self._row(attributes)
+
+    def renew_lease(self, user_id: str, uuid: str, claim_version: int, lease_until: str, owner: str) -> bool:
+        renewed = self._update_if(
+            Key=self._key(user_id, uuid),
+            UpdateExpression="SET lease_until = :lease, lease_owner = :owner, due_sk = :dsk",
+            ConditionExpression="claim_version = :cv AND #st = :pending AND attribute_exists(lease_until)",
+            ExpressionAttributeNames={"#st": "status"},
+            ExpressionAttributeValues={
+                ":lease": lease_until,
+                ":owner": owner,
+                ":dsk": keys.due_sk(lease_until, uuid),
+                ":cv": claim_version,
+                ":pending": "pending",
+            },
+        )
+        return renewed is not None
+
+    def settle(self, user_id: str, uuid: str, claim_version: int, settlement: Settlement, now_iso: str) -> bool:
+        if settlement.delete:
+            return self._delete_claimed(user_id, uuid, claim_version)
+        with_payload = settlement.encrypted_payload is not None
+        if with_payload:
+            if self._settle_update(user_id, uuid, claim_version, settlement, now_iso, rewrite_payload=True):
+                return True
+            current = self.t.get(self._key(user_id, uuid), projection="claim_version")
+            if not current or _int(current.get("claim_version")) != claim_version:
+                return False
+            # the payload changed since the claim (an update-message): keep it, write the columns only
+        return self._settle_update(user_id, uuid, claim_version, settlement, now_iso, rewrite_payload=False)
+
+    def _settle_update(
+        self, user_id: str, uuid: str, claim_version: int, s: Settlement, now_iso: str, *, rewrite_payload: bool
+    ) -> bool:
+        sets = ["updated_at = :now", "next_send_at = :nsa"]
+        removes = ["lease_until", "lease_owner"]
+        values: dict[str, Any] = {":now": now_iso, ":nsa": s.next_send_at, ":cv": claim_version}
+        names: dict[str, str] = {}
+        condition = "claim_version = :cv"
+        if s.status is not None:
+            names["#st"] = "status"
+            sets += ["#st = :status", "ret_pk = :rpk", "ret_sk = :now"]
+            values[":status"] = s.status
+            values[":rpk"] = keys.done_pk(uuid, self.due_shards)
+            removes += ["due_pk", "due_sk", "retry_after"]
+        else:
+            eligible = s.retry_after or s.next_send_at
+            sets.append("due_sk = :dsk")
+            values[":dsk"] = keys.due_sk(eligible, uuid)
+            if s.retry_after:
+                sets.append("retry_after = :ra")
+                values[":ra"] = s.retry_after
+            else:
+                removes.append("retry_after")
+        if s.retry_count is not KEEP:
+            sets.append("retry_count = :rc")
+            values[":rc"] = s.retry_count
+        if s.last_error is not KEEP:
+            if s.last_error is None:
+                removes.append("last_error")
+            else:
+                sets.append("last_error = :le")
+                values[":le"] = s.last_error
+        blob = None
+        if rewrite_payload and s.encrypted_payload is not None:
+            attrs, blob = payload_attrs(self.t, user_id, uuid, s.encrypted_payload)
+            for name, value in attrs.items():
+                sets.append(f"{name} = :{name}")
+                values[f":{name}"] = value
+            removes += ["payload_token", "payload_parts"] if "payload" in attrs else ["payload"]
+            sets.append("rev = rev + :one")
+            values[":one"] = 1
+            condition += " AND rev = :rev"
+            values[":rev"] = s.payload_rev if s.payload_rev is not None else -1
+        kwargs: dict[str, Any] = {
+            "Key": self._key(user_id, uuid),
+            "UpdateExpression": f"SET {', '.join(sets)} REMOVE {', '.join(removes)}",
+            "ConditionExpression": condition,
+            "ExpressionAttributeValues": values,
+            "ReturnValues": "ALL_OLD",
+        }
+        if names:
+            kwargs["ExpressionAttributeNames"] = names
+        try:
+            old = self.t.table.update_item(**kwargs).get("Attributes") or {}
+        except ClientError as exc:
+            if blob:
+                drop_parts(self.t, user_id, uuid, blob.token)
+            if is_conditional_failure(exc):
+                return False
+            raise
+        if rewrite_payload and old.get("payload_token"):
+            drop_parts(self.t, user_id, uuid, str(old["payload_token"]))
+        return True
+
+    def _delete_claimed(self, user_id: str, uuid: str, claim_version: int) -> bool:
+        return delete_with_registry(self.t, user_id, uuid, "claim_version = :cv", {":cv": claim_version})
+
+    def delete_settled_before(self, cutoff_iso: str, *, shards: int, limit: int) -> int:
+        """Housekeeping: delete sent/failed tasks not updated since ``cutoff_iso`` (bounded per tick)."""
+        deleted = 0
+        for shard in range(shards):
+            response = self.t.table.query(
+                IndexName="retention",
+                KeyConditionExpression=Key("ret_pk").eq(keys.done_shard_pk(shard)) & Key("ret_sk").lt(cutoff_iso),
+                Limit=max(1, limit - deleted),
+            )
+            for item in response.get("Items", []):
+                user_id, uuid = keys.parse_task_key(item)
+                try:
+                    self.t.transact(
+                        [
+                            {
+                                "Delete": {
+                                    "Key": self._key(user_id, uuid),
+                                    "ConditionExpression": "#st IN (:sent, :failed) AND updated_at < :cutoff",
+                                    "ExpressionAttributeNames": {"#st": "status"},
+                                    "ExpressionAttributeValues": {
+                                        ":sent": "sent",
+                                        ":failed": "failed",
+                                        ":cutoff": cutoff_iso,
+                                    },
+                                }
+                            },
+                            registry_delete(uuid, user_id),
+                        ]
+                    )
+                    deleted += 1
+                except TransactionCancelled:
+                    continue
+            if deleted >= limit:
+                break
+        return deleted
