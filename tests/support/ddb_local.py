@@ -20,7 +20,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from amsg_local.dynamodb_local import DynamoDBLocalUnavailable, start_dynamodb_local
+from amsg_local.dynamodb_local import DynamoDBLocal, DynamoDBLocalUnavailable, start_dynamodb_local
 
 
 def _unavailable(reason: str) -> None:
@@ -31,17 +31,23 @@ def _unavailable(reason: str) -> None:
 
 
 @pytest.fixture(scope="session")
-def ddb_local_endpoint() -> Iterator[str]:
-    """``http://127.0.0.1:<port>`` of a DynamoDB Local started with -inMemory -sharedDb -disableTelemetry."""
+def ddb_local_server() -> Iterator[DynamoDBLocal]:
+    """The session's DynamoDB Local (-inMemory -sharedDb -disableTelemetry; own network namespace as root)."""
     try:
         server = start_dynamodb_local()
     except DynamoDBLocalUnavailable as exc:
         _unavailable(str(exc))
         return
     try:
-        yield server.endpoint_url
+        yield server
     finally:
         server.stop()
+
+
+@pytest.fixture(scope="session")
+def ddb_local_endpoint(ddb_local_server: DynamoDBLocal) -> str:
+    """``http://127.0.0.1:<port>`` of the session's DynamoDB Local."""
+    return ddb_local_server.endpoint_url
 
 
 @pytest.fixture

