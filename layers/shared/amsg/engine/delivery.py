@@ -151,7 +151,7 @@ def _defer(
         return
     settlement = Settlement(next_send_at=row.next_send_at, retry_after=retry_after)
     try:
-        written = ctx.tasks.settle(row.user_id, row.uuid, row.claim_version, settlement, iso_from_ms(ctx.now_ms()))
+        written = ctx.claims.settle(row.user_id, row.uuid, row.claim_version, settlement, iso_from_ms(ctx.now_ms()))
     except Exception as exc:
         summary.failed_count += 1
         summary.failed.append(
