@@ -144,6 +144,23 @@ def test_drain_runs_the_consumer_at_the_templates_maximum_concurrency(
         assert sys.modules["tinylib"].most_running == 3
 
 
+def test_local_clock_moves_the_injected_clock_not_the_system_clock(tmp_path: Path, restore_sys_path: None) -> None:
+    from amsg import runtime
+    from amsg.clock import SystemClock
+
+    hour = 3_600_000
+    with start_local_stack(template_path=write_tiny_project(tmp_path), dynamodb_local=False) as stack:
+        moved = stack.post_local("/_local/clock", {"advanceMs": hour})
+        assert moved["offsetMs"] == hour
+        assert abs(moved["nowMs"] - (SystemClock().now_ms() + hour)) < 5_000
+        assert abs(runtime.app_context().now_ms() - (SystemClock().now_ms() + hour)) < 5_000  # what handlers see
+        assert stack.post_local("/_local/clock", {"nowMs": 1_000_000})["offsetMs"] < 0
+        assert stack.post_local("/_local/clock", {"reset": True})["offsetMs"] == 0
+        stack.post_local("/_local/clock", {"advanceMs": hour})
+    assert not hasattr(SystemClock, "offset_ms")  # production's clock has nothing to move
+    assert runtime._current is None  # the stack's context (and its offset) is gone with the stack
+
+
 def test_tick_is_501_until_handlers_exist(tmp_path: Path, restore_sys_path: None) -> None:
     template = write_tiny_project(tmp_path, with_delivery=False)
     with start_local_stack(template_path=template, dynamodb_local=False) as stack:

@@ -266,9 +266,21 @@ def _reset_layer_runtime() -> None:
     use = getattr(runtime, "use", None)
     if callable(use):
         use(None)
-    clock = sys.modules.get("amsg.clock")
-    if clock is not None:
-        clock.SystemClock.offset_ms = 0  # undo any POST /_local/clock time travel
+
+
+def _install_context(environ: Mapping[str, str]) -> Any:
+    """Build the layer's context now, with an injected movable clock (``POST /_local/clock``); returns the clock.
+
+    None when the template's layer is not ``amsg`` (then handlers build their own context, without time travel).
+    """
+    try:
+        from amsg import runtime
+        from amsg.clock import OffsetClock
+    except ImportError:
+        return None
+    clock = OffsetClock()
+    runtime.use(runtime.build_context(environ, clock=clock))
+    return clock
 
 
 def start_local_stack(
@@ -379,9 +391,10 @@ def start_local_stack(
         queue = create_queue_from_template(sqs, template, f"{settings.table_name}-tasks")
         environ["AMSG_QUEUE_URL"] = queue.url
         _reset_layer_runtime()
+        clock = _install_context(environ)
 
         runtime = LambdaRuntime(template, region=region)
-        delivery = LocalDelivery(template, runtime, sqs, queue, region=region)
+        delivery = LocalDelivery(template, runtime, sqs, queue, region=region, clock=clock)
         gateway = Gateway(
             template,
             cors=cors_config(template, list(settings.cors_origins)),
@@ -389,6 +402,7 @@ def start_local_stack(
             tick_then_drain=delivery,
             tick_interval_s=tick_interval_s,
             integration_timeout_s=integration_timeout_s,
+            clock=clock,
         )
         if warm:
             for logical_id in dict.fromkeys(route.function_logical_id for route in gateway.routes):

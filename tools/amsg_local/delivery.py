@@ -151,7 +151,9 @@ class LocalDelivery:
         region: str = "us-east-1",
         max_batches: int = 100_000,
         concurrency: int | None = None,
+        clock: Any = None,
     ) -> None:
+        self.clock = clock  # the stack's movable clock: the tick's scheduled time follows POST /_local/clock
         self.template = template
         self.runtime = runtime
         self.sqs = sqs_client
@@ -193,7 +195,9 @@ class LocalDelivery:
 
     def tick_event(self, now: datetime | None = None) -> dict[str, Any]:
         """What EventBridge Scheduler sends: the template's Input with its context attributes filled in."""
-        moment = (now or datetime.now(UTC)).replace(microsecond=0)
+        if now is None:
+            now = datetime.fromtimestamp(self.clock.now_ms() / 1000, UTC) if self.clock else datetime.now(UTC)
+        moment = now.replace(microsecond=0)
         scheduled_time = moment.strftime("%Y-%m-%dT%H:%M:%SZ")
         execution_id = uuid.uuid4().hex[:16]
         if self._input is None:

@@ -46,7 +46,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
+from typing import Any, Protocol
 from urllib.parse import parse_qsl, urlsplit
 
 from amsg_local.delivery import TickNotConfigured, TickRunner
@@ -80,6 +80,17 @@ _TEXT_TYPES = {"application/json", "application/xml", "application/javascript"}
 _HOP_BY_HOP = {"connection", "keep-alive", "transfer-encoding", "content-length", "upgrade", "te", "trailer"}
 
 TickThenDrain = Callable[[], dict[str, Any]]
+
+
+class MovableClock(Protocol):
+    """The clock the stack injects into the handlers' context (``amsg.clock.OffsetClock``)."""
+
+    offset_ms: int
+
+    def now_ms(self) -> int: ...
+    def advance(self, ms: int) -> int: ...
+    def set_now(self, now_ms: int) -> int: ...
+    def reset(self) -> int: ...
 
 
 def _json_body(payload: Any) -> bytes:
@@ -265,8 +276,10 @@ class Gateway:
         lambda_payload_limit: int = LAMBDA_SYNC_PAYLOAD_LIMIT,
         parameters: Mapping[str, Any] | None = None,
         read_timeout_s: float = READ_TIMEOUT_S,
+        clock: MovableClock | None = None,
     ) -> None:
         self.template = template
+        self.clock = clock
         self.read_timeout_s = read_timeout_s
         self.cors = cors
         self.runtime = runtime or LambdaRuntime(template, parameters=parameters)
@@ -388,21 +401,23 @@ class Gateway:
         return GatewayResponse(200, [("content-type", "application/json; charset=utf-8")], _json_body(payload))
 
     def _local_clock(self, body: bytes) -> GatewayResponse:
-        """Local-only time travel: ``{"advanceMs": n}``, ``{"nowMs": n}`` or ``{"reset": true}``."""
-        from amsg.clock import SystemClock
-
+        """Local-only time travel on the injected clock: ``{"advanceMs": n}``, ``{"nowMs": n}``, ``{"reset": true}``."""
+        clock = self.clock
+        if clock is None:
+            payload = {"success": False, "error": {"code": "NOT_IMPLEMENTED", "message": "this stack has no clock"}}
+            return GatewayResponse(501, [("content-type", "application/json; charset=utf-8")], _json_body(payload))
         try:
             request = json.loads(body or b"{}")
             if request.get("reset"):
-                SystemClock.offset_ms = 0
+                clock.reset()
             elif "nowMs" in request:
-                SystemClock.offset_ms = int(request["nowMs"]) - (SystemClock().now_ms() - SystemClock.offset_ms)
+                clock.set_now(int(request["nowMs"]))
             else:
-                SystemClock.offset_ms += int(request.get("advanceMs", 0))
+                clock.advance(int(request.get("advanceMs", 0)))
         except (ValueError, TypeError, AttributeError) as exc:
             payload = {"success": False, "error": {"code": "INVALID_PARAMETERS", "message": str(exc)}}
             return GatewayResponse(400, [("content-type", "application/json; charset=utf-8")], _json_body(payload))
-        payload = {"success": True, "nowMs": SystemClock().now_ms(), "offsetMs": SystemClock.offset_ms}
+        payload = {"success": True, "nowMs": clock.now_ms(), "offsetMs": clock.offset_ms}
         return GatewayResponse(200, [("content-type", "application/json; charset=utf-8")], _json_body(payload))
 
     def _local_tick(self) -> GatewayResponse:

@@ -2,20 +2,56 @@
 
 from __future__ import annotations
 
+import threading
 import time
 from dataclasses import dataclass
 
+from amsg.ports import Clock
 from amsg.timeutil import iso_from_ms
 
 
 class SystemClock:
-    """Wall-clock time. ``offset_ms`` exists only for the local stack's ``POST /_local/clock`` (time travel
-    for trying recurrence, back-off and stale handling by hand); nothing on AWS ever sets it."""
-
-    offset_ms: int = 0
+    """Wall-clock time."""
 
     def now_ms(self) -> int:
-        return time.time_ns() // 1_000_000 + SystemClock.offset_ms
+        return time.time_ns() // 1_000_000
+
+
+class OffsetClock:
+    """Another clock shifted by an offset that can move while it runs (thread-safe).
+
+    The local stack injects one into its context for ``POST /_local/clock`` (time travel to try recurrence,
+    back-off and stale handling by hand); the production clock itself never moves.
+    """
+
+    def __init__(self, base: Clock | None = None, offset_ms: int = 0) -> None:
+        self._base = base or SystemClock()
+        self._offset_ms = offset_ms
+        self._lock = threading.Lock()
+
+    @property
+    def offset_ms(self) -> int:
+        return self._offset_ms
+
+    def now_ms(self) -> int:
+        return self._base.now_ms() + self._offset_ms
+
+    def advance(self, ms: int) -> int:
+        """Move ``ms`` forward (or back when negative); returns the new now."""
+        with self._lock:
+            self._offset_ms += ms
+        return self.now_ms()
+
+    def set_now(self, now_ms: int) -> int:
+        """Make "now" be ``now_ms`` (time keeps running from there)."""
+        with self._lock:
+            self._offset_ms = now_ms - self._base.now_ms()
+        return self.now_ms()
+
+    def reset(self) -> int:
+        with self._lock:
+            self._offset_ms = 0
+        return self.now_ms()
 
 
 @dataclass
@@ -31,5 +67,5 @@ class FixedClock:
         self.current_ms += ms
 
 
-def now_iso(clock: SystemClock | FixedClock) -> str:
+def now_iso(clock: Clock) -> str:
     return iso_from_ms(clock.now_ms())

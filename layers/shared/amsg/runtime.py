@@ -13,6 +13,7 @@ from amsg.config import ConfigError, Secrets, Settings
 from amsg.context import AppContext
 from amsg.domain.client_state import parse_ttl_config
 from amsg.observability import logger
+from amsg.ports import Clock
 
 _current: AppContext | None = None
 
@@ -90,7 +91,8 @@ def secrets_from_env(env: Mapping[str, str]) -> Secrets:
     return Secrets(resolve)
 
 
-def build_context(env: Mapping[str, str]) -> AppContext:
+def build_context(env: Mapping[str, str], *, clock: Clock | None = None) -> AppContext:
+    """The context of one deployment; ``clock`` defaults to the wall clock (the local stack injects its own)."""
     from amsg.adapters.dynamo.claims import DynamoClaimStore
     from amsg.adapters.dynamo.client_state import DynamoClientStateStore
     from amsg.adapters.dynamo.credentials import DynamoCredentialStore
@@ -108,7 +110,7 @@ def build_context(env: Mapping[str, str]) -> AppContext:
     context = AppContext(
         settings=settings,
         secrets=secrets,
-        clock=SystemClock(),
+        clock=clock or SystemClock(),
         tasks=DynamoTaskStore(table, due_shards=settings.due_shards),
         claims=DynamoClaimStore(table, due_shards=settings.due_shards),
         subscriptions=DynamoPushSubscriptionStore(table),
