@@ -25,6 +25,8 @@ from amsg.adapters.dynamo import keys
 from amsg.adapters.dynamo.client_state import DynamoClientStateStore, root_sk
 from amsg.adapters.dynamo.outbox import ACKED_RETENTION_MS, INLINE_PAYLOAD_CHARS, RETENTION_MS, DynamoOutboxStore
 from amsg.adapters.dynamo.table import INLINE_CHARS, DynamoTable, TransactionCancelled, is_conditional_failure
+from amsg.adapters.dynamo.tasks import drop_parts as drop_task_parts
+from amsg.adapters.dynamo.tasks import payload_attrs as task_payload_attrs
 from amsg.crypto import compact_json
 from amsg.ports import OutboxAppend, StateWrite
 from amsg.timeutil import iso_from_ms
@@ -123,8 +125,7 @@ class TargetWriter:
         becomes eligible when it ends, as it would have there); an expired one and the serialize group are
         dropped (nobody here holds them). A future back-off is kept."""
         item: dict[str, Any] = {
-            "PK": keys.user_pk(rec.user_id),
-            "SK": keys.task_sk(rec.uuid),
+            **keys.task_key(rec.user_id, rec.uuid),
             "id": rec.id,
             "user_id": rec.user_id,
             "uuid": rec.uuid,
@@ -158,8 +159,8 @@ class TargetWriter:
 
     def write_task(self, rec: TaskRecord) -> Outcome:
         self.ensure_counters(rec.user_id)
-        key = {"PK": keys.user_pk(rec.user_id), "SK": keys.task_sk(rec.uuid)}
-        existing = self.t.get(key, projection="rev, claim_version, updated_at, imported, payload_token")
+        projection = "rev, claim_version, updated_at, imported, payload_token"
+        existing = self.t.get(keys.task_key(rec.user_id, rec.uuid), projection=projection)
         if existing is not None:
             untouched = (
                 existing.get("imported") and _int(existing.get("rev")) == 1 and not existing.get("claim_version")
@@ -168,17 +169,11 @@ class TargetWriter:
                 return _skipped("already in the target and changed there since")
             if str(existing.get("updated_at", "")) >= rec.updated_at:
                 return _skipped("already in the target (same or newer)")
-        ids = self._ids_in_target(self._task_ids, rec.user_id, "T#", "uuid")
+        ids = self._ids_in_target(self._task_ids, rec.user_id, keys.TASK_PREFIX, "uuid")
         if ids.get(rec.id, rec.uuid) != rec.uuid:
             return _failed("task id already used by another task in the target (import into a fresh table)")
-        payload_attrs: dict[str, Any]
-        blob = None
-        if len(rec.encrypted_payload) <= INLINE_CHARS:
-            payload_attrs = {"payload": rec.encrypted_payload}
-        else:
-            blob = self.t.write_blob(keys.user_pk(rec.user_id), keys.task_part_prefix(rec.uuid), rec.encrypted_payload)
-            payload_attrs = {"payload_token": blob.token, "payload_parts": blob.parts}
-        put: dict[str, Any] = {"Item": self.task_item(rec, payload_attrs)}
+        payload, blob = task_payload_attrs(self.t, rec.user_id, rec.uuid, rec.encrypted_payload)
+        put: dict[str, Any] = {"Item": self.task_item(rec, payload)}
         if existing is None:
             put["ConditionExpression"] = "attribute_not_exists(PK)"
         else:
@@ -198,13 +193,13 @@ class TargetWriter:
             self.t.transact([{"Put": put}, {"Put": registry}])
         except TransactionCancelled as cancelled:
             if blob is not None:
-                self._drop(keys.user_pk(rec.user_id), keys.task_part_prefix(rec.uuid), blob.token)
+                drop_task_parts(self.t, rec.user_id, rec.uuid, blob.token)
             if cancelled.failed(1):
                 return _failed("task uuid already belongs to another user in the target")
             return _skipped("changed in the target while importing")
         ids[rec.id] = rec.uuid
         if existing is not None and existing.get("payload_token"):
-            self._drop(keys.user_pk(rec.user_id), keys.task_part_prefix(rec.uuid), str(existing["payload_token"]))
+            drop_task_parts(self.t, rec.user_id, rec.uuid, str(existing["payload_token"]))
         return _written("replaced an older import") if existing is not None else _written()
 
     def _drop(self, pk: str, prefix: str, token: str) -> None:
@@ -433,8 +428,8 @@ class TargetWriter:
             identity = rest[0]
             if isinstance(identity, list) and len(identity) == 2 and identity[0] == "row":
                 # a legacy row without uuid: it was imported under its derived uuid
-                return {"PK": pk, "SK": keys.task_sk(derived_task_uuid(rec.user_id, int(identity[1])))}
-            return {"PK": pk, "SK": keys.task_sk(str(identity))}
+                return keys.task_key(rec.user_id, derived_task_uuid(rec.user_id, int(identity[1])))
+            return keys.task_key(rec.user_id, str(identity))
         if kind == "state" and len(rest) == 2:
             return {"PK": pk, "SK": root_sk(str(rest[0]), str(rest[1]))}
         if kind == "credential" and len(rest) == 1:
