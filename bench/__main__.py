@@ -1,4 +1,4 @@
-"""``python -m bench [imports|tick|e2e]`` — all three by default. Numbers are printed, never asserted."""
+"""``python -m bench [imports|tick|e2e|load]`` — all four by default. Numbers are printed, never asserted."""
 
 from __future__ import annotations
 
@@ -15,13 +15,13 @@ for _key, _value in {
 }.items():
     os.environ.setdefault(_key, _value)
 
-from bench import e2e, imports, tick  # noqa: E402
+from bench import e2e, imports, load, tick  # noqa: E402
 
 
 def main(argv: list[str]) -> int:
-    chosen = argv or ["imports", "tick", "e2e"]
+    chosen = argv or ["imports", "tick", "e2e", "load"]
     for name in chosen:
-        {"imports": imports.main, "tick": tick.main, "e2e": e2e.main}[name]()
+        {"imports": imports.main, "tick": tick.main, "e2e": e2e.main, "load": load.main}[name]()
     return 0
 
 

@@ -94,6 +94,7 @@ class Invocation:
     error_type: str | None = None
     error_message: str | None = None
     timed_out: bool = False
+    handler_ms: float | None = None  # the handler's own time (without sandbox, thread and gateway overhead)
 
     @property
     def ok(self) -> bool:
@@ -268,8 +269,10 @@ class FunctionRuntime:
         finished = threading.Event()
 
         def run() -> None:
+            begun = time.perf_counter()
             try:
                 outcome["value"] = sandbox.handler(event, context)
+                outcome["handler_ms"] = (time.perf_counter() - begun) * 1000
             except BaseException as exc:  # a handler may raise anything; Lambda reports it as an error
                 outcome["error"] = exc
                 outcome["traceback"] = traceback.format_exc()
@@ -322,7 +325,7 @@ class FunctionRuntime:
             return Invocation(
                 self.spec.logical_id, request_id, duration_ms, None, "Function.ResponseSizeTooLarge", message
             )
-        return Invocation(self.spec.logical_id, request_id, duration_ms, value)
+        return Invocation(self.spec.logical_id, request_id, duration_ms, value, handler_ms=outcome.get("handler_ms"))
 
 
 class LambdaRuntime:

@@ -1,0 +1,178 @@
+"""Load on ``make run``'s stack (its default backend) with keep-alive clients at concurrency 1, 8 and 32.
+
+Per route: client latency p50/p95/p99 and errors, beside the handler's own time (measured around the handler
+call in the local Lambda runtime), so the local gateway's overhead (client p50 - handler p50, and the ratio)
+is visible. Also the memory of this process and of DynamoDB Local. Numbers are printed, never asserted.
+"""
+
+from __future__ import annotations
+
+import http.client
+import statistics
+import threading
+import time
+import urllib.parse
+import uuid
+from collections import defaultdict
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+LEVELS = (1, 8, 32)
+ROUTES = ("GET /get-user-key", "GET /capabilities", "POST /schedule-message", "GET /messages", "GET /message")
+
+
+def _keep_alive_transport(base_url: str) -> Callable[..., tuple[int, dict[str, str], bytes]]:
+    """A wire-client transport that keeps one HTTP/1.1 connection per thread (reconnects if it drops)."""
+    parsed = urllib.parse.urlsplit(base_url)
+    local = threading.local()
+
+    def send(method: str, path: str, headers: dict[str, str], body: bytes | None) -> tuple[int, dict[str, str], bytes]:
+        for attempt in (1, 2):
+            conn = getattr(local, "conn", None)
+            if conn is None:
+                conn = local.conn = http.client.HTTPConnection(parsed.hostname, parsed.port, timeout=60)
+            try:
+                conn.request(method, path, body=body, headers=headers)
+                response = conn.getresponse()
+                return response.status, {k.lower(): v for k, v in response.getheaders()}, response.read()
+            except (ConnectionError, http.client.HTTPException):
+                conn.close()
+                local.conn = None
+                if attempt == 2:
+                    raise
+        raise AssertionError("unreachable")
+
+    return send
+
+
+def _rss_mb(pid: int | str = "self") -> float:
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return float("nan")
+
+
+def _pct(values: list[float], p: float) -> float:
+    if not values:
+        return float("nan")
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(p / 100 * (len(ordered) - 1)))]
+
+
+def main(levels: tuple[int, ...] = LEVELS) -> None:
+    from amsg.timeutil import iso_from_ms
+    from amsg.vapid import generate_vapid_keys
+    from amsg_local.cli import start_local_stack
+
+    from tests.support.fake_push import FakePushService
+    from tests.support.wire_client import WireClient
+
+    public, private = generate_vapid_keys()
+    config = {
+        "AMSG_MASTER_KEY": "e" * 64,
+        "AMSG_VAPID_PUBLIC_KEY": public,
+        "AMSG_VAPID_PRIVATE_KEY": private,
+        "AMSG_VAPID_EMAIL": "bench@example.test",
+    }
+    with FakePushService(vapid_public_key=public) as push, start_local_stack(config=config, warm=True) as stack:
+        ddb_pid = stack._ddb_local.pid if stack._ddb_local is not None else None
+        print(f"== load on the local stack ({stack.backend}; keep-alive clients; {stack.base_url})")
+        rss_start = (_rss_mb(), _rss_mb(ddb_pid) if ddb_pid else float("nan"))
+
+        handler_ms: dict[str, list[float]] = defaultdict(list)
+        runtime = stack.gateway.runtime
+        original_invoke = runtime.invoke
+        function_route = {route.function_logical_id: f"{route.method} {route.path}" for route in stack.gateway.routes}
+
+        def timed_invoke(logical_id: str, event: Any, **kwargs: Any) -> Any:
+            invocation = original_invoke(logical_id, event, **kwargs)
+            if invocation.handler_ms is not None:
+                route = function_route.get(logical_id, logical_id).replace("/api/v1", "")
+                handler_ms[route].append(invocation.handler_ms)
+            return invocation
+
+        runtime.invoke = timed_invoke  # type: ignore[method-assign]
+        transport = _keep_alive_transport(stack.base_url)
+        users = []
+        for _ in range(max(levels)):
+            client = WireClient(transport, str(uuid.uuid4()))
+            client.init()
+            client.put_subscription(push.subscribe().to_json())
+            users.append(client)
+        first = iso_from_ms(int(stack.post_local("/_local/clock", {"advanceMs": 0})["nowMs"]) + 86_400_000)
+        known: dict[str, str] = {}
+        for client in users:
+            made = client.schedule(
+                {"contactName": "Rei", "messageType": "fixed", "userMessage": "hi", "firstSendTime": first}
+            )
+            known[client.user_id] = made.data["uuid"]
+
+        def call(client: WireClient, route: str) -> int:
+            if route == "GET /get-user-key":
+                return client.request("GET", "/get-user-key").status
+            if route == "GET /capabilities":
+                return client.request("GET", "/capabilities").status
+            if route == "POST /schedule-message":
+                body = {"contactName": "Rei", "messageType": "fixed", "userMessage": "hi", "firstSendTime": first}
+                return client.schedule(body).status
+            if route == "GET /messages":
+                return client.list_messages(limit=20).status
+            return client.get_message(known[client.user_id]).status
+
+        print(
+            f"  {'c':>2} {'route':<24} {'n':>5} {'err':>4} {'p50 ms':>8} {'p95':>8} {'p99':>8}"
+            f" {'handler p50':>11} {'p95':>7} {'overhead p50':>12} {'ratio':>6} {'req/s':>7}"
+        )
+        for level in levels:
+            per_route = max(60, 20 * level)
+            latencies: dict[str, list[float]] = defaultdict(list)
+            errors: dict[str, int] = defaultdict(int)
+            handler_ms.clear()
+            lock = threading.Lock()
+
+            def worker(index: int, level: int = level, per_route: int = per_route) -> None:
+                client = users[index]
+                mine = [ROUTES[(index + i) % len(ROUTES)] for i in range(per_route * len(ROUTES) // level)]
+                for route in mine:
+                    started = time.perf_counter()
+                    try:
+                        status = call(client, route)
+                    except Exception:
+                        status = 0
+                    elapsed = (time.perf_counter() - started) * 1000
+                    with lock:
+                        latencies[route].append(elapsed)
+                        if status == 0 or status >= 500:
+                            errors[route] += 1
+
+            threads = [threading.Thread(target=worker, args=(i,)) for i in range(level)]
+            started = time.perf_counter()
+            for thread in threads:
+                thread.start()
+            for thread in threads:
+                thread.join()
+            wall = time.perf_counter() - started
+            total = sum(len(v) for v in latencies.values())
+            for route in ROUTES:
+                got = latencies[route]
+                handler = handler_ms.get(route, [])
+                client_p50, handler_p50 = (
+                    statistics.median(got),
+                    statistics.median(handler) if handler else float("nan"),
+                )
+                print(
+                    f"  {level:>2} {route:<24} {len(got):>5} {errors[route]:>4} {client_p50:>8.2f}"
+                    f" {_pct(got, 95):>8.2f} {_pct(got, 99):>8.2f} {handler_p50:>11.2f} {_pct(handler, 95):>7.2f}"
+                    f" {client_p50 - handler_p50:>12.2f} {client_p50 / handler_p50:>6.2f} {len(got) / wall:>7.0f}"
+                )
+            print(f"  {level:>2} {'all routes':<24} {total:>5} {sum(errors.values()):>4} -> {total / wall:.0f} req/s")
+        runtime.invoke = original_invoke  # type: ignore[method-assign]
+        rss_end = (_rss_mb(), _rss_mb(ddb_pid) if ddb_pid else float("nan"))
+        print(
+            f"  memory (RSS MB)  this process {rss_start[0]:.0f} -> {rss_end[0]:.0f};"
+            f" DynamoDB Local {rss_start[1]:.0f} -> {rss_end[1]:.0f}"
+        )
