@@ -90,6 +90,9 @@ class FakePgCursor:
         elif "information_schema.columns" in sql:
             rows = self.tables[params[0]]
             self._rows = [(c,) for c in rows[0]] if rows else []
+        elif "MAX(id)" in sql:
+            table = re.search(r'FROM "(\w+)"', sql).group(1)
+            self._rows = [(max(int(r["id"]) for r in self.tables[table]),)]
         elif "_id_seq" in sql:
             table = re.search(r'"(\w+)_id_seq"', sql).group(1)
             self._rows = [(str(max(int(r["id"]) for r in self.tables[table]) + 5),)]
@@ -99,6 +102,9 @@ class FakePgCursor:
             rows = self.tables[table]
             self.description = [(c,) for c in rows[0]]
             self._rows = [tuple(r.values()) for r in rows]
+
+    def fetchone(self) -> tuple[Any, ...] | None:
+        return self._rows[0] if self._rows else None
 
     def fetchall(self) -> list[tuple[Any, ...]]:
         return self._rows

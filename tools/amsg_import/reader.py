@@ -292,10 +292,7 @@ class ReferenceReader:
         table = TABLES[kind]
         if table not in self._tables:
             return 0
-        highest = 0
-        for row in self.source.rows(table, order_by=("id",)):
-            highest = max(highest, int(row["id"]))
-        return max(highest, self.source.sequence(table) or 0)
+        return max(self.source.max_id(table), self.source.sequence(table) or 0)
 
     def read(self, kind: str) -> Iterator[Record | Problem]:
         if not self.has(kind):

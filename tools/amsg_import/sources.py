@@ -38,6 +38,8 @@ class Source(Protocol):
 
     def sequence(self, table: str) -> int | None: ...
 
+    def max_id(self, table: str) -> int: ...
+
     def close(self) -> None: ...
 
 
@@ -55,6 +57,15 @@ class _SqlSource:
 
     def columns(self, table: str) -> set[str]:
         raise NotImplementedError
+
+    def max_id(self, table: str) -> int:
+        cursor = self._cursor()
+        try:
+            cursor.execute(f"SELECT MAX(id) FROM {_ident(table)}", [])  # noqa: S608 (validated identifier)
+            row = cursor.fetchone()
+        finally:
+            cursor.close()
+        return int(row[0]) if row and row[0] is not None else 0
 
     def rows(
         self, table: str, *, where: Mapping[str, Any] | None = None, order_by: Sequence[str] = ()
