@@ -2,6 +2,7 @@
 
 from amsg import runtime
 from amsg.engine.runner import run_tick
+from amsg.hooks import report_error
 from amsg.observability import logger, metrics
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
@@ -9,12 +10,17 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 @metrics.log_metrics
 @logger.inject_lambda_context(log_event=False)
 def handler(event: dict, context: LambdaContext) -> dict:
-    summary = run_tick(
-        runtime.app_context(),
-        scheduled_time=(event or {}).get("scheduledTime"),
-        remaining_ms=context.get_remaining_time_in_millis,
-        owner=f"tick:{context.aws_request_id}",
-    )
+    ctx = runtime.app_context()
+    try:
+        summary = run_tick(
+            ctx,
+            scheduled_time=(event or {}).get("scheduledTime"),
+            remaining_ms=context.get_remaining_time_in_millis,
+            owner=f"tick:{context.aws_request_id}",
+        )
+    except Exception as exc:  # the host hears about it; the tasks stay due for the next tick
+        report_error(ctx.settings.hooks_module, "tick", exc)
+        raise
     metrics.add_metric(name="TasksClaimed", unit="Count", value=summary["claimedTasks"])
     metrics.add_metric(name="TasksEnqueued", unit="Count", value=summary["enqueuedTasks"])
     metrics.add_metric(name="ClaimsSkipped", unit="Count", value=summary["details"]["claimSkippedTasks"])

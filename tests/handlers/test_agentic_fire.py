@@ -331,6 +331,54 @@ def test_a_rerun_of_the_same_occurrence_creates_no_second_follow_up_and_no_secon
     assert kinds == ["result", None]  # the result was pushed once, by the first run
 
 
+def test_instant_path_runs_the_hooks_but_cannot_defer(agentic):
+    engine = agentic
+    engine.llm.reply_content("现在就说。")
+    SCRIPT.before = lambda ctx: [{"role": "user", "content": "now"}]
+    instant = {"messageType": "instant", "firstSendTime": "2029-12-31T00:00:30Z"}
+    resp = engine.api.schedule(
+        {
+            "contactName": "Rei",
+            "completePrompt": "x",
+            "apiUrl": engine.llm.base_url,
+            "apiKey": KEY,
+            "primaryModel": "m",
+            **instant,
+        }
+    )
+    assert resp.status == 200 and resp.data["status"] == "sent", resp.text
+    assert [p["message"] for p in engine.push.payloads()] == ["现在就说。"]
+    assert [s["status"] for s in SCRIPT.settled] == ["sent"]
+
+    SCRIPT.before = lambda ctx: {"defer": {"after_ms": 60_000}}
+    resp = engine.api.schedule(
+        {
+            "contactName": "Rei",
+            "completePrompt": "x",
+            "apiUrl": engine.llm.base_url,
+            "apiKey": KEY,
+            "primaryModel": "m",
+            **instant,
+        }
+    )
+    assert resp.status == 500 and resp.body["error"]["details"]["code"] == "PROCESSING_ERROR"
+    assert resp.body["error"]["details"]["message"].startswith("AGENTIC_DEFER_UNSUPPORTED")
+    assert SCRIPT.settled[-1]["status"] == "failed"
+
+
+def test_a_failing_tick_is_reported_to_on_error(agentic, monkeypatch):
+    engine = agentic
+
+    def broken(*args, **kwargs):
+        raise RuntimeError(f"table unreachable with {KEY}")
+
+    monkeypatch.setattr(engine.ctx.claims, "due_candidates", broken)
+    with pytest.raises(RuntimeError):
+        engine.harness.tick()
+    (cause,) = SCRIPT.errors
+    assert cause["stage"] == "tick" and cause["name"] == "RuntimeError" and KEY not in cause["message"]
+
+
 def test_hooks_load_all_exports_and_capabilities_follow(agentic):
     hooks = load_hooks("tests.support.hooks_agentic")
     assert hooks.agentic and hooks.execute_tool_calls and hooks.on_stale_skip and hooks.serialize_by

@@ -31,6 +31,7 @@ class Script:
         self.contexts: list[Any] = []
         self.before_calls = 0
         self.on_settled: Any = None
+        self.errors: list[dict[str, Any]] = []
 
 
 SCRIPT = Script()
@@ -88,6 +89,11 @@ def on_stale_skip(row, info):
                 "occurrence_ms": info.occurrence_ms,
             }
         )
+
+
+def on_error(info):
+    with SCRIPT.lock:
+        SCRIPT.errors.append(info["cause"])
 
 
 def serialize_by(task):

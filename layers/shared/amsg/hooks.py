@@ -267,6 +267,33 @@ def _run_awaitable(awaitable: Any) -> Any:
         return pool.submit(asyncio.run, wait()).result()
 
 
+def report_error(module_name: str | None, stage: str, error: BaseException) -> None:
+    """``on_error({"stage", "error", "cause"})`` for a failure no task outcome records (a whole tick failed).
+    Best-effort: the hook's own failure is logged and ignored. ``cause`` is sanitized (no secrets, no paths)."""
+    try:
+        hook = load_hooks(module_name).on_error
+    except Exception:
+        return
+    if hook is None:
+        return
+    from amsg.domain.redaction import sanitize_error_summary
+
+    cause: dict[str, Any] = {
+        "stage": stage,
+        "name": type(error).__name__,
+        "message": sanitize_error_summary(str(error)),
+    }
+    code = getattr(error, "code", None)
+    if isinstance(code, str) and code:
+        cause["code"] = code
+    try:
+        call_hook(hook, {"stage": stage, "error": error, "cause": cause})
+    except Exception as exc:
+        from amsg.observability import logger
+
+        logger.warning("hook failed", extra={"hook": "on_error", "error": type(exc).__name__})
+
+
 def task_view(payload: Mapping[str, Any], *, task_id: int, uuid: str, next_send_at: str, retry_count: int):
     """The frozen view hooks see: never the API key or a legacy push subscription."""
     view = {key: deepcopy(value) for key, value in payload.items() if key not in ("apiKey", "pushSubscription")}
