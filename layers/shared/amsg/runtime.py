@@ -126,6 +126,8 @@ def build_context(env: Mapping[str, str], *, clock: Clock | None = None) -> AppC
 def delivery_factories(settings: Settings, secrets: Secrets) -> dict[str, Callable[[], object]]:
     """Delivery collaborators, built on first use: API routes that never deliver never import them."""
 
+    unusable: list[str] = []
+
     def push_sender() -> object:
         private_key = secrets.vapid_private_key
         if not (settings.vapid_public_key and settings.vapid_email and private_key):
@@ -139,7 +141,23 @@ def delivery_factories(settings: Settings, secrets: Secrets) -> dict[str, Callab
             )
         except VapidConfigError as exc:  # unusable keys count as "VAPID not configured" (logged, never the key)
             logger.error("VAPID configuration is unusable", extra={"error": str(exc)})
+            unusable.append(f"the VAPID keys are unusable ({exc})")
             return None
+
+    def push_problem() -> str | None:
+        """Why there is no push sender, naming the settings (asked after ``push_sender`` came back None)."""
+        missing = [
+            name
+            for name, value in (
+                ("AMSG_VAPID_PUBLIC_KEY", settings.vapid_public_key),
+                ("AMSG_VAPID_EMAIL", settings.vapid_email),
+                ("AMSG_VAPID_PRIVATE_KEY (or AMSG_VAPID_PRIVATE_KEY_PARAM)", secrets.vapid_private_key),
+            )
+            if not value
+        ]
+        if missing:
+            return "missing " + ", ".join(missing)
+        return unusable[0] if unusable else None
 
     def llm() -> object:
         from amsg.adapters.llm_httpx import HttpxLlmClient
@@ -161,6 +179,7 @@ def delivery_factories(settings: Settings, secrets: Secrets) -> dict[str, Callab
     return {
         "delivery": lambda: True,
         "push_sender": push_sender,
+        "push_problem": push_problem,
         "llm": llm,
         "queue": queue,
         "instant_delivery": instant_delivery,

@@ -295,7 +295,11 @@ def run_task_now(ctx: AppContext, task_uuid: str, *, owner: str | None = None) -
         raise TypeError("runTask requires a non-empty uuid")
     env = delivery_env(ctx)
     if env.push_sender is None:
-        return {"ran": False, "reason": "not_configured"}
+        return {
+            "ran": False,
+            "reason": "not_configured",
+            "detail": ctx.extra("push_problem") or "push is not configured",
+        }
     row = ctx.tasks.find_task(task_uuid.strip())
     if row is None:
         return {"ran": False, "reason": "not_found"}
