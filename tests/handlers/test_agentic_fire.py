@@ -220,6 +220,26 @@ def test_total_timeout_is_checked_before_each_round(agentic):
     assert task(engine, created["uuid"])["lastError"]["reason"].startswith("AGENTIC_TOTAL_TIMEOUT")
 
 
+def test_a_fire_never_outlives_its_invocation(agentic, monkeypatch):
+    from amsg.engine import runner
+
+    engine = agentic
+    build = runner.delivery_env
+
+    def nearly_out_of_time(ctx, **kwargs):
+        env = build(ctx, **kwargs)
+        env.llm_timeout_s = lambda: 1.0  # what the env reports when the invocation has ~10 s left
+        return env
+
+    monkeypatch.setattr(runner, "delivery_env", nearly_out_of_time)
+    SCRIPT.before = lambda ctx: [{"role": "user", "content": "x"}]
+    created = schedule_ai(engine, KEY)
+    fire(engine)
+    assert engine.llm.requests == []
+    detail = task(engine, created["uuid"])
+    assert detail["retryCount"] == 1 and detail["lastError"]["reason"].startswith("AGENTIC_TOTAL_TIMEOUT")
+
+
 def test_tool_failures_become_tool_messages(agentic):
     engine = agentic
     engine.llm.reply_tool_calls(("c1", "broken", {}))

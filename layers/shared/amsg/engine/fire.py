@@ -59,6 +59,7 @@ from amsg.timeutil import iso_from_ms, parse_iso_ms
 
 MAX_DEFER_MS = 86_400_000
 MIN_FOLLOW_UP_LEAD_MS = 60_000
+MIN_ROUND_S = 2.0  # an LLM round with less time than this left in the invocation is not started
 DECISIONS = ("finish", "tool-request", "continue", "skip-push")
 FOLLOW_UP_NAMESPACE = uuid_lib.UUID("6f1c0a52-9d8e-4b57-a3c1-5e2f7d9b0c41")
 BEFORE_FIRE_FORMS = (
@@ -222,7 +223,9 @@ class AgenticFire:
         for iteration in range(max_rounds):
             self.throw_if_cancelled()
             now = self.ctx.now_ms()
-            if now >= deadline:
+            # the invocation's own time runs out first when the Lambda timeout is shorter than the budget:
+            # stop with a retryable timeout while there is still time to record it
+            if now >= deadline or self.env.llm_timeout_s() < MIN_ROUND_S:
                 raise DeliveryFailure(
                     f"AGENTIC_TOTAL_TIMEOUT: fire chain exceeded {budget_ms}ms after {iteration} LLM round(s)"
                 )
