@@ -205,6 +205,46 @@ def test_budgets_are_retryable_and_a_raising_hook_follows_the_ladder(agentic):
     assert [s["status"] for s in SCRIPT.settled] == ["failed", "failed", "failed"]
 
 
+def test_max_generation_retries_bounds_generation_failures_only(agentic):
+    engine = agentic
+    SCRIPT.generation_retries = 0
+
+    def boom(ctx):
+        raise RuntimeError("no luck")
+
+    SCRIPT.before = boom
+    created = schedule_ai(engine, KEY)
+    fire(engine)
+    final = task(engine, created["uuid"])
+    assert final["status"] == "failed" and final["retryCount"] == 0  # limit 0: the first failure is terminal
+    assert SCRIPT.settled[-1]["retry_limit"] == 0 and SCRIPT.settled[-1]["will_retry"] is False
+
+    # the frozen-prompt path honours it too (an LLM 503 is otherwise retried)
+    SCRIPT.before = lambda ctx: None
+    engine.llm.reply_error(503, "overloaded")
+    legacy = schedule_ai(engine, KEY, firstSendTime="2029-12-31T00:02:00Z")
+    fire(engine, 121_000)
+    assert task(engine, legacy["uuid"])["status"] == "failed"
+
+    SCRIPT.generation_retries = -1  # a broken policy is a retryable deployment error
+    SCRIPT.before = boom
+    broken = schedule_ai(engine, KEY, firstSendTime="2029-12-31T00:03:00Z")
+    fire(engine, 181_000)
+    assert task(engine, broken["uuid"])["retryCount"] == 1
+
+
+def test_late_tasks_are_settled_by_the_tick_and_reported_to_on_stale_skip(agentic):
+    engine = agentic
+    once = schedule_ai(engine, KEY)
+    daily = schedule_ai(engine, KEY, recurrenceType="daily")
+    fire(engine, 61_000 + 2 * 86_400_000 + 3_600_000)
+    stale = {entry["uuid"]: entry for entry in SCRIPT.stale}
+    assert stale[once["uuid"]]["action"] == "expired" and stale[once["uuid"]]["skipped_count"] == 1
+    assert stale[daily["uuid"]]["action"] == "fast_forwarded" and stale[daily["uuid"]]["skipped_count"] == 3
+    assert stale[daily["uuid"]]["next_send_at"] == "2030-01-03T00:01:00.000Z"
+    assert SCRIPT.before_calls == 0 and engine.llm.requests == []
+
+
 def test_total_timeout_is_checked_before_each_round(agentic):
     engine = agentic
 
@@ -271,10 +311,17 @@ def test_follow_ups_cancel_renew_results_and_state(agentic):
         api.put_client_state([{"namespace": "companion", "key": "mood", "value": "sleepy", "updatedAt": T0_MS}]).status
         == 200
     )
+    cred = {
+        "credId": "chat-main",
+        "value": {"apiUrl": "https://llm.example/v1", "apiKey": "sk-stored-1", "primaryModel": "m2"},
+    }
+    assert api.put_credentials([cred]).status == 200
     results: dict = {}
 
     def before(ctx):
         results["mood"] = ctx.read_state("companion", "mood")
+        results["cred"] = ctx.resolve_llm_credential("chat-main")
+        results["no_cred"] = ctx.resolve_llm_credential("missing")
         results["all"] = ctx.read_state("companion")
         return [{"role": "user", "content": "x"}]
 
@@ -301,6 +348,8 @@ def test_follow_ups_cancel_renew_results_and_state(agentic):
     fire(engine)
 
     assert results["mood"] == "sleepy" and results["all"][0]["key"] == "mood"
+    assert results["cred"] == {"apiUrl": "https://llm.example/v1", "apiKey": "sk-stored-1", "primaryModel": "m2"}
+    assert results["no_cred"] is None
     follow = results["follow"]
     assert follow["created"] is True and follow["nextSendAt"] == "2030-01-02T00:00:00.000Z"
     detail = task(engine, follow["uuid"])

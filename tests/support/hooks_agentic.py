@@ -32,6 +32,7 @@ class Script:
         self.before_calls = 0
         self.on_settled: Any = None
         self.errors: list[dict[str, Any]] = []
+        self.generation_retries: Any = None  # what max_generation_retries answers (None: the default)
 
 
 SCRIPT = Script()
@@ -89,6 +90,10 @@ def on_stale_skip(row, info):
                 "occurrence_ms": info.occurrence_ms,
             }
         )
+
+
+def max_generation_retries(task):
+    return SCRIPT.generation_retries
 
 
 def on_error(info):
