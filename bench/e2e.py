@@ -53,7 +53,7 @@ def main(tasks: int = 100) -> None:
         local("/_local/tick", {})
         deliver_s = time.perf_counter() - started
         delivered = len(push.received)
-        print("== end to end through the local stack (embedded moto)")
+        print(f"== end to end through the local stack ({stack.backend})")
         print(f"  schedule-message     {tasks / schedule_s:8.1f} req/s over HTTP")
         rate = tasks / deliver_s
         print(f"  delivered tasks      {tasks} ({delivered} pushes) in {deliver_s:.2f} s -> {rate:.1f} tasks/s")

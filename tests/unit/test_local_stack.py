@@ -301,3 +301,18 @@ def test_cli_arguments() -> None:
     assert _parser().parse_args(["local", "--no-save-keys"]).save_keys is False
     with pytest.raises(SystemExit):
         _parser().parse_args(["local", "--dynamodb-local", "--dynamodb-endpoint", "aws"])
+
+
+def test_disabled_metrics_are_dropped_after_each_invocation(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from amsg_local.lambda_runtime import discard_disabled_metrics
+    from aws_lambda_powertools import Metrics
+
+    monkeypatch.setenv("POWERTOOLS_METRICS_DISABLED", "true")
+    metrics = Metrics(namespace="local-test", service="local-test")
+    for _ in range(250):  # Powertools prints an EMF blob at 100 values of one metric, disabled or not
+        metrics.add_metric(name="Delivered", unit="Count", value=1)
+        discard_disabled_metrics()  # what the local runtime does after every invocation
+    assert "_aws" not in capsys.readouterr().out
+    assert Metrics._metrics == {}

@@ -146,6 +146,19 @@ def isolate_powertools_router_state() -> bool:
     return True
 
 
+def discard_disabled_metrics() -> None:
+    """With ``POWERTOOLS_METRICS_DISABLED`` Powertools never flushes, so its process-wide metric set only grows,
+    and at 100 values of one metric it prints an EMF blob anyway. Locally (metrics off) drop them after each
+    invocation: memory stays bounded and the console stays readable."""
+    try:
+        from aws_lambda_powertools.metrics.functions import is_metrics_disabled
+        from aws_lambda_powertools.metrics.metrics import Metrics
+    except ImportError:
+        return
+    if is_metrics_disabled():
+        Metrics._metrics.clear()
+
+
 class HandlerImportError(RuntimeError):
     """Runtime.ImportModuleError / Runtime.HandlerNotFound: the handler file or function is missing."""
 
@@ -277,6 +290,7 @@ class FunctionRuntime:
                 outcome["error"] = exc
                 outcome["traceback"] = traceback.format_exc()
             finally:
+                discard_disabled_metrics()
                 finished.set()
 
         thread = threading.Thread(target=run, name=f"lambda-{self.spec.logical_id}-{sandbox.sandbox_id}", daemon=True)
