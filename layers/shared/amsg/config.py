@@ -7,7 +7,6 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from functools import cached_property
 
 
 class ConfigError(Exception):
@@ -43,22 +42,24 @@ class Settings:
 
 @dataclass
 class Secrets:
-    """Secrets resolved on first use (env locally, SSM Parameter Store on AWS) and kept for the sandbox."""
+    """Secrets resolved on every access: from the environment locally, or from SSM Parameter Store on AWS,
+    where the reader caches each value for a bounded time so a rotated secret is picked up without a
+    redeploy (see ``amsg.adapters.ssm``)."""
 
     resolve: Callable[[str], str | None] = field(repr=False)
 
-    @cached_property
+    @property
     def master_key(self) -> str:
         value = self.resolve("master_key")
         if not value:
             raise ConfigError("master key is not configured (AMSG_MASTER_KEY or AMSG_MASTER_KEY_PARAM)")
         return value
 
-    @cached_property
+    @property
     def client_token(self) -> str | None:
         value = self.resolve("client_token")
         return value.strip() if value and value.strip() else None
 
-    @cached_property
+    @property
     def vapid_private_key(self) -> str | None:
         return self.resolve("vapid_private_key") or None

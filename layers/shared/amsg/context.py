@@ -40,5 +40,7 @@ class AppContext:
             factory = self.extras.get(name)
             if factory is None:
                 return None
+            if getattr(factory, "uncached", False):  # the factory keeps (and refreshes) its own instance
+                return factory()
             self._built[name] = factory()
         return self._built[name]

@@ -78,7 +78,7 @@ def settings_from_env(env: Mapping[str, str]) -> Settings:
 def secrets_from_env(env: Mapping[str, str]) -> Secrets:
     from amsg.adapters.ssm import SsmSecretReader
 
-    reader = SsmSecretReader()
+    reader = SsmSecretReader(max_age_s=_int_env(env, "AMSG_SECRETS_MAX_AGE_S", 300))
 
     def resolve(name: str) -> str | None:
         direct, param = SECRET_ENV[name]
@@ -127,9 +127,20 @@ def delivery_factories(settings: Settings, secrets: Secrets) -> dict[str, Callab
     """Delivery collaborators, built on first use: API routes that never deliver never import them."""
 
     unusable: list[str] = []
+    built: dict[str | None, object] = {}
 
     def push_sender() -> object:
+        # rebuilt when the private key read from SSM changes (rotation without a redeploy)
         private_key = secrets.vapid_private_key
+        if private_key not in built:
+            built.clear()
+            built[private_key] = build_push_sender(private_key)
+        return built[private_key]
+
+    push_sender.uncached = True  # type: ignore[attr-defined]  # AppContext.extra asks again each time
+
+    def build_push_sender(private_key: str | None) -> object:
+        unusable.clear()
         if not (settings.vapid_public_key and settings.vapid_email and private_key):
             return None  # VAPID incomplete: the tick claims nothing, run_task releases its claim
         from amsg.adapters.webpush_sender import WebPushSender
