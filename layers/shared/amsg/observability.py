@@ -1,9 +1,30 @@
-"""The one Logger and Metrics of the service (Powertools). Tracing is X-Ray's Lambda-level segments only:
-the Powertools Tracer pulls in aws-xray-sdk (~70 ms of cold start) for little extra here."""
+"""The one Logger and Metrics of the service (Powertools), and optional X-Ray tracing.
+
+Tracing is off unless the stack is deployed with ``Tracing=Active`` (``AMSG_TRACING=true``): only then is the
+Powertools Tracer built, on the first request, and the X-Ray SDK imported (~70 ms of cold start otherwise
+spent for nothing). It patches boto3/botocore and httpx, so every DynamoDB, SSM, SQS, LLM and push call is a
+subsegment of the function's trace.
+"""
 
 from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
 
 from aws_lambda_powertools import Logger, Metrics
 
 logger = Logger(service="amsg")
 metrics = Metrics(namespace="amsg", service="amsg")
+
+_tracer: list[Any] = []
+
+
+def start_tracing(env: Mapping[str, str]) -> Any | None:
+    """Build the Tracer once per sandbox when tracing is enabled; returns it (None when tracing is off)."""
+    if env.get("AMSG_TRACING", "").strip().lower() != "true":
+        return None
+    if not _tracer:
+        from aws_lambda_powertools import Tracer
+
+        _tracer.append(Tracer(service="amsg", auto_patch=True, patch_modules=("boto3", "botocore", "httpx")))
+    return _tracer[0]

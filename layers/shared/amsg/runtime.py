@@ -12,7 +12,7 @@ from amsg.clock import SystemClock
 from amsg.config import ConfigError, Secrets, Settings
 from amsg.context import AppContext
 from amsg.domain.client_state import parse_ttl_config
-from amsg.observability import logger
+from amsg.observability import logger, start_tracing
 from amsg.ports import Clock
 
 _current: AppContext | None = None
@@ -27,6 +27,7 @@ SECRET_ENV = {
 def app_context() -> AppContext:
     global _current
     if _current is None:
+        start_tracing(os.environ)
         _current = build_context(os.environ)
     return _current
 

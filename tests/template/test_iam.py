@@ -1,0 +1,515 @@
+"""Least privilege, per function: ``functions/permissions.toml`` is the one table of what each Lambda function
+needs (table actions, indexes it queries, SSM secrets, queue actions). Three checks keep it honest:
+
+1. the template grants each function exactly the table's permissions (no more, no less);
+2. a journey through every route, the tick and run_task (real handlers on moto, secrets in moto's SSM)
+   records every AWS call each function makes: each must be granted (a missing permission fails here, not
+   in production);
+3. every granted permission is used by that journey (an excess one fails), except the few listed in the
+   table's ``unobserved`` with the reason no test reaches them.
+"""
+
+from __future__ import annotations
+
+import tomllib
+import types
+import uuid
+from collections import defaultdict
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import boto3
+import pytest
+from moto import mock_aws
+
+from tests.support.aws_calls import Call, record_aws_calls
+from tests.support.template import REPO_ROOT, functions, project_template
+
+PERMISSIONS_FILE = REPO_ROOT / "functions" / "permissions.toml"
+SECRET_PARAMETERS = {  # template parameter that names the SSM parameter -> secret
+    "MasterKeyParameterName": "master_key",
+    "VapidPrivateKeyParameterName": "vapid_private_key",
+    "ClientTokenParameterName": "client_token",
+}
+SSM_NAMES = {"/iam/master": "master_key", "/iam/vapid": "vapid_private_key", "/iam/token": "client_token"}
+TRANSACT_ITEM_ACTIONS = {
+    "Put": "PutItem",
+    "Update": "UpdateItem",
+    "Delete": "DeleteItem",
+    "ConditionCheck": "ConditionCheckItem",
+}
+EVENT_SOURCE = {"sqs:ReceiveMessage queue", "sqs:DeleteMessage queue", "sqs:GetQueueAttributes queue"}
+SQS_ACTIONS = {"SendMessageBatch": "SendMessage", "SendMessage": "SendMessage"}
+
+
+def load_permissions(path: Path = PERMISSIONS_FILE) -> dict[str, dict[str, Any]]:
+    return tomllib.loads(path.read_text(encoding="utf-8"))
+
+
+def needs_of(table: dict[str, Any]) -> set[str]:
+    """One function's table entry as permission strings ("dynamodb:GetItem table", "ssm:GetParameter master_key")."""
+    out = {f"dynamodb:{action} table" for action in table.get("table", [])}
+    out |= {f"dynamodb:Query index/{name}" for name in table.get("indexes", [])}
+    out |= {f"ssm:GetParameter {name}" for name in table.get("secrets", [])}
+    out |= {f"sqs:{action} queue" for action in table.get("queue", [])}
+    return out
+
+
+def permissions_of_call(call: Call) -> set[str]:
+    """The IAM permissions one recorded AWS call needs (transactions are authorised per item)."""
+    p = call.params
+    if call.service == "dynamodb":
+        if call.operation == "TransactWriteItems":
+            return {f"dynamodb:{TRANSACT_ITEM_ACTIONS[k]} table" for item in p["TransactItems"] for k in item}
+        if call.operation == "TransactGetItems":
+            return {"dynamodb:GetItem table"}
+        if call.operation in ("Query", "Scan") and p.get("IndexName"):
+            return {f"dynamodb:{call.operation} index/{p['IndexName']}"}
+        return {f"dynamodb:{call.operation} table"}
+    if call.service == "ssm":
+        assert call.operation == "GetParameter", call
+        return {f"ssm:GetParameter {SSM_NAMES[p['Name']]}"}
+    if call.service == "sqs":
+        return {f"sqs:{SQS_ACTIONS.get(call.operation, call.operation)} queue"}
+    raise AssertionError(f"unexpected AWS service in {call}")
+
+
+# --------------------------------------------------------------------------------------------- the journey
+
+T0_MS = 1_893_369_600_000  # 2029-12-31T00:00:00Z
+FIRST = "2029-12-31T00:01:00.000Z"
+TOKEN = "iam-journey-token"
+
+
+class _Sandboxes:
+    """One AppContext per function, as separate Lambda sandboxes have: each reads its own secrets from SSM."""
+
+    def __init__(self, env: dict[str, str], recorder: Any) -> None:
+        self.env = env
+        self.recorder = recorder
+        self.contexts: dict[str, Any] = {}
+        self.now_ms = T0_MS
+
+    def enter(self, function: str) -> Any:
+        from amsg import runtime
+        from amsg.clock import FixedClock
+
+        ctx = self.contexts.get(function)
+        if ctx is None:
+            with self.recorder.acting_as(function):
+                ctx = self.contexts[function] = runtime.build_context(self.env)
+            ctx.clock = FixedClock(self.now_ms)
+        ctx.clock.current_ms = self.now_ms
+        runtime.use(ctx)
+        return ctx
+
+
+@pytest.fixture(scope="module")
+def observed() -> Iterator[dict[str, list[Call]]]:
+    """Every AWS call each function made during a journey through all routes, the tick and run_task."""
+    from amsg import runtime
+    from amsg.vapid import generate_vapid_keys
+    from amsg_local.tables import create_queue_from_template, create_tables_from_template
+    from amsg_local.template import load_template
+
+    from tests.support.engine_harness import EngineHarness
+    from tests.support.fake_llm import FakeLlmServer
+    from tests.support.fake_push import FakePushService
+    from tests.support.inprocess import InProcessApi
+    from tests.support.wire_client import WireClient
+
+    public, private = generate_vapid_keys()
+    with mock_aws(), FakePushService(vapid_public_key=public) as push, FakeLlmServer() as llm:
+        template = load_template()
+        create_tables_from_template(boto3.client("dynamodb", region_name="us-east-1"), template, "amsg-iam")
+        queue = create_queue_from_template(boto3.client("sqs", region_name="us-east-1"), template, "amsg-iam-tasks")
+        ssm = boto3.client("ssm", region_name="us-east-1")
+        for name, value in (("/iam/master", "b" * 64), ("/iam/vapid", private), ("/iam/token", TOKEN)):
+            ssm.put_parameter(Name=name, Value=value, Type="SecureString")
+        env = {
+            "AMSG_TABLE_NAME": "amsg-iam",
+            "AMSG_QUEUE_URL": queue.url,
+            "AMSG_MASTER_KEY_PARAM": "/iam/master",
+            "AMSG_VAPID_PRIVATE_KEY_PARAM": "/iam/vapid",
+            "AMSG_CLIENT_TOKEN_PARAM": "/iam/token",
+            "AMSG_VAPID_PUBLIC_KEY": public,
+            "AMSG_VAPID_EMAIL": "ops@example.test",
+            "AMSG_PUSH_PACING_MS": "0",
+            "AMSG_CLIENT_STATE_TTL": '{"short": 1}',
+            "AMSG_HOOKS_MODULE": "tests.support.hooks_serialize",  # serialized claims take a group lock
+        }
+        with record_aws_calls() as recorder:
+            sandboxes = _Sandboxes(env, recorder)
+
+            class Api(InProcessApi):
+                def __call__(self, method: str, path: str, headers: dict[str, str], body: bytes | None):
+                    from urllib.parse import urlsplit
+
+                    function = self.route_for(method, urlsplit(path).path).function_logical_id
+                    sandboxes.enter(function)
+                    with recorder.acting_as(function):
+                        return super().__call__(method, path, headers, body)
+
+            harness = EngineHarness(queue.url, queue.arn)
+
+            def tick() -> dict[str, Any]:
+                sandboxes.enter("TickFunction")
+                with recorder.acting_as("TickFunction"):
+                    return harness.tick()
+
+            def drain() -> None:
+                from tests.support.inprocess import LambdaContext
+
+                while messages := harness.receive():  # receiving and deleting is the event source mapping's
+                    sandboxes.enter("RunTaskFunction")
+                    context = LambdaContext(function_name="run_task", remaining_ms=110_000, aws_request_id="r")
+                    with recorder.acting_as("RunTaskFunction"):
+                        result = harness.run_module.handler(harness.sqs_event(messages), context)
+                    assert result == {"batchItemFailures": []}, result
+                    for message in messages:
+                        harness.sqs.delete_message(QueueUrl=harness.queue_url, ReceiptHandle=message["ReceiptHandle"])
+
+            api = WireClient(Api(), user_id=str(uuid.uuid4()), server_token=TOKEN)
+            env_ns = types.SimpleNamespace(api=api, push=push, llm=llm, sandboxes=sandboxes, tick=tick, drain=drain)
+            _journey(env_ns)
+        runtime.use(None)
+    calls: dict[str, list[Call]] = defaultdict(list)
+    for call in recorder.calls:
+        calls[call.function].append(call)
+    yield dict(calls)
+
+
+def _ok(resp: Any, status: int = 200) -> Any:
+    assert resp.status == status, resp.text
+    return resp
+
+
+def _journey(env: Any) -> None:
+    api = env.api
+    _ok(api.request("POST", "/init-tenant"))
+    api.init()
+    _ok(api.vapid_public_key())
+    _ok(api.capabilities())
+    _ok(api.request("GET", "/no-such-route"), 404)
+    subscription = env.push.subscribe()
+    _ok(api.put_subscription(subscription.to_json()))
+    _ok(api.get_subscription())
+    # tasks: fixed, LLM with inline key, LLM through a stored credential, instant
+    _ok(
+        api.put_credentials(
+            [
+                {
+                    "credId": "global/chat",
+                    "value": {"apiUrl": env.llm.base_url, "apiKey": "sk-iam-0123456789", "primaryModel": "m"},
+                }
+            ]
+        )
+    )
+    _ok(api.get_credentials())
+    fixed = _ok(
+        api.schedule(
+            {
+                "contactName": "Rei",
+                "messageType": "fixed",
+                "userMessage": "a。b",
+                "firstSendTime": FIRST,
+                "recurrenceType": "daily",
+            }
+        ),
+        201,
+    ).data
+    env.llm.reply_reasoning("你好！", "thinking")
+    _ok(
+        api.schedule(
+            {
+                "contactName": "Rei",
+                "messageType": "prompted",
+                "userMessage": None,
+                "completePrompt": "x",
+                "firstSendTime": FIRST,
+                "credRefs": {"chat": "global/chat"},
+                "metadata": {"group": "g"},
+            }
+        ),
+        201,
+    )
+    _ok(
+        api.schedule({"contactName": "Rei", "messageType": "instant", "userMessage": "now", "firstSendTime": FIRST}),
+        200,
+    )
+    # payloads larger than one item are stored as parts (written, read, replaced and deleted in batches)
+    big = "长" * 120_000
+    env.llm.reply_content("收到。")
+    _ok(
+        api.schedule(
+            {
+                "contactName": "Rei",
+                "messageType": "prompted",
+                "userMessage": None,
+                "completePrompt": big,
+                "firstSendTime": FIRST,
+                "apiUrl": env.llm.base_url,
+                "apiKey": "sk-iam-0123456789",
+                "primaryModel": "m",
+            }
+        ),
+        201,
+    )
+    large = _ok(
+        api.schedule(
+            {
+                "contactName": "Rei",
+                "messageType": "fixed",
+                "userMessage": big,
+                "firstSendTime": "2030-06-01T00:00:00.000Z",
+            }
+        ),
+        201,
+    ).data
+    _ok(api.get_message(large["uuid"]))
+    _ok(api.update(large["uuid"], {"userMessage": big + "。"}))
+    _ok(api.cancel(large["uuid"]))
+    large = _ok(
+        api.schedule(
+            {
+                "contactName": "Rei",
+                "messageType": "fixed",
+                "userMessage": big,
+                "firstSendTime": "2030-06-01T00:00:00.000Z",
+            }
+        ),
+        201,
+    ).data
+    _ok(
+        api.schedule(
+            {
+                "contactName": "Rei",
+                "messageType": "fixed",
+                "userMessage": "x",
+                "firstSendTime": "2030-06-01T00:00:00.000Z",
+                "supersedesUuid": large["uuid"],
+            }
+        ),
+        201,
+    )
+    doomed = _ok(
+        api.schedule({"contactName": "Rei", "messageType": "fixed", "userMessage": "x", "firstSendTime": FIRST}), 201
+    ).data
+    _ok(api.list_messages())
+    _ok(api.get_message(fixed["uuid"]))
+    _ok(api.update(fixed["uuid"], {"userMessage": "c。d"}))
+    _ok(api.cancel(doomed["uuid"]))
+    # client state ("short" expires after a day: the tick's housekeeping deletes it)
+    old = T0_MS - 60_000
+    state = [
+        {"namespace": "ns", "key": "k", "value": big, "updatedAt": old},
+        {"namespace": "short", "key": "k", "value": big, "updatedAt": old},
+    ]
+    assert _ok(api.put_client_state(state)).data["upserted"] == 2
+    _ok(api.get_client_state("ns"))
+    _ok(api.client_state_namespaces())
+    # delivery: the tick claims, run_task delivers
+    env.sandboxes.now_ms = T0_MS + 61_000
+    summary = env.tick()
+    assert summary["claimedTasks"] == 3, summary
+    env.drain()
+    assert len(env.push.received) >= 3
+    entries, _ = api.outbox_sync()
+    assert entries
+    _ok(api.outbox_ack([entries[0]["messageId"]]))
+    _ok(api.outbox_delete({"messageIds": [entries[-1]["messageId"]]}))
+    # a push service that says "gone": a permanent failure
+    _ok(
+        api.schedule(
+            {
+                "contactName": "Rei",
+                "messageType": "fixed",
+                "userMessage": "gone",
+                "firstSendTime": "2029-12-31T00:03:00.000Z",
+                "metadata": {"group": "g"},
+            }
+        ),
+        201,
+    )
+    env.push.set_status(subscription.endpoint_id, 410)
+    env.sandboxes.now_ms = T0_MS + 181_000
+    env.tick()
+    env.drain()
+    _ok(api.put_subscription(env.push.subscribe().to_json()))
+    # three days later: stale tasks are settled by the tick (one-shot expired, daily fast-forwarded) and the
+    # expired client state is cleaned up; ten days later the settled tasks are deleted
+    _ok(
+        api.schedule(
+            {
+                "contactName": "Rei",
+                "messageType": "fixed",
+                "userMessage": "late",
+                "firstSendTime": "2029-12-31T00:05:00.000Z",
+            }
+        ),
+        201,
+    )
+    env.sandboxes.now_ms = T0_MS + 3 * 86_400_000
+    summary = env.tick()
+    assert summary["details"]["staleTasks"], summary
+    assert summary["details"]["housekeeping"]["expiredStateEntries"] >= 1, summary
+    env.drain()
+    env.sandboxes.now_ms = T0_MS + 11 * 86_400_000
+    summary = env.tick()
+    assert summary["details"]["housekeeping"]["deletedSettledTasks"] >= 1, summary
+    env.drain()
+    _ok(api.delete_client_state_namespace("ns"))
+    _ok(api.clear_client_state())
+    cred = {"apiUrl": env.llm.base_url, "apiKey": "sk-iam-0123456789", "primaryModel": "m"}
+    _ok(api.put_credentials([{"credId": f"global/c{i}", "value": cred} for i in range(3)]))
+    _ok(api.delete_credentials({"credIds": ["global/chat"]}))
+    _ok(api.delete_credentials({"credIdPrefix": "global/c1"}))
+    _ok(api.delete_credentials({"all": True}))
+    _ok(api.outbox_delete({"all": True}))
+    _ok(api.delete_subscription())
+
+
+# --------------------------------------------------------------------------------------------- the template
+
+
+def _as_list(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else [value]
+
+
+def _unless_no_value(value: Any, conditions: set[str]) -> Any:
+    """``!If [Cond, x, !Ref AWS::NoValue]`` → x (recording Cond); anything else as is."""
+    if isinstance(value, dict) and "Fn::If" in value:
+        cond, yes, no = value["Fn::If"]
+        assert no == {"Ref": "AWS::NoValue"}, f"unexpected Fn::If {value}"
+        conditions.add(cond)
+        return yes
+    return value
+
+
+def _resource(value: Any) -> str:
+    """A statement's resource as a name in the permissions table ("table", "index/due", "master_key", "queue")."""
+    if value == {"Fn::GetAtt": ["Table", "Arn"]}:
+        return "table"
+    if value == {"Fn::GetAtt": ["TaskQueue", "Arn"]}:
+        return "queue"
+    if isinstance(value, dict) and isinstance(value.get("Fn::Sub"), str):
+        text = value["Fn::Sub"]
+        if text.startswith("${Table.Arn}/index/"):
+            return "index/" + text.removeprefix("${Table.Arn}/index/")
+        prefix = "arn:${AWS::Partition}:ssm:${AWS::Region}:${AWS::AccountId}:parameter${"
+        if text.startswith(prefix) and text.endswith("}"):
+            return SECRET_PARAMETERS[text.removeprefix(prefix)[:-1]]
+    return f"<unrecognised resource {value!r}>"
+
+
+def _statement_permissions(statement: dict[str, Any], conditions: set[str]) -> set[str]:
+    assert statement.get("Effect") == "Allow" and "Condition" not in statement, statement
+    assert "NotAction" not in statement and "NotResource" not in statement, statement
+    out = set()
+    for action in _as_list(statement["Action"]):
+        for resource in _as_list(statement["Resource"]):
+            out.add(f"{action} {_resource(_unless_no_value(resource, conditions))}")
+    return out
+
+
+def _managed_policy(tpl: dict[str, Any], ref: Any) -> dict[str, Any]:
+    name = ref["Ref"] if isinstance(ref, dict) and set(ref) == {"Ref"} else None
+    res = tpl["Resources"].get(name or "")
+    assert res and res["Type"] == "AWS::IAM::ManagedPolicy", f"not an in-template managed policy: {ref!r}"
+    return res
+
+
+def granted(tpl: dict[str, Any], function: str) -> tuple[set[str], set[str]]:
+    """What the template lets one function do, and the conditions those grants depend on."""
+    props = tpl["Resources"][function]["Properties"]
+    conditions: set[str] = set()
+    docs: list[dict[str, Any]] = []
+    attached: list[Any] = []
+    if "Role" in props:
+        assert "Policies" not in props, function
+        role = tpl["Resources"][props["Role"]["Fn::GetAtt"][0]]
+        assert role["Type"] == "AWS::IAM::Role"
+        attached = list(role["Properties"].get("ManagedPolicyArns") or [])
+        docs = [p["PolicyDocument"] for p in role["Properties"].get("Policies") or []]
+    else:
+        for policy in _as_list(props.get("Policies") or []):
+            if isinstance(policy, dict) and "Statement" in policy:
+                docs.append(policy)
+            else:
+                attached.append(policy)
+    for ref in attached:
+        ref = _unless_no_value(ref, conditions)
+        if isinstance(ref, dict) and "Fn::Sub" in ref and ref["Fn::Sub"].endswith(":policy/AWSXrayWriteOnlyAccess"):
+            continue  # tracing (only with Tracing=Active, checked below)
+        policy = _managed_policy(tpl, ref)
+        if "Condition" in policy:
+            conditions.add(policy["Condition"])
+        docs.append(policy["Properties"]["PolicyDocument"])
+    perms: set[str] = set()
+    for doc in docs:
+        for statement in _as_list(doc["Statement"]):
+            perms |= _statement_permissions(statement, conditions)
+    return perms, conditions
+
+
+def test_the_table_lists_exactly_the_template_functions():
+    tpl = project_template()
+    assert set(load_permissions()) == set(functions(tpl))
+
+
+@pytest.mark.parametrize("function", sorted(load_permissions()))
+def test_the_template_grants_exactly_the_table(function):
+    tpl = project_template()
+    perms, _ = granted(tpl, function)
+    platform = {p for p in perms if p.startswith("logs:") or p in EVENT_SOURCE}
+    expected = needs_of(load_permissions()[function])
+    assert {p for p in perms - platform if p not in expected} == set(), "granted but not in permissions.toml"
+    assert {p for p in expected if p not in perms} == set(), "in permissions.toml but not granted"
+
+
+def test_only_run_task_polls_the_queue_and_its_role_is_scoped():
+    tpl = project_template()
+    for function in functions(tpl):
+        perms, conditions = granted(tpl, function)
+        sqs_event = any(
+            e.get("Type") == "SQS" for e in (tpl["Resources"][function]["Properties"].get("Events") or {}).values()
+        )
+        assert (perms & EVENT_SOURCE == EVENT_SOURCE) == sqs_event, function
+        if sqs_event:  # its own role: logs only to its own log group, tracing only when enabled
+            assert {p for p in perms if p.startswith("logs:")} == {
+                "logs:CreateLogStream <unrecognised resource {'Fn::GetAtt': ['RunTaskLogGroup', 'Arn']}>",
+                "logs:PutLogEvents <unrecognised resource {'Fn::GetAtt': ['RunTaskLogGroup', 'Arn']}>",
+            }
+            assert "TracingEnabled" in conditions
+
+
+def test_the_client_token_is_granted_only_when_configured():
+    tpl = project_template()
+    for function, table in load_permissions().items():
+        _, conditions = granted(tpl, function)
+        assert ("HasClientToken" in conditions) == ("client_token" in table.get("secrets", [])), function
+
+
+def test_every_call_of_the_journey_is_granted(observed):
+    table = load_permissions()
+    missing = {
+        fn: sorted(set().union(*(permissions_of_call(c) for c in calls)) - needs_of(table.get(fn, {})))
+        for fn, calls in observed.items()
+        if fn != "-"
+    }
+    assert {fn: perms for fn, perms in missing.items() if perms} == {}, "calls the table does not allow"
+
+
+def test_every_granted_permission_is_used_by_the_journey(observed):
+    table = load_permissions()
+    unused = {}
+    for fn, entry in table.items():
+        used = set().union(*(permissions_of_call(c) for c in observed.get(fn, [])))
+        unused[fn] = sorted(needs_of(entry) - used)
+    assert {fn: perms for fn, perms in unused.items() if perms} == {}, "permissions no call needed"
+
+
+def test_the_journey_reached_every_function(observed):
+    silent = set(load_permissions()) - set(observed)
+    assert silent == {"NotFoundFunction"}  # the 404 route touches nothing
