@@ -15,11 +15,12 @@ again). Exactly once across retries, SQS redelivery and lease takeover:
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import uuid as uuid_lib
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from amsg.context import AppContext
@@ -94,7 +95,6 @@ class _Progress:
     scheduled: int = 0
     results: int = 0
     existing_ids: set[str] | None = None
-    stored_states: dict[str, Any] = field(default_factory=dict)
 
 
 def generation_limit(ctx: AppContext, hooks: Hooks, view: Mapping[str, Any]) -> int:
@@ -381,7 +381,8 @@ class AgenticFire:
                 retry_limit = getattr(error, "retry_limit", None)
                 if retry_limit is None:
                     retry_limit = self.retry_limit()
-                    error.retry_limit = retry_limit  # type: ignore[attr-defined]
+                    with contextlib.suppress(AttributeError):  # the settle write uses the limit announced here
+                        error.retry_limit = retry_limit  # type: ignore[attr-defined]
                 will_retry = getattr(error, "permanent", False) is not True and self.row.retry_count < retry_limit
         self._receipt(
             self.hooks.on_fire_settled,
