@@ -20,9 +20,9 @@ from itertools import islice
 from pathlib import Path
 from typing import Any, TextIO
 
-from amsg_import.reader import KINDS, Problem, Record, ReferenceReader
+from amsg_import.reader import KINDS, OutboxRecord, Problem, Record, ReferenceReader
 from amsg_import.sources import Source, SourceError, open_source
-from amsg_import.writer import FAILED, SKIPPED, WRITTEN, Outcome, TargetWriter
+from amsg_import.writer import FAILED, SKIPPED, WRITTEN, Outcome, TargetWriter, outbox_ttl
 
 KEY_SAMPLE = 3
 EXAMPLES_PER_REASON = 3
@@ -207,15 +207,10 @@ class DryRunWriter:
 
     def __init__(self, now_ms: int) -> None:
         self.now_ms = now_ms
-        # reuse the real writer's pure decisions (task normalisation, outbox retention) without a table
-        self._pure = TargetWriter.__new__(TargetWriter)
-        self._pure.now_ms = now_ms
 
     def dispatch(self, kind: str, record: Record) -> Outcome:
-        if kind == "outbox":
-            ttl = TargetWriter.outbox_ttl(self._pure, record)  # type: ignore[arg-type]
-            if ttl <= self.now_ms // 1000:
-                return Outcome(SKIPPED, "past the outbox retention (the reference deletes it too)")
+        if isinstance(record, OutboxRecord) and outbox_ttl(record) <= self.now_ms // 1000:
+            return Outcome(SKIPPED, "past the outbox retention (the reference deletes it too)")
         if kind == "tasks" and getattr(record, "uuid_derived", False):
             return Outcome(WRITTEN, "legacy row without uuid: given a derived uuid")
         if kind == "state" and getattr(record, "chunked", False):

@@ -72,6 +72,14 @@ def _int(value: Any) -> int | None:
     return int(value) if isinstance(value, int | Decimal) and not isinstance(value, bool) else None
 
 
+def outbox_ttl(rec: OutboxRecord) -> int:
+    """The row's expiry (epoch s) under our retention: 28 days after creation, 7 days after an ack."""
+    expires = rec.created_at + RETENTION_MS
+    if rec.acked_at is not None:
+        expires = min(expires, rec.acked_at + ACKED_RETENTION_MS)
+    return expires // 1000
+
+
 class TargetWriter:
     def __init__(self, table: DynamoTable, *, due_shards: int, now_ms: int, task_floor: int, outbox_floor: int) -> None:
         self.t = table
@@ -257,14 +265,8 @@ class TargetWriter:
 
     # ---- outbox -----------------------------------------------------------------------------------------
 
-    def outbox_ttl(self, rec: OutboxRecord) -> int:
-        expires = rec.created_at + RETENTION_MS
-        if rec.acked_at is not None:
-            expires = min(expires, rec.acked_at + ACKED_RETENTION_MS)
-        return expires // 1000
-
     def write_outbox(self, rec: OutboxRecord) -> Outcome:
-        ttl = self.outbox_ttl(rec)
+        ttl = outbox_ttl(rec)
         if ttl <= self.now_ms // 1000:
             return _skipped("past the outbox retention (the reference deletes it too)")
         self.ensure_counters(rec.user_id)
