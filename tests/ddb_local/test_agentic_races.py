@@ -53,9 +53,7 @@ def world(ddb_local_endpoint, ddb_local_table):
     hooks_agentic.reset()
     ctx = ddb_context(ddb_local_endpoint, ddb_local_table, AMSG_HOOKS_MODULE="tests.support.hooks_agentic")
     sender, queue, llm = RecordingPushSender(), MemoryQueue(), ScriptedLlm()
-    with_fakes(ctx, sender, queue)
-    ctx.extras["llm"] = lambda: llm
-    ctx._built.pop("llm", None)
+    with_fakes(ctx, sender, queue, llm)
 
     def output(hctx):
         message = hctx.llm_response["choices"][0]["message"]

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from amsg.domain.failures import NonRetryableError
+from amsg.failures import NonRetryableError
 from amsg.hooks import load_hooks
 
 from tests.conftest import T0_MS

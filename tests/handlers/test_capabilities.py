@@ -128,13 +128,6 @@ def test_features_follow_the_wired_stores(ctx, api, attribute, gone):
     assert before - after == gone
 
 
-def test_delivery_features_follow_the_engine(ctx, api):
-    engine_features = {"tick-stale-guard", "run-task-entrypoint", "worker-run-task", "redeliver-committed-batch"}
-    assert engine_features <= set(api.capabilities().body["features"])
-    ctx.extras.pop("delivery")
-    assert not engine_features & set(api.capabilities().body["features"])
-
-
 def test_no_unimplemented_reference_features_are_advertised(api):
     # hooks, agentic fire and cloud data are not implemented yet: their names must not appear
     features = set(api.capabilities().body["features"])

@@ -11,6 +11,7 @@ from typing import Any
 
 from amsg import runtime
 from amsg.clock import FixedClock
+from amsg.context import DeliveryPorts
 
 MASTER_KEY = "a" * 64
 T0_MS = 1_893_369_600_000
@@ -51,7 +52,7 @@ class RecordingPushSender:
                 raise Killed(message_id)
             status = self.statuses.pop(0) if self.statuses else 201
             if status >= 300:
-                from amsg.ports import PushSendError
+                from amsg.failures import PushSendError
 
                 raise PushSendError(f"Web Push delivery failed: {status}", status=status)
             self.sent.append(push)
@@ -82,8 +83,6 @@ def ddb_context(endpoint: str, table: str, **env_overrides: str):
     return ctx
 
 
-def with_fakes(ctx, sender: RecordingPushSender, queue: MemoryQueue) -> None:
-    ctx.extras["push_sender"] = lambda: sender
-    ctx.extras["queue"] = lambda: queue
-    ctx._built.pop("push_sender", None)
-    ctx._built.pop("queue", None)
+def with_fakes(ctx, sender: RecordingPushSender, queue: MemoryQueue, llm: Any = None) -> None:
+    make_llm = ctx.delivery.make_llm if llm is None else (lambda: llm)
+    ctx.delivery = DeliveryPorts(make_push_sender=lambda: sender, make_llm=make_llm, make_queue=lambda: queue)

@@ -60,3 +60,98 @@ def test_api_handlers_do_not_load_the_push_or_llm_stack_at_import(handler):
     env = {"PYTHONPATH": str(PACKAGE.parent), "AWS_DEFAULT_REGION": "us-east-1", "PATH": "/usr/bin:/bin"}
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, env=env, check=True).stdout
     assert json.loads(out.strip().splitlines()[-1]) == []
+
+
+# ---- dependencies between the parts of the package -----------------------------------------------------------
+#
+# A "part" is a top-level module (``amsg.ports``) or subpackage (``amsg.engine``). Function-level (lazy) imports
+# count too: they are dependencies all the same, only deferred.
+
+
+def _module_name(path: Path) -> str:
+    parts = list(path.relative_to(PACKAGE.parent).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _part(module: str) -> str | None:
+    pieces = module.split(".")
+    return pieces[1] if pieces[0] == "amsg" and len(pieces) > 1 else None
+
+
+def amsg_imports(path: Path) -> set[str]:
+    """Absolute names of the ``amsg`` modules a file imports (relative imports resolved)."""
+    module = _module_name(path)
+    package = module.split(".") if path.name == "__init__.py" else module.split(".")[:-1]
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            found |= {alias.name for alias in node.names}
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package[: len(package) - node.level + 1]
+                found.add(".".join(base + ([node.module] if node.module else [])))
+            elif node.module:
+                found.add(node.module)
+    return {name for name in found if name == "amsg" or name.startswith("amsg.")}
+
+
+def part_graph() -> dict[str, set[str]]:
+    graph: dict[str, set[str]] = {}
+    for path in PACKAGE.rglob("*.py"):
+        source = _part(_module_name(path))
+        if source is None:
+            continue
+        targets = {_part(name) for name in amsg_imports(path)} - {None, source}
+        graph.setdefault(source, set()).update(t for t in targets if t)
+    return graph
+
+
+FORBIDDEN_PARTS = {
+    # the engine is driven by the API (instant) and by handlers, never the other way round
+    "engine": {"api", "http", "runtime"},
+    # pure rules: no I/O ports wiring, no HTTP, no engine
+    "domain": {"api", "http", "engine", "adapters", "runtime", "context"},
+    # the small interfaces depend on nothing of the package, so every layer can use them without a loop
+    "ports": {"domain", "api", "http", "engine", "adapters", "runtime", "context"},
+    "adapters": {"api", "http", "engine", "runtime", "context"},
+    "http": {"api", "engine", "adapters", "runtime"},
+    "api": {"adapters", "runtime"},
+}
+
+
+@pytest.mark.parametrize("part", sorted(FORBIDDEN_PARTS))
+def test_forbidden_dependencies_between_parts(part):
+    assert not (part_graph().get(part, set()) & FORBIDDEN_PARTS[part])
+
+
+def test_failure_types_are_a_leaf():
+    """Ports, domain, engine and adapters all raise or read them; a leaf cannot close a loop."""
+    assert amsg_imports(PACKAGE / "failures.py") == set()
+    assert amsg_imports(PACKAGE / "ports.py") <= {"amsg.failures"}
+
+
+def test_the_parts_form_no_cycle():
+    graph = part_graph()
+    state: dict[str, str] = {}
+    cycle: list[str] = []
+
+    def visit(node: str, trail: list[str]) -> bool:
+        state[node] = "open"
+        for target in sorted(graph.get(node, ())):
+            if state.get(target) == "open":
+                cycle.extend([*trail, node, target])
+                return True
+            if target not in state and visit(target, [*trail, node]):
+                return True
+        state[node] = "done"
+        return False
+
+    for node in sorted(graph):
+        if node not in state and visit(node, []):
+            break
+    assert cycle == []
+
+
+def test_the_graph_sees_lazy_and_relative_imports():
+    assert "adapters" in part_graph()["runtime"]  # built lazily inside build_context
+    assert "amsg.api.common" in amsg_imports(PACKAGE / "api/messages.py")  # ``from .common import``

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 
 import pytest
-from amsg.domain.failures import CREDENTIAL_MISSING, LLM_CALL_FAILED, DeliveryFailure, LlmCallError
 from amsg.domain.llm import (
     EMPTY_AFTER_REASONING_MESSAGE,
     MISSING_CONTENT_MESSAGE,
@@ -21,6 +20,7 @@ from amsg.domain.llm import (
     resolve_chat_credentials,
     upstream_status_error,
 )
+from amsg.failures import CREDENTIAL_MISSING, LLM_CALL_FAILED, DeliveryFailure, LlmCallError
 
 # --------------------------------------------------------------------------------------------------------
 # URL normalisation

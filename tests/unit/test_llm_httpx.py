@@ -9,8 +9,8 @@ from collections.abc import Iterator
 
 import pytest
 from amsg.adapters.llm_httpx import HttpxLlmClient
-from amsg.domain.failures import LLM_CALL_FAILED, LlmCallError
 from amsg.domain.llm import EMPTY_AFTER_REASONING_MESSAGE, ChatCredentials, build_llm_request
+from amsg.failures import LLM_CALL_FAILED, LlmCallError
 from amsg.ports import LlmClient, LlmRequest
 
 from tests.support.fake_llm import FakeLlmServer, Reply

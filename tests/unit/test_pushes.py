@@ -1,5 +1,5 @@
-from amsg.domain.failures import NonRetryableError
 from amsg.engine.pushes import Occurrence, content_pushes, measure_push_payload, should_push
+from amsg.failures import NonRetryableError
 
 
 def test_measure_push_payload_with_and_without_the_envelope_reserve():

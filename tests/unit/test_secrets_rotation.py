@@ -74,14 +74,14 @@ def test_the_push_sender_follows_a_rotated_vapid_key(ssm):
     ssm.put_parameter(Name="/t/vapid", Value=private1, Type="SecureString", Overwrite=True)
     env = _env(AMSG_SECRETS_MAX_AGE_S="0", AMSG_VAPID_PUBLIC_KEY=public1, AMSG_VAPID_EMAIL="ops@example.test")
     ctx = runtime.build_context(env)
-    first = ctx.extra("push_sender")
-    assert first is not None and ctx.extra("push_sender") is first  # same key: same sender
+    first = ctx.delivery.push_sender
+    assert first is not None and ctx.delivery.push_sender is first  # same key: same sender
     ssm.put_parameter(Name="/t/vapid", Value=private2, Type="SecureString", Overwrite=True)
     # the new private key no longer matches the deployed public key: delivery pauses (nothing is claimed)
     # instead of signing with a key the push services do not expect
-    assert ctx.extra("push_sender") is None
+    assert ctx.delivery.push_sender is None
     ctx = runtime.build_context({**env, "AMSG_VAPID_PUBLIC_KEY": public2})
-    assert ctx.extra("push_sender") is not None
+    assert ctx.delivery.push_sender is not None
 
 
 def test_a_missing_parameter_is_a_config_error_naming_the_parameter_only(ssm):

@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 from amsg.adapters import webpush_sender
 from amsg.adapters.webpush_sender import WebPushSender
-from amsg.ports import MAX_PUSH_PAYLOAD_BYTES, PushSender, PushSendError, is_permanent_push_status
+from amsg.failures import PushSendError, is_permanent_push_status
+from amsg.ports import MAX_PUSH_PAYLOAD_BYTES, PushSender
 from amsg.vapid import (
     VapidConfigError,
     b64url_decode,
@@ -387,7 +388,7 @@ import amsg.vapid, amsg.ports, amsg.adapters.webpush_sender
 heavy = ("pywebpush", "aiohttp", "requests", "py_vapid")
 print(sorted(m for m in sys.modules if m.split(".")[0] in heavy + ("httpx", "http_ece")))
 from amsg.adapters.webpush_sender import WebPushSender
-from amsg.ports import PushSendError
+from amsg.failures import PushSendError
 from amsg.vapid import generate_vapid_keys
 pub, priv = generate_vapid_keys()
 sub = {"endpoint": sys.argv[1], "keys": {"p256dh": pub, "auth": "AAAAAAAAAAAAAAAAAAAAAA"}}

@@ -34,11 +34,6 @@ def _always(ctx: AppContext) -> bool:
     return True
 
 
-def _has(name: str) -> Callable[[AppContext], bool]:
-    """A lazily built collaborator (the delivery engine) is wired into this deployment."""
-    return lambda ctx: ctx.extras.get(name) is not None
-
-
 def _store(attribute: str, *methods: str) -> Callable[[AppContext], bool]:
     """The store port is wired (and, for optional operations, offers the method behind the feature)."""
 
@@ -65,16 +60,16 @@ FEATURES: list[tuple[str, Callable[[AppContext], bool]]] = [
     ("agentic-fire-tools", _hook("execute_tool_calls", agentic=True)),
     ("agentic-schedule-task", _agentic),
     ("vapid-public-key", lambda ctx: bool(ctx.settings.vapid_public_key)),
-    ("tick-stale-guard", _has("delivery")),
-    ("recurring-skip-occurrence", _has("delivery")),
-    ("occurrence-scoped-push-ids", _has("delivery")),
+    ("tick-stale-guard", _always),
+    ("recurring-skip-occurrence", _always),
+    ("occurrence-scoped-push-ids", _always),
     ("after-send-hook", _hook("on_after_send", agentic=True)),
     ("update-message-credentials", _always),
     ("hook-state-accessors", lambda ctx: _agentic(ctx) and _client_state(ctx)),
     ("after-send-scratch", _hook("on_after_send", agentic=True)),
     ("fire-task-identity", _agentic),
-    ("push-task-identity", _has("delivery")),
-    ("push-envelope-reserved-bytes", _has("delivery")),
+    ("push-task-identity", _always),
+    ("push-envelope-reserved-bytes", _always),
     ("schedule-task-duplicate-row", _agentic),
     ("recurring-stale-skip-hook", _hook("on_stale_skip")),
     ("task-timezone", _always),
@@ -86,9 +81,9 @@ FEATURES: list[tuple[str, Callable[[AppContext], bool]]] = [
     ("client-state-version-guard", _client_state),
     ("schedule-immediate", _always),
     ("schedule-supersede", _always),
-    ("tick-lease-heartbeat", _has("delivery")),
-    ("run-task-entrypoint", _has("delivery")),
-    ("task-last-error", _has("delivery")),
+    ("tick-lease-heartbeat", _always),
+    ("run-task-entrypoint", _always),
+    ("task-last-error", _always),
     ("non-retryable-error", _agentic),
     ("agentic-cancel-renew-task", _agentic),
     ("message-outbox", _outbox),
@@ -97,7 +92,7 @@ FEATURES: list[tuple[str, Callable[[AppContext], bool]]] = [
     ("llm-extra-body", _always),
     ("error-cause", _always),
     ("schema-self-check", _always),
-    ("worker-run-task", _has("delivery")),
+    ("worker-run-task", _always),
     ("llm-credentials", _credentials),
     ("gzip-request-body", _always),
     ("client-state-ttl", lambda ctx: _client_state(ctx) and bool(ctx.settings.client_state_ttl_days)),
@@ -107,10 +102,10 @@ FEATURES: list[tuple[str, Callable[[AppContext], bool]]] = [
     ("client-state-delete-namespace", _client_state),
     ("llm-credentials-delete-prefix", _store("credentials", "delete_prefix")),
     ("outbox-delete", _store("outbox", "delete")),
-    ("llm-permanent-errors", _has("delivery")),
-    ("redeliver-committed-batch", _has("delivery")),
+    ("llm-permanent-errors", _always),
+    ("redeliver-committed-batch", _always),
     ("hook-usage-total", _agentic),
-    ("max-delivery-retries", _has("delivery")),
+    ("max-delivery-retries", _always),
     ("max-generation-retries", _agentic),
     ("before-fire-defer", _agentic),
 ]

@@ -2,13 +2,57 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass
+from functools import cached_property
 
 from amsg.config import Secrets, Settings
 from amsg.crypto import derive_user_key
-from amsg.ports import ClaimStore, Clock, OutboxStore, PushSubscriptionStore, SchemaInspector, TaskStore
+from amsg.ports import (
+    ClaimStore,
+    ClientStateStore,
+    Clock,
+    CredentialStore,
+    LlmClient,
+    OutboxStore,
+    PushSender,
+    PushSubscriptionStore,
+    SchemaInspector,
+    TaskQueue,
+    TaskStore,
+)
+
+
+@dataclass
+class DeliveryPorts:
+    """The delivery engine's collaborators, each built on first use: API routes that never deliver never import
+    the push or LLM stack. ``push_sender`` is None while VAPID is incomplete (the tick then claims nothing) and
+    ``queue`` is None without a queue URL."""
+
+    make_push_sender: Callable[[], PushSender | None]
+    make_llm: Callable[[], LlmClient]
+    make_queue: Callable[[], TaskQueue | None]
+    describe_push_problem: Callable[[], str | None] = lambda: None
+    sleep: Callable[[float], None] = time.sleep
+
+    @property
+    def push_sender(self) -> PushSender | None:
+        """Asked each time: the factory keeps its own instance and rebuilds it when the VAPID key rotates."""
+        return self.make_push_sender()
+
+    @property
+    def push_problem(self) -> str | None:
+        """Why there is no push sender, naming the settings (asked after ``push_sender`` came back None)."""
+        return self.describe_push_problem()
+
+    @cached_property
+    def llm(self) -> LlmClient:
+        return self.make_llm()
+
+    @cached_property
+    def queue(self) -> TaskQueue | None:
+        return self.make_queue()
 
 
 @dataclass
@@ -21,26 +65,12 @@ class AppContext:
     subscriptions: PushSubscriptionStore
     outbox: OutboxStore
     schema: SchemaInspector
-    credentials: Any = None  # amsg.adapters.dynamo.credentials.DynamoCredentialStore (issue: client data)
-    client_state: Any = None  # amsg.adapters.dynamo.client_state.DynamoClientStateStore
-    # heavy collaborators built on first use (push sender, LLM client, instant delivery), so API
-    # functions that never need them never import them
-    extras: dict[str, Callable[[], Any]] = field(default_factory=dict)
-    _built: dict[str, Any] = field(default_factory=dict, repr=False)
+    credentials: CredentialStore
+    client_state: ClientStateStore
+    delivery: DeliveryPorts
 
     def user_key(self, user_id: str) -> str:
         return derive_user_key(self.secrets.master_key, user_id)
 
     def now_ms(self) -> int:
         return self.clock.now_ms()
-
-    def extra(self, name: str) -> Any:
-        """A lazily built collaborator (e.g. the push sender, which API routes must not import eagerly)."""
-        if name not in self._built:
-            factory = self.extras.get(name)
-            if factory is None:
-                return None
-            if getattr(factory, "uncached", False):  # the factory keeps (and refreshes) its own instance
-                return factory()
-            self._built[name] = factory()
-        return self._built[name]

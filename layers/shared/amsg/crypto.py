@@ -124,6 +124,25 @@ def decrypt_from_storage(stored: str, user_key_hex: str) -> str:
     return _gcm_decrypt(key_bytes(user_key_hex), iv, tag, ct).decode("utf-8", errors="replace")
 
 
+class StoredPayloadUnreadable(Exception):
+    """A stored task payload that does not decrypt to a JSON object (wrong key, corrupted or foreign data).
+    The API answers it as an internal error of the whole request, as the reference does; the engine settles
+    the task as failed."""
+
+    code = "PAYLOAD_DECRYPT_FAILED"
+
+
+def decrypt_payload(encrypted: str, user_key_hex: str) -> dict[str, Any]:
+    """A stored task payload (storage ciphertext of its JSON) as a plain object."""
+    try:
+        value = json.loads(decrypt_from_storage(encrypted, user_key_hex))
+    except (DecryptError, ValueError) as exc:
+        raise StoredPayloadUnreadable("stored task payload cannot be decrypted") from exc
+    if not isinstance(value, dict):
+        raise StoredPayloadUnreadable("stored task payload is not an object")
+    return value
+
+
 def storage_size(plaintext_bytes: int) -> int:
     return 2 * plaintext_bytes + 66
 

@@ -26,7 +26,7 @@ tool calls, push payloads and ``schedule_task`` options are wire JSON and pass t
 such as ``firstSendTime``, ``messageKind``); only the control keys of return values are snake_case.
 
 Hooks never see API keys, push subscriptions, VAPID keys or the master key: ``ctx.task`` is a read-only view of
-the payload without ``apiKey`` and ``pushSubscription``. Raise :class:`amsg.domain.failures.NonRetryableError`
+the payload without ``apiKey`` and ``pushSubscription``. Raise :class:`amsg.failures.NonRetryableError`
 to fail a fire for good; any other exception follows the retry ladder with a sanitized ``lastError``.
 
 Example (a companion that looks at recent state and decides)::

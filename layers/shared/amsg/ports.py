@@ -10,8 +10,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from amsg.domain.failures import LlmCallError as LlmCallError  # re-export: the LlmClient contract raises it
-
 
 class Clock(Protocol):
     def now_ms(self) -> int: ...
@@ -322,7 +320,7 @@ class SchemaInspector(Protocol):
 
 
 # ---------------------------------------------------------------------------------------------------------
-# LLM. The port raises amsg.domain.failures.LlmCallError (re-exported here) for every
+# LLM. The port raises amsg.failures.LlmCallError for every
 # failure: delivery code reads only its ``permanent``/``code``/``llm_status``, never a transport's errors.
 
 
@@ -355,55 +353,16 @@ class LlmClient(Protocol):
 
 # ---- Web Push ---------------------------------------------------------------------------------------------
 #
-# Failure model: ``PushSender.send`` returns normally on a 2xx and RAISES :class:`PushSendError` on anything
-# else. An exception rather than a result object: the engine's failure path is exception-driven like the
-# reference's (``code``/``statusCode``/``permanent`` on the thrown error), a forgotten ``if not result.ok``
-# would silently count a failed push as delivered, and the reasoning push is isolated with a try/except
-# anyway.
+# Failure model: ``PushSender.send`` returns normally on a 2xx and RAISES :class:`amsg.failures.PushSendError`
+# on anything else. An exception rather than a result object: the engine's failure path is exception-driven like
+# the reference's (``code``/``statusCode``/``permanent`` on the thrown error), a forgotten ``if not result.ok``
+# would silently count a failed push as delivered, and the reasoning push is isolated with a try/except anyway.
 
 MAX_PUSH_PAYLOAD_BYTES = 3993
 """Plaintext limit: 4096 − 103 aes128gcm overhead (16 salt, 4 rs, 1 idlen, 65 keyid, 1 pad, 16 tag)."""
 
 SCHEDULED_PUSH_TTL_S = 2_419_200
 """TTL header of the scheduled sender: 4 weeks."""
-
-PERMANENT_PUSH_STATUSES = frozenset({404, 410, 413})
-"""Push-service statuses that retrying cannot fix (subscription gone, payload rejected as too large)."""
-
-
-def is_permanent_push_status(status: int | None) -> bool:
-    """404/410/413 are permanent; other failures (VAPID 400/401/403, 408/409/425/429, 5xx, network) retry."""
-    return status in PERMANENT_PUSH_STATUSES
-
-
-class PushSendError(Exception):
-    """A push was not accepted. Carries no endpoint, key or payload text.
-
-    * ``code``: ``PUSH_SEND_FAILED`` (push service answered non-2xx, or network error/timeout),
-      ``PUSH_PAYLOAD_TOO_LARGE`` (plaintext over :data:`MAX_PUSH_PAYLOAD_BYTES`; raised before any encryption
-      or HTTP), or ``PUSH_SUBSCRIPTION_INVALID`` (stored subscription lacks a usable endpoint/p256dh/auth;
-      retryable, since the client can PUT a fresh one).
-    * ``status``: the push service's HTTP status, or ``None`` when no response was received. Only this value
-      may become the engine's ``pushStatus``.
-    * ``permanent``: the reference's permanent-status classification (404, 410, ...), already applied.
-    * ``details``: ``{"bytes", "maxBytes"}`` for ``PUSH_PAYLOAD_TOO_LARGE``, else ``None``.
-    """
-
-    def __init__(
-        self,
-        message: str,
-        *,
-        code: str = "PUSH_SEND_FAILED",
-        status: int | None = None,
-        permanent: bool | None = None,
-        details: dict[str, Any] | None = None,
-    ) -> None:
-        super().__init__(message)
-        self.message = message
-        self.code = code
-        self.status = status
-        self.permanent = is_permanent_push_status(status) if permanent is None else permanent
-        self.details = details
 
 
 class PushSender(Protocol):
@@ -417,8 +376,8 @@ class PushSender(Protocol):
     ) -> int:
         """Encrypt ``payload`` (UTF-8 JSON) for ``subscription`` (browser ``toJSON()`` shape) and POST it.
 
-        Returns the 2xx status; raises :class:`PushSendError` on any other outcome. ``timeout_s`` overrides
-        the sender's HTTP timeout for this call (the instant path's remaining budget).
+        Returns the 2xx status; raises :class:`amsg.failures.PushSendError` on any other outcome. ``timeout_s``
+        overrides the sender's HTTP timeout for this call (the instant path's remaining budget).
         """
         ...
 

@@ -6,14 +6,14 @@ Tests and the local stack call :func:`use` to install a context of their own.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 
 from amsg.clock import SystemClock
 from amsg.config import ConfigError, Secrets, Settings
-from amsg.context import AppContext
+from amsg.context import AppContext, DeliveryPorts
 from amsg.domain.client_state import parse_ttl_config
 from amsg.observability import logger, start_tracing
-from amsg.ports import Clock
+from amsg.ports import Clock, LlmClient, PushSender, TaskQueue
 
 _current: AppContext | None = None
 
@@ -119,18 +119,18 @@ def build_context(env: Mapping[str, str], *, clock: Clock | None = None) -> AppC
         schema=DynamoSchemaInspector(table),
         credentials=DynamoCredentialStore(table),
         client_state=DynamoClientStateStore(table),
+        delivery=delivery_ports(settings, secrets),
     )
-    context.extras.update(delivery_factories(settings, secrets))
     return context
 
 
-def delivery_factories(settings: Settings, secrets: Secrets) -> dict[str, Callable[[], object]]:
+def delivery_ports(settings: Settings, secrets: Secrets) -> DeliveryPorts:
     """Delivery collaborators, built on first use: API routes that never deliver never import them."""
 
     unusable: list[str] = []
-    built: dict[str | None, object] = {}
+    built: dict[str | None, PushSender | None] = {}
 
-    def push_sender() -> object:
+    def push_sender() -> PushSender | None:
         # rebuilt when the private key read from SSM changes (rotation without a redeploy)
         private_key = secrets.vapid_private_key
         if private_key not in built:
@@ -138,9 +138,7 @@ def delivery_factories(settings: Settings, secrets: Secrets) -> dict[str, Callab
             built[private_key] = build_push_sender(private_key)
         return built[private_key]
 
-    push_sender.uncached = True  # type: ignore[attr-defined]  # AppContext.extra asks again each time
-
-    def build_push_sender(private_key: str | None) -> object:
+    def build_push_sender(private_key: str | None) -> PushSender | None:
         unusable.clear()
         if not (settings.vapid_public_key and settings.vapid_email and private_key):
             return None  # VAPID incomplete: the tick claims nothing, run_task releases its claim
@@ -171,28 +169,18 @@ def delivery_factories(settings: Settings, secrets: Secrets) -> dict[str, Callab
             return "missing " + ", ".join(missing)
         return unusable[0] if unusable else None
 
-    def llm() -> object:
+    def llm() -> LlmClient:
         from amsg.adapters.llm_httpx import HttpxLlmClient
 
         return HttpxLlmClient()
 
-    def queue() -> object:
+    def queue() -> TaskQueue | None:
         if not settings.queue_url:
             return None
         from amsg.adapters.sqs_queue import SqsTaskQueue
 
         return SqsTaskQueue(settings.queue_url)
 
-    def instant_delivery() -> object:
-        from amsg.engine.instant import deliver_instant
-
-        return deliver_instant
-
-    return {
-        "delivery": lambda: True,
-        "push_sender": push_sender,
-        "push_problem": push_problem,
-        "llm": llm,
-        "queue": queue,
-        "instant_delivery": instant_delivery,
-    }
+    return DeliveryPorts(
+        make_push_sender=push_sender, make_llm=llm, make_queue=queue, describe_push_problem=push_problem
+    )

@@ -1,6 +1,6 @@
 """LlmClient over httpx: the only module that talks HTTP to an LLM provider.
 
-It moves bytes and maps transport outcomes onto :class:`~amsg.domain.failures.LlmCallError`; all wording,
+It moves bytes and maps transport outcomes onto :class:`~amsg.failures.LlmCallError`; all wording,
 parsing and classification come from :mod:`amsg.domain.llm`. Timeouts and network errors are retryable and
 carry no code or status (the upstream never answered). Nothing here logs, and no message includes the key.
 """
@@ -14,9 +14,9 @@ from types import TracebackType
 
 import httpx
 
-from amsg.domain.failures import LlmCallError
 from amsg.domain.llm import ERROR_BODY_MAX_BYTES, parse_completion, scrub_secret, upstream_status_error
 from amsg.domain.redaction import redact_credentials
+from amsg.failures import LlmCallError
 from amsg.ports import LlmReply, LlmRequest
 
 

@@ -23,7 +23,8 @@ from typing import TYPE_CHECKING, Any
 
 from cryptography.hazmat.primitives.asymmetric import ec
 
-from amsg.ports import MAX_PUSH_PAYLOAD_BYTES, SCHEDULED_PUSH_TTL_S, PushSendError
+from amsg.failures import PushSendError
+from amsg.ports import MAX_PUSH_PAYLOAD_BYTES, SCHEDULED_PUSH_TTL_S
 from amsg.vapid import (
     VapidConfigError,
     b64url_decode,

@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from typing import Any
 
 from amsg.context import AppContext
-from amsg.crypto import DecryptError, decrypt_from_storage
 from amsg.errors import ApiError
 from amsg.http.gates import (
     decrypt_request_object,
@@ -43,18 +41,3 @@ def open_encrypted_body(
     return EncryptedBody(
         user_id, user_key, decrypt_request_object(request, user_key, bad_json=bad_json, not_object=not_object)
     )
-
-
-def decrypt_payload(encrypted: str, user_key: str) -> dict[str, Any]:
-    """A stored task payload; an unreadable one is an internal error of the whole request, as in the reference."""
-    try:
-        value = json.loads(decrypt_from_storage(encrypted, user_key))
-    except (DecryptError, ValueError) as exc:
-        raise StoredPayloadUnreadable("stored task payload cannot be decrypted") from exc
-    if not isinstance(value, dict):
-        raise StoredPayloadUnreadable("stored task payload is not an object")
-    return value
-
-
-class StoredPayloadUnreadable(Exception):
-    code = "PAYLOAD_DECRYPT_FAILED"

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 from amsg.context import AppContext
+from amsg.crypto import decrypt_payload
 from amsg.domain.projection import parse_last_error, project_task
 from amsg.errors import api_error, invalid_parameters
 from amsg.http.gates import page_limit, parse_strict_int, require_query_id, require_user_id
 from amsg.http.request import ApiRequest
 from amsg.http.responses import ApiResponse, encrypted
 
-from .common import authenticate, decrypt_payload
+from .common import authenticate
 
 DEFAULT_LIMIT = 20
 MAX_LIMIT = 100

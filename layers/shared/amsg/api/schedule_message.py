@@ -41,10 +41,7 @@ def schedule_message(request: ApiRequest, ctx: AppContext) -> ApiResponse:
         raise payload_too_large_error(size)
 
     instant = req.message_type == "instant"
-    deliver_instant = ctx.extra("instant_delivery") if instant else None
     if instant:
-        if deliver_instant is None:
-            raise api_error("INSTANT_NOT_AVAILABLE", "即时消息投递尚未在本部署启用")
         missing = _missing_vapid(ctx)
         if missing:
             raise api_error("VAPID_CONFIG_ERROR", details={"missingKeys": missing})
@@ -66,8 +63,9 @@ def schedule_message(request: ApiRequest, ctx: AppContext) -> ApiResponse:
     if created.superseded and req.supersedes_uuid:
         _discard_outbox(ctx, user_id, req.supersedes_uuid)
 
-    if deliver_instant is not None:
-        return deliver_instant(ctx, user_id, req.uuid, stored, created, req.supersedes_uuid is not None)
+    if instant:
+        superseded = created.superseded if req.supersedes_uuid is not None else None
+        return _deliver_instant(ctx, user_id, req.uuid, stored, superseded=superseded)
 
     data: dict[str, Any] = {
         "id": created.id,
@@ -80,6 +78,31 @@ def schedule_message(request: ApiRequest, ctx: AppContext) -> ApiResponse:
     if req.supersedes_uuid is not None:
         data["superseded"] = created.superseded
     return ok(data, status=201)
+
+
+def _deliver_instant(
+    ctx: AppContext, user_id: str, task_uuid: str, stored: dict[str, Any], *, superseded: bool | None
+) -> ApiResponse:
+    """Deliver now, inside this request; the engine reports the outcome and this builds the answer."""
+    from amsg.engine.instant import InstantFailed, deliver_instant  # the engine only when a request needs it
+
+    try:
+        sent = deliver_instant(ctx, user_id, task_uuid, stored)
+    except InstantFailed as failed:
+        raise api_error("MESSAGE_SEND_FAILED", details=failed.details) from None
+    data: dict[str, Any] = {
+        "uuid": task_uuid,
+        "contactName": stored.get("contactName"),
+        "messagesSent": sent.messages_sent,
+        "sentAt": sent.sent_at,
+        "status": "sent",
+        "retriesUsed": sent.retries_used,
+    }
+    if sent.reasoning_error:
+        data["reasoningError"] = sent.reasoning_error
+    if superseded is not None:
+        data["superseded"] = superseded
+    return ok(data)
 
 
 def _missing_vapid(ctx: AppContext) -> list[str]:

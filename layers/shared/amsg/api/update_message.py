@@ -4,7 +4,7 @@ conditionally (pending; plus no live lease when the occurrence moves)."""
 from __future__ import annotations
 
 from amsg.context import AppContext
-from amsg.crypto import compact_json, encrypt_for_storage
+from amsg.crypto import compact_json, decrypt_payload, encrypt_for_storage
 from amsg.domain.validation import MAX_TASK_PAYLOAD_BYTES, payload_too_large_error, validate_update_patch
 from amsg.errors import api_error
 from amsg.http.gates import (
@@ -18,7 +18,7 @@ from amsg.http.request import ApiRequest
 from amsg.http.responses import ApiResponse, ok
 from amsg.timeutil import iso_from_ms
 
-from .common import authenticate, decrypt_payload
+from .common import authenticate
 from .credentials_check import require_credentials_exist
 
 # a concurrent payload write (another update, the engine) makes us merge again on the fresh row

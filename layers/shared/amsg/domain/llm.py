@@ -18,8 +18,8 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
-from amsg.domain.failures import CREDENTIAL_MISSING, DeliveryFailure, LlmCallError
 from amsg.domain.redaction import redact_credentials
+from amsg.failures import CREDENTIAL_MISSING, DeliveryFailure, LlmCallError
 from amsg.ports import LlmRequest
 
 DEFAULT_TEMPERATURE = 0.8

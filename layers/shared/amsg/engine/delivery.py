@@ -17,27 +17,32 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from amsg.api.common import StoredPayloadUnreadable, decrypt_payload
 from amsg.context import AppContext
-from amsg.crypto import DecryptError, compact_json, decrypt_from_storage, encrypt_for_storage
+from amsg.crypto import (
+    DecryptError,
+    StoredPayloadUnreadable,
+    compact_json,
+    decrypt_from_storage,
+    decrypt_payload,
+    encrypt_for_storage,
+)
 from amsg.domain.credentials import make_credential_lookup
-from amsg.domain.failures import DeliveryFailure
 from amsg.domain.llm import build_llm_request, resolve_chat_credentials
 from amsg.domain.recurrence import plan_next_occurrence
 from amsg.domain.redaction import sanitize_error_summary
 from amsg.domain.splitting import split_message
 from amsg.engine.pushes import Occurrence, content_pushes, decode_push, encode_push, reasoning_push, should_push
 from amsg.engine.summary import DeliverySummary
+from amsg.failures import DeliveryFailure, PushSendError, is_permanent_push_status
 from amsg.hooks import HookContext, call_hook, load_hooks, task_view
 from amsg.observability import logger
-from amsg.ports import LlmClient, PushSender, PushSendError, Settlement, TaskRow
+from amsg.ports import LlmClient, PushSender, Settlement, TaskRow
 from amsg.timeutil import iso_from_ms, parse_iso_ms
 
 RETRY_STEP_MS = 120_000
 PERMANENT_CODES = frozenset(
     {"PUSH_SUBSCRIPTION_MISSING", "PUSH_SUBSCRIPTION_STORE_UNSUPPORTED", "PUSH_PAYLOAD_TOO_LARGE"}
 )
-PERMANENT_PUSH_STATUSES = frozenset({404, 410, 413})
 RECURRING = ("daily", "weekly")
 CANCELLED_REASON = "任务在投递期间被取消或顶替"
 VAPID_MISSING = "VAPID configuration missing - push notifications cannot be sent"
@@ -234,7 +239,7 @@ def _stale_skip_hook(
         row,
         payload,
         user_key,
-        DeliveryEnv(push_sender=ctx.extra("push_sender"), llm=None),
+        DeliveryEnv(push_sender=ctx.delivery.push_sender, llm=None),
         load_hooks(ctx.settings.hooks_module),
     )
     metadata = payload.get("metadata")
@@ -580,7 +585,7 @@ def failure_info(exc: BaseException, row: TaskRow, now_ms: int) -> FailureInfo:
     code = code if isinstance(code, str) and code else None
     push_status = exc.status if isinstance(exc, PushSendError) else None
     permanent = (
-        getattr(exc, "permanent", False) is True or code in PERMANENT_CODES or push_status in PERMANENT_PUSH_STATUSES
+        getattr(exc, "permanent", False) is True or code in PERMANENT_CODES or is_permanent_push_status(push_status)
     )
     last_error: dict[str, Any] = {
         "at": iso_from_ms(now_ms),

@@ -36,7 +36,6 @@ from amsg.domain.client_state import (
     write_entries,
 )
 from amsg.domain.credentials import make_credential_lookup
-from amsg.domain.failures import DeliveryFailure
 from amsg.domain.jsvalues import is_plain_object
 from amsg.domain.llm import build_llm_request, resolve_chat_credentials
 from amsg.domain.projection import project_task
@@ -53,6 +52,7 @@ from amsg.engine.delivery import (
 )
 from amsg.engine.pushes import Occurrence, should_push
 from amsg.errors import ClaimLost, TaskUuidConflict
+from amsg.failures import DeliveryFailure
 from amsg.hooks import HookContext, Hooks, call_hook, task_view
 from amsg.observability import logger
 from amsg.ports import NewTask, OutboxAppend, TaskRow

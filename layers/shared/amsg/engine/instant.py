@@ -3,25 +3,47 @@
 The task row was just created; we claim it for ourselves, try up to 3 times (sleeping k s after the k-th
 failure) within a total deadline of ~27 s (the HTTP API caps integrations at 30 s), then delete it on
 success or mark it failed with ``last_error`` (so ``GET /message`` answers 409 with the reason).
+
+The result is an outcome, not an HTTP answer: ``POST /schedule-message`` turns :class:`InstantSent` into its
+200 answer and :class:`InstantFailed` into ``500 MESSAGE_SEND_FAILED`` with the failure's details.
 """
 
 from __future__ import annotations
 
 import uuid as uuid_lib
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, NoReturn
 
 from amsg.context import AppContext
 from amsg.crypto import compact_json
 from amsg.engine.delivery import Cancelled, failure_info, process_occurrence
 from amsg.engine.lease import LeaseKeeper
 from amsg.engine.runner import delivery_env
-from amsg.errors import api_error
-from amsg.http.responses import ApiResponse, ok
 from amsg.observability import logger
-from amsg.ports import CreatedTask, Settlement
+from amsg.ports import Settlement, TaskRow
 from amsg.timeutil import iso_from_ms
 
 MAX_RETRIES = 2
+
+
+@dataclass(frozen=True)
+class InstantSent:
+    """The instant message went out and its task is deleted."""
+
+    messages_sent: int
+    sent_at: str
+    retries_used: int
+    reasoning_error: str | None = None
+
+
+class InstantFailed(Exception):
+    """The instant message was not (fully) sent; ``details`` is what the client sees as ``error.details``."""
+
+    def __init__(self, code: str, message: str, retries_attempted: int, *, permanent: bool = False) -> None:
+        super().__init__(code)
+        self.details: dict[str, Any] = {"code": code, "message": message, "retriesAttempted": retries_attempted}
+        if permanent:
+            self.details["permanent"] = True
 
 
 def deliver_instant(
@@ -29,9 +51,7 @@ def deliver_instant(
     user_id: str,
     task_uuid: str,
     payload: dict[str, Any],
-    created: CreatedTask,
-    supersede_requested: bool,
-) -> ApiResponse:
+) -> InstantSent:
     started = ctx.now_ms()
     deadline = started + ctx.settings.instant_deadline_ms
     env = delivery_env(ctx, remaining_ms=lambda: deadline - ctx.now_ms())
@@ -51,9 +71,7 @@ def deliver_instant(
         else None
     )
     if claimed is None:
-        raise api_error(
-            "MESSAGE_SEND_FAILED", details={"code": "TASK_NOT_FOUND", "message": "任务不存在", "retriesAttempted": 0}
-        )
+        raise InstantFailed("TASK_NOT_FOUND", "任务不存在", 0)
 
     def renew() -> bool:
         lease = iso_from_ms(max(deadline, ctx.now_ms()) + ctx.settings.run_lease_ms)
@@ -67,15 +85,12 @@ def deliver_instant(
                 outcome = process_occurrence(ctx, claimed, payload, ctx.user_key(user_id), env)
                 break
             except Cancelled:
-                raise api_error(
-                    "MESSAGE_SEND_FAILED",
-                    details={"code": "TASK_NOT_FOUND", "message": "任务在投递期间被取消", "retriesAttempted": attempt},
-                ) from None
+                raise InstantFailed("TASK_NOT_FOUND", "任务在投递期间被取消", attempt) from None
             except Exception as exc:
                 info = failure_info(exc, claimed, ctx.now_ms())
                 pause_ms = 1000 * (attempt + 1)
                 if info.permanent or attempt >= MAX_RETRIES or ctx.now_ms() + pause_ms >= deadline:
-                    return _fail(ctx, claimed, info, attempt)
+                    _fail(ctx, claimed, info, attempt)
                 logger.info("instant delivery attempt failed; retrying", extra={"attempt": attempt + 1})
                 env.sleep(pause_ms / 1000)
                 attempt += 1
@@ -83,26 +98,12 @@ def deliver_instant(
     if not ctx.claims.settle(
         user_id, task_uuid, claimed.claim_version, Settlement(claimed.next_send_at, delete=True), sent_at
     ):
-        raise api_error(
-            "MESSAGE_SEND_FAILED",
-            details={"code": "POST_SEND_CLEANUP_FAILED", "message": "任务删除失败", "retriesAttempted": attempt},
-        )
-    data: dict[str, Any] = {
-        "uuid": task_uuid,
-        "contactName": payload.get("contactName"),
-        "messagesSent": outcome.messages_sent,
-        "sentAt": sent_at,
-        "status": "sent",
-        "retriesUsed": attempt,
-    }
-    if outcome.reasoning_error:
-        data["reasoningError"] = outcome.reasoning_error
-    if supersede_requested:
-        data["superseded"] = created.superseded
-    return ok(data)
+        raise InstantFailed("POST_SEND_CLEANUP_FAILED", "任务删除失败", attempt)
+    return InstantSent(outcome.messages_sent, sent_at, attempt, outcome.reasoning_error or None)
 
 
-def _fail(ctx: AppContext, row: Any, info: Any, attempt: int) -> ApiResponse:
+def _fail(ctx: AppContext, row: TaskRow, info: Any, attempt: int) -> NoReturn:
+    """Mark the task failed (best effort: the answer is a failure either way) and raise."""
     settlement = Settlement(
         next_send_at=row.next_send_at, status="failed", retry_count=attempt, last_error=compact_json(info.last_error)
     )
@@ -110,11 +111,4 @@ def _fail(ctx: AppContext, row: Any, info: Any, attempt: int) -> ApiResponse:
         ctx.claims.settle(row.user_id, row.uuid, row.claim_version, settlement, iso_from_ms(ctx.now_ms()))
     except Exception as exc:
         logger.warning("marking the instant task failed did not succeed", extra={"error": type(exc).__name__})
-    details: dict[str, Any] = {
-        "code": "PROCESSING_ERROR",
-        "message": info.last_error["reason"],
-        "retriesAttempted": attempt,
-    }
-    if info.permanent:
-        details["permanent"] = True
-    raise api_error("MESSAGE_SEND_FAILED", details=details)
+    raise InstantFailed("PROCESSING_ERROR", info.last_error["reason"], attempt, permanent=info.permanent)

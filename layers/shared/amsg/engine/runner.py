@@ -4,19 +4,18 @@
 * :func:`run_message` — what ``run_task`` does with one SQS message: adopt the tick's claim (or do nothing
   when it is no longer current), then deliver under a heartbeat-renewed lease.
 * :func:`run_task_now` — ``runTask(uuid)``: run one task now through the same chain, claiming for itself.
-* :func:`deliver_instant` — ``messageType: 'instant'`` inside ``POST /schedule-message``.
+
+Instant messages (delivered inside ``POST /schedule-message``) are :mod:`amsg.engine.instant`.
 """
 
 from __future__ import annotations
 
-import time
 import uuid as uuid_lib
 from collections.abc import Callable
 from typing import Any
 
-from amsg.api.common import StoredPayloadUnreadable, decrypt_payload
 from amsg.context import AppContext
-from amsg.crypto import serialize_group_value
+from amsg.crypto import StoredPayloadUnreadable, decrypt_payload, serialize_group_value
 from amsg.engine.delivery import DeliveryEnv, deliver_claimed, is_stale, settle_stale
 from amsg.engine.lease import LeaseKeeper
 from amsg.engine.messages import TaskMessage
@@ -47,9 +46,9 @@ def delivery_env(ctx: AppContext, *, remaining_ms: Callable[[], int] | None = No
         return max(1.0, min(cap_s, (remaining_ms() - 10_000) / 1000))
 
     return DeliveryEnv(
-        push_sender=ctx.extra("push_sender"),
-        llm=ctx.extra("llm"),
-        sleep=ctx.extra("sleep") or time.sleep,
+        push_sender=ctx.delivery.push_sender,
+        llm=ctx.delivery.llm,
+        sleep=ctx.delivery.sleep,
         llm_timeout_s=llm_timeout_s,
         pacing_ms=ctx.settings.push_pacing_ms,
     )
@@ -68,7 +67,7 @@ def run_tick(
     started = ctx.now_ms()
     summary = TickSummary(scheduled_time=scheduled_time)
     owner = owner or f"tick:{uuid_lib.uuid4()}"
-    if ctx.extra("push_sender") is None:
+    if ctx.delivery.push_sender is None:
         summary.stopped_by = "vapid"  # claim nothing without VAPID: no push could be sent
     else:
         _claim_and_enqueue(ctx, summary, remaining_ms, owner)
@@ -88,7 +87,7 @@ def run_tick(
 
 def _claim_and_enqueue(ctx: AppContext, summary: TickSummary, remaining_ms: Callable[[], int], owner: str) -> None:
     settings = ctx.settings
-    queue = ctx.extra("queue")
+    queue = ctx.delivery.queue
     pending: list[TaskRow] = []
 
     def flush() -> None:
@@ -298,7 +297,7 @@ def run_task_now(ctx: AppContext, task_uuid: str, *, owner: str | None = None) -
         return {
             "ran": False,
             "reason": "not_configured",
-            "detail": ctx.extra("push_problem") or "push is not configured",
+            "detail": ctx.delivery.push_problem or "push is not configured",
         }
     row = ctx.tasks.find_task(task_uuid.strip())
     if row is None:

@@ -1,4 +1,5 @@
-"""Delivery failures: how one delivery attempt ends when it does not succeed.
+"""Delivery failures: how one delivery attempt ends when it does not succeed (a leaf module: it imports
+nothing from the package, so ports, domain, engine and adapters can all raise these).
 
 These live apart from :mod:`amsg.errors` on purpose. That module is the HTTP catalogue (``ApiError`` becomes a
 response envelope) plus store exceptions; a delivery failure never reaches a client as such. The engine turns it
@@ -10,6 +11,8 @@ Messages must never carry an API key or prompt text: builders of these exception
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 LLM_CALL_FAILED = "LLM_CALL_FAILED"
 CREDENTIAL_MISSING = "CREDENTIAL_MISSING"
@@ -53,3 +56,42 @@ class LlmCallError(DeliveryFailure):
         super().__init__(message, code=code, permanent=permanent)
         self.llm_status = llm_status
         self.provider_code = provider_code
+
+
+PERMANENT_PUSH_STATUSES = frozenset({404, 410, 413})
+"""Push-service statuses that retrying cannot fix (subscription gone, payload rejected as too large)."""
+
+
+def is_permanent_push_status(status: int | None) -> bool:
+    """404/410/413 are permanent; other failures (VAPID 400/401/403, 408/409/425/429, 5xx, network) retry."""
+    return status in PERMANENT_PUSH_STATUSES
+
+
+class PushSendError(Exception):
+    """A push was not accepted. Carries no endpoint, key or payload text.
+
+    * ``code``: ``PUSH_SEND_FAILED`` (push service answered non-2xx, or network error/timeout),
+      ``PUSH_PAYLOAD_TOO_LARGE`` (plaintext over :data:`amsg.ports.MAX_PUSH_PAYLOAD_BYTES`; raised before any encryption
+      or HTTP), or ``PUSH_SUBSCRIPTION_INVALID`` (stored subscription lacks a usable endpoint/p256dh/auth;
+      retryable, since the client can PUT a fresh one).
+    * ``status``: the push service's HTTP status, or ``None`` when no response was received. Only this value
+      may become the engine's ``pushStatus``.
+    * ``permanent``: the reference's permanent-status classification (404, 410, ...), already applied.
+    * ``details``: ``{"bytes", "maxBytes"}`` for ``PUSH_PAYLOAD_TOO_LARGE``, else ``None``.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        code: str = "PUSH_SEND_FAILED",
+        status: int | None = None,
+        permanent: bool | None = None,
+        details: dict[str, Any] | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.message = message
+        self.code = code
+        self.status = status
+        self.permanent = is_permanent_push_status(status) if permanent is None else permanent
+        self.details = details
