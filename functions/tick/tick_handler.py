@@ -21,7 +21,9 @@ def handler(event: dict, context: LambdaContext) -> dict:
     except Exception as exc:  # the host hears about it; the tasks stay due for the next tick
         report_error(ctx.settings.hooks_module, "tick", exc)
         raise
+    metrics.add_metric(name="TasksDue", unit="Count", value=summary["dueTasks"])
     metrics.add_metric(name="TasksClaimed", unit="Count", value=summary["claimedTasks"])
     metrics.add_metric(name="TasksEnqueued", unit="Count", value=summary["enqueuedTasks"])
     metrics.add_metric(name="ClaimsSkipped", unit="Count", value=summary["details"]["claimSkippedTasks"])
+    metrics.add_metric(name="EnqueueFailures", unit="Count", value=summary["details"]["enqueueFailedTasks"])
     return summary

@@ -28,3 +28,26 @@ def start_tracing(env: Mapping[str, str]) -> Any | None:
 
         _tracer.append(Tracer(service="amsg", auto_patch=True, patch_modules=("boto3", "botocore", "httpx")))
     return _tracer[0]
+
+
+def emit_metric(name: str, unit: str, value: float, **dimensions: str) -> None:
+    """Print one EMF metric now, in the ``amsg`` namespace with the ``service`` dimension plus ``dimensions``.
+
+    For metrics raised inside adapters, which also run in API functions that never flush ``metrics``.
+    Dimensions must stay low-cardinality (a status class, an outcome), never a user, task or URL.
+    """
+    from aws_lambda_powertools.metrics import single_metric
+    from aws_lambda_powertools.metrics.functions import is_metrics_disabled
+
+    if is_metrics_disabled():  # POWERTOOLS_METRICS_DISABLED (the local stack): single_metric would print anyway
+        return
+    with single_metric(
+        name=name, unit=unit, value=value, namespace="amsg", default_dimensions={"service": "amsg"}
+    ) as metric:
+        for key, item in dimensions.items():
+            metric.add_dimension(name=key, value=item)
+
+
+def status_class(status: int | None) -> str:
+    """``2xx``/``4xx``/``5xx`` for an HTTP status, ``network`` when the upstream never answered."""
+    return f"{status // 100}xx" if isinstance(status, int) and 100 <= status < 600 else "network"

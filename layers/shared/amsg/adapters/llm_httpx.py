@@ -17,6 +17,7 @@ import httpx
 from amsg.domain.llm import ERROR_BODY_MAX_BYTES, parse_completion, scrub_secret, upstream_status_error
 from amsg.domain.redaction import redact_credentials
 from amsg.failures import LlmCallError
+from amsg.observability import emit_metric, status_class
 from amsg.ports import LlmReply, LlmRequest
 
 
@@ -49,7 +50,23 @@ class HttpxLlmClient:
         self.close()
 
     def complete(self, request: LlmRequest, *, timeout_s: float) -> LlmReply:
-        """POST ``request.body``; ``timeout_s`` bounds connect, each read, and the body download as a whole."""
+        """POST ``request.body``; ``timeout_s`` bounds connect, each read, and the body download as a whole.
+
+        Each call is measured (``LlmLatency`` in ms, dimension ``Outcome``: ok, timeout, network, 4xx, 5xx).
+        """
+        started = time.monotonic()
+        outcome = "ok"
+        try:
+            return self._complete(request, timeout_s=timeout_s)
+        except LlmCallError as exc:
+            # _timeout_error below is the only failure worded "timed out"; upstream answers carry their status
+            outcome = "timeout" if "request timed out" in str(exc) else status_class(exc.llm_status)
+            raise
+        finally:
+            if timeout_s > 0:
+                emit_metric("LlmLatency", "Milliseconds", (time.monotonic() - started) * 1000, Outcome=outcome)
+
+    def _complete(self, request: LlmRequest, *, timeout_s: float) -> LlmReply:
         if timeout_s <= 0:
             raise _timeout_error(request, timeout_s)
         deadline = time.monotonic() + timeout_s

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 from cryptography.hazmat.primitives.asymmetric import ec
 
 from amsg.failures import PushSendError
+from amsg.observability import emit_metric, status_class
 from amsg.ports import MAX_PUSH_PAYLOAD_BYTES, SCHEDULED_PUSH_TTL_S
 from amsg.vapid import (
     VapidConfigError,
@@ -143,14 +144,23 @@ class WebPushSender:
     def _post(self, endpoint: str, body: bytes, headers: dict[str, str], timeout_s: float) -> int:
         import httpx
 
+        started = time.monotonic()
         try:
             response = self._http().post(endpoint, content=body, headers=headers, timeout=timeout_s)
         except (httpx.HTTPError, httpx.InvalidURL) as exc:
+            emit_metric(
+                "PushFailures",
+                "Count",
+                1,
+                StatusClass="timeout" if isinstance(exc, httpx.TimeoutException) else "network",
+            )
             # Class name only: transport messages can quote the endpoint URL, which is a capability.
             raise PushSendError(f"Web Push delivery failed: {type(exc).__name__}", status=None) from None
         status = response.status_code
         if 200 <= status < 300:
+            emit_metric("PushLatency", "Milliseconds", (time.monotonic() - started) * 1000)
             return status
+        emit_metric("PushFailures", "Count", 1, StatusClass=status_class(status))
         raise PushSendError(_failure_message(response), status=status)
 
 

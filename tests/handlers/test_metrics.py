@@ -1,0 +1,90 @@
+"""The EMF metrics the dashboard and alarms read, emitted by the real handlers and adapters: names, units and
+dimensions (low-cardinality only: the service, an outcome or a status class; never a user, task or URL)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tests.handlers.test_delivery import due, schedule, schedule_ai
+
+ALLOWED_DIMENSIONS = {"service": {"amsg"}, "Outcome": {"ok", "timeout", "network", "2xx", "4xx", "5xx"}}
+ALLOWED_DIMENSIONS["StatusClass"] = {"timeout", "network", "4xx", "5xx"}
+
+
+def emitted(out: str) -> list[tuple[str, str, dict[str, str], list[float]]]:
+    """Every metric in the EMF lines of ``out``: (name, unit, dimensions, values)."""
+    found = []
+    for line in out.splitlines():
+        if not line.startswith('{"_aws"'):
+            continue
+        blob = json.loads(line)
+        for directive in blob["_aws"]["CloudWatchMetrics"]:
+            assert directive["Namespace"] == "amsg"
+            (dimension_names,) = directive["Dimensions"]
+            dims = {name: blob[name] for name in dimension_names}
+            for metric in directive["Metrics"]:
+                values = blob[metric["Name"]]
+                found.append((metric["Name"], metric["Unit"], dims, values if isinstance(values, list) else [values]))
+    return found
+
+
+@pytest.fixture(autouse=True)
+def metrics_on(monkeypatch):
+    monkeypatch.delenv("POWERTOOLS_METRICS_DISABLED", raising=False)
+
+
+def test_delivery_emits_the_dashboard_metrics(engine, capsys):
+    engine.llm.reply_content("你好！")
+    schedule_ai(engine, "sk-metrics-0123456789")
+    schedule(engine, userMessage="fixed")
+    capsys.readouterr()
+    due(engine, 61_000 + 5_000)
+    engine.harness.tick_and_drain()
+    metrics = emitted(capsys.readouterr().out)
+    by_name: dict[str, list] = {}
+    for name, unit, dims, values in metrics:
+        for key, value in dims.items():
+            assert value in ALLOWED_DIMENSIONS[key], (name, key, value)
+        by_name.setdefault(name, []).append((unit, dims, values))
+    assert by_name["TasksDue"] == [("Count", {"service": "amsg"}, [2.0])]
+    assert by_name["TasksClaimed"] == [("Count", {"service": "amsg"}, [2.0])]
+    assert by_name["EnqueueFailures"] == [("Count", {"service": "amsg"}, [0.0])]
+    assert [v for _, _, values in by_name["TasksDelivered"] for v in values] == [1.0, 1.0]
+    ((unit, dims, latencies),) = by_name["DeliveryLatency"]
+    assert unit == "Milliseconds" and dims == {"service": "amsg"}
+    assert latencies == [6_000.0, 6_000.0]  # due at +60 s, delivered at +66 s on the test clock
+    ((unit, dims, llm),) = by_name["LlmLatency"]
+    assert unit == "Milliseconds" and dims == {"service": "amsg", "Outcome": "ok"} and llm[0] > 0
+    assert {unit for unit, _, _ in by_name["PushLatency"]} == {"Milliseconds"}
+    assert "PushFailures" not in by_name
+
+
+def test_push_failures_are_counted_by_status_class(engine, capsys):
+    created = schedule(engine)
+    engine.push.set_status(engine.subscription.endpoint_id, 503)
+    capsys.readouterr()
+    due(engine)
+    engine.harness.tick_and_drain()
+    failures = [(dims, values) for name, _, dims, values in emitted(capsys.readouterr().out) if name == "PushFailures"]
+    assert failures == [({"service": "amsg", "StatusClass": "5xx"}, [1.0])]
+    assert engine.api.get_message(created["uuid"]).data["task"]["retryCount"] == 1
+
+
+def test_llm_failures_are_measured_with_their_outcome(engine, capsys):
+    engine.llm.reply_error(401, "bad key")
+    schedule_ai(engine, "sk-metrics-0123456789")
+    capsys.readouterr()
+    due(engine)
+    engine.harness.tick_and_drain()
+    outcomes = [dims["Outcome"] for name, _, dims, _ in emitted(capsys.readouterr().out) if name == "LlmLatency"]
+    assert outcomes == ["4xx"]
+
+
+def test_metrics_are_not_printed_when_disabled(engine, capsys, monkeypatch):
+    monkeypatch.setenv("POWERTOOLS_METRICS_DISABLED", "true")
+    from amsg.observability import emit_metric
+
+    emit_metric("PushFailures", "Count", 1, StatusClass="5xx")
+    assert '"_aws"' not in capsys.readouterr().out
