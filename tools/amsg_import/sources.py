@@ -163,7 +163,8 @@ class PostgresSource(_SqlSource):
                 import psycopg  # type: ignore[import-not-found]  # optional: only this source needs it
             except ImportError:
                 raise SourceError(
-                    "reading Postgres needs the psycopg package: pip install 'psycopg[binary]>=3'"
+                    "reading Postgres needs the `postgres` extra: "
+                    "uv sync --extra postgres (or pip install 'psycopg[binary]')"
                 ) from None
             connect = psycopg.connect
         try:
