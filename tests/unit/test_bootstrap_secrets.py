@@ -1,0 +1,99 @@
+"""``amsg bootstrap-secrets`` against moto's SSM: it creates what a new stack reads, never replaces the master
+key, keeps what exists, rotates on request, and what it writes is what the runtime can use."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import boto3
+import pytest
+from moto import mock_aws
+
+from amsg_local.bootstrap_secrets import bootstrap
+from amsg_local.cli import main
+
+
+@pytest.fixture
+def ssm():
+    with mock_aws():
+        yield boto3.client("ssm", region_name="us-east-1")
+
+
+def _value(ssm, name: str) -> str:
+    return ssm.get_parameter(Name=name, WithDecryption=True)["Parameter"]["Value"]
+
+
+def test_a_new_stack_gets_a_master_key_and_a_vapid_pair(ssm):
+    from amsg.vapid import public_key_from_private
+
+    result = bootstrap(ssm)
+    assert result.created == ["/amsg/master-key", "/amsg/vapid-private-key"]
+    for name in result.created:
+        assert ssm.get_parameter(Name=name)["Parameter"]["Type"] == "SecureString"
+    assert re.fullmatch(r"[0-9a-f]{64}", _value(ssm, "/amsg/master-key"))
+    assert public_key_from_private(_value(ssm, "/amsg/vapid-private-key")) == result.vapid_public_key
+    assert result.parameter_overrides == {
+        "VapidPublicKey": result.vapid_public_key,
+        "MasterKeyParameterName": "/amsg/master-key",
+        "VapidPrivateKeyParameterName": "/amsg/vapid-private-key",
+    }
+    assert result.client_token is None
+
+
+def test_running_again_keeps_everything(ssm):
+    first = bootstrap(ssm, client_token_param="/amsg/client-token")
+    master, token = _value(ssm, "/amsg/master-key"), _value(ssm, "/amsg/client-token")
+    again = bootstrap(ssm, client_token_param="/amsg/client-token")
+    assert again.created == [] and again.rotated == []
+    assert again.kept == ["/amsg/master-key", "/amsg/vapid-private-key", "/amsg/client-token"]
+    assert again.vapid_public_key == first.vapid_public_key  # derived from the stored private key
+    assert again.client_token is None  # an existing token is never printed again
+    assert (_value(ssm, "/amsg/master-key"), _value(ssm, "/amsg/client-token")) == (master, token)
+
+
+def test_rotation_replaces_vapid_and_token_but_never_the_master_key(ssm):
+    first = bootstrap(ssm, client_token_param="/amsg/client-token")
+    master = _value(ssm, "/amsg/master-key")
+    rotated = bootstrap(ssm, client_token_param="/amsg/client-token", rotate=("vapid", "client-token"))
+    assert rotated.rotated == ["/amsg/vapid-private-key", "/amsg/client-token"]
+    assert rotated.vapid_public_key != first.vapid_public_key
+    assert rotated.client_token and rotated.client_token != first.client_token
+    assert _value(ssm, "/amsg/client-token") == rotated.client_token
+    assert _value(ssm, "/amsg/master-key") == master
+
+
+def test_what_it_writes_is_what_the_runtime_reads(ssm):
+    from amsg import runtime
+
+    result = bootstrap(ssm, client_token_param="/amsg/client-token")
+    ctx = runtime.build_context(
+        {
+            "AMSG_TABLE_NAME": "t",
+            "AMSG_MASTER_KEY_PARAM": "/amsg/master-key",
+            "AMSG_VAPID_PRIVATE_KEY_PARAM": "/amsg/vapid-private-key",
+            "AMSG_CLIENT_TOKEN_PARAM": "/amsg/client-token",
+            "AMSG_VAPID_PUBLIC_KEY": result.vapid_public_key,
+            "AMSG_VAPID_EMAIL": "ops@example.test",
+        }
+    )
+    assert ctx.delivery.push_sender is not None  # the pair matches: pushes can be signed
+    assert len(ctx.user_key("u1")) == 64
+    assert ctx.secrets.client_token == result.client_token
+
+
+def test_the_amsg_command_prints_the_public_key_and_the_overrides(ssm, capsys):
+    assert main(["bootstrap-secrets", "--region", "us-east-1", "--client-token-param", "/x/token"]) == 0
+    out = capsys.readouterr().out
+    public = re.search(r"VAPID public key: (\S+)", out).group(1)
+    assert f"sam deploy --parameter-overrides VapidPublicKey={public} " in out
+    assert "ClientTokenParameterName=/x/token" in out
+    assert _value(ssm, "/amsg/master-key") not in out  # the master key is never printed
+    assert main(["bootstrap-secrets", "--region", "us-east-1", "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["vapidPublicKey"] == public and report["created"] == [] and "clientToken" not in report
+
+
+def test_parameter_names_must_be_fully_qualified(ssm, capsys):
+    assert main(["bootstrap-secrets", "--master-key-param", "amsg/master-key"]) == 2
+    assert "must start with /" in capsys.readouterr().out
