@@ -11,7 +11,7 @@ PORT ?= 3000
 TICK ?= 5
 PYTEST_ARGS ?=
 
-.PHONY: help run test check lint bench ci venv dynamodb-local tools clean
+.PHONY: help run test check lint bench ci venv dynamodb-local tools clean deploy api-url
 .DEFAULT_GOAL := help
 
 help: ## this list
@@ -47,6 +47,15 @@ bench: venv dynamodb-local ## benchmarks: imports, tick, end to end, load at c=1
 	.venv/bin/python -m bench
 
 ci: check test ## what CI runs
+
+# AWS (needs credentials): secrets, sam build (no Docker), sam deploy with saved answers; see docs/operations.md
+STACK ?= amsg
+deploy: venv tools ## deploy to AWS: make deploy VAPID_EMAIL=you@example.com REGION=... [ALLOW_ORIGINS=...]
+	STACK=$(STACK) scripts/deploy
+
+api-url: tools ## print the deployed stack's API URL (the ApiUrl output): make api-url REGION=...
+	@SAM_CLI_TELEMETRY=0 .venv-tools/bin/sam list stack-outputs --stack-name $(STACK) $(if $(REGION),--region $(REGION)) --output json \
+		| .venv/bin/python -c 'import json, sys; print(next(o["OutputValue"] for o in json.load(sys.stdin) if o["OutputKey"] == "ApiUrl"))'
 
 clean: ## remove the venvs and build output
 	rm -rf .venv .venv-tools .aws-sam .pytest_cache

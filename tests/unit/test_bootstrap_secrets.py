@@ -8,10 +8,9 @@ import re
 
 import boto3
 import pytest
-from moto import mock_aws
-
 from amsg_local.bootstrap_secrets import bootstrap
 from amsg_local.cli import main
+from moto import mock_aws
 
 
 @pytest.fixture
