@@ -172,6 +172,9 @@ class LocalDelivery:
             self.concurrency = consumer_concurrency(template, self.consumer_function)
         else:
             self.concurrency = DEFAULT_CONSUMER_CONCURRENCY
+        if self.consumer_function is not None and runtime.handler_file(self.consumer_function).is_file():
+            consumer = runtime.function(self.consumer_function)  # every poller needs a sandbox of its own
+            consumer.max_sandboxes = max(consumer.max_sandboxes, self.concurrency)
         self._input = self._schedule_input()
 
     def _schedule_input(self) -> str | None:
