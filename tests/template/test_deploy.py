@@ -57,7 +57,7 @@ def test_deploy_needs_a_vapid_contact_and_a_region():
 
 
 def test_env_vars_sample_only_sets_declared_variables():
-    sample = json.loads((REPO_ROOT / "events" / "env-vars.sample.json").read_text())
+    sample = json.loads((REPO_ROOT / "env-vars.sample.json").read_text())
     declared = set(project_template()["Globals"]["Function"]["Environment"]["Variables"])
     assert set(sample) == {"Parameters"}
     assert set(sample["Parameters"]) <= declared
