@@ -350,3 +350,48 @@ def test_an_interrupted_import_continues_and_newer_target_data_is_kept(
     assert record["chunk_count"] >= 2 and record["idempotency_key"] == "idem-1"
     assert table.get({"PK": pk, "SK": "R#plan#p1"})["data"].count(":") == 2
     assert second.kinds["sidecars"].written == 2
+
+
+def test_rows_that_would_collide_with_data_already_in_the_target_fail_with_a_reason(
+    ctx, ddb_local_endpoint, ddb_local_table
+):
+    db = ReferenceDb("outbox", MASTER_KEY)
+    user, other = str(uuid.uuid4()), str(uuid.uuid4())
+    first = db.add_task(user, next_send_ms=NOW + DAY, message="one")
+    db.add_outbox(user, first, 0, 1, created_ms=NOW - DAY)
+    # the target is not empty: this user already created a task (id 1) and got an outbox row (id 1) there,
+    # and another user already owns the uuid of a second source task
+    api, other_api = api_for(user), api_for(other)
+    for client in (api, other_api):
+        assert client.put_subscription(subscription_for(client.user_id)).status == 200
+    created = api.schedule(
+        {
+            "contactName": "Rei",
+            "messageType": "fixed",
+            "userMessage": "made here",
+            "firstSendTime": "2031-01-01T00:00:00.000Z",
+            "recurrenceType": "none",
+        }
+    )
+    assert created.status == 201 and created.data["id"] == 1
+    assert ctx.outbox.append(user, [_append("made-here")]) == [1]
+    taken = other_api.schedule(
+        {
+            "contactName": "Rei",
+            "messageType": "fixed",
+            "userMessage": "theirs",
+            "firstSendTime": "2031-01-01T00:00:00.000Z",
+            "recurrenceType": "none",
+        }
+    )
+    db.add_task(user, next_send_ms=NOW + DAY, message="two", task_uuid=taken.data["uuid"])
+
+    report = import_db(db, ddb_local_endpoint, ddb_local_table)
+    reasons = {reason for s in report.kinds.values() for (status, reason) in s.reasons if status == "failed"}
+    assert reasons == {
+        "task id already used by another task in the target (import into a fresh table)",
+        "task uuid already belongs to another user in the target",
+        "outbox id already used by another row in the target (import into a fresh table)",
+    }
+    assert ctx.tasks.get_task(user, created.data["uuid"]) is not None  # nothing of the target was overwritten
+    assert "failed" in report.render()
