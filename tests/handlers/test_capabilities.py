@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import uuid
 
-import pytest
 from amsg import __version__
 from amsg.capabilities import FEATURES
 
@@ -99,33 +98,6 @@ def test_gzip_request_body(api):
         "PUT", "/push-subscription", {"subscription": {"endpoint": "https://p.test/1"}}, gzip_body=True
     )
     assert resp.status == 200, resp.text
-
-
-@pytest.mark.parametrize(
-    ("attribute", "gone"),
-    [
-        ("outbox", {"message-outbox", "outbox-delete"}),
-        ("credentials", {"llm-credentials", "llm-credentials-delete-prefix"}),
-        (
-            "client_state",
-            {
-                "client-state",
-                "client-state-chunking",
-                "client-state-partial-failure",
-                "client-state-version-guard",
-                "client-state-delete",
-                "client-state-namespaces",
-                "client-state-delete-namespace",
-            },
-        ),
-    ],
-)
-def test_features_follow_the_wired_stores(ctx, api, attribute, gone):
-    before = set(api.capabilities().body["features"])
-    assert gone <= before
-    setattr(ctx, attribute, None)
-    after = set(api.capabilities().body["features"])
-    assert before - after == gone
 
 
 def test_no_unimplemented_reference_features_are_advertised(api):

@@ -497,22 +497,6 @@ def test_users_are_isolated(api):
     assert other.client_state_namespaces().data["namespaces"] == []
 
 
-def test_unsupported_store_answers_501_after_validation(api, ctx):
-    ctx.client_state = None
-    assert api.put_client_state([]).code == "INVALID_STATE_ENTRIES"
-    resp = api.put_client_state([entry("n", "k", "v")])
-    assert (resp.status, resp.code) == (501, "CLIENT_STATE_NOT_SUPPORTED")
-    assert api.get_client_state(None).code == "NAMESPACE_REQUIRED"
-    assert api.get_client_state("n").code == "CLIENT_STATE_NOT_SUPPORTED"
-    assert api.clear_client_state().code == "CLIENT_STATE_NOT_SUPPORTED"
-    assert api.request("DELETE", "/client-state?namespace=").code == "INVALID_STATE_NAMESPACE"
-    resp = api.delete_client_state_namespace("n")
-    assert (resp.status, resp.code) == (501, "CLIENT_STATE_NAMESPACE_DELETE_NOT_SUPPORTED")
-    assert api.client_state_namespaces(limit="0").code == "INVALID_NAMESPACE_LIMIT"
-    resp = api.client_state_namespaces()
-    assert (resp.status, resp.code) == (501, "CLIENT_STATE_NAMESPACES_NOT_SUPPORTED")
-
-
 # ---- multi-transaction writes ---------------------------------------------------------------------------
 
 

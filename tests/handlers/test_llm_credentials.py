@@ -148,17 +148,6 @@ def test_listing_failure_is_503(ctx, api, monkeypatch):
     assert resp.status == 503 and resp.code == "LLM_CREDENTIALS_LOOKUP_FAILED"
 
 
-def test_unsupported_store(ctx, api):
-    ctx.credentials = None
-    assert invalid_fields(api.put_credentials([])) == ["credentials"]  # validation first
-    for resp in (
-        api.put_credentials([cred("a")]),
-        api.get_credentials(),
-        api.delete_credentials({"all": True}),
-    ):
-        assert resp.status == 501 and resp.code == "LLM_CREDENTIALS_NOT_SUPPORTED"
-
-
 def test_body_gates(api):
     assert api.request("PUT", "/llm-credentials", body=json.dumps({"credentials": []})).code == "ENCRYPTION_REQUIRED"
     headers = {"X-Payload-Encrypted": "true", "X-Encryption-Version": "1"}
@@ -262,27 +251,6 @@ def test_delete_validation(api, body, fields):
     assert len(listed(api)) == 5
 
 
-def test_prefix_delete_unsupported(ctx, api):
-    seed_five(api)
-    real = ctx.credentials
-
-    class NoPrefix:
-        def __getattr__(self, name):
-            if name == "delete_prefix":
-                raise AttributeError(name)
-            return getattr(real, name)
-
-    ctx.credentials = NoPrefix()
-    resp = api.delete_credentials({"credIdPrefix": f"char:{CHAR_A}/"})
-    assert resp.status == 501 and resp.code == "LLM_CREDENTIALS_PREFIX_DELETE_NOT_SUPPORTED"
-    assert api.delete_credentials({"credIds": ["global/chat"]}).data == {"deleted": 1}
-    assert "llm-credentials-delete-prefix" not in api.capabilities().body["features"]
-    assert "llm-credentials" in api.capabilities().body["features"]
-
-
-# ---- credRefs at schedule / update time ------------------------------------------------------------------------
-
-
 def prompted(**fields) -> dict:
     payload = {
         "contactName": "Rei",
@@ -315,9 +283,6 @@ def test_schedule_credref_errors(ctx, api):
     resp = api.schedule(prompted(credRefs={"chat": "global/chat"}, apiKey="sk-inline"))
     assert invalid_fields(resp) == ["credRefs.chat", "apiUrl", "apiKey", "primaryModel"]
     assert invalid_fields(api.schedule(prompted(credRefs={"chat": "x" * 129}))) == ["credRefs"]
-    ctx.credentials = None
-    resp = api.schedule(prompted())
-    assert resp.status == 501 and resp.code == "LLM_CREDENTIALS_NOT_SUPPORTED"
 
 
 def test_schedule_lookup_failure_is_503(ctx, api, monkeypatch):

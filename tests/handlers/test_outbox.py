@@ -329,27 +329,6 @@ def test_delete_validation(ctx, api, body, code):
     assert ids_of(api.outbox().data["entries"]) == ["a"]
 
 
-def test_unsupported_store(ctx, api):
-    class AckOnly:
-        def list_unacked(self, *a):
-            return []
-
-        def ack(self, *a):
-            return 0
-
-    ctx.outbox = AckOnly()
-    assert api.outbox_delete({"all": True}).code == "OUTBOX_DELETE_NOT_SUPPORTED"
-    assert api.outbox_delete({}).code == "INVALID_OUTBOX_DELETE"  # validation first
-    ctx.outbox = None
-    assert api.outbox().code == "OUTBOX_NOT_SUPPORTED"
-    assert api.outbox_ack(["a"]).code == "OUTBOX_NOT_SUPPORTED"
-    assert api.outbox_ack([]).code == "INVALID_OUTBOX_ACK"
-    assert api.outbox_delete({"all": True}).status == 501
-
-
-# ---- engine-facing store methods -------------------------------------------------------------------------------
-
-
 def test_engine_methods(ctx, api):
     seed(ctx, api, ["t1", "t2", "t3"])
     seed(ctx, api, ["x1"], task_uuid=TASK + "#1")  # a uuid extending ours must not leak into our task's rows

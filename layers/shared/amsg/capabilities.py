@@ -34,29 +34,15 @@ def _always(ctx: AppContext) -> bool:
     return True
 
 
-def _store(attribute: str, *methods: str) -> Callable[[AppContext], bool]:
-    """The store port is wired (and, for optional operations, offers the method behind the feature)."""
-
-    def enabled(ctx: AppContext) -> bool:
-        store = getattr(ctx, attribute, None)
-        return store is not None and all(callable(getattr(store, method, None)) for method in methods)
-
-    return enabled
-
-
-_client_state = _store("client_state")
-_outbox = _store("outbox", "list_unacked", "ack")
-_credentials = _store("credentials", "upsert", "list", "get_values", "delete_ids", "delete_all")
-
 # (reference feature name, predicate), in the reference's order. Features we do not implement
 # are simply absent from this table; tests/handlers/test_capabilities.py keeps it honest.
 FEATURES: list[tuple[str, Callable[[AppContext], bool]]] = [
-    ("client-state", _client_state),
-    ("client-state-chunking", _client_state),
-    ("client-state-partial-failure", _client_state),
+    ("client-state", _always),
+    ("client-state-chunking", _always),
+    ("client-state-partial-failure", _always),
     ("agentic-hooks", _agentic),
     ("agentic-scratch", _agentic),
-    ("agentic-write-state", lambda ctx: _agentic(ctx) and _client_state(ctx)),
+    ("agentic-write-state", _agentic),
     ("agentic-fire-tools", _hook("execute_tool_calls", agentic=True)),
     ("agentic-schedule-task", _agentic),
     ("vapid-public-key", lambda ctx: bool(ctx.settings.vapid_public_key)),
@@ -65,7 +51,7 @@ FEATURES: list[tuple[str, Callable[[AppContext], bool]]] = [
     ("occurrence-scoped-push-ids", _always),
     ("after-send-hook", _hook("on_after_send", agentic=True)),
     ("update-message-credentials", _always),
-    ("hook-state-accessors", lambda ctx: _agentic(ctx) and _client_state(ctx)),
+    ("hook-state-accessors", _agentic),
     ("after-send-scratch", _hook("on_after_send", agentic=True)),
     ("fire-task-identity", _agentic),
     ("push-task-identity", _always),
@@ -78,7 +64,7 @@ FEATURES: list[tuple[str, Callable[[AppContext], bool]]] = [
     ("update-message-contact-name", _always),
     ("tick-serialize-by", _serialize_by_enabled),
     ("fire-settled-hook", _hook("on_fire_settled", agentic=True)),
-    ("client-state-version-guard", _client_state),
+    ("client-state-version-guard", _always),
     ("schedule-immediate", _always),
     ("schedule-supersede", _always),
     ("tick-lease-heartbeat", _always),
@@ -86,22 +72,22 @@ FEATURES: list[tuple[str, Callable[[AppContext], bool]]] = [
     ("task-last-error", _always),
     ("non-retryable-error", _agentic),
     ("agentic-cancel-renew-task", _agentic),
-    ("message-outbox", _outbox),
+    ("message-outbox", _always),
     ("fire-settled-metadata", _hook("on_fire_settled", agentic=True)),
     ("hook-usage", _agentic),
     ("llm-extra-body", _always),
     ("error-cause", _always),
     ("schema-self-check", _always),
     ("worker-run-task", _always),
-    ("llm-credentials", _credentials),
+    ("llm-credentials", _always),
     ("gzip-request-body", _always),
-    ("client-state-ttl", lambda ctx: _client_state(ctx) and bool(ctx.settings.client_state_ttl_days)),
-    ("emit-result", lambda ctx: _agentic(ctx) and _outbox(ctx)),
-    ("client-state-delete", _client_state),
-    ("client-state-namespaces", _client_state),
-    ("client-state-delete-namespace", _client_state),
-    ("llm-credentials-delete-prefix", _store("credentials", "delete_prefix")),
-    ("outbox-delete", _store("outbox", "delete")),
+    ("client-state-ttl", lambda ctx: bool(ctx.settings.client_state_ttl_days)),
+    ("emit-result", _agentic),
+    ("client-state-delete", _always),
+    ("client-state-namespaces", _always),
+    ("client-state-delete-namespace", _always),
+    ("llm-credentials-delete-prefix", _always),
+    ("outbox-delete", _always),
     ("llm-permanent-errors", _always),
     ("redeliver-committed-batch", _always),
     ("hook-usage-total", _agentic),

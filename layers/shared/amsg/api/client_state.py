@@ -57,8 +57,6 @@ def put_client_state(request: ApiRequest, ctx: AppContext) -> ApiResponse:
             rejected.append(checked)
 
     store = ctx.client_state
-    if store is None:
-        raise api_error("CLIENT_STATE_NOT_SUPPORTED")
     try:
         result = write_entries(store, user_id, user_key, accepted, ctx.now_ms())
     except PartialWriteError as exc:
@@ -96,8 +94,6 @@ def get_client_state(request: ApiRequest, ctx: AppContext) -> ApiResponse:
     if has_reserved_chars(namespace):
         raise api_error("INVALID_STATE_NAMESPACE")
     store = ctx.client_state
-    if store is None:
-        raise api_error("CLIENT_STATE_NOT_SUPPORTED")
     namespace = well_formed(namespace)
     user_key = ctx.user_key(user_id)
     entries = read_namespace(store, user_id, user_key, namespace)
@@ -110,14 +106,10 @@ def delete_client_state(request: ApiRequest, ctx: AppContext) -> ApiResponse:
     namespace = request.param("namespace")
     store = ctx.client_state
     if namespace is None:
-        if store is None:
-            raise api_error("CLIENT_STATE_NOT_SUPPORTED")
         return ok({"deleted": store.delete_all(user_id)})
     if not js_trim(namespace):
         raise api_error("INVALID_STATE_NAMESPACE", "namespace 传了就不能是空的（不带 namespace 参数才是整表全清）")
     if has_reserved_chars(namespace):
         raise api_error("INVALID_STATE_NAMESPACE")
-    if store is None:
-        raise api_error("CLIENT_STATE_NAMESPACE_DELETE_NOT_SUPPORTED")
     namespace = well_formed(namespace)
     return ok({"deleted": store.delete_namespace(user_id, namespace), "namespace": namespace})

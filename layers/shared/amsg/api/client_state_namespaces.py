@@ -26,10 +26,7 @@ def list_client_state_namespaces(request: ApiRequest, ctx: AppContext) -> ApiRes
         maximum=MAX_CLIENT_STATE_NAMESPACES,
         error=api_error("INVALID_NAMESPACE_LIMIT"),
     )
-    store = ctx.client_state
-    if store is None:
-        raise api_error("CLIENT_STATE_NAMESPACES_NOT_SUPPORTED")
-    listing = store.list_namespaces(user_id, limit)
+    listing = ctx.client_state.list_namespaces(user_id, limit)
     namespaces = [
         {"namespace": s.namespace, "entryCount": s.entry_count, "byteSize": s.byte_size, "updatedAt": s.updated_at}
         for s in listing.namespaces

@@ -11,8 +11,6 @@ from amsg.observability import logger
 
 def require_credentials_exist(ctx: AppContext, user_id: str, cred_ids: Iterable[str]) -> None:
     store = ctx.credentials
-    if store is None:
-        raise api_error("LLM_CREDENTIALS_NOT_SUPPORTED")
     wanted = list(dict.fromkeys(cred_ids))
     try:
         found = store.existing_cred_ids(user_id, wanted)

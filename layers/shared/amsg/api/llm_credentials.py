@@ -49,12 +49,6 @@ MAX_STORED_BATCH_CHARS = 3_500_000
 _CRED_ID_RULE = f"必须是 1–{CRED_ID_MAX_LENGTH} 字符、不含控制字符的字符串"
 
 
-def _store(ctx: AppContext) -> Any:
-    if ctx.credentials is None:
-        raise api_error("LLM_CREDENTIALS_NOT_SUPPORTED")
-    return ctx.credentials
-
-
 def _body(request: ApiRequest, ctx: AppContext, **overrides: Any) -> tuple[str, str, dict[str, Any]]:
     opened = open_encrypted_body(request, ctx, **overrides)
     return opened.user_id, opened.user_key, opened.body
@@ -75,7 +69,7 @@ def put_llm_credentials(request: ApiRequest, ctx: AppContext) -> ApiResponse:
         problem = cred_value_error(entry.get("value"))
         if problem:
             raise invalid_parameters(invalid=[f"credentials[{i}].value"], message=f"credentials[{i}].{problem}")
-    store = _store(ctx)
+    store = ctx.credentials
 
     latest: dict[str, dict[str, Any]] = {}
     for entry in credentials:  # duplicates: the last occurrence wins (and counts once)
@@ -115,7 +109,7 @@ def _check_sizes(entries: Any) -> None:
 def get_llm_credentials(request: ApiRequest, ctx: AppContext) -> ApiResponse:
     authenticate(request, ctx)
     user_id = require_user_id(request)
-    store = _store(ctx)
+    store = ctx.credentials
     rows = store.list(user_id)
     return ok({"credentials": [{"credId": cred_id, "updatedAt": updated_at} for cred_id, updated_at in rows]})
 
@@ -146,13 +140,11 @@ def delete_llm_credentials(request: ApiRequest, ctx: AppContext) -> ApiResponse:
     elif selector == "credIdPrefix" and not validate_cred_id(body["credIdPrefix"]):
         raise invalid_parameters(invalid=["credIdPrefix"], message=f"credIdPrefix {_CRED_ID_RULE}")
 
-    store = _store(ctx)
+    store = ctx.credentials
     if selector == "all":
         deleted = store.delete_all(user_id)
     elif selector == "credIds":
         deleted = store.delete_ids(user_id, list(dict.fromkeys(body["credIds"])))
     else:
-        if not callable(getattr(store, "delete_prefix", None)):
-            raise api_error("LLM_CREDENTIALS_PREFIX_DELETE_NOT_SUPPORTED")
         deleted = store.delete_prefix(user_id, body["credIdPrefix"])
     return ok({"deleted": deleted})

@@ -36,16 +36,10 @@ MAX_DELETE_IDS = 200
 MAX_PAGE_PLAINTEXT_BYTES = 4_000_000
 
 
-def _store(ctx: AppContext) -> Any:
-    if ctx.outbox is None:
-        raise api_error("OUTBOX_NOT_SUPPORTED")
-    return ctx.outbox
-
-
 def list_outbox(request: ApiRequest, ctx: AppContext) -> ApiResponse:
     authenticate(request, ctx)
     user_id = require_user_id(request)
-    store = _store(ctx)  # the reference checks support before the query parameters
+    store = ctx.outbox
     try:
         since = parse_strict_int(request.param("since"))
     except ValueError:
@@ -119,7 +113,7 @@ def ack_outbox(request: ApiRequest, ctx: AppContext) -> ApiResponse:
         raise api_error("TOO_MANY_OUTBOX_ACK_IDS", details={"count": len(message_ids)})
     if not all(_valid_id(message_id) for message_id in message_ids):
         raise api_error("INVALID_OUTBOX_ACK", "messageIds 的每一项必须是非空字符串")
-    store = _store(ctx)
+    store = ctx.outbox
     return ok({"acked": store.ack(user_id, message_ids, ctx.now_ms())})
 
 
@@ -138,6 +132,4 @@ def delete_outbox(request: ApiRequest, ctx: AppContext) -> ApiResponse:
         if not all(_valid_id(message_id) for message_id in given):
             raise api_error("INVALID_OUTBOX_DELETE", "messageIds 的每一项必须是非空字符串")
         message_ids = list(dict.fromkeys(given))
-    if ctx.outbox is None or not callable(getattr(ctx.outbox, "delete", None)):
-        raise api_error("OUTBOX_DELETE_NOT_SUPPORTED")
     return ok({"deleted": ctx.outbox.delete(user_id, message_ids, ctx.now_ms())})
