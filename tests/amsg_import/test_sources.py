@@ -51,6 +51,36 @@ def test_a_wrangler_dump_reads_like_the_database_file(tmp_path):
     assert from_file.describe()["schema"] == from_dump.describe()["schema"]
 
 
+def test_a_dump_in_the_shapes_d1_exports_take_still_loads(tmp_path):
+    db = small_db()
+    statements = [s for s in db.dump().split(";\n") if s.strip()]
+    creates = [s for s in statements if s.lstrip().upper().startswith("CREATE TABLE")]
+    rest = [s for s in statements if s not in creates and not s.lstrip().upper().startswith(("BEGIN", "COMMIT"))]
+    # INSERTs before their tables, an explicit sqlite_sequence table, D1-internal tables, a transaction
+    text = (
+        ";\n".join(
+            [
+                "PRAGMA defer_foreign_keys=TRUE",
+                "BEGIN TRANSACTION",
+                "CREATE TABLE _cf_KV (key TEXT PRIMARY KEY, value BLOB)",
+                "INSERT INTO \"_cf_KV\" VALUES('x', NULL)",
+                "CREATE TABLE sqlite_sequence(name,seq)",
+                *rest,
+                *creates,
+                "COMMIT",
+            ]
+        )
+        + ";\n"
+    )
+    path = tmp_path / "export.sql"
+    path.write_text(text, encoding="utf-8")
+    reader = ReferenceReader(open_source(str(path)), MASTER_KEY)
+    original = ReferenceReader(SqliteSource(db.conn, "x"), MASTER_KEY)
+    for kind in ("tasks", "state", "subscriptions", "credentials", "outbox"):
+        assert list(reader.read(kind)) == list(original.read(kind)), kind
+    assert reader.id_floor("outbox") == original.id_floor("outbox") == 1
+
+
 def test_not_a_reference_database_is_refused(tmp_path):
     other = tmp_path / "other.sqlite"
     conn = sqlite3.connect(other)

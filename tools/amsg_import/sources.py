@@ -13,6 +13,25 @@ from pathlib import Path
 from typing import Any, Protocol
 
 _IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_LEADING_COMMENTS = re.compile(r"^(\s*--[^\n]*\n)+")
+_D1_INTERNAL = re.compile(
+    r"^(?:CREATE\s+TABLE\s+(?:IF\s+NOT\s+EXISTS\s+)?|INSERT\s+INTO\s+|DELETE\s+FROM\s+)[\"'`\[]?_cf_",
+    re.IGNORECASE,
+)
+_CREATE_SEQUENCE = re.compile(r"^CREATE\s+TABLE\s+(?:IF\s+NOT\s+EXISTS\s+)?[\"'`\[]?sqlite_sequence\b", re.IGNORECASE)
+
+
+def _statements(text: str) -> Iterator[str]:
+    """Complete SQL statements of a dump, in order (string literals may span lines)."""
+    current = ""
+    for line in text.splitlines(keepends=True):
+        current += line
+        if sqlite3.complete_statement(current):
+            if current.strip():
+                yield current.strip()
+            current = ""
+    if current.strip():
+        yield current.strip()
 
 
 class SourceError(Exception):
@@ -114,10 +133,25 @@ class SqliteSource(_SqlSource):
 
     @classmethod
     def from_dump(cls, text: str, label: str = "SQL dump") -> SqliteSource:
-        """``wrangler d1 export --output db.sql`` (or any SQLite ``.dump``), loaded into an in-memory database."""
+        """``wrangler d1 export --output db.sql`` (or any SQLite ``.dump``), loaded into an in-memory database.
+
+        Tolerates what such dumps are known to contain: tables created after their INSERTs (all CREATE TABLE
+        statements run first), ``BEGIN``/``COMMIT``, an explicit ``CREATE TABLE sqlite_sequence`` and D1's
+        internal ``_cf_*`` tables (both skipped)."""
         conn = sqlite3.connect(":memory:")
+        creates: list[str] = []
+        others: list[str] = []
+        for statement in _statements(text):
+            head = _LEADING_COMMENTS.sub("", statement).lstrip()
+            if head.upper().startswith(("BEGIN", "COMMIT", "END TRANSACTION")):
+                continue
+            if _D1_INTERNAL.match(head) or _CREATE_SEQUENCE.match(head):
+                continue  # D1's own tables; sqlite_sequence exists as soon as an AUTOINCREMENT table does
+            (creates if head.upper().startswith("CREATE TABLE") else others).append(statement)
         try:
-            conn.executescript(text)
+            for statement in creates + others:
+                conn.execute(statement)
+            conn.commit()
         except sqlite3.Error as exc:
             conn.close()
             raise SourceError(f"{label}: not a SQLite SQL dump ({exc})") from None
