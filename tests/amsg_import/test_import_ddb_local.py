@@ -395,3 +395,36 @@ def test_rows_that_would_collide_with_data_already_in_the_target_fail_with_a_rea
     }
     assert ctx.tasks.get_task(user, created.data["uuid"]) is not None  # nothing of the target was overwritten
     assert "failed" in report.render()
+
+
+def test_a_task_changed_in_the_reference_since_is_refreshed_only_while_untouched_here(
+    ctx, ddb_local_endpoint, ddb_local_table
+):
+    db = ReferenceDb("outbox", MASTER_KEY)
+    user = str(uuid.uuid4())
+    db.add_subscription(user, subscription_for(user), NOW - DAY)
+    quiet = db.add_task(user, next_send_ms=NOW + DAY, message="v1")
+    edited_here = db.add_task(user, next_send_ms=NOW + DAY, message="v1")
+    assert import_db(db, ddb_local_endpoint, ddb_local_table).failed == 0
+
+    # the client edits one task on the new deployment; the reference (still running) then updates both
+    api = api_for(user)
+    assert api.update(edited_here["uuid"], {"userMessage": "edited here"}).status == 200
+    later = "2030-01-03T00:00:00.000Z"
+    for task in (quiet, edited_here):
+        db.conn.execute(
+            "UPDATE scheduled_messages SET encrypted_payload = ?, updated_at = ? WHERE id = ?",
+            (db.enc(user, {**task["payload"], "userMessage": "v2"}), later, task["id"]),
+        )
+
+    again = import_db(db, ddb_local_endpoint, ddb_local_table)
+    assert again.kinds["tasks"].reasons == {
+        ("written", "replaced an older import"): 1,
+        ("skipped", "already in the target and changed there since"): 1,
+    }
+    refreshed = ctx.tasks.get_task(user, quiet["uuid"])
+    assert refreshed.updated_at == later
+    assert json.loads(_decrypt(user, refreshed.encrypted_payload))["userMessage"] == "v2"
+    assert api.get_message(quiet["uuid"]).data["task"]["contactName"] == "Rei"
+    stored = ctx.tasks.get_task(user, edited_here["uuid"])
+    assert json.loads(_decrypt(user, stored.encrypted_payload))["userMessage"] == "edited here"
