@@ -151,7 +151,7 @@ class FakePg:
     def __init__(self, tables: dict[str, list[dict[str, Any]]]) -> None:
         self.tables = tables
 
-    def cursor(self) -> FakePgCursor:
+    def cursor(self, name: str | None = None) -> FakePgCursor:
         return FakePgCursor(self.tables)
 
     def close(self) -> None:

@@ -189,6 +189,7 @@ class PostgresSource(_SqlSource):
         super().__init__()
         self.conn = connection
         self.label = label
+        self._cursors = 0
 
     @classmethod
     def connect(cls, url: str, connect: Callable[[str], Any] | None = None) -> PostgresSource:
@@ -208,7 +209,9 @@ class PostgresSource(_SqlSource):
         return cls(conn, "Postgres")
 
     def _cursor(self) -> Any:
-        return self.conn.cursor()
+        """A server-side (named) cursor: rows stream in batches instead of the whole table in memory."""
+        self._cursors += 1
+        return self.conn.cursor(name=f"amsg_import_{self._cursors}")
 
     def _query(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
         cursor = self.conn.cursor()
