@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import boto3
+from amsg_local.delivery import sqs_event
 
 from tests.support.inprocess import LambdaContext, load_handler_module
 
@@ -35,22 +36,8 @@ class EngineHarness:
         return response.get("Messages", [])
 
     def sqs_event(self, messages: list[dict[str, Any]]) -> dict[str, Any]:
-        return {
-            "Records": [
-                {
-                    "messageId": m["MessageId"],
-                    "receiptHandle": m["ReceiptHandle"],
-                    "body": m["Body"],
-                    "attributes": {"ApproximateReceiveCount": "1", "SentTimestamp": "0"},
-                    "messageAttributes": {},
-                    "md5OfBody": m.get("MD5OfBody", ""),
-                    "eventSource": "aws:sqs",
-                    "eventSourceARN": self.queue_arn,
-                    "awsRegion": "us-east-1",
-                }
-                for m in messages
-            ]
-        }
+        """What Lambda's event source mapping would hand run_task for these ReceiveMessage results."""
+        return sqs_event(messages, self.queue_arn)
 
     def run(self, messages: list[dict[str, Any]]) -> dict[str, Any]:
         context = LambdaContext(function_name="run_task", remaining_ms=110_000, aws_request_id=str(uuid.uuid4()))

@@ -42,14 +42,14 @@ import socket
 import threading
 import time
 import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Protocol
 from urllib.parse import parse_qsl, urlsplit
 
-from amsg_local.delivery import TickNotConfigured, TickRunner
+from amsg_local.delivery import TickNotConfigured, TickRunner, TickThenDrain
 from amsg_local.lambda_runtime import LAMBDA_SYNC_PAYLOAD_LIMIT, LambdaRuntime
 from amsg_local.template import CorsConfig, Route, http_routes
 
@@ -78,8 +78,6 @@ LOCAL_RUN_TASK_PATH = "/_local/run-task"
 
 _TEXT_TYPES = {"application/json", "application/xml", "application/javascript"}
 _HOP_BY_HOP = {"connection", "keep-alive", "transfer-encoding", "content-length", "upgrade", "te", "trailer"}
-
-TickThenDrain = Callable[[], dict[str, Any]]
 
 
 class MovableClock(Protocol):

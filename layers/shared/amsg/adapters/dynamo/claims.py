@@ -11,8 +11,8 @@ from boto3.dynamodb.conditions import Key
 from botocore.exceptions import ClientError
 
 from amsg.adapters.dynamo import keys
-from amsg.adapters.dynamo.table import DynamoTable, TransactionCancelled, is_conditional_failure
-from amsg.adapters.dynamo.tasks import _int, delete_with_registry, drop_parts, payload_attrs, registry_delete, task_row
+from amsg.adapters.dynamo.table import DynamoTable, TransactionCancelled, is_conditional_failure, item_int
+from amsg.adapters.dynamo.tasks import delete_with_registry, drop_parts, payload_attrs, registry_delete, task_row
 from amsg.ports import KEEP, DueCandidate, Settlement, TaskRow
 
 
@@ -58,7 +58,7 @@ class DynamoClaimStore:
                 user_id=item["user_id"],
                 uuid=item["uuid"],
                 next_send_at=item["next_send_at"],
-                retry_count=_int(item.get("retry_count")),
+                retry_count=item_int(item.get("retry_count")),
                 retry_after=item.get("retry_after"),
             )
             for item in response.get("Items", [])
@@ -231,7 +231,7 @@ class DynamoClaimStore:
             if self._settle_update(user_id, uuid, claim_version, settlement, now_iso, rewrite_payload=True):
                 return True
             current = self.t.get(self._key(user_id, uuid), projection="claim_version")
-            if not current or _int(current.get("claim_version")) != claim_version:
+            if not current or item_int(current.get("claim_version")) != claim_version:
                 return False
             # the payload changed since the claim (an update-message): keep it, write the columns only
         return self._settle_update(user_id, uuid, claim_version, settlement, now_iso, rewrite_payload=False)

@@ -28,10 +28,8 @@ from __future__ import annotations
 
 import hashlib
 import math
-import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from decimal import Decimal
 from typing import Any
 
 from boto3.dynamodb.conditions import Key
@@ -45,6 +43,7 @@ from amsg.adapters.dynamo.table import (
     TransactionCancelled,
     backoff,
     is_conditional_failure,
+    item_int,
 )
 from amsg.domain.client_state import DAY_MS, reference_footprint
 from amsg.errors import ClaimLost, PartialWriteError, StoreUnavailable
@@ -62,10 +61,6 @@ ITEM_OVERHEAD_BYTES = 1_024
 WRITE_ATTEMPTS = 8
 BATCH_GET_MAX_KEYS = 100
 MAX_NAMESPACE_BYTES = 4 * 128  # a valid namespace (128 UTF-16 units) never exceeds this many UTF-8 bytes
-
-
-def _int(value: Any, default: int = 0) -> int:
-    return int(value) if isinstance(value, int | Decimal) else default
 
 
 def key_part(namespace: str, key: str) -> str:
@@ -188,7 +183,7 @@ class DynamoClientStateStore:
                 decided: dict[int, bool] = {}
                 for group in part:
                     current = stored.get(group.sk)
-                    state: int | None = _int(current.get("updated_at")) if current else None
+                    state: int | None = item_int(current.get("updated_at")) if current else None
                     final: int | None = None
                     for index in group.indexes:
                         write = writes[index]
@@ -258,7 +253,7 @@ class DynamoClientStateStore:
             "ns": group.namespace,
             "key": group.key,
             "updated_at": write.guard,
-            "rev": _int(current.get("rev")) + 1 if current else 1,
+            "rev": item_int(current.get("rev")) + 1 if current else 1,
             "ref_rows": rows,
             "ref_bytes": size,
             "ret_pk": retention_pk(group.namespace),
@@ -290,7 +285,7 @@ class DynamoClientStateStore:
                 request = response.get("UnprocessedKeys") or {}
                 if not request:
                     break
-                time.sleep(min(0.5, 0.02 * 2**attempt))
+                backoff(attempt, base_s=0.02, cap_s=0.5)
             else:
                 raise StoreUnavailable("client state read throttled")
         return found
@@ -309,7 +304,7 @@ class DynamoClientStateStore:
                 value = self._value_of(pk, latest) if latest else None
                 item = latest or item
             if value is not None:
-                rows.append(StateRow(namespace, item["key"], value, _int(item.get("updated_at"))))
+                rows.append(StateRow(namespace, item["key"], value, item_int(item.get("updated_at"))))
         rows.sort(key=lambda row: row.key)  # code point order == UTF-8 byte order (the reference's BINARY collation)
         return rows
 
@@ -319,7 +314,7 @@ class DynamoClientStateStore:
         token = item.get("blob_token")
         if not token:
             return None
-        ref = BlobRef(str(token), _int(item.get("blob_parts")))
+        ref = BlobRef(str(token), item_int(item.get("blob_parts")))
         return self.t.read_blob(pk, value_parts_prefix(item["ns"], item["key"]), ref)
 
     def list_namespaces(self, user_id: str, limit: int) -> NamespaceListing:
@@ -334,8 +329,8 @@ class DynamoClientStateStore:
         ):
             entry = stats.setdefault(str(item["ns"]), [0, 0, 0])
             entry[0] += 1
-            entry[1] += _int(item.get("ref_bytes"))
-            entry[2] = max(entry[2], _int(item.get("updated_at")))
+            entry[1] += item_int(item.get("ref_bytes"))
+            entry[2] = max(entry[2], item_int(item.get("updated_at")))
         ordered = sorted(stats)
         return NamespaceListing(
             namespaces=[NamespaceStats(ns, *stats[ns]) for ns in ordered[:limit]],
@@ -351,7 +346,7 @@ class DynamoClientStateStore:
         count = 0
         for item in self.t.query_prefix(pk, ROOT_PREFIX, **_KEYS_AND_ROWS):
             doomed.append({"PK": item["PK"], "SK": item["SK"]})
-            count += _int(item.get("ref_rows"), 1)
+            count += item_int(item.get("ref_rows"), 1)
         for item in self.t.query_prefix(pk, PART_PREFIX, ProjectionExpression="PK, SK"):
             doomed.append({"PK": item["PK"], "SK": item["SK"]})
         if doomed:
@@ -369,7 +364,7 @@ class DynamoClientStateStore:
         count = 0
         for item in self.t.query_prefix(pk, root_prefix(namespace), **_KEYS_AND_ROWS):
             doomed.append({"PK": item["PK"], "SK": item["SK"]})
-            count += _int(item.get("ref_rows"), 1)
+            count += item_int(item.get("ref_rows"), 1)
         for item in self.t.query_prefix(pk, namespace_parts_prefix(namespace), ProjectionExpression="PK, SK"):
             doomed.append({"PK": item["PK"], "SK": item["SK"]})
         for start in range(0, len(doomed), TX_MAX_ACTIONS):
@@ -415,7 +410,7 @@ class DynamoClientStateStore:
         old = response.get("Attributes") or {}
         if old.get("blob_token"):
             self._delete_parts(pk, str(old["ns"]), str(old["key"]), str(old["blob_token"]))
-        return _int(old.get("ref_rows"), 1)
+        return item_int(old.get("ref_rows"), 1)
 
     def _delete_parts(self, pk: str, namespace: str, key: str, token: str) -> None:
         """Best effort: leftover parts are unreferenced (never read) and go with the next namespace delete."""
@@ -439,7 +434,7 @@ def _cas(current: dict[str, Any] | None) -> dict[str, Any]:
     if current is None:
         return {"ConditionExpression": "attribute_not_exists(SK)"}
     names = {"#rev": "rev", "#ua": "updated_at", "#bt": "blob_token"}
-    values: dict[str, Any] = {":rev": _int(current.get("rev")), ":ua": _int(current.get("updated_at"))}
+    values: dict[str, Any] = {":rev": item_int(current.get("rev")), ":ua": item_int(current.get("updated_at"))}
     condition = "#rev = :rev AND #ua = :ua AND "
     if current.get("blob_token"):
         condition += "#bt = :bt"

@@ -24,7 +24,6 @@ from __future__ import annotations
 import contextlib
 import secrets
 from collections.abc import Iterable, Sequence
-from decimal import Decimal
 from typing import Any
 
 from boto3.dynamodb.conditions import Attr, Key
@@ -38,6 +37,7 @@ from amsg.adapters.dynamo.table import (
     TransactionCancelled,
     backoff,
     is_conditional_failure,
+    item_int,
 )
 from amsg.errors import StoreUnavailable
 from amsg.ports import OutboxAppend, OutboxRow
@@ -55,10 +55,6 @@ ID_DIGITS = 16
 MAX_ID = 10**ID_DIGITS - 1
 
 _NAMES = {"#ttl": "ttl"}
-
-
-def _int(value: Any) -> int | None:
-    return int(value) if isinstance(value, (int, Decimal)) and not isinstance(value, bool) else None
 
 
 def _pad(n: int) -> str:
@@ -89,20 +85,20 @@ class DynamoOutboxStore:
             payload = self.t.read_blob(
                 item["PK"],
                 keys.outbox_part_prefix(item["message_id"]),
-                BlobRef(str(item["payload_token"]), _int(item.get("payload_parts")) or 0),
+                BlobRef(str(item["payload_token"]), item_int(item.get("payload_parts"))),
             )
         return OutboxRow(
-            id=_int(item.get("id")) or 0,
+            id=item_int(item.get("id")),
             message_id=item["message_id"],
             encrypted_push=payload,
-            created_at=_int(item.get("created_at")) or 0,
+            created_at=item_int(item.get("created_at")),
             task_uuid=item.get("task_uuid"),
             session_id=item.get("session_id"),
-            message_index=_int(item.get("message_index")),
-            total_messages=_int(item.get("total_messages")),
-            delivered_at=_int(item.get("delivered_at")),
-            acked_at=_int(item.get("acked_at")),
-            sending_at=_int(item.get("sending_at")),
+            message_index=item_int(item.get("message_index"), None),
+            total_messages=item_int(item.get("total_messages"), None),
+            delivered_at=item_int(item.get("delivered_at"), None),
+            acked_at=item_int(item.get("acked_at"), None),
+            sending_at=item_int(item.get("sending_at"), None),
         )
 
     def _write_parts(self, pk: str, message_id: str, text: str, ttl: int) -> BlobRef:
@@ -175,7 +171,7 @@ class DynamoOutboxStore:
                 backoff(attempt)  # the per-user counter moved under us: jittered back-off, then read again
             existing = self._batch_get([keys.outbox_key(user_id, row.message_id) for row in chunk])
             counter = self.t.get(counter_key)
-            current = (_int(counter.get("n")) if counter else None) or 0
+            current = item_int(counter.get("n")) if counter else 0
             next_id = current
             actions: list[dict[str, Any]] = []
             ids: dict[str, int] = {}
@@ -190,10 +186,10 @@ class DynamoOutboxStore:
                     ids[row.message_id] = next_id
                     actions.append({"Put": self._put_new(key, row, next_id, blob)})
                 elif old.get("acked_at") is not None:
-                    ids[row.message_id] = _int(old.get("id")) or 0  # final: never revived
+                    ids[row.message_id] = item_int(old.get("id"))  # final: never revived
                     continue
                 else:
-                    ids[row.message_id] = _int(old.get("id")) or 0
+                    ids[row.message_id] = item_int(old.get("id"))
                     actions.append({"Update": self._update_unacked(key, row, old, blob)})
                     if old.get("payload_token"):
                         replaced.append(old)
@@ -274,7 +270,7 @@ class DynamoOutboxStore:
         old_task = old.get("task_uuid")
         if old_task is not None:
             sets.append("obt_lsk = :obt")
-            values[":obt"] = _task_lsk(old_task, row.created_at, _int(old.get("id")) or 0)
+            values[":obt"] = _task_lsk(old_task, row.created_at, item_int(old.get("id")))
         return {
             "Key": key,
             "UpdateExpression": f"SET {', '.join(sets)} REMOVE {', '.join(removes)}",
@@ -464,7 +460,7 @@ class DynamoOutboxStore:
         def live(item: dict[str, Any] | None) -> bool:
             if not item:
                 return False
-            ttl = _int(item.get("ttl"))
+            ttl = item_int(item.get("ttl"), None)
             return now_ms is None or ttl is None or ttl > now_ms // 1000
 
         if message_ids is None:

@@ -12,7 +12,8 @@ import threading
 import time
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
-from typing import Any
+from decimal import Decimal
+from typing import Any, overload
 
 import boto3
 from boto3.dynamodb.conditions import Key
@@ -177,6 +178,19 @@ class DynamoTable:
         ]
         if keys:
             self.batch_delete(keys)
+
+
+@overload
+def item_int(value: Any) -> int: ...
+@overload
+def item_int(value: Any, default: int) -> int: ...
+@overload
+def item_int(value: Any, default: None) -> int | None: ...
+
+
+def item_int(value: Any, default: int | None = 0) -> int | None:
+    """A number attribute as read back from DynamoDB (boto3 returns ``Decimal``), else ``default``."""
+    return int(value) if isinstance(value, int | Decimal) and not isinstance(value, bool) else default
 
 
 def backoff(attempt: int, *, base_s: float = 0.004, cap_s: float = 0.25) -> None:

@@ -7,7 +7,6 @@ every create/update, large payloads split across items. The delivery side (claim
 from __future__ import annotations
 
 import contextlib
-from decimal import Decimal
 from typing import Any
 
 from botocore.exceptions import ClientError
@@ -20,15 +19,12 @@ from amsg.adapters.dynamo.table import (
     TransactionCancelled,
     backoff,
     is_conditional_failure,
+    item_int,
 )
 from amsg.errors import StoreUnavailable, TaskUuidConflict
 from amsg.ports import CreatedTask, NewTask, TaskRow
 
 CREATE_ATTEMPTS = 40
-
-
-def _int(value: Any, default: int = 0) -> int:
-    return int(value) if isinstance(value, (int, Decimal)) else default
 
 
 def payload_attrs(
@@ -47,27 +43,27 @@ def task_row(t: DynamoTable, item: dict[str, Any]) -> TaskRow:
         payload = t.read_blob(
             item["PK"],
             keys.task_part_prefix(item["uuid"]),
-            BlobRef(item["payload_token"], _int(item.get("payload_parts"))),
+            BlobRef(item["payload_token"], item_int(item.get("payload_parts"))),
         )
         if payload is None:
             raise StoreUnavailable("task payload parts are incomplete")
     return TaskRow(
         user_id=item["user_id"],
         uuid=item["uuid"],
-        id=_int(item.get("id")),
+        id=item_int(item.get("id")),
         encrypted_payload=payload or "",
         message_type=item.get("message_type", ""),
         next_send_at=item.get("next_send_at", ""),
         status=item.get("status", "pending"),
-        retry_count=_int(item.get("retry_count")),
+        retry_count=item_int(item.get("retry_count")),
         last_error=item.get("last_error"),
         created_at=item.get("created_at", ""),
         updated_at=item.get("updated_at", ""),
         lease_until=item.get("lease_until"),
         retry_after=item.get("retry_after"),
         serialize_group=item.get("serialize_group"),
-        claim_version=_int(item.get("claim_version")),
-        rev=_int(item.get("rev")),
+        claim_version=item_int(item.get("claim_version")),
+        rev=item_int(item.get("rev")),
         payload_token=item.get("payload_token"),
         outbox_occurrence=item.get("ob_occ"),
     )
@@ -142,7 +138,7 @@ class DynamoTaskStore:
             if attempt:
                 backoff(attempt)
             counter = self.t.get(counter_key)
-            current = _int(counter.get("n")) if counter else 0
+            current = item_int(counter.get("n")) if counter else 0
             new_id = current + 1
             old = self.t.get(self._key(task.user_id, supersedes_uuid)) if supersedes_uuid else None
             item: dict[str, Any] = {
