@@ -231,6 +231,14 @@ def test_import_reads_back_unchanged_delivers_due_once_and_reimports_nothing(
     assert pushed == Counter(dict.fromkeys(seeded["due"], 1))
     assert run_tick(ctx, owner="tick-2")["claimedTasks"] == 0
 
+    # ---- an import run again after go-live never brings back what was delivered (one-shots are deleted) ----
+    late = import_db(db, ddb_local_endpoint, ddb_local_table)
+    assert late.failed == 0 and sum(s.written for s in late.kinds.values()) == 0, late.render()
+    gone = late.kinds["tasks"].reasons[("skipped", "imported before and completed or deleted here since")]
+    assert gone == len(seeded["due"])
+    assert run_tick(ctx, owner="tick-3")["claimedTasks"] == 0
+    assert len(sender.sent) == sum(pushed.values())
+
 
 def _derived(task: dict[str, Any]) -> str:
     from amsg_import.reader import derived_task_uuid

@@ -22,7 +22,7 @@ from typing import Any, TextIO
 
 from amsg_import.reader import KINDS, OutboxRecord, Problem, Record, ReferenceReader
 from amsg_import.sources import Source, SourceError, open_source
-from amsg_import.writer import FAILED, SKIPPED, WRITTEN, Outcome, TargetWriter, outbox_ttl
+from amsg_import.writer import FAILED, RETENTION_SKIP, SKIPPED, WRITTEN, Outcome, TargetWriter, outbox_ttl
 
 KEY_SAMPLE = 3
 EXAMPLES_PER_REASON = 3
@@ -210,7 +210,7 @@ class DryRunWriter:
 
     def dispatch(self, kind: str, record: Record) -> Outcome:
         if isinstance(record, OutboxRecord) and outbox_ttl(record) <= self.now_ms // 1000:
-            return Outcome(SKIPPED, "past the outbox retention (the reference deletes it too)")
+            return Outcome(SKIPPED, RETENTION_SKIP)
         if kind == "tasks" and getattr(record, "uuid_derived", False):
             return Outcome(WRITTEN, "legacy row without uuid: given a derived uuid")
         if kind == "state" and getattr(record, "chunked", False):
@@ -219,19 +219,8 @@ class DryRunWriter:
 
 
 def _dispatcher(writer: TargetWriter) -> Callable[[str, Record], Outcome]:
-    methods: dict[str, Callable[[Any], Outcome]] = {
-        "tasks": writer.write_task,
-        "state": writer.write_state,
-        "subscriptions": writer.write_subscription,
-        "credentials": writer.write_credential,
-        "outbox": writer.write_outbox,
-        "owners": writer.write_owner,
-        "records": writer.write_record,
-        "sidecars": writer.write_sidecar,
-    }
-
     def dispatch(kind: str, record: Record) -> Outcome:
-        outcome = methods[kind](record)
+        outcome = writer.write(kind, record)
         if kind == "tasks" and outcome.status == WRITTEN and getattr(record, "uuid_derived", False):
             return Outcome(WRITTEN, "legacy row without uuid: given a derived uuid")
         return outcome

@@ -12,6 +12,11 @@ Keys and item shapes come from the adapters (``amsg.adapters.dynamo``): the task
 
 Per-user id counters are raised *before* the first task or outbox row of a user is written, so an interrupted
 run can never leave a counter below an imported id.
+
+An import ledger item ``IMP#<kind>#<sha256(identity)>`` in the user's partition remembers every row an import
+brought in (written after the row). A later run that finds the ledger but not the row leaves it absent: the row
+was completed or deleted here since (a delivered one-shot task, an outbox row the client deleted, a key the
+client removed), and resurrecting it would deliver or show it twice.
 """
 
 from __future__ import annotations
@@ -72,6 +77,20 @@ def _int(value: Any) -> int | None:
     return int(value) if isinstance(value, int | Decimal) and not isinstance(value, bool) else None
 
 
+LEDGER_PREFIX = "IMP#"
+RETENTION_SKIP = "past the outbox retention (the reference deletes it too)"
+_METHODS = {
+    "tasks": "write_task",
+    "state": "write_state",
+    "subscriptions": "write_subscription",
+    "credentials": "write_credential",
+    "outbox": "write_outbox",
+    "owners": "write_owner",
+    "records": "write_record",
+    "sidecars": "write_sidecar",
+}
+
+
 def outbox_ttl(rec: OutboxRecord) -> int:
     """The row's expiry (epoch s) under our retention: 28 days after creation, 7 days after an ack."""
     expires = rec.created_at + RETENTION_MS
@@ -93,6 +112,50 @@ class TargetWriter:
         self._counted: set[str] = set()
         self._task_ids: dict[str, dict[int, str]] = {}
         self._outbox_ids: dict[str, dict[int, str]] = {}
+
+    # ---- the import ledger ------------------------------------------------------------------------------
+
+    def write(self, kind: str, rec: Any) -> Outcome:
+        """Write one record of ``kind``, honouring the import ledger (see the module docstring)."""
+        method = getattr(self, _METHODS[kind])
+        located = self._locate(kind, rec)
+        if located is None:
+            return method(rec)
+        item_key, ledger_key = located
+        in_ledger = self.t.get(ledger_key, projection="SK") is not None
+        if in_ledger and self.t.get(item_key, projection="SK") is None:
+            return _skipped("imported before and completed or deleted here since")
+        outcome = method(rec)
+        if not in_ledger and outcome.status != FAILED and outcome.reason != RETENTION_SKIP:
+            try:  # the row is in the table now (written, or already there): remember it
+                self.t.table.put_item(
+                    Item={**ledger_key, "kind": kind, "at": self.now_ms}, ConditionExpression="attribute_not_exists(SK)"
+                )
+            except ClientError as exc:
+                if not is_conditional_failure(exc):
+                    raise
+        return outcome
+
+    def _locate(self, kind: str, rec: Any) -> tuple[dict[str, str], dict[str, str]] | None:
+        """(the row's item key, its ledger key) for the kinds a client or the engine can delete."""
+        if kind == "tasks":
+            identity, item_key = rec.uuid, keys.task_key(rec.user_id, rec.uuid)
+        elif kind == "state":
+            identity = f"{rec.namespace}\x1f{rec.key}"
+            item_key = {"PK": keys.user_pk(rec.user_id), "SK": root_sk(rec.namespace, rec.key)}
+        elif kind == "subscriptions":
+            identity, item_key = rec.user_id, keys.push_key(rec.user_id)
+        elif kind == "credentials":
+            identity, item_key = rec.cred_id, keys.credential_key(rec.user_id, rec.cred_id)
+        elif kind == "outbox":
+            identity, item_key = rec.message_id, keys.outbox_key(rec.user_id, rec.message_id)
+        elif kind == "records":
+            identity = f"{rec.kind}\x1f{rec.id}"
+            item_key = {"PK": keys.user_pk(rec.user_id), "SK": f"R#{rec.kind}#{rec.id}"}
+        else:
+            return None
+        ledger_key = {"PK": keys.user_pk(rec.user_id), "SK": f"{LEDGER_PREFIX}{kind}#{keys.sha256_hex(identity)}"}
+        return item_key, ledger_key
 
     # ---- counters ---------------------------------------------------------------------------------------
 
@@ -268,7 +331,7 @@ class TargetWriter:
     def write_outbox(self, rec: OutboxRecord) -> Outcome:
         ttl = outbox_ttl(rec)
         if ttl <= self.now_ms // 1000:
-            return _skipped("past the outbox retention (the reference deletes it too)")
+            return _skipped(RETENTION_SKIP)
         self.ensure_counters(rec.user_id)
         key = keys.outbox_key(rec.user_id, rec.message_id)
         existing = self.t.get(key, projection="id, acked_at, delivered_at")
