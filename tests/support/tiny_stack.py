@@ -163,6 +163,10 @@ HANDLERS = {
         import json
         import threading
 
+        from aws_lambda_powertools import Logger
+
+        logger = Logger(service="tiny")  # one logger for every sandbox, like the real layer's
+
         # how many run_task invocations ran at once (the layer is shared by every sandbox of this process)
         running = 0
         most_running = 0
@@ -215,18 +219,27 @@ HANDLERS = {
     "functions/resolver/resolver_handler.py": """
         import time
 
+        from aws_lambda_powertools import Logger
         from aws_lambda_powertools.event_handler import APIGatewayHttpResolver
+        from aws_lambda_powertools.logging import correlation_paths
+
+        import tinylib
 
         app = APIGatewayHttpResolver()
 
 
         @app.get("/whoami")
         def whoami():
+            tinylib.logger.append_keys(caller=app.current_event.query_string_parameters["id"])
             time.sleep(float(app.current_event.query_string_parameters.get("nap", "0")))
+            keys = tinylib.logger.get_current_keys()
             return {"id": app.current_event.query_string_parameters["id"],
-                    "requestId": app.lambda_context.aws_request_id}
+                    "requestId": app.lambda_context.aws_request_id,
+                    "logKeys": {"caller": keys.get("caller"), "function_request_id": keys.get("function_request_id"),
+                                "correlation_id": keys.get("correlation_id")}}
 
 
+        @tinylib.logger.inject_lambda_context(correlation_id_path=correlation_paths.API_GATEWAY_HTTP)
         def handler(event, context):
             return app.resolve(event, context)
     """,

@@ -96,6 +96,12 @@ def test_concurrent_invocations_never_see_each_others_event(gw: Gateway) -> None
     assert [status for status, _ in replies] == [200] * 24
     assert [reply["id"] for _, reply in replies] == [f"req-{i}" for i in range(24)]
     assert len({reply["requestId"] for _, reply in replies}) == 24
+    # the shared Powertools logger's appended keys (inject_lambda_context + append_keys) are per invocation too
+    for _, reply in replies:
+        assert reply["logKeys"]["caller"] == reply["id"]
+        assert reply["logKeys"]["function_request_id"] == reply["requestId"]
+        assert reply["logKeys"]["correlation_id"]
+    assert len({reply["logKeys"]["correlation_id"] for _, reply in replies}) == 24
 
 
 def test_burst_of_200_connections_is_served_without_reset(gw: Gateway) -> None:

@@ -11,12 +11,13 @@ Powertools' HTTP resolver stores the current event and Lambda context on its bas
 (``BaseRouter.current_event``), which is harmless on Lambda (one event per process at a time) but lets two
 concurrent invocations in one process read each other's event, whatever module instance they run in.
 :func:`isolate_powertools_router_state` makes those two class attributes per thread (each invocation runs in
-its own thread), which restores Lambda's one-event-per-sandbox view.
+its own thread), which restores Lambda's one-event-per-sandbox view. The Powertools logger of the shared layer
+is one object too, and ``inject_lambda_context`` appends the request id and correlation id to it:
+:func:`isolate_powertools_logger_keys` gives every invocation its own copy of the appended keys.
 
 What differs from Lambda (documented for developers): every sandbox shares this process, its environment and
 the already-imported layer package (``amsg``), and a timed-out handler thread keeps running in the background
-(Python cannot kill a thread); its result is discarded. The Powertools logger is shared too, so keys a
-handler appends (correlation id, Lambda context fields) can show up on a concurrent invocation's log lines.
+(Python cannot kill a thread); its result is discarded.
 """
 
 from __future__ import annotations
@@ -44,6 +45,7 @@ __all__ = [
     "Invocation",
     "LambdaContext",
     "LambdaRuntime",
+    "isolate_powertools_logger_keys",
     "isolate_powertools_router_state",
 ]
 
@@ -143,6 +145,44 @@ def isolate_powertools_router_state() -> bool:
             f"PerThread{type(base).__name__}", (type(base),), {**slots, "_amsg_local_isolated": True}
         )
         base.__class__ = isolated_meta
+    return True
+
+
+_invocation = threading.local()  # ``active`` is True on a thread running a handler
+
+
+class _PerInvocationKeys:
+    """``log_format`` of Powertools' formatter: outside invocations the shared dict; inside one, a copy of it
+    made on first use, so keys an invocation appends stay its own (and die with its thread)."""
+
+    def __get__(self, instance: Any, owner: type | None = None) -> Any:
+        if instance is None:
+            return self
+        shared = instance.__dict__.get("_local_shared_log_format", instance.__dict__.get("log_format"))
+        if not getattr(_invocation, "active", False):
+            return shared
+        mine = instance.__dict__.setdefault("_local_invocation_log_format", threading.local())
+        keys = getattr(mine, "value", None)
+        if keys is None:
+            keys = mine.value = dict(shared or {})
+        return keys
+
+    def __set__(self, instance: Any, value: Any) -> None:
+        if getattr(_invocation, "active", False):
+            instance.__dict__.setdefault("_local_invocation_log_format", threading.local()).value = value
+        else:
+            instance.__dict__["_local_shared_log_format"] = value
+
+
+def isolate_powertools_logger_keys() -> bool:
+    """Make the keys appended to Powertools loggers per invocation (idempotent; False without Powertools)."""
+    try:
+        from aws_lambda_powertools.logging.formatter import LambdaPowertoolsFormatter
+    except ImportError:
+        return False
+    with _isolation_lock:
+        if not isinstance(LambdaPowertoolsFormatter.__dict__.get("log_format"), _PerInvocationKeys):
+            LambdaPowertoolsFormatter.log_format = _PerInvocationKeys()  # type: ignore[assignment]
     return True
 
 
@@ -282,6 +322,7 @@ class FunctionRuntime:
         finished = threading.Event()
 
         def run() -> None:
+            _invocation.active = True
             begun = time.perf_counter()
             try:
                 outcome["value"] = sandbox.handler(event, context)
@@ -361,6 +402,7 @@ class LambdaRuntime:
             if str(directory) not in sys.path:
                 sys.path.insert(0, str(directory))
         isolate_powertools_router_state()
+        isolate_powertools_logger_keys()
 
     def function(self, logical_id: str) -> FunctionRuntime:
         with self._lock:
