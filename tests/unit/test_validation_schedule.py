@@ -5,13 +5,12 @@ import math
 
 import pytest
 from amsg.crypto import compact_json
+from amsg.domain.urls import avatar_url_error, is_absolute_url
 from amsg.domain.validation import (
     MAX_TASK_PAYLOAD_BYTES,
     ScheduleRequest,
-    avatar_url_error,
     cred_refs_error,
     has_chat_cred_ref,
-    is_absolute_url,
     payload_byte_length,
     payload_too_large_error,
     validate_cred_id,

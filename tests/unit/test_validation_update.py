@@ -3,7 +3,7 @@
 import math
 
 import pytest
-from amsg.domain.validation import UpdatePatch, validate_update_patch
+from amsg.domain.update_validation import UpdatePatch, validate_update_patch
 from amsg.errors import ApiError
 
 UPDATE_MSG = "更新数据格式错误"

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from amsg.context import AppContext
 from amsg.crypto import compact_json, decrypt_payload, encrypt_for_storage
-from amsg.domain.validation import MAX_TASK_PAYLOAD_BYTES, payload_too_large_error, validate_update_patch
+from amsg.domain.update_validation import validate_update_patch
+from amsg.domain.validation import MAX_TASK_PAYLOAD_BYTES, payload_too_large_error
 from amsg.errors import api_error
 from amsg.http.gates import (
     decrypt_request_object,

@@ -1,4 +1,5 @@
-"""Request validation for ``POST /schedule-message`` and ``PUT /update-message`` (the reference's codes).
+"""Request validation for ``POST /schedule-message`` (the reference's codes), and the predicates the update
+validation (:mod:`amsg.domain.update_validation`) shares with it.
 
 The checks run in the reference's order because clients observe *which* error wins when several fields are
 bad. Conditions use JS semantics (truthiness, UTF-16 lengths, ``key in`` for ``hasOwnProperty``) so that the
@@ -8,13 +9,11 @@ supplies ``now_ms``; stores, keys and HTTP stay in the handlers.
 
 from __future__ import annotations
 
-import ipaddress
 import re
 import uuid as uuidlib
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
-from urllib.parse import unquote_to_bytes
 
 from amsg.crypto import compact_json
 from amsg.domain.jsvalues import (
@@ -22,12 +21,12 @@ from amsg.domain.jsvalues import (
     is_finite_number,
     is_plain_object,
     is_positive_integer,
-    js_trim,
     js_truthy,
     utf16_len,
 )
 from amsg.domain.timezones import canonical_tz
-from amsg.errors import ApiError, api_error, invalid_parameters, invalid_update
+from amsg.domain.urls import avatar_url_error
+from amsg.errors import ApiError, api_error, invalid_parameters
 from amsg.timeutil import iso_from_ms, parse_iso_ms
 
 # ---- limits (the reference's) --------------------------------------------------------------------------------
@@ -40,7 +39,6 @@ LLM_MESSAGE_ROLES = ("system", "user", "assistant", "tool")
 MAX_TASK_PAYLOAD_BYTES = 995_871
 SPLIT_PATTERN_MAX_ITEMS = 10
 SPLIT_PATTERN_MAX_LENGTH = 200
-AVATAR_URL_MAX_LENGTH = 2048
 CRED_ID_MAX_LENGTH = 128
 CRED_REFS_MAX_ENTRIES = 16
 CRED_REFS_KEY_MAX_LENGTH = 64
@@ -183,129 +181,6 @@ def validate_split_pattern(value: Any) -> bool:
     return split_pattern_error(value) is None
 
 
-# ---- avatarUrl (any absolute URL, not data:, ≤ 2048 UTF-16 units) ----------------------------------------------
-
-_C0_OR_SPACE = "".join(chr(c) for c in range(0x21))
-_SCHEME_RE = re.compile(r"[A-Za-z][A-Za-z0-9+.\-]*")
-_SPECIAL_SCHEMES = frozenset({"http", "https", "ws", "wss", "ftp"})
-_FORBIDDEN_HOST = frozenset("\x00\t\n\r #/:<>?@[\\]^|")
-_FORBIDDEN_DOMAIN = _FORBIDDEN_HOST | frozenset(chr(c) for c in range(0x20)) | {"%", "\x7f"}
-_HEX = frozenset("0123456789abcdefABCDEF")
-_DEC = frozenset("0123456789")
-_OCT = frozenset("01234567")
-
-
-def _ipv4_part(part: str) -> int | None:
-    if part[:2] in ("0x", "0X"):
-        digits, base, allowed = part[2:], 16, _HEX
-    elif len(part) > 1 and part[0] == "0":
-        digits, base, allowed = part[1:], 8, _OCT
-    else:
-        digits, base, allowed = part, 10, _DEC
-    if not digits:
-        return 0
-    if not set(digits) <= allowed:
-        return None
-    return int(digits, base)
-
-
-def _ends_in_number(host: str) -> bool:
-    parts = host.split(".")
-    if parts[-1] == "" and len(parts) > 1:
-        parts.pop()
-    last = parts[-1]
-    if last and set(last) <= _DEC:
-        return True
-    return last[:2] in ("0x", "0X") and set(last[2:]) <= _HEX
-
-
-def _valid_ipv4(host: str) -> bool:
-    parts = host.split(".")
-    if parts[-1] == "" and len(parts) > 1:
-        parts.pop()
-    if len(parts) > 4 or "" in parts:
-        return False
-    numbers = [_ipv4_part(p) for p in parts]
-    if any(n is None for n in numbers):
-        return False
-    values = [n for n in numbers if n is not None]
-    if any(n > 255 for n in values[:-1]):
-        return False
-    return values[-1] < 256 ** (5 - len(values))
-
-
-def _valid_ipv6(text: str) -> bool:
-    if "%" in text:
-        return False
-    try:
-        ipaddress.IPv6Address(text)
-    except ValueError:
-        return False
-    return True
-
-
-def _valid_authority(authority: str, *, special: bool) -> bool:
-    host_port = authority.rsplit("@", 1)[-1]
-    if host_port.startswith("["):
-        end = host_port.find("]")
-        if end < 0 or not _valid_ipv6(host_port[1:end]):
-            return False
-        rest = host_port[end + 1 :]
-        if rest and not rest.startswith(":"):
-            return False
-        port = rest[1:]
-    else:
-        host, _, port = host_port.partition(":")
-        if special:
-            if not host:
-                return False
-            try:
-                decoded = unquote_to_bytes(host).decode("utf-8")
-            except UnicodeDecodeError:
-                return False
-            if any(ch in _FORBIDDEN_DOMAIN for ch in decoded):
-                return False
-            if _ends_in_number(decoded.lower()) and not _valid_ipv4(decoded.lower()):
-                return False
-        elif any(ch in _FORBIDDEN_HOST for ch in host):
-            return False
-    return not port or (set(port) <= _DEC and int(port) <= 65535)
-
-
-def is_absolute_url(text: str) -> bool:
-    """Whether WHATWG ``new URL(text)`` (no base) would succeed; a close approximation without IDNA mapping."""
-    s = text.strip(_C0_OR_SPACE).replace("\t", "").replace("\n", "").replace("\r", "")
-    colon = s.find(":")
-    if colon <= 0 or not _SCHEME_RE.fullmatch(s[:colon]):
-        return False
-    scheme, rest = s[:colon].lower(), s[colon + 1 :]
-    if scheme == "file":
-        return True
-    if scheme in _SPECIAL_SCHEMES:
-        authority = re.split(r"[/\\?#]", rest.lstrip("/\\"), maxsplit=1)[0]
-        return _valid_authority(authority, special=True)
-    if rest.startswith("//"):
-        authority = re.split(r"[/?#]", rest[2:], maxsplit=1)[0]
-        return _valid_authority(authority, special=False)
-    return True
-
-
-def avatar_url_error(value: Any) -> str | None:
-    """Why an ``avatarUrl`` would be soft-stripped, or None (absent/null is fine)."""
-    if value is None:
-        return None
-    if not isinstance(value, str):
-        return "avatarUrl 必须是字符串"
-    if value.lstrip(_C0_OR_SPACE)[:5].lower() == "data:":
-        return "头像不支持传入 data: URI，请改为公网可访问的 https:// 图片 URL"
-    length = utf16_len(value)
-    if length > AVATAR_URL_MAX_LENGTH:
-        return f"头像 URL 长度 {length} 字符超过 {AVATAR_URL_MAX_LENGTH} 上限，请改为更短的图片 URL"
-    if not is_absolute_url(value):
-        return "avatarUrl 不是合法 URL"
-    return None
-
-
 # ---- size gate ---------------------------------------------------------------------------------------------------
 
 
@@ -330,7 +205,7 @@ def _new_uuid() -> str:
     return str(uuidlib.uuid4())
 
 
-def _normalize_int(value: Any) -> Any:
+def normalize_int(value: Any) -> Any:
     # JSON.stringify prints 5.0 as 5; keep stored integers integral.
     return int(value) if isinstance(value, float) and value.is_integer() else value
 
@@ -595,182 +470,10 @@ def validate_schedule_payload(
         cred_refs=cred_refs,
         complete_prompt=complete_prompt if js_truthy(complete_prompt) else None,
         messages=messages if isinstance(messages, list) else None,
-        max_tokens=_normalize_int(max_tokens),
+        max_tokens=normalize_int(max_tokens),
         temperature=temperature,
         split_pattern=p.get("splitPattern"),
         llm_extra_body=extra_body,
         ownership={key: p[key] for key in ("owner", "kind", "ownerGeneration") if key in p},
         metadata=metadata if js_truthy(metadata) else {},
     )
-
-
-# ---- update-message --------------------------------------------------------------------------------------------
-
-
-@dataclass
-class UpdatePatch:
-    """A validated update: the payload changes to merge plus what the handler needs around the write.
-
-    ``changes`` holds exactly the keys the merge writes (in the reference's merge order); it depends only on
-    the request, so ``updated_fields`` can be computed before the task is loaded.
-    """
-
-    request_keys: list[str]
-    changes: dict[str, Any]
-    next_send_at_ms: int | None = None
-    inline_credential_keys: list[str] = field(default_factory=list)
-    cred_ref_ids: list[str] = field(default_factory=list)
-
-    @property
-    def next_send_at(self) -> str | None:
-        """The new row ``next_send_at`` (``toISOString`` form), or None when the row column is not touched."""
-        return None if self.next_send_at_ms is None else iso_from_ms(self.next_send_at_ms)
-
-    def applied_keys(self) -> list[str]:
-        """Request keys (request order) whose values land in the payload."""
-        return [key for key in self.request_keys if key in self.changes]
-
-    def updated_fields(self, *, next_send_at_changed: bool) -> list[str]:
-        """``data.updatedFields``: applied payload keys plus ``nextSendAt`` when the row column was written."""
-        return [
-            key for key in self.request_keys if key in self.changes or (key == "nextSendAt" and next_send_at_changed)
-        ]
-
-    def apply(self, stored_payload: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
-        """Merge into a copy of ``stored_payload``; returns ``(new_payload, applied_keys_in_request_order)``.
-
-        Cloud ownership (``owner``, ``ownerGeneration``, ``metadata.cloudOwner``) always stays as it was: an
-        update can never move a task to another owner.
-        """
-        merged = dict(stored_payload)
-        merged.update(self.changes)
-        if "metadata" in self.changes and is_plain_object(merged["metadata"]):
-            metadata = dict(merged["metadata"])
-            original = stored_payload.get("metadata")
-            if is_plain_object(original) and "cloudOwner" in original:
-                metadata["cloudOwner"] = original["cloudOwner"]
-            else:
-                metadata.pop("cloudOwner", None)
-            merged["metadata"] = metadata
-        for key in ("owner", "ownerGeneration"):
-            if key in stored_payload:
-                merged[key] = stored_payload[key]
-            else:
-                merged.pop(key, None)
-        return merged, self.applied_keys()
-
-
-def validate_update_patch(patch: dict[str, Any]) -> UpdatePatch:
-    """Validate a decrypted update body in the reference's order; raise the first error."""
-    if not is_plain_object(patch):
-        raise api_error("INVALID_UPDATE_DATA")
-    u = patch
-
-    next_send_at_ms: int | None = None
-    if js_truthy(u.get("nextSendAt")):
-        next_send_at_ms = parse_iso_ms(u["nextSendAt"])
-        if next_send_at_ms is None:
-            raise invalid_update(["nextSendAt"])
-
-    if "contactName" in u and (not isinstance(u["contactName"], str) or not js_trim(u["contactName"])):
-        raise invalid_update(["contactName"], "contactName 必须是非空字符串")
-
-    if u.get("userMessage") is not None and not isinstance(u["userMessage"], str):
-        raise invalid_update(["userMessage"], "userMessage 必须是字符串")
-
-    if u.get("messageSubtype") is not None and not isinstance(u["messageSubtype"], str):
-        raise invalid_update(["messageSubtype"], "messageSubtype 必须是字符串")
-
-    if u.get("llmExtraBody") is not None and not is_plain_object(u["llmExtraBody"]):
-        raise invalid_update(["llmExtraBody"], "llmExtraBody 必须是普通对象")
-
-    recurrence = u.get("recurrenceType")
-    if js_truthy(recurrence) and (not isinstance(recurrence, str) or recurrence not in RECURRENCE_TYPES):
-        raise invalid_update(["recurrenceType"])
-
-    tz_id: str | None = None
-    if u.get("tzId") is not None:
-        tz_id = canonical_tz(u["tzId"])
-        if tz_id is None:
-            raise invalid_update(["tzId"], "tzId 必须是可用的 IANA 时区 id（如 Asia/Tokyo），或 null 表示按 UTC 推进")
-
-    if u.get("maxTokens") is not None and not is_positive_integer(u["maxTokens"]):
-        raise invalid_update(["maxTokens"])
-
-    complete_prompt = u.get("completePrompt")
-    messages = u.get("messages")
-    if js_truthy(complete_prompt) and messages is not None:
-        raise invalid_update(["completePrompt", "messages"], "completePrompt 与 messages 不能同时更新（二选一）")
-    if messages is not None:
-        messages_error = validate_messages_array(messages)
-        if messages_error:
-            raise invalid_update(["messages"], messages_error)
-
-    if u.get("temperature") is not None and not is_finite_number(u["temperature"]):
-        raise invalid_update(["temperature"])
-
-    if "splitPattern" in u:
-        split_error = split_pattern_error(u["splitPattern"])
-        if split_error:
-            raise invalid_update(["splitPattern"], split_error)
-
-    # A bad avatar is dropped from the patch (old avatar kept), never an error (the reference's soft strip).
-    avatar_ok = "avatarUrl" in u and avatar_url_error(u["avatarUrl"]) is None
-
-    if "pushSubscription" in u:
-        raise api_error(
-            "PUSH_SUBSCRIPTION_NOT_ACCEPTED",
-            "pushSubscription 不再随任务更新，改用 PUT /push-subscription 覆盖用户级订阅",
-            {"invalidFields": ["pushSubscription"]},
-        )
-
-    cred_refs = u.get("credRefs")
-    if cred_refs is not None:
-        refs_error = cred_refs_error(cred_refs)
-        if refs_error:
-            raise invalid_update(["credRefs"], refs_error)
-        if any(js_truthy(u.get(name)) for name in INLINE_CREDENTIAL_FIELDS):
-            raise invalid_update(
-                ["credRefs", *INLINE_CREDENTIAL_FIELDS],
-                "credRefs 与内联 apiUrl / apiKey / primaryModel 不能同时更新（二选一）",
-            )
-
-    changes = _update_changes(u, tz_id=tz_id, avatar_ok=avatar_ok)
-    return UpdatePatch(
-        request_keys=list(u.keys()),
-        changes=changes,
-        next_send_at_ms=next_send_at_ms,
-        inline_credential_keys=[k for k in u if k in INLINE_CREDENTIAL_FIELDS and js_truthy(u[k])],
-        cred_ref_ids=distinct_cred_ids(cred_refs),
-    )
-
-
-def _update_changes(u: dict[str, Any], *, tz_id: str | None, avatar_ok: bool) -> dict[str, Any]:
-    """The reference's merge rule per field: key-present-replace, truthy-replace, or null-ignored per field."""
-    changes: dict[str, Any] = {}
-    if js_truthy(u.get("completePrompt")):
-        changes["completePrompt"] = u["completePrompt"]
-        changes["messages"] = None
-    elif u.get("messages") is not None:
-        changes["messages"] = u["messages"]
-        changes["completePrompt"] = None
-    if "contactName" in u:
-        changes["contactName"] = u["contactName"]
-    _set_if_truthy(changes, u, ("userMessage", "recurrenceType"))
-    if "tzId" in u:
-        changes["tzId"] = tz_id
-    if avatar_ok:
-        _set_if_truthy(changes, u, ("avatarUrl",))
-    _set_if_truthy(changes, u, ("metadata", *INLINE_CREDENTIAL_FIELDS, "credRefs"))
-    if "maxTokens" in u:
-        changes["maxTokens"] = _normalize_int(u["maxTokens"])
-    for key in ("temperature", "splitPattern", "messageSubtype", "llmExtraBody"):
-        if key in u:
-            changes[key] = u[key]
-    return changes
-
-
-def _set_if_truthy(changes: dict[str, Any], source: dict[str, Any], keys: Iterable[str]) -> None:
-    for key in keys:
-        if js_truthy(source.get(key)):
-            changes[key] = source[key]

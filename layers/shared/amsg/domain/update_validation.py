@@ -1,0 +1,191 @@
+"""Validation and merge of ``PUT /update-message`` bodies, in the reference's order, codes and merge rules."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from amsg.domain.jsvalues import is_finite_number, is_plain_object, is_positive_integer, js_trim, js_truthy
+from amsg.domain.timezones import canonical_tz
+from amsg.domain.urls import avatar_url_error
+from amsg.domain.validation import (
+    INLINE_CREDENTIAL_FIELDS,
+    RECURRENCE_TYPES,
+    cred_refs_error,
+    distinct_cred_ids,
+    normalize_int,
+    split_pattern_error,
+    validate_messages_array,
+)
+from amsg.errors import api_error, invalid_update
+from amsg.timeutil import iso_from_ms, parse_iso_ms
+
+
+@dataclass
+class UpdatePatch:
+    """A validated update: the payload changes to merge plus what the handler needs around the write.
+
+    ``changes`` holds exactly the keys the merge writes (in the reference's merge order); it depends only on
+    the request, so ``updated_fields`` can be computed before the task is loaded.
+    """
+
+    request_keys: list[str]
+    changes: dict[str, Any]
+    next_send_at_ms: int | None = None
+    inline_credential_keys: list[str] = field(default_factory=list)
+    cred_ref_ids: list[str] = field(default_factory=list)
+
+    @property
+    def next_send_at(self) -> str | None:
+        """The new row ``next_send_at`` (``toISOString`` form), or None when the row column is not touched."""
+        return None if self.next_send_at_ms is None else iso_from_ms(self.next_send_at_ms)
+
+    def applied_keys(self) -> list[str]:
+        """Request keys (request order) whose values land in the payload."""
+        return [key for key in self.request_keys if key in self.changes]
+
+    def updated_fields(self, *, next_send_at_changed: bool) -> list[str]:
+        """``data.updatedFields``: applied payload keys plus ``nextSendAt`` when the row column was written."""
+        return [
+            key for key in self.request_keys if key in self.changes or (key == "nextSendAt" and next_send_at_changed)
+        ]
+
+    def apply(self, stored_payload: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
+        """Merge into a copy of ``stored_payload``; returns ``(new_payload, applied_keys_in_request_order)``.
+
+        Cloud ownership (``owner``, ``ownerGeneration``, ``metadata.cloudOwner``) always stays as it was: an
+        update can never move a task to another owner.
+        """
+        merged = dict(stored_payload)
+        merged.update(self.changes)
+        if "metadata" in self.changes and is_plain_object(merged["metadata"]):
+            metadata = dict(merged["metadata"])
+            original = stored_payload.get("metadata")
+            if is_plain_object(original) and "cloudOwner" in original:
+                metadata["cloudOwner"] = original["cloudOwner"]
+            else:
+                metadata.pop("cloudOwner", None)
+            merged["metadata"] = metadata
+        for key in ("owner", "ownerGeneration"):
+            if key in stored_payload:
+                merged[key] = stored_payload[key]
+            else:
+                merged.pop(key, None)
+        return merged, self.applied_keys()
+
+
+def validate_update_patch(patch: dict[str, Any]) -> UpdatePatch:
+    """Validate a decrypted update body in the reference's order; raise the first error."""
+    if not is_plain_object(patch):
+        raise api_error("INVALID_UPDATE_DATA")
+    u = patch
+
+    next_send_at_ms: int | None = None
+    if js_truthy(u.get("nextSendAt")):
+        next_send_at_ms = parse_iso_ms(u["nextSendAt"])
+        if next_send_at_ms is None:
+            raise invalid_update(["nextSendAt"])
+
+    if "contactName" in u and (not isinstance(u["contactName"], str) or not js_trim(u["contactName"])):
+        raise invalid_update(["contactName"], "contactName 必须是非空字符串")
+
+    if u.get("userMessage") is not None and not isinstance(u["userMessage"], str):
+        raise invalid_update(["userMessage"], "userMessage 必须是字符串")
+
+    if u.get("messageSubtype") is not None and not isinstance(u["messageSubtype"], str):
+        raise invalid_update(["messageSubtype"], "messageSubtype 必须是字符串")
+
+    if u.get("llmExtraBody") is not None and not is_plain_object(u["llmExtraBody"]):
+        raise invalid_update(["llmExtraBody"], "llmExtraBody 必须是普通对象")
+
+    recurrence = u.get("recurrenceType")
+    if js_truthy(recurrence) and (not isinstance(recurrence, str) or recurrence not in RECURRENCE_TYPES):
+        raise invalid_update(["recurrenceType"])
+
+    tz_id: str | None = None
+    if u.get("tzId") is not None:
+        tz_id = canonical_tz(u["tzId"])
+        if tz_id is None:
+            raise invalid_update(["tzId"], "tzId 必须是可用的 IANA 时区 id（如 Asia/Tokyo），或 null 表示按 UTC 推进")
+
+    if u.get("maxTokens") is not None and not is_positive_integer(u["maxTokens"]):
+        raise invalid_update(["maxTokens"])
+
+    complete_prompt = u.get("completePrompt")
+    messages = u.get("messages")
+    if js_truthy(complete_prompt) and messages is not None:
+        raise invalid_update(["completePrompt", "messages"], "completePrompt 与 messages 不能同时更新（二选一）")
+    if messages is not None:
+        messages_error = validate_messages_array(messages)
+        if messages_error:
+            raise invalid_update(["messages"], messages_error)
+
+    if u.get("temperature") is not None and not is_finite_number(u["temperature"]):
+        raise invalid_update(["temperature"])
+
+    if "splitPattern" in u:
+        split_error = split_pattern_error(u["splitPattern"])
+        if split_error:
+            raise invalid_update(["splitPattern"], split_error)
+
+    # A bad avatar is dropped from the patch (old avatar kept), never an error (the reference's soft strip).
+    avatar_ok = "avatarUrl" in u and avatar_url_error(u["avatarUrl"]) is None
+
+    if "pushSubscription" in u:
+        raise api_error(
+            "PUSH_SUBSCRIPTION_NOT_ACCEPTED",
+            "pushSubscription 不再随任务更新，改用 PUT /push-subscription 覆盖用户级订阅",
+            {"invalidFields": ["pushSubscription"]},
+        )
+
+    cred_refs = u.get("credRefs")
+    if cred_refs is not None:
+        refs_error = cred_refs_error(cred_refs)
+        if refs_error:
+            raise invalid_update(["credRefs"], refs_error)
+        if any(js_truthy(u.get(name)) for name in INLINE_CREDENTIAL_FIELDS):
+            raise invalid_update(
+                ["credRefs", *INLINE_CREDENTIAL_FIELDS],
+                "credRefs 与内联 apiUrl / apiKey / primaryModel 不能同时更新（二选一）",
+            )
+
+    changes = _update_changes(u, tz_id=tz_id, avatar_ok=avatar_ok)
+    return UpdatePatch(
+        request_keys=list(u.keys()),
+        changes=changes,
+        next_send_at_ms=next_send_at_ms,
+        inline_credential_keys=[k for k in u if k in INLINE_CREDENTIAL_FIELDS and js_truthy(u[k])],
+        cred_ref_ids=distinct_cred_ids(cred_refs),
+    )
+
+
+def _update_changes(u: dict[str, Any], *, tz_id: str | None, avatar_ok: bool) -> dict[str, Any]:
+    """The reference's merge rule per field: key-present-replace, truthy-replace, or null-ignored per field."""
+    changes: dict[str, Any] = {}
+    if js_truthy(u.get("completePrompt")):
+        changes["completePrompt"] = u["completePrompt"]
+        changes["messages"] = None
+    elif u.get("messages") is not None:
+        changes["messages"] = u["messages"]
+        changes["completePrompt"] = None
+    if "contactName" in u:
+        changes["contactName"] = u["contactName"]
+    _set_if_truthy(changes, u, ("userMessage", "recurrenceType"))
+    if "tzId" in u:
+        changes["tzId"] = tz_id
+    if avatar_ok:
+        _set_if_truthy(changes, u, ("avatarUrl",))
+    _set_if_truthy(changes, u, ("metadata", *INLINE_CREDENTIAL_FIELDS, "credRefs"))
+    if "maxTokens" in u:
+        changes["maxTokens"] = normalize_int(u["maxTokens"])
+    for key in ("temperature", "splitPattern", "messageSubtype", "llmExtraBody"):
+        if key in u:
+            changes[key] = u[key]
+    return changes
+
+
+def _set_if_truthy(changes: dict[str, Any], source: dict[str, Any], keys: Iterable[str]) -> None:
+    for key in keys:
+        if js_truthy(source.get(key)):
+            changes[key] = source[key]
