@@ -188,40 +188,47 @@ class DynamoClaimStore:
     ) -> TaskRow | None:
         """run_task takes over the tick's claim in one write: only if it is still current (same claim version
         and occurrence, still pending and leased), switching to the run lease; returns the task, else None."""
-        attributes = self._update_if(
-            Key=self._key(user_id, uuid),
-            UpdateExpression="SET lease_until = :lease, lease_owner = :owner, due_sk = :dsk",
-            ConditionExpression=(
-                "claim_version = :cv AND #st = :pending AND next_send_at = :nsa AND attribute_exists(lease_until)"
-            ),
-            ExpressionAttributeNames={"#st": "status"},
-            ExpressionAttributeValues={
-                ":lease": lease_until,
-                ":owner": owner,
-                ":dsk": keys.due_sk(lease_until, uuid),
-                ":cv": claim_version,
-                ":pending": "pending",
-                ":nsa": next_send_at,
-            },
-            ReturnValues="ALL_NEW",
+        attributes = self._move_lease(
+            user_id, uuid, claim_version, lease_until, owner, occurrence=next_send_at, return_row=True
         )
         return None if attributes is None else self._row(attributes)
 
     def renew_lease(self, user_id: str, uuid: str, claim_version: int, lease_until: str, owner: str) -> bool:
-        renewed = self._update_if(
+        return self._move_lease(user_id, uuid, claim_version, lease_until, owner) is not None
+
+    def _move_lease(
+        self,
+        user_id: str,
+        uuid: str,
+        claim_version: int,
+        lease_until: str,
+        owner: str,
+        *,
+        occurrence: str | None = None,
+        return_row: bool = False,
+    ) -> dict[str, Any] | None:
+        """Set a new lease (and the due-index key that follows it), fenced by the claim version: only while the
+        task is pending and leased, and, when ``occurrence`` is given, still at that occurrence."""
+        condition = "claim_version = :cv AND #st = :pending AND attribute_exists(lease_until)"
+        values: dict[str, Any] = {
+            ":lease": lease_until,
+            ":owner": owner,
+            ":dsk": keys.due_sk(lease_until, uuid),
+            ":cv": claim_version,
+            ":pending": "pending",
+        }
+        if occurrence is not None:
+            condition += " AND next_send_at = :nsa"
+            values[":nsa"] = occurrence
+        extra: dict[str, Any] = {"ReturnValues": "ALL_NEW"} if return_row else {}
+        return self._update_if(
             Key=self._key(user_id, uuid),
             UpdateExpression="SET lease_until = :lease, lease_owner = :owner, due_sk = :dsk",
-            ConditionExpression="claim_version = :cv AND #st = :pending AND attribute_exists(lease_until)",
+            ConditionExpression=condition,
             ExpressionAttributeNames={"#st": "status"},
-            ExpressionAttributeValues={
-                ":lease": lease_until,
-                ":owner": owner,
-                ":dsk": keys.due_sk(lease_until, uuid),
-                ":cv": claim_version,
-                ":pending": "pending",
-            },
+            ExpressionAttributeValues=values,
+            **extra,
         )
-        return renewed is not None
 
     def settle(self, user_id: str, uuid: str, claim_version: int, settlement: Settlement, now_iso: str) -> bool:
         if settlement.delete:
