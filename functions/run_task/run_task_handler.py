@@ -19,12 +19,17 @@ def record_handler(record: SQSRecord, lambda_context: LambdaContext) -> dict:
     """One record; the batch processor passes this invocation's context (its remaining time bounds the run)."""
     ctx = runtime.app_context()
     message = parse_task_message(record.body)
-    summary = run_message(
-        ctx,
-        message,
-        remaining_ms=lambda_context.get_remaining_time_in_millis,
-        owner=f"run:{lambda_context.aws_request_id}",
-    )
+    # this record's log lines carry the id of the API request that created the task (or of the claiming tick)
+    logger.set_correlation_id(message.correlation_id if message is not None else None)
+    try:
+        summary = run_message(
+            ctx,
+            message,
+            remaining_ms=lambda_context.get_remaining_time_in_millis,
+            owner=f"run:{lambda_context.aws_request_id}",
+        )
+    finally:
+        logger.set_correlation_id(None)
     metrics.add_metric(name="TasksDelivered", unit="Count", value=summary.get("successCount", 0))
     metrics.add_metric(name="DeliveryFailures", unit="Count", value=summary.get("failedCount", 0))
     due_ms = parse_iso_ms(message.next_send_at) if message is not None else None

@@ -8,7 +8,7 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 
 
 @metrics.log_metrics
-@logger.inject_lambda_context(log_event=False)
+@logger.inject_lambda_context(log_event=False, correlation_id_path="executionId")  # the scheduler's execution
 def handler(event: dict, context: LambdaContext) -> dict:
     ctx = runtime.app_context()
     try:

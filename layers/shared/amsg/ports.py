@@ -37,6 +37,7 @@ class TaskRow:
     rev: int = 0
     payload_token: str | None = None  # set when the payload is split across part items
     outbox_occurrence: str | None = None  # the occurrence whose push batch is already in the outbox
+    correlation_id: str | None = None  # id of the API request that created the task (carried into run_task logs)
 
 
 @dataclass
@@ -47,6 +48,7 @@ class NewTask:
     message_type: str
     next_send_at: str
     now_iso: str
+    correlation_id: str | None = None  # the creating API request's id (logs only)
 
 
 @dataclass

@@ -55,6 +55,7 @@ def schedule_message(request: ApiRequest, ctx: AppContext) -> ApiResponse:
         message_type=req.message_type,
         next_send_at=next_send_at,
         now_iso=now_iso,
+        correlation_id=logger.get_correlation_id(),  # the API Gateway request id: run_task logs carry it
     )
     try:
         created = ctx.tasks.create_task(task, req.supersedes_uuid)

@@ -1,9 +1,10 @@
 """The one SQS message model between the tick (which writes it) and run_task (which parses it).
 
 The body names the task and the claim it belongs to — never task content: ``{"userId", "uuid",
-"claimVersion", "nextSendAt"}``. run_task acts on a message only while that claim is still current, so a
-stale, duplicated or forged message does nothing. Validation is plain Python (no pydantic) so neither the
-tick nor run_task pays for a model library at cold start.
+"claimVersion", "nextSendAt"}``, plus an optional ``correlationId`` (the id of the API request that created the
+task, else the tick's) that run_task puts on its log lines. run_task acts on a message only while that claim
+is still current, so a stale, duplicated or forged message does nothing. Validation is plain Python (no
+pydantic) so neither the tick nor run_task pays for a model library at cold start.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from typing import Any
 
 MAX_UUID_CHARS = 256
 MAX_ID_CHARS = 512
+MAX_CORRELATION_CHARS = 128
 
 
 @dataclass(frozen=True)
@@ -22,14 +24,18 @@ class TaskMessage:
     uuid: str
     claim_version: int
     next_send_at: str
+    correlation_id: str | None = None
 
     def to_body(self) -> dict[str, Any]:
-        return {
+        body: dict[str, Any] = {
             "userId": self.user_id,
             "uuid": self.uuid,
             "claimVersion": self.claim_version,
             "nextSendAt": self.next_send_at,
         }
+        if self.correlation_id:
+            body["correlationId"] = self.correlation_id
+        return body
 
 
 def _text(value: Any, limit: int) -> str | None:
@@ -50,6 +56,9 @@ def parse_task_message(body: str | bytes | None) -> TaskMessage | None:
         next_send_at = _text(data.get("nextSendAt"), 64)
         version = data.get("claimVersion")
         if user_id and uuid and next_send_at and type(version) is int and version >= 1:
-            return TaskMessage(user_id, uuid, version, next_send_at)
+            # a bad correlation id only costs the log field, never the message
+            correlation = _text(data.get("correlationId"), MAX_CORRELATION_CHARS)
+            correlation = correlation if correlation and correlation.isprintable() else None
+            return TaskMessage(user_id, uuid, version, next_send_at, correlation)
     logger.warning("malformed task message dropped")
     return None

@@ -89,12 +89,16 @@ def _claim_and_enqueue(ctx: AppContext, summary: TickSummary, remaining_ms: Call
     settings = ctx.settings
     queue = ctx.delivery.queue
     pending: list[TaskRow] = []
+    tick_correlation = logger.get_correlation_id()  # for tasks created before correlation ids were stored
 
     def flush() -> None:
         if not pending:
             return
         messages = [
-            TaskMessage(row.user_id, row.uuid, row.claim_version, row.next_send_at).to_body() for row in pending
+            TaskMessage(
+                row.user_id, row.uuid, row.claim_version, row.next_send_at, row.correlation_id or tick_correlation
+            ).to_body()
+            for row in pending
         ]
         failed = set(queue.send_many(messages)) if queue is not None else set(range(len(messages)))
         for index, row in enumerate(pending):

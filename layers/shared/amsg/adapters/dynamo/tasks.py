@@ -66,6 +66,7 @@ def task_row(t: DynamoTable, item: dict[str, Any]) -> TaskRow:
         rev=item_int(item.get("rev")),
         payload_token=item.get("payload_token"),
         outbox_occurrence=item.get("ob_occ"),
+        correlation_id=item.get("corr_id"),
     )
 
 
@@ -158,6 +159,8 @@ class DynamoTaskStore:
                 "due_pk": keys.due_pk(task.uuid, self.due_shards),
                 "due_sk": keys.due_sk(task.next_send_at, task.uuid),
             }
+            if task.correlation_id:
+                item["corr_id"] = task.correlation_id
             actions: list[dict[str, Any]] = [
                 {
                     "Update": {

@@ -1,0 +1,63 @@
+"""A correlation id follows a task from the API request that created it, through the SQS message, into the log
+lines run_task writes while delivering it (real handlers on moto)."""
+
+from __future__ import annotations
+
+import io
+import json
+import logging
+
+import boto3
+from amsg.engine.messages import TaskMessage, parse_task_message
+
+from tests.handlers.test_delivery import due, schedule
+from tests.support import inprocess
+
+
+def _log_lines(out: str) -> list[dict]:
+    return [json.loads(line) for line in out.splitlines() if line.startswith('{"level"')]
+
+
+def test_the_api_request_id_reaches_run_task_logs(engine, monkeypatch):
+    request_ids: list[str] = []
+    original = inprocess.build_v2_event
+
+    def recording(*args, **kwargs):
+        event = original(*args, **kwargs)
+        request_ids.append(event["requestContext"]["requestId"])
+        return event
+
+    monkeypatch.setattr(inprocess, "build_v2_event", recording)
+    created = schedule(engine)
+    (request_id,) = request_ids
+    item = boto3.resource("dynamodb", region_name="us-east-1").Table("amsg-test").scan()["Items"]
+    (task,) = [i for i in item if i.get("uuid") == created["uuid"] and "corr_id" in i]
+    assert task["corr_id"] == request_id
+
+    due(engine)
+    engine.harness.tick()
+    (body,) = engine.harness.queued_bodies()
+    assert body["correlationId"] == request_id
+    from amsg.observability import logger
+
+    stream = io.StringIO()  # the service logger's own JSON lines, as CloudWatch would receive them
+    handler = logging.StreamHandler(stream)
+    handler.setFormatter(logger.registered_formatter)
+    logger.addHandler(handler)
+    try:
+        engine.harness.drain()
+    finally:
+        logger.removeHandler(handler)
+    delivered = [line for line in _log_lines(stream.getvalue()) if line["message"] == "task delivered"]
+    assert [line["correlation_id"] for line in delivered] == [request_id]
+
+
+def test_messages_without_a_correlation_id_still_parse():
+    plain = {"userId": "u", "uuid": "t", "claimVersion": 1, "nextSendAt": "2030-01-01T00:00:00.000Z"}
+    assert parse_task_message(json.dumps(plain)) == TaskMessage("u", "t", 1, "2030-01-01T00:00:00.000Z")
+    assert "correlationId" not in TaskMessage("u", "t", 1, "x").to_body()
+    for bad in ("", "x" * 129, "a\nb", 7):
+        message = parse_task_message(json.dumps({**plain, "correlationId": bad}))
+        assert message is not None and message.correlation_id is None
+    message = parse_task_message(json.dumps({**plain, "correlationId": "abc-123"}))
+    assert message is not None and message.correlation_id == "abc-123"
