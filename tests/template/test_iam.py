@@ -206,6 +206,35 @@ def _journey(env: Any) -> None:
             ]
         )
     )
+    # cloud-data owners: owned writes carry the owner check in their transactions
+    owner = {"type": "character", "id": "iam"}
+    _ok(
+        api.put_credentials(
+            [
+                {
+                    "credId": "iam/chat",
+                    "owner": owner,
+                    "value": {"apiUrl": env.llm.base_url, "apiKey": "k", "primaryModel": "m"},
+                }
+            ]
+        )
+    )
+    _ok(
+        api.put_client_state([{"namespace": "owned", "key": "k", "value": "v", "updatedAt": T0_MS - 1, "owner": owner}])
+    )
+    owned = _ok(
+        api.schedule(
+            {
+                "contactName": "Rei",
+                "messageType": "fixed",
+                "userMessage": "o",
+                "firstSendTime": "2030-06-01T00:00:00.000Z",
+                "owner": owner,
+            }
+        ),
+        201,
+    ).data
+    _ok(api.update(owned["uuid"], {"userMessage": "p"}))
     _ok(api.get_credentials())
     fixed = _ok(
         api.schedule(

@@ -16,6 +16,7 @@ from amsg.ports import (
     CredentialStore,
     LlmClient,
     OutboxStore,
+    OwnerStore,
     PushSender,
     PushSubscriptionStore,
     SchemaInspector,
@@ -68,6 +69,7 @@ class AppContext:
     credentials: CredentialStore
     client_state: ClientStateStore
     delivery: DeliveryPorts
+    owners: OwnerStore | None = None  # cloud-data owners and their guards
 
     def user_key(self, user_id: str) -> str:
         return derive_user_key(self.secrets.master_key, user_id)

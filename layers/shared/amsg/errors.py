@@ -171,3 +171,7 @@ class CloudGuardError(StoreError):
     def __init__(self, code: str, message: str = "") -> None:
         super().__init__(message or code)
         self.code = code
+
+
+class OwnerChanged(StoreError):
+    """A compare-and-set on a cloud-data owner found another generation (someone retired or restored it)."""

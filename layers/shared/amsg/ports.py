@@ -15,6 +15,50 @@ class Clock(Protocol):
     def now_ms(self) -> int: ...
 
 
+@dataclass(frozen=True)
+class OwnerState:
+    """One cloud-data owner item: retired iff not ``active``; ``generation`` counts retirements and restores."""
+
+    owner_type: str
+    owner_id: str
+    active: bool
+    generation: int
+    updated_at: int | None
+
+
+class OwnerStore(Protocol):
+    def get(self, user_id: str, ref: str) -> OwnerState | None:
+        """The owner item (consistent read), or None when the owner was never retired."""
+        ...
+
+    def list(self, user_id: str) -> list[OwnerState]:
+        """Every owner item of the user, ordered by (type, id)."""
+        ...
+
+    def guard_holds(self, user_id: str, ref: str, generation: int) -> bool:
+        """Whether the owner is active at ``generation`` (a read; writes check it in their transactions)."""
+        ...
+
+    def set_active(
+        self, user_id: str, ref: str, owner_type: str, owner_id: str, *, active: bool, expected: int, now_ms: int
+    ) -> OwnerState:
+        """Retire or restore, adding one to the generation iff it is still ``expected`` (else OwnerChanged)."""
+        ...
+
+
+@dataclass(frozen=True)
+class OwnerClaim:
+    """The cloud-data owner a write asserts (see :mod:`amsg.domain.ownership`).
+
+    ``ref`` names the owner item (sha256 of ``[type, id]``); the write commits only while that owner is active at
+    ``generation``. ``meta`` is the encrypted ownership record stored on the item (None: keep the stored one).
+    """
+
+    ref: str
+    generation: int
+    meta: str | None = field(default=None, repr=False)
+
+
 @dataclass
 class TaskRow:
     """One task (the reference's columns plus our DynamoDB fencing fields; see docs/data-model.md)."""
@@ -38,6 +82,7 @@ class TaskRow:
     payload_token: str | None = None  # set when the payload is split across part items
     outbox_occurrence: str | None = None  # the occurrence whose push batch is already in the outbox
     correlation_id: str | None = None  # id of the API request that created the task (carried into run_task logs)
+    owner: OwnerClaim | None = None  # the cloud-data owner the task (and all it derives) is guarded by
 
 
 @dataclass
@@ -49,6 +94,7 @@ class NewTask:
     next_send_at: str
     now_iso: str
     correlation_id: str | None = None  # the creating API request's id (logs only)
+    owner: OwnerClaim | None = None
 
 
 @dataclass
@@ -91,8 +137,10 @@ class TaskStore(Protocol):
         next_send_at: str | None,
         now_iso: str,
         expected_rev: int,
+        owner: OwnerClaim | None = None,
     ) -> str | None:
-        """Conditional on status pending (+ no live lease when moving next_send_at); returns updated_at or None."""
+        """Conditional on status pending (+ no live lease when moving next_send_at) and, for an owned task, on its
+        owner holding (``CloudGuardError`` otherwise); returns updated_at or None."""
         ...
 
     def delete_task(self, user_id: str, uuid: str) -> bool: ...
@@ -197,6 +245,7 @@ class OutboxAppend:
     session_id: str | None = None
     message_index: int | None = None
     total_messages: int | None = None
+    owner: OwnerClaim | None = None  # inherited from the firing task: the append commits only while it holds
 
 
 @dataclass
@@ -241,10 +290,20 @@ class OutboxStore(Protocol):
         """
         ...
 
-    def claim_send(self, user_id: str, message_id: str, *, task_uuid: str, claim_version: int, now_ms: int) -> bool:
+    def claim_send(
+        self,
+        user_id: str,
+        message_id: str,
+        *,
+        task_uuid: str,
+        claim_version: int,
+        now_ms: int,
+        owner: OwnerClaim | None = None,
+    ) -> bool:
         """Take one row for pushing, atomically with a check that the task is still pending under
-        ``claim_version`` (fencing). False when the row is gone, acked, delivered or already taken, or the
-        task claim moved on. A taken row is never pushed by another run (exactly-once pushes)."""
+        ``claim_version`` (fencing) and, for an owned task, that its owner holds (``CloudGuardError``
+        otherwise). False when the row is gone, acked, delivered or already taken, or the task claim moved
+        on. A taken row is never pushed by another run (exactly-once pushes)."""
         ...
 
     def release_send(self, user_id: str, message_id: str) -> None:
@@ -291,6 +350,8 @@ class OutboxStore(Protocol):
 class CredentialWrite:
     cred_id: str
     encrypted_value: str = field(repr=False)  # storage ciphertext of the value JSON
+    owner: OwnerClaim | None = None
+    generation: int = 0  # asserted for an owner already recorded on the item when the entry names none
 
 
 class CredentialStore(Protocol):
@@ -406,6 +467,8 @@ class StateWrite:
     value: str | None
     guard: int
     plain_bytes: int = 0  # UTF-8 bytes of the plaintext: the reference-equivalent row/byte accounting
+    owner: OwnerClaim | None = None
+    generation: int = 0  # asserted for an owner already recorded on the item when the entry names none
 
 
 @dataclass
@@ -443,11 +506,19 @@ class NamespaceListing:
 
 class ClientStateStore(Protocol):
     def upsert(
-        self, user_id: str, writes: list[StateWrite], *, now_ms: int, fence: tuple[str, int] | None = None
+        self,
+        user_id: str,
+        writes: list[StateWrite],
+        *,
+        now_ms: int,
+        fence: tuple[str, int] | None = None,
+        inherit: OwnerClaim | None = None,
     ) -> StateWriteResult:
         """Last-write-wins batch. Raises PartialWriteError when a later transaction fails after earlier ones.
         With ``fence`` = (task uuid, claim version) every transaction also checks that the user's task is
-        still pending under that claim, and ClaimLost is raised when it is not (nothing of that part written)."""
+        still pending under that claim, and ClaimLost is raised when it is not (nothing of that part written).
+        Owned keys (and ``inherit``, the firing task's owner) are checked in the same transactions
+        (``CloudGuardError``)."""
         ...
 
     def get_namespace(self, user_id: str, namespace: str) -> list[StateRow]:

@@ -98,6 +98,7 @@ def build_context(env: Mapping[str, str], *, clock: Clock | None = None) -> AppC
     from amsg.adapters.dynamo.client_state import DynamoClientStateStore
     from amsg.adapters.dynamo.credentials import DynamoCredentialStore
     from amsg.adapters.dynamo.outbox import DynamoOutboxStore
+    from amsg.adapters.dynamo.owners import DynamoOwnerStore
     from amsg.adapters.dynamo.schema import DynamoSchemaInspector
     from amsg.adapters.dynamo.subscriptions import DynamoPushSubscriptionStore
     from amsg.adapters.dynamo.table import DynamoTable
@@ -120,6 +121,7 @@ def build_context(env: Mapping[str, str], *, clock: Clock | None = None) -> AppC
         credentials=DynamoCredentialStore(table),
         client_state=DynamoClientStateStore(table),
         delivery=delivery_ports(settings, secrets),
+        owners=DynamoOwnerStore(table),
     )
     return context
 

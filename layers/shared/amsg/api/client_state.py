@@ -12,6 +12,7 @@ with one-character namespace and key (see docs/compatibility.md).
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 from amsg.context import AppContext
@@ -26,6 +27,7 @@ from amsg.domain.client_state import (
     write_entries,
 )
 from amsg.domain.jsvalues import js_trim
+from amsg.domain.ownership import ownership_of
 from amsg.errors import CloudGuardError, PartialWriteError, api_error
 from amsg.http.gates import (
     require_user_id,
@@ -52,7 +54,8 @@ def put_client_state(request: ApiRequest, ctx: AppContext) -> ApiResponse:
     for index, raw in enumerate(entries):
         checked = validate_entry(raw, index, DEFAULT_MAX_STATE_VALUE_BYTES)
         if isinstance(checked, StateEntry):
-            accepted.append(checked)
+            # a bad owner or generation aborts the whole request with 409 (the guard's code)
+            accepted.append(replace(checked, ownership=ownership_of(raw)))
         else:
             rejected.append(checked)
 

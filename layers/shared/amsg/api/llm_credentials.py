@@ -20,6 +20,7 @@ from amsg.domain.credentials import (
     make_credential_lookup,
     resolve_cred_value,
 )
+from amsg.domain.ownership import ownership_of
 from amsg.domain.validation import CRED_ID_MAX_LENGTH, validate_cred_id
 from amsg.errors import api_error, invalid_parameters
 from amsg.http.gates import (
@@ -88,9 +89,17 @@ def put_llm_credentials(request: ApiRequest, ctx: AppContext) -> ApiResponse:
         )
 
     _check_sizes(latest.values())
-    writes = [
-        CredentialWrite(cred_id, encrypt_cred_value(entry["value"], user_key)) for cred_id, entry in latest.items()
-    ]
+    writes = []
+    for cred_id, entry in latest.items():
+        ownership = ownership_of(entry)  # owner / kind / ownerGeneration of the entry; bad ones are 409
+        writes.append(
+            CredentialWrite(
+                cred_id,
+                encrypt_cred_value(entry["value"], user_key),
+                owner=ownership.claim(user_key),
+                generation=ownership.generation,
+            )
+        )
     upserted = store.upsert(user_id, writes, iso_from_ms(ctx.now_ms()))
     return ok({"upserted": upserted})
 

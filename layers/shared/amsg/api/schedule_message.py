@@ -6,6 +6,7 @@ from typing import Any
 
 from amsg.context import AppContext
 from amsg.crypto import compact_json, encrypt_for_storage
+from amsg.domain.ownership import GUARD_FIELD, ownership_of
 from amsg.domain.validation import MAX_TASK_PAYLOAD_BYTES, payload_too_large_error, validate_schedule_payload
 from amsg.errors import TaskUuidConflict, api_error
 from amsg.http.request import ApiRequest
@@ -34,7 +35,11 @@ def schedule_message(request: ApiRequest, ctx: AppContext) -> ApiResponse:
     if req.cred_ref_ids:
         require_credentials_exist(ctx, user_id, req.cred_ref_ids)
 
+    ownership = ownership_of(payload)  # a bad owner or generation is 409 with the guard's code
     stored = req.build_stored_payload(now_ms)
+    guard = ownership.guard_field()
+    if guard is not None:  # the task's own record of its guard (never taken from the client)
+        stored[GUARD_FIELD] = guard
     text = compact_json(stored)
     size = len(text.encode("utf-8"))
     if size > MAX_TASK_PAYLOAD_BYTES:
@@ -56,6 +61,7 @@ def schedule_message(request: ApiRequest, ctx: AppContext) -> ApiResponse:
         next_send_at=next_send_at,
         now_iso=now_iso,
         correlation_id=logger.get_correlation_id(),  # the API Gateway request id: run_task logs carry it
+        owner=ownership.claim(user_key),
     )
     try:
         created = ctx.tasks.create_task(task, req.supersedes_uuid)

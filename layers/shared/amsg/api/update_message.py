@@ -68,6 +68,7 @@ def update_message(request: ApiRequest, ctx: AppContext) -> ApiResponse:
             next_send_at=next_send_at if moves else None,
             now_iso=iso_from_ms(ctx.now_ms()),
             expected_rev=row.rev,
+            owner=row.owner,  # the task's owner guards its updates; an update never changes it
         )
         if updated_at is not None:
             applied_keys = set(applied) | ({"nextSendAt"} if moves else set())

@@ -15,8 +15,9 @@ from typing import Any
 
 from amsg.crypto import DecryptError, decrypt_from_storage, encrypt_for_storage
 from amsg.domain.jsvalues import is_plain_object, is_positive_integer, js_trim, utf16_len
+from amsg.domain.ownership import Ownership
 from amsg.errors import PartialWriteError
-from amsg.ports import ClientStateStore, StateWrite, StateWriteResult
+from amsg.ports import ClientStateStore, OwnerClaim, StateWrite, StateWriteResult
 
 MAX_STATE_ENTRIES = 200
 MAX_NAMESPACE_CHARS = 128
@@ -40,6 +41,7 @@ class StateEntry:
     value: str | None
     updated_at: int
     version: int | None = None
+    ownership: Ownership | None = None  # owner / kind / ownerGeneration the entry carries
 
     def guard(self, now_ms: int) -> int:
         """``version ?? builtAt`` if a positive integer, else ``updatedAt``; clamped to server now."""
@@ -170,6 +172,7 @@ def write_entries(
     now_ms: int,
     *,
     fence: tuple[str, int] | None = None,
+    inherit: OwnerClaim | None = None,
 ) -> StateWriteResult:
     """Encrypt and write validated entries (one server-now for the whole batch).
 
@@ -185,14 +188,16 @@ def write_entries(
             value=None if e.value is None else encrypt_for_storage(e.value, user_key),
             guard=e.guard(now_ms),
             plain_bytes=0 if e.value is None else len(e.value.encode("utf-8")),
+            owner=e.ownership.claim(user_key) if e.ownership else None,
+            generation=e.ownership.generation if e.ownership else 0,
         )
         for e in entries
     ]
     if not writes:
         return StateWriteResult()
     try:
-        if fence is not None:
-            return store.upsert(user_id, writes, now_ms=now_ms, fence=fence)
+        if fence is not None or inherit is not None:
+            return store.upsert(user_id, writes, now_ms=now_ms, fence=fence, inherit=inherit)
         return store.upsert(user_id, writes, now_ms=now_ms)
     except PartialWriteError as exc:
         raise PartialWriteError([entries[i].index for i in exc.applied], exc.cause) from exc.cause

@@ -33,6 +33,7 @@ from amsg.domain.redaction import sanitize_error_summary
 from amsg.domain.splitting import split_message
 from amsg.engine.pushes import Occurrence, content_pushes, decode_push, encode_push, reasoning_push, should_push
 from amsg.engine.summary import DeliverySummary
+from amsg.errors import CloudGuardError
 from amsg.failures import DeliveryFailure, PushSendError, is_permanent_push_status
 from amsg.hooks import HookContext, call_hook, load_hooks, task_view
 from amsg.observability import logger
@@ -40,6 +41,7 @@ from amsg.ports import LlmClient, PushSender, Settlement, TaskRow
 from amsg.timeutil import iso_from_ms, parse_iso_ms
 
 RETRY_STEP_MS = 120_000
+OWNER_RETIRED = "owner_retired"
 PERMANENT_CODES = frozenset(
     {"PUSH_SUBSCRIPTION_MISSING", "PUSH_SUBSCRIPTION_STORE_UNSUPPORTED", "PUSH_PAYLOAD_TOO_LARGE"}
 )
@@ -103,13 +105,27 @@ def deliver_claimed(ctx: AppContext, row: TaskRow, summary: DeliverySummary, env
         _fail(ctx, row, None, user_key, DeliveryFailure("任务载荷解密失败"), summary, env)
         return None
     assert payload is not None
+    owner = row.owner
+    if (
+        owner is not None
+        and ctx.owners is not None
+        and not ctx.owners.guard_holds(row.user_id, owner.ref, owner.generation)
+    ):
+        cancel_retired(ctx, row, summary)  # retired since the task was written: it never fires again
+        return None
     if is_stale(row, now, ctx.settings.stale_after_ms):
         settle_stale(ctx, row, payload, user_key, summary)
         return None
     try:
         outcome = process_occurrence(ctx, row, payload, user_key, env)
     except Cancelled as cancelled:
-        record_cancelled(ctx, row, summary, cancelled.status)
+        if cancelled.status == OWNER_RETIRED:
+            cancel_retired(ctx, row, summary)
+        else:
+            record_cancelled(ctx, row, summary, cancelled.status)
+        return None
+    except CloudGuardError:  # the owner was retired mid-fire: an outbox append or a push claim refused
+        cancel_retired(ctx, row, summary)
         return None
     except Exception as exc:
         if env.lease_lost():
@@ -318,8 +334,9 @@ def _send_one(ctx: AppContext, row: TaskRow, push: dict[str, Any], subscription:
     """Claim the row, push it, mark it delivered. False when another run already claimed it."""
     message_id = push["messageId"]
     now = ctx.now_ms()
+    # the claim re-checks the task's owner in the same transaction: nothing is pushed after a retirement
     claimed = ctx.outbox.claim_send(
-        row.user_id, message_id, task_uuid=row.uuid, claim_version=row.claim_version, now_ms=now
+        row.user_id, message_id, task_uuid=row.uuid, claim_version=row.claim_version, now_ms=now, owner=row.owner
     )
     if not claimed:
         current = ctx.tasks.get_task(row.user_id, row.uuid)
@@ -383,6 +400,7 @@ def _append_batch(ctx: AppContext, row: TaskRow, pushes: list[dict[str, Any]], u
             total_messages=push.get("totalMessages"),
             encrypted_push=encrypt_for_storage(compact_json(push), user_key),
             created_at=now,
+            owner=row.owner,
         )
         for push in pushes
     ]
@@ -597,6 +615,18 @@ def failure_info(exc: BaseException, row: TaskRow, now_ms: int) -> FailureInfo:
     if push_status is not None:
         last_error["pushStatus"] = push_status
     return FailureInfo(reason, code, push_status, permanent, last_error)
+
+
+def cancel_retired(ctx: AppContext, row: TaskRow, summary: DeliverySummary) -> None:
+    """The task's owner was retired: the task fails without a retry (out of the due index, so it never fires
+    again; a restore does not revive it) and its unsent outbox rows are discarded. Its cleanup deletes it."""
+    last_error = {"reason": "owner retired", "errorCode": "CLOUD_OWNER_RETIRED", "at": iso_from_ms(ctx.now_ms())}
+    settlement = Settlement(next_send_at=row.next_send_at, status="failed", last_error=compact_json(last_error))
+    try:
+        ctx.claims.settle(row.user_id, row.uuid, row.claim_version, settlement, iso_from_ms(ctx.now_ms()))
+    except Exception as exc:  # the claim lease expires; the next run finds the owner retired again
+        logger.warning("retired task settle failed", extra={"error": type(exc).__name__})
+    record_cancelled(ctx, row, summary, OWNER_RETIRED)
 
 
 def record_cancelled(ctx: AppContext, row: TaskRow, summary: DeliverySummary, status: str) -> None:

@@ -38,6 +38,7 @@ from amsg.domain.client_state import (
 from amsg.domain.credentials import make_credential_lookup
 from amsg.domain.jsvalues import is_plain_object
 from amsg.domain.llm import build_llm_request, resolve_chat_credentials
+from amsg.domain.ownership import GUARD_FIELD
 from amsg.domain.projection import project_task
 from amsg.domain.timezones import canonical_tz, is_valid_tz
 from amsg.domain.validation import MAX_TASK_PAYLOAD_BYTES, payload_byte_length
@@ -51,7 +52,7 @@ from amsg.engine.delivery import (
     _send_one,
 )
 from amsg.engine.pushes import Occurrence, should_push
-from amsg.errors import ClaimLost, TaskUuidConflict
+from amsg.errors import ClaimLost, CloudGuardError, TaskUuidConflict
 from amsg.failures import DeliveryFailure
 from amsg.hooks import HookContext, Hooks, call_hook, task_view
 from amsg.observability import logger
@@ -448,9 +449,16 @@ class AgenticFire:
             raise _config_error("this deployment has no client state store", "AGENTIC_STATE_WRITE_UNSUPPORTED")
         fence = (self.row.uuid, self.row.claim_version) if guarded else None
         try:
-            result = write_entries(store, self.row.user_id, self.user_key, checked, self.ctx.now_ms(), fence=fence)
+            # a fire's state writes are gated on its task's owner (and may not name another owner)
+            result = write_entries(
+                store, self.row.user_id, self.user_key, checked, self.ctx.now_ms(), fence=fence, inherit=self.row.owner
+            )
         except ClaimLost:
             raise Cancelled("cancelled_mid_delivery") from None
+        except CloudGuardError as exc:
+            if exc.code == "CLOUD_OWNER_RETIRED":
+                raise Cancelled("owner_retired") from None
+            raise
         return {"upserted": result.upserted, "skipped": result.skipped, "deleted": result.deleted}
 
     def emit_result(self, payload: Mapping[str, Any]) -> dict[str, Any]:
@@ -485,6 +493,7 @@ class AgenticFire:
                         session_id=push.get("sessionId"),
                         encrypted_push=encrypt_for_storage(compact_json(push), self.user_key),
                         created_at=self.ctx.now_ms(),
+                        owner=self.row.owner,
                     )
                 ],
             )
@@ -580,6 +589,8 @@ class AgenticFire:
             "llmExtraBody": parent.get("llmExtraBody"),
             "metadata": metadata,
         }
+        if GUARD_FIELD in parent:  # a follow-up is guarded by its parent's owner
+            stored[GUARD_FIELD] = parent[GUARD_FIELD]
         size = payload_byte_length(stored)
         if size > MAX_TASK_PAYLOAD_BYTES:
             raise _bad("TASK_PAYLOAD_TOO_LARGE", f"the follow-up payload is {size} bytes")
@@ -592,7 +603,15 @@ class AgenticFire:
         next_send_at = iso_from_ms(first_ms)
         try:
             created = self.ctx.tasks.create_task(
-                NewTask(self.row.user_id, task_uuid, encrypted, message_type, next_send_at, iso_from_ms(now))
+                NewTask(
+                    self.row.user_id,
+                    task_uuid,
+                    encrypted,
+                    message_type,
+                    next_send_at,
+                    iso_from_ms(now),
+                    owner=self.row.owner,  # a follow-up belongs to the owner of the task that scheduled it
+                )
             )
         except TaskUuidConflict:
             existing = self.ctx.tasks.get_task(self.row.user_id, task_uuid)

@@ -36,6 +36,7 @@ from boto3.dynamodb.conditions import Key
 from botocore.exceptions import ClientError
 
 from amsg.adapters.dynamo import keys
+from amsg.adapters.dynamo.owners import GuardSet, effective_owner, owner_sets, raise_if_guard_failed
 from amsg.adapters.dynamo.table import (
     INLINE_CHARS,
     BlobRef,
@@ -46,8 +47,8 @@ from amsg.adapters.dynamo.table import (
     item_int,
 )
 from amsg.domain.client_state import DAY_MS, reference_footprint
-from amsg.errors import ClaimLost, PartialWriteError, StoreUnavailable
-from amsg.ports import NamespaceListing, NamespaceStats, StateRow, StateWrite, StateWriteResult
+from amsg.errors import ClaimLost, CloudGuardError, PartialWriteError, StoreUnavailable
+from amsg.ports import NamespaceListing, NamespaceStats, OwnerClaim, StateRow, StateWrite, StateWriteResult
 
 SEP = "\x1f"
 HASHED_KEY_MARK = "\x1e"
@@ -98,6 +99,10 @@ def _addressable(namespace: str) -> bool:
     return len(namespace.encode("utf-8")) <= MAX_NAMESPACE_BYTES
 
 
+class _TooManyActions(Exception):
+    """A part's actions plus its owner checks exceed one transaction: split it (nothing was written)."""
+
+
 @dataclass
 class _Group:
     """All entries of one request that address the same (namespace, key), in request order."""
@@ -115,10 +120,20 @@ class DynamoClientStateStore:
     # ---- write --------------------------------------------------------------------------------------------
 
     def upsert(
-        self, user_id: str, writes: list[StateWrite], *, now_ms: int, fence: tuple[str, int] | None = None
+        self,
+        user_id: str,
+        writes: list[StateWrite],
+        *,
+        now_ms: int,
+        fence: tuple[str, int] | None = None,
+        inherit: OwnerClaim | None = None,
     ) -> StateWriteResult:
         """Last-write-wins batch: a write or delete applies iff its guard ≥ the stored one, or the
-        stored one is "from the future" (> now). Entries addressing the same key apply in request order."""
+        stored one is "from the future" (> now). Entries addressing the same key apply in request order.
+
+        Owned keys: each applied entry commits only while its owner (named, or recorded on the key) holds, in
+        the same transaction; ``inherit`` is the owner of the task whose fire writes (every write is gated on it,
+        and naming another owner is ``CLOUD_CROSS_OWNER_WRITE``)."""
         pk = keys.user_pk(user_id)
         groups: dict[str, _Group] = {}
         for index, write in enumerate(writes):
@@ -127,9 +142,21 @@ class DynamoClientStateStore:
         outcomes: list[bool] = [False] * len(writes)
         committed: list[int] = []
         check = _fence_check(pk, fence) if fence is not None else None
-        for part in self._plan_parts(list(groups.values()), writes, reserved=1 if check else 0):
+        named = {w.owner.ref for w in writes if w.owner is not None}
+        if inherit is not None and any(ref != inherit.ref for ref in named):
+            raise CloudGuardError("CLOUD_CROSS_OWNER_WRITE", "任务只能写入自己归属者的状态")
+        # owner checks share the 100-action transaction: room is kept for the named ones and the inherited one;
+        # a part that also meets owners recorded on its keys and overflows is split before anything is written
+        reserved = (1 if check else 0) + len(named) + (1 if inherit else 0)
+        parts = self._plan_parts(list(groups.values()), writes, reserved=reserved)
+        while parts:
+            part = parts.pop(0)
             try:
-                self._write_part(pk, part, writes, now_ms, outcomes, check)
+                self._write_part(pk, part, writes, now_ms, outcomes, check, inherit)
+            except _TooManyActions:
+                half = len(part) // 2
+                parts[:0] = [part[:half], part[half:]]
+                continue
             except Exception as exc:
                 if committed:
                     raise PartialWriteError(sorted(committed), exc) from exc
@@ -171,6 +198,7 @@ class DynamoClientStateStore:
         now_ms: int,
         outcomes: list[bool],
         check: dict[str, Any] | None = None,
+        inherit: OwnerClaim | None = None,
     ) -> None:
         new_blobs: dict[int, BlobRef] = {}  # write index -> parts written for it (reused across attempts)
         kept: set[str] = set()
@@ -181,8 +209,12 @@ class DynamoClientStateStore:
                 replaced: list[tuple[_Group, str]] = []  # (key, blob token) superseded if this attempt commits
                 used: set[str] = set()
                 decided: dict[int, bool] = {}
+                guards = GuardSet()
+                if inherit is not None:
+                    guards.add(inherit.ref, inherit.generation)
                 for group in part:
                     current = stored.get(group.sk)
+                    stored_ref = str(current["owner_ref"]) if current and current.get("owner_ref") else None
                     state: int | None = item_int(current.get("updated_at")) if current else None
                     final: int | None = None
                     for index in group.indexes:
@@ -190,6 +222,9 @@ class DynamoClientStateStore:
                         wins = state is None or state <= write.guard or state > now_ms
                         decided[index] = wins
                         if wins:
+                            owner = effective_owner(write.owner, write.generation, stored_ref)
+                            if owner is not None:
+                                guards.add(owner.ref, owner.generation)
                             final = index
                             state = write.guard if write.value is not None else None
                     if final is None:
@@ -204,17 +239,26 @@ class DynamoClientStateStore:
                         if blob is not None:
                             used.add(blob.token)
                         item = self._root_item(pk, group, write, current, blob)
+                        owner = effective_owner(write.owner, write.generation, stored_ref)
+                        item.update(owner_sets(owner))
+                        if owner is not None and owner.meta is None and current and current.get("cloud_meta"):
+                            item["cloud_meta"] = current["cloud_meta"]  # inherited: the record stays as it was
                         actions.append({"Put": {"Item": item, **_cas(current)}})
                     if current is not None and current.get("blob_token"):
                         replaced.append((group, str(current["blob_token"])))
                 if actions:
+                    data_actions = len(actions)
+                    actions += guards.actions(pk[len(keys.USER_PREFIX) :])
                     if check is not None:
                         actions.append(check)
+                    if len(actions) > TX_MAX_ACTIONS and len(part) > 1:
+                        raise _TooManyActions
                     try:
                         self.t.transact(actions)
                     except TransactionCancelled as exc:
                         if check is not None and exc.failed(len(actions) - 1):
                             raise ClaimLost("the task claim fencing this write is gone") from exc
+                        raise_if_guard_failed(exc, data_actions, len(guards))
                         if "ConditionalCheckFailed" in exc.reasons and attempt < WRITE_ATTEMPTS - 1:
                             backoff(attempt + 1, base_s=0.01, cap_s=0.2)
                             continue  # a concurrent write changed a root since the read: decide again
@@ -274,7 +318,7 @@ class DynamoClientStateStore:
                 self.t.name: {
                     "Keys": [{"PK": pk, "SK": sk} for sk in sks[start : start + BATCH_GET_MAX_KEYS]],
                     "ConsistentRead": True,
-                    "ProjectionExpression": "#sk, #ua, #rev, #bt",
+                    "ProjectionExpression": "#sk, #ua, #rev, #bt, owner_ref, cloud_meta",
                     "ExpressionAttributeNames": {"#sk": "SK", "#ua": "updated_at", "#rev": "rev", "#bt": "blob_token"},
                 }
             }

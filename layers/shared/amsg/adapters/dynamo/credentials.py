@@ -17,7 +17,9 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from amsg.adapters.dynamo import keys
-from amsg.adapters.dynamo.table import DynamoTable
+from amsg.adapters.dynamo.owners import GuardSet, effective_owner, owner_condition, owner_sets, raise_if_guard_failed
+from amsg.adapters.dynamo.table import DynamoTable, TransactionCancelled
+from amsg.errors import CloudGuardError
 from amsg.ports import CredentialWrite
 
 MAX_BATCH = 100  # one transaction
@@ -43,24 +45,47 @@ class DynamoCredentialStore:
             return 0
         if len(latest) > MAX_BATCH:
             raise ValueError(f"at most {MAX_BATCH} credentials per upsert")
-        actions = [
-            {
-                "Update": {
-                    "Key": keys.credential_key(user_id, entry.cred_id),
-                    "UpdateExpression": "SET cred_id = :id, encrypted_value = :v, updated_at = :u, "
-                    "created_at = if_not_exists(created_at, :u) ADD rev :one",
-                    "ExpressionAttributeValues": {
-                        ":id": entry.cred_id,
-                        ":v": entry.encrypted_value,
-                        ":u": now_iso,
-                        ":one": 1,
-                    },
+        stored = {
+            str(item["cred_id"]): str(item["owner_ref"]) if item.get("owner_ref") else None
+            for item in self._batch_get(user_id, list(latest), "cred_id, owner_ref")
+        }
+        guards = GuardSet()
+        actions: list[dict[str, Any]] = []
+        for entry in latest.values():
+            stored_ref = stored.get(entry.cred_id)
+            owner = effective_owner(entry.owner, entry.generation, stored_ref)
+            if owner is not None:
+                guards.add(owner.ref, owner.generation)
+            condition, values = owner_condition(stored_ref)
+            sets = "SET cred_id = :id, encrypted_value = :v, updated_at = :u, "
+            sets += "created_at = if_not_exists(created_at, :u)"
+            for name, value in owner_sets(owner).items():
+                sets += f", {name} = :{name}"
+                values[f":{name}"] = value
+            values.update({":id": entry.cred_id, ":v": entry.encrypted_value, ":u": now_iso, ":one": 1})
+            actions.append(
+                {
+                    "Update": {
+                        "Key": keys.credential_key(user_id, entry.cred_id),
+                        "UpdateExpression": f"{sets} ADD rev :one",
+                        # the recorded owner is still the one read (ownership never changes under a write)
+                        "ConditionExpression": condition,
+                        "ExpressionAttributeValues": values,
+                    }
                 }
-            }
-            for entry in latest.values()
-        ]
-        self.t.transact(actions)
-        return len(actions)
+            )
+        if len(actions) + len(guards) > MAX_BATCH:
+            raise CloudGuardError("CLOUD_GUARD_UNSUPPORTED", "一批凭据涉及的归属者过多，请分批写入")
+        written = len(actions)
+        actions += guards.actions(user_id)
+        try:
+            self.t.transact(actions)
+        except TransactionCancelled as cancelled:
+            raise_if_guard_failed(cancelled, written, len(guards))
+            if "ConditionalCheckFailed" in cancelled.reasons:
+                raise CloudGuardError("CLOUD_RESOURCE_CHANGED", "凭据的归属在写入期间被改变，请重试") from None
+            raise
+        return written
 
     def delete_ids(self, user_id: str, cred_ids: Sequence[str]) -> int:
         """Per-item deletes (idempotent, so a partially applied list is harmless); counts rows that existed."""

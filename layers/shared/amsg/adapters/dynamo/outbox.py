@@ -30,6 +30,7 @@ from boto3.dynamodb.conditions import Attr, Key
 from botocore.exceptions import ClientError
 
 from amsg.adapters.dynamo import keys
+from amsg.adapters.dynamo.owners import GuardSet, guard_check, owner_sets, raise_if_guard_failed
 from amsg.adapters.dynamo.table import (
     PART_CHARS,
     BlobRef,
@@ -39,8 +40,8 @@ from amsg.adapters.dynamo.table import (
     is_conditional_failure,
     item_int,
 )
-from amsg.errors import StoreUnavailable
-from amsg.ports import OutboxAppend, OutboxRow
+from amsg.errors import CloudGuardError, StoreUnavailable
+from amsg.ports import OutboxAppend, OutboxRow, OwnerClaim
 from amsg.timeutil import iso_from_ms
 
 DAY_MS = 86_400_000
@@ -147,9 +148,11 @@ class DynamoOutboxStore:
     def _chunks(rows: list[OutboxAppend]) -> Iterable[list[OutboxAppend]]:
         chunk: list[OutboxAppend] = []
         size = 0
+        owners = {row.owner.ref for row in rows if row.owner is not None}
+        max_rows = MAX_ROWS_PER_TRANSACTION - len(owners)  # each owner's check is one more action
         for row in rows:
             cost = min(len(row.encrypted_push), INLINE_PAYLOAD_CHARS) + len(row.message_id) + 512
-            if chunk and (len(chunk) >= MAX_ROWS_PER_TRANSACTION or size + cost > MAX_TRANSACTION_CHARS):
+            if chunk and (len(chunk) >= max_rows or size + cost > MAX_TRANSACTION_CHARS):
                 yield chunk
                 chunk, size = [], 0
             chunk.append(row)
@@ -208,9 +211,21 @@ class DynamoOutboxStore:
                     },
                 )
             if actions:
+                guards = GuardSet()
+                for row in chunk:
+                    if row.owner is not None:  # rows of an owned task commit only while its owner holds
+                        guards.add(row.owner.ref, row.owner.generation)
+                data_actions = len(actions)
+                actions += guards.actions(user_id)
                 try:
                     self.t.transact(actions)
-                except TransactionCancelled:
+                except TransactionCancelled as cancelled:
+                    try:
+                        raise_if_guard_failed(cancelled, data_actions, len(guards))
+                    except CloudGuardError:
+                        for message_id, blob in blobs.items():
+                            self._drop_parts(pk, message_id, blob.token)
+                        raise
                     continue  # the counter moved or a row changed under us: read again
             for old in replaced:
                 self._drop_parts_of(old)
@@ -248,6 +263,7 @@ class DynamoOutboxStore:
         item.update({name: value for name, value in optional.items() if value is not None})
         if row.task_uuid is not None:
             item["obt_lsk"] = _task_lsk(row.task_uuid, row.created_at, row_id)
+        item.update(owner_sets(row.owner))
         return {"Item": item, "ConditionExpression": "attribute_not_exists(SK)"}
 
     def _update_unacked(
@@ -279,7 +295,16 @@ class DynamoOutboxStore:
             "ExpressionAttributeValues": values,
         }
 
-    def claim_send(self, user_id: str, message_id: str, *, task_uuid: str, claim_version: int, now_ms: int) -> bool:
+    def claim_send(
+        self,
+        user_id: str,
+        message_id: str,
+        *,
+        task_uuid: str,
+        claim_version: int,
+        now_ms: int,
+        owner: OwnerClaim | None = None,
+    ) -> bool:
         actions: list[dict[str, Any]] = [
             {
                 "Update": {
@@ -304,9 +329,13 @@ class DynamoOutboxStore:
                 }
             },
         ]
+        if owner is not None:  # an owned task's push is taken only while its owner holds
+            actions.append(guard_check(user_id, owner.ref, owner.generation))
         try:
             self.t.transact(actions)
-        except TransactionCancelled:
+        except TransactionCancelled as cancelled:
+            if owner is not None:
+                raise_if_guard_failed(cancelled, 2, 1)
             return False
         return True
 

@@ -12,6 +12,7 @@ from typing import Any
 from botocore.exceptions import ClientError
 
 from amsg.adapters.dynamo import keys
+from amsg.adapters.dynamo.owners import guard_check, owner_sets, raise_if_guard_failed
 from amsg.adapters.dynamo.table import (
     INLINE_CHARS,
     BlobRef,
@@ -22,7 +23,7 @@ from amsg.adapters.dynamo.table import (
     item_int,
 )
 from amsg.errors import StoreUnavailable, TaskUuidConflict
-from amsg.ports import CreatedTask, NewTask, TaskRow
+from amsg.ports import CreatedTask, NewTask, OwnerClaim, TaskRow
 
 CREATE_ATTEMPTS = 40
 
@@ -67,7 +68,14 @@ def task_row(t: DynamoTable, item: dict[str, Any]) -> TaskRow:
         payload_token=item.get("payload_token"),
         outbox_occurrence=item.get("ob_occ"),
         correlation_id=item.get("corr_id"),
+        owner=task_owner(item),
     )
+
+
+def task_owner(item: dict[str, Any]) -> OwnerClaim | None:
+    """The owner guard a task item records (its fires, outbox rows and state writes inherit it)."""
+    ref = item.get("owner_ref")
+    return OwnerClaim(ref=str(ref), generation=item_int(item.get("owner_gen"))) if ref else None
 
 
 def registry_delete(uuid: str, user_id: str) -> dict[str, Any]:
@@ -158,6 +166,7 @@ class DynamoTaskStore:
                 "rev": 1,
                 "due_pk": keys.due_pk(task.uuid, self.due_shards),
                 "due_sk": keys.due_sk(task.next_send_at, task.uuid),
+                **owner_sets(task.owner),
             }
             if task.correlation_id:
                 item["corr_id"] = task.correlation_id
@@ -189,9 +198,13 @@ class DynamoTaskStore:
                     }
                 )
                 actions.append(registry_delete(supersedes_uuid or "", task.user_id))
+            if task.owner is not None:
+                actions.append(guard_check(task.user_id, task.owner.ref, task.owner.generation))
             try:
                 self.t.transact(actions)
             except TransactionCancelled as cancelled:
+                if task.owner is not None:
+                    raise_if_guard_failed(cancelled, len(actions) - 1, 1)
                 if cancelled.failed(1) or cancelled.failed(2):
                     raise TaskUuidConflict(task.uuid) from None
                 continue  # the counter moved or the superseded task changed: read again
@@ -221,7 +234,10 @@ class DynamoTaskStore:
         next_send_at: str | None,
         now_iso: str,
         expected_rev: int,
+        owner: OwnerClaim | None = None,
     ) -> str | None:
+        """Rewrite a pending task's payload (and occurrence) iff it is still at ``expected_rev``; an owned task's
+        update commits only while its owner holds (``CLOUD_OWNER_RETIRED`` otherwise)."""
         payload_attrs, blob = self._payload_attrs(user_id, uuid, encrypted_payload)
         sets = ["updated_at = :now", "retry_count = :zero", "rev = rev + :one"]
         removes = ["retry_after"]
@@ -240,15 +256,17 @@ class DynamoTaskStore:
             values[":dsk"] = keys.due_sk(next_send_at, uuid)
             # the lease gate: never move the occurrence of a task that is being delivered
             condition += " AND (attribute_not_exists(lease_until) OR lease_until <= :now)"
+        update = {
+            "Key": self._key(user_id, uuid),
+            "UpdateExpression": f"SET {', '.join(sets)} REMOVE {', '.join(removes)}",
+            "ConditionExpression": condition,
+            "ExpressionAttributeNames": {"#st": "status"},
+            "ExpressionAttributeValues": values,
+        }
+        if owner is not None:
+            return self._update_guarded(user_id, uuid, update, owner, payload_attrs, blob, now_iso)
         try:
-            result = self.t.table.update_item(
-                Key=self._key(user_id, uuid),
-                UpdateExpression=f"SET {', '.join(sets)} REMOVE {', '.join(removes)}",
-                ConditionExpression=condition,
-                ExpressionAttributeNames={"#st": "status"},
-                ExpressionAttributeValues=values,
-                ReturnValues="ALL_OLD",
-            )
+            result = self.t.table.update_item(**update, ReturnValues="ALL_OLD")
         except ClientError as exc:
             if blob:
                 self.t.delete_blob(keys.user_pk(user_id), keys.task_part_prefix(uuid), blob.token)
@@ -256,6 +274,32 @@ class DynamoTaskStore:
                 return None
             raise
         old = result.get("Attributes") or {}
+        if old.get("payload_token") and old.get("payload_token") != payload_attrs.get("payload_token"):
+            self._drop_parts(user_id, uuid, str(old["payload_token"]))
+        return now_iso
+
+    def _update_guarded(
+        self,
+        user_id: str,
+        uuid: str,
+        update: dict[str, Any],
+        owner: OwnerClaim,
+        payload_attrs: dict[str, Any],
+        blob: BlobRef | None,
+        now_iso: str,
+    ) -> str | None:
+        old = self.t.get(self._key(user_id, uuid), projection="payload_token") or {}
+        try:
+            self.t.transact([{"Update": update}, guard_check(user_id, owner.ref, owner.generation)])
+        except TransactionCancelled as cancelled:
+            if blob:
+                self.t.delete_blob(keys.user_pk(user_id), keys.task_part_prefix(uuid), blob.token)
+            raise_if_guard_failed(cancelled, 1, 1)
+            return None
+        except BaseException:
+            if blob:
+                self.t.delete_blob(keys.user_pk(user_id), keys.task_part_prefix(uuid), blob.token)
+            raise
         if old.get("payload_token") and old.get("payload_token") != payload_attrs.get("payload_token"):
             self._drop_parts(user_id, uuid, str(old["payload_token"]))
         return now_iso
