@@ -405,7 +405,7 @@ def test_template_file_is_the_one_tested():
 
 
 def test_layer_requirements_match_the_lock():
-    """layers/shared/requirements.txt is generated from uv.lock; needs uv on PATH."""
+    """layers/shared/requirements.txt is generated from uv.lock (uv from PATH or the bootstrapped .cache/uv)."""
     result = subprocess.run(
         [sys.executable, str(REPO_ROOT / "scripts" / "sync-layer-requirements"), "--check"],
         capture_output=True,
