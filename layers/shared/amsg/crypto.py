@@ -11,14 +11,15 @@ import base64
 import binascii
 import hashlib
 import hmac
-import json
-import re
 import secrets
 from typing import Any
 
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+
+from amsg.jsonio import dumps as compact_json  # the one JSON writer, re-exported for the codecs' callers
+from amsg.jsonio import loads
 
 
 class DecryptError(Exception):
@@ -31,16 +32,6 @@ def derive_user_key(master_key: str, user_id: str) -> str:
 
 def key_bytes(user_key_hex: str) -> bytes:
     return bytes.fromhex(user_key_hex[:64])
-
-
-_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
-
-
-def compact_json(value: Any) -> str:
-    """JS ``JSON.stringify`` form: no whitespace, non-ASCII kept raw, lone surrogates escaped (well-formed
-    ``JSON.stringify``), so the text always encodes as UTF-8."""
-    text = json.dumps(value, separators=(",", ":"), ensure_ascii=False)
-    return _LONE_SURROGATE.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
 
 
 def _b64decode_lenient(text: str) -> bytes:
@@ -135,7 +126,7 @@ class StoredPayloadUnreadable(Exception):
 def decrypt_payload(encrypted: str, user_key_hex: str) -> dict[str, Any]:
     """A stored task payload (storage ciphertext of its JSON) as a plain object."""
     try:
-        value = json.loads(decrypt_from_storage(encrypted, user_key_hex))
+        value = loads(decrypt_from_storage(encrypted, user_key_hex))
     except (DecryptError, ValueError) as exc:
         raise StoredPayloadUnreadable("stored task payload cannot be decrypted") from exc
     if not isinstance(value, dict):

@@ -14,13 +14,14 @@ from __future__ import annotations
 
 import base64
 import binascii
-import json
 import time
 from urllib.parse import urlsplit
 
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.hazmat.primitives.asymmetric.utils import decode_dss_signature
+
+from amsg import jsonio
 
 # The JWT lives 12 h, like the reference's (RFC 8292 caps it at 24 h).
 VAPID_JWT_TTL_S = 12 * 60 * 60
@@ -124,9 +125,7 @@ def endpoint_origin(endpoint: str) -> str:
 def sign_jwt(claims: dict[str, object], private_key: ec.EllipticCurvePrivateKey) -> str:
     """Compact ES256 JWS (raw ``r||s`` signature, JOSE style)."""
     signing_input = (
-        b64url_encode(json.dumps(_JWT_HEADER, separators=(",", ":")).encode())
-        + "."
-        + b64url_encode(json.dumps(claims, separators=(",", ":")).encode())
+        b64url_encode(jsonio.dumps(_JWT_HEADER).encode()) + "." + b64url_encode(jsonio.dumps(claims).encode())
     )
     der = private_key.sign(signing_input.encode("ascii"), ec.ECDSA(hashes.SHA256()))
     r, s = decode_dss_signature(der)

@@ -7,13 +7,13 @@ carry no code or status (the upstream never answered). Nothing here logs, and no
 
 from __future__ import annotations
 
-import json
 import threading
 import time
 from types import TracebackType
 
 import httpx
 
+from amsg import jsonio
 from amsg.domain.llm import ERROR_BODY_MAX_BYTES, parse_completion, scrub_secret, upstream_status_error
 from amsg.domain.redaction import redact_credentials
 from amsg.failures import LlmCallError
@@ -70,7 +70,7 @@ class HttpxLlmClient:
         if timeout_s <= 0:
             raise _timeout_error(request, timeout_s)
         deadline = time.monotonic() + timeout_s
-        content = json.dumps(request.body, ensure_ascii=False).encode("utf-8")
+        content = jsonio.dumps(request.body).encode("utf-8")
         headers = {"Content-Type": "application/json", "Authorization": f"Bearer {request.api_key}"}
         try:
             with self._http().stream(

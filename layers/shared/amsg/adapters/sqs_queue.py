@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 import boto3
 from botocore.config import Config
+
+from amsg import jsonio
 
 
 class SqsTaskQueue:
@@ -24,10 +25,7 @@ class SqsTaskQueue:
         failed: list[int] = []
         for offset in range(0, len(messages), 10):
             chunk = messages[offset : offset + 10]
-            entries = [
-                {"Id": str(offset + i), "MessageBody": json.dumps(message, separators=(",", ":"))}
-                for i, message in enumerate(chunk)
-            ]
+            entries = [{"Id": str(offset + i), "MessageBody": jsonio.dumps(message)} for i, message in enumerate(chunk)]
             try:
                 response = self.client.send_message_batch(QueueUrl=self.queue_url, Entries=entries)
             except Exception:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from amsg.context import AppContext
+from amsg.domain.limits import can_be_task_uuid
 from amsg.errors import api_error
 from amsg.http.gates import require_query_id, require_user_id
 from amsg.http.request import ApiRequest
@@ -17,7 +18,7 @@ def cancel_message(request: ApiRequest, ctx: AppContext) -> ApiResponse:
     authenticate(request, ctx)
     task_uuid = require_query_id(request)
     user_id = require_user_id(request)
-    if not ctx.tasks.delete_task(user_id, task_uuid):
+    if not can_be_task_uuid(task_uuid) or not ctx.tasks.delete_task(user_id, task_uuid):
         raise api_error("TASK_NOT_FOUND")
     try:  # rows already pushed stay for the client to ack
         ctx.outbox.discard_undelivered_for_task(user_id, task_uuid)

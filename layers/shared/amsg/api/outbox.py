@@ -8,12 +8,13 @@ consistent, so ``since = cursor`` never skips or repeats a row, even while new r
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
+from amsg import jsonio
 from amsg.context import AppContext
 from amsg.crypto import DecryptError, compact_json, decrypt_from_storage
 from amsg.domain.jsvalues import js_trim
+from amsg.domain.limits import bounded_cursor
 from amsg.errors import api_error
 from amsg.http.gates import (
     page_limit,
@@ -53,7 +54,7 @@ def list_outbox(request: ApiRequest, ctx: AppContext) -> ApiResponse:
     )
 
     user_key = ctx.user_key(user_id)
-    rows: list[OutboxRow] = store.list_unacked(user_id, since, limit, ctx.now_ms())
+    rows: list[OutboxRow] = store.list_unacked(user_id, bounded_cursor(since), limit, ctx.now_ms())
     entries: list[dict[str, Any]] = []
     cursor = since
     budget = MAX_PAGE_PLAINTEXT_BYTES
@@ -89,7 +90,7 @@ def _decrypt_push(row: OutboxRow, user_key: str) -> Any:
         logger.warning("outbox row payload incomplete (skipped)", extra={"outbox_id": row.id})
         return None
     try:
-        return json.loads(decrypt_from_storage(row.encrypted_push, user_key))
+        return jsonio.loads(decrypt_from_storage(row.encrypted_push, user_key))
     except (DecryptError, ValueError):
         logger.warning("outbox row cannot be decrypted (skipped)", extra={"outbox_id": row.id})
         return None

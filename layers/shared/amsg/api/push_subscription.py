@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
-import json
+from typing import Any
 
+from amsg import jsonio
 from amsg.context import AppContext
 from amsg.crypto import DecryptError, compact_json, decrypt_from_storage, encrypt_for_storage
+from amsg.domain.limits import is_epoch_ms
 from amsg.errors import api_error
 from amsg.http.gates import (
     require_user_id,
@@ -17,14 +19,9 @@ from amsg.observability import logger
 from .common import authenticate, open_encrypted_body
 
 
-def _positive_int(value: object) -> int | None:
-    if isinstance(value, bool):
-        return None
-    if isinstance(value, int) and value > 0:
-        return value
-    if isinstance(value, float) and value.is_integer() and value > 0:
-        return int(value)
-    return None
+def _positive_int(value: Any) -> int | None:
+    """A positive integer that is also a real epoch-ms time (so it fits DynamoDB and JavaScript exactly)."""
+    return int(value) if is_epoch_ms(value) else None
 
 
 def put_push_subscription(request: ApiRequest, ctx: AppContext) -> ApiResponse:
@@ -58,7 +55,7 @@ def get_push_subscription(request: ApiRequest, ctx: AppContext) -> ApiResponse:
     if row is None:
         return absent
     try:
-        subscription = json.loads(decrypt_from_storage(row.encrypted_subscription, ctx.user_key(user_id)))
+        subscription = jsonio.loads(decrypt_from_storage(row.encrypted_subscription, ctx.user_key(user_id)))
     except (DecryptError, ValueError):
         logger.warning("stored push subscription cannot be decrypted (master key changed?)")
         return absent

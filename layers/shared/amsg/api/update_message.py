@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from amsg.context import AppContext
 from amsg.crypto import compact_json, decrypt_payload, encrypt_for_storage
+from amsg.domain.limits import can_be_task_uuid
 from amsg.domain.update_validation import validate_update_patch
 from amsg.domain.validation import MAX_TASK_PAYLOAD_BYTES, payload_too_large_error
 from amsg.errors import api_error
@@ -43,6 +44,8 @@ def update_message(request: ApiRequest, ctx: AppContext) -> ApiResponse:
     if patch.cred_ref_ids:
         require_credentials_exist(ctx, user_id, patch.cred_ref_ids)
 
+    if not can_be_task_uuid(task_uuid):
+        raise api_error("TASK_NOT_FOUND")
     for _ in range(MERGE_ATTEMPTS):
         row = ctx.tasks.get_task(user_id, task_uuid)
         if row is None:

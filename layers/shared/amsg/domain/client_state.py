@@ -7,12 +7,12 @@ plaintext byte count it needs to report sizes the way the reference would.
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from amsg import jsonio
 from amsg.crypto import DecryptError, decrypt_from_storage, encrypt_for_storage
 from amsg.domain.jsvalues import is_plain_object, is_positive_integer, js_trim, utf16_len
 from amsg.domain.ownership import Ownership
@@ -221,7 +221,7 @@ def parse_ttl_config(raw: str | None) -> dict[str, float]:
     if not raw or not raw.strip():
         return {}
     try:
-        parsed = json.loads(raw)
+        parsed = jsonio.loads(raw)
     except ValueError:
         return {}
     if not isinstance(parsed, Mapping):

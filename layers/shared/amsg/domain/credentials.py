@@ -6,10 +6,10 @@ only be merged into the outgoing LLM request (never into payloads, hook contexts
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
+from amsg import jsonio
 from amsg.crypto import DecryptError, compact_json, decrypt_from_storage, encrypt_for_storage
 from amsg.domain.jsvalues import is_plain_object, utf16_len
 
@@ -44,7 +44,7 @@ def resolve_cred_value(encrypted_value: Any, user_key: str) -> dict[str, Any] | 
     if not isinstance(encrypted_value, str) or not encrypted_value:
         return None
     try:
-        parsed = json.loads(decrypt_from_storage(encrypted_value, user_key))
+        parsed = jsonio.loads(decrypt_from_storage(encrypted_value, user_key))
     except (DecryptError, ValueError):
         return None
     if not isinstance(parsed, dict):

@@ -11,13 +11,13 @@ message, so these exceptions are safe to persist in ``last_error`` (which saniti
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
+from amsg import jsonio
 from amsg.domain.redaction import redact_credentials
 from amsg.failures import CREDENTIAL_MISSING, DeliveryFailure, LlmCallError
 from amsg.ports import LlmRequest
@@ -270,7 +270,7 @@ def _salvage_truncated(raw: str) -> tuple[str, str]:
         if name in found:
             continue
         try:
-            value = json.loads(f'"{match.group(2)}"')
+            value = jsonio.loads(f'"{match.group(2)}"')
         except ValueError:
             value = match.group(2)
         if name == "type" and value == "error":
@@ -287,7 +287,7 @@ def error_body_detail(raw: str, *, truncated: bool = False) -> tuple[str, str]:
     if not raw.strip():
         return "", ""
     try:
-        parsed = json.loads(raw)
+        parsed = jsonio.loads(raw)
     except ValueError:
         if truncated and raw.lstrip()[:1] in ("{", "["):
             message, code = _salvage_truncated(raw)
@@ -429,7 +429,7 @@ def parse_completion(
     """
     shown = _safe_url(url, api_key)
     try:
-        data = json.loads(raw_text)
+        data = jsonio.loads(raw_text)
     except ValueError:
         summary = f"AI API error: HTTP {status} but body is not valid JSON. Request URL: {shown}"
         raise _upstream_error(summary, status, _unparsable_detail(raw_text), api_key=api_key, permanent=False) from None

@@ -6,15 +6,11 @@ Used by ``GET /messages`` (list, no metadata), ``GET /message`` (single, with me
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
+from amsg import jsonio
 from amsg.domain.jsvalues import is_plain_object
 from amsg.ports import TaskRow
-
-
-def _reject_constant(token: str) -> Any:
-    raise ValueError(token)
 
 
 def parse_last_error(text: str | None) -> Any:
@@ -26,7 +22,7 @@ def parse_last_error(text: str | None) -> Any:
         return None
     try:
         # JSON.parse rejects NaN/Infinity; so do we.
-        return json.loads(text, parse_constant=_reject_constant)
+        return jsonio.loads(text)
     except ValueError:
         return {"reason": text}
 

@@ -12,11 +12,11 @@ nothing is pushed twice.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from amsg import jsonio
 from amsg.context import AppContext
 from amsg.crypto import (
     DecryptError,
@@ -442,7 +442,7 @@ def _resolve_subscription(ctx: AppContext, row: TaskRow, payload: dict[str, Any]
     stored = ctx.subscriptions.get_push_subscription(row.user_id)
     if stored is not None:
         try:
-            value = json.loads(decrypt_from_storage(stored.encrypted_subscription, user_key))
+            value = jsonio.loads(decrypt_from_storage(stored.encrypted_subscription, user_key))
         except (DecryptError, ValueError) as exc:
             raise DeliveryFailure("stored push subscription cannot be decrypted") from exc
         if isinstance(value, dict):

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from typing import Any
 
+from amsg import jsonio
 from amsg.crypto import compact_json
 from amsg.ports import MAX_PUSH_PAYLOAD_BYTES
 from amsg.timeutil import iso_from_ms
@@ -126,7 +126,7 @@ def fits_push(push: dict[str, Any]) -> bool:
 
 
 def decode_push(text: str) -> dict[str, Any]:
-    value = json.loads(text)
+    value = jsonio.loads(text)
     if not isinstance(value, dict):
         raise ValueError("push is not an object")
     return value

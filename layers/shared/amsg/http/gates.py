@@ -5,10 +5,10 @@ Handlers call them in the reference's check order; keeping each gate tiny makes 
 
 from __future__ import annotations
 
-import json
 import re
 from typing import Any
 
+from amsg import jsonio
 from amsg.crypto import DecryptError, constant_time_equals, decrypt_envelope_text
 from amsg.errors import ApiError, api_error
 from amsg.http.request import ApiRequest
@@ -51,13 +51,9 @@ def require_query_id(request: ApiRequest) -> str:
     return task_id
 
 
-def _reject_constant(name: str) -> Any:
-    raise ValueError(f"invalid JSON constant {name}")
-
-
 def parse_json(text: str) -> Any:
-    """``JSON.parse`` semantics: NaN/Infinity are not JSON."""
-    return json.loads(text, parse_constant=_reject_constant)
+    """``JSON.parse`` with the service's limits (:mod:`amsg.jsonio`): depth, no NaN/Infinity, finite numbers."""
+    return jsonio.loads(text)
 
 
 def decrypt_request_object(

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import dataclass
 from typing import Any
@@ -44,16 +43,24 @@ _NAME_RE = re.compile(r"[^A-Za-z0-9_.:-]")
 
 
 def internal_error(exc: BaseException, stage: str) -> ApiResponse:
-    """500 INTERNAL_ERROR with the reference's sanitized ``error.cause`` (never secrets or payload text)."""
+    """500 INTERNAL_ERROR with the reference's ``error.cause`` ``{stage, name, message?, code?}``.
+
+    The cause only ever carries text we wrote: the message and code of our own exceptions (sanitized), the
+    name of ours or of a Python builtin. A storage, SDK or library exception becomes ``name: "Error"`` with no
+    message (its text may quote keys, table names or payload fragments); the logs keep the details.
+    """
     from amsg.domain.redaction import sanitize_error_summary
 
-    cause: dict[str, Any] = {"stage": stage, "name": (_NAME_RE.sub("", type(exc).__name__) or "Error")[:100]}
-    message = sanitize_error_summary(str(exc))
-    if message:
-        cause["message"] = message
-    code = getattr(exc, "code", None)
-    if isinstance(code, str) and code:
-        cause["code"] = _NAME_RE.sub("", code)[:100]
+    ours = type(exc).__module__.split(".")[0] == "amsg"
+    name = type(exc).__name__ if ours or type(exc).__module__ == "builtins" else "Error"
+    cause: dict[str, Any] = {"stage": stage, "name": (_NAME_RE.sub("", name) or "Error")[:100]}
+    if ours:
+        message = sanitize_error_summary(str(exc))
+        if message:
+            cause["message"] = message
+        code = getattr(exc, "code", None)
+        if isinstance(code, str) and code:
+            cause["code"] = _NAME_RE.sub("", code)[:100]
     body = api_error("INTERNAL_ERROR").body()
     body["error"]["cause"] = cause
     return ApiResponse(500, body)
@@ -67,6 +74,6 @@ def to_lambda_result(response: ApiResponse) -> dict[str, Any]:
             "RESPONSE_TOO_LARGE",
             details={"maxBytes": MAX_RESPONSE_BYTES, "hint": "use limit/offset or a narrower query"},
         )
-        text = json.dumps(too_large.body(), ensure_ascii=False, separators=(",", ":"))
+        text = compact_json(too_large.body())
         return {"statusCode": 413, "headers": {"content-type": JSON_CONTENT_TYPE}, "body": text}
     return {"statusCode": response.status, "headers": {"content-type": JSON_CONTENT_TYPE}, "body": text}

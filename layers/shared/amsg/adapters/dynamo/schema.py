@@ -32,7 +32,10 @@ class DynamoSchemaInspector:
         try:
             description = client.describe_table(TableName=self.t.name)["Table"]
         except ClientError as exc:
-            return SchemaReport(ok=False, items=[], missing=[f"table:{self.t.name}"], error=str(exc))
+            # our own words only: the SDK's message would end up in the 500 body
+            not_found = exc.response.get("Error", {}).get("Code") == "ResourceNotFoundException"
+            error = "table does not exist" if not_found else "table cannot be described"
+            return SchemaReport(ok=False, items=[], missing=[f"table:{self.t.name}"], error=error)
         present: dict[str, str] = {}
         for index in description.get("GlobalSecondaryIndexes", []):
             present[index["IndexName"]] = index.get("IndexStatus", "ACTIVE")

@@ -1,0 +1,108 @@
+"""The one JSON reader and the one JSON writer of the service.
+
+Every request body, every decrypted envelope or stored value and every LLM reply is read with :func:`loads`;
+every response, stored value, queue message and push payload is written with :func:`dumps`. Keeping both in one
+place is what makes the wire rules hold everywhere:
+
+* ``loads`` accepts what ``JSON.parse`` accepts and that a JavaScript client can read back unchanged: no
+  ``NaN``/``Infinity`` literals, no number outside the double range (``1e400``, a 400-digit integer: JavaScript
+  reads them as ``Infinity`` and writes them back as ``null``), and at most :data:`MAX_DEPTH` nested
+  arrays/objects (deeper input would exhaust the parser's and our own recursion). Anything else raises
+  :class:`JsonError`, a ``ValueError``; each route maps it to its documented 400 code.
+* ``dumps`` is ``JSON.stringify``: compact, non-ASCII kept raw, lone surrogates escaped so the text always
+  encodes as UTF-8, and it can never emit ``NaN``/``Infinity`` (non-finite numbers become ``null``, as in
+  JavaScript).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from itertools import accumulate
+from typing import Any
+
+# Far deeper than any real payload (task metadata, client-state values are strings); far below the ~1,000 frames
+# at which Python's parser, encoder and our recursive helpers would fail.
+MAX_DEPTH = 64
+
+_STRING_RE = re.compile(r'"(?:[^"\\]|\\.)*"', re.DOTALL)
+_NON_BRACKET_RE = re.compile(r"[^\[\]{}]+")
+_DEPTH_STEP = {"[": 1, "{": 1, "]": -1, "}": -1}
+_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
+# 1.7976931348623157e308 has 309 digits: a shorter integer literal always fits a double
+_MAX_SAFE_INT_DIGITS = 308
+
+
+class JsonError(ValueError):
+    """The text is not JSON a JavaScript client could read back unchanged (never carries the text)."""
+
+
+def _reject_constant(name: str) -> Any:
+    raise JsonError("NaN and Infinity are not JSON")
+
+
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise JsonError("number out of range")
+    return value
+
+
+def _bounded_int(text: str) -> int:
+    digits = len(text) - (text[0] == "-")
+    if digits > _MAX_SAFE_INT_DIGITS and not math.isfinite(_float_or_inf(text)):
+        raise JsonError("number out of range")
+    return int(text)
+
+
+def _float_or_inf(text: str) -> float:
+    try:
+        return float(text)
+    except OverflowError:
+        return math.inf
+
+
+def nesting_depth(text: str) -> int:
+    """Deepest array/object nesting of a JSON text (strings skipped), computed without recursion."""
+    brackets = _NON_BRACKET_RE.sub("", _STRING_RE.sub("", text))
+    if len(brackets) <= 1:
+        return len(brackets)
+    return max(accumulate(_DEPTH_STEP[char] for char in brackets))
+
+
+def loads(text: str | bytes, *, max_depth: int = MAX_DEPTH) -> Any:
+    """``JSON.parse`` with the limits above; raises :class:`JsonError` (a ``ValueError``) on anything else."""
+    if isinstance(text, bytes | bytearray):
+        try:
+            text = text.decode("utf-8")
+        except UnicodeDecodeError:
+            raise JsonError("not UTF-8") from None
+    if text.count("[") + text.count("{") > max_depth and nesting_depth(text) > max_depth:
+        raise JsonError("nested too deeply")
+    try:
+        return json.loads(text, parse_constant=_reject_constant, parse_float=_finite_float, parse_int=_bounded_int)
+    except JsonError:
+        raise
+    except (ValueError, RecursionError) as exc:  # JSONDecodeError, int digit limits, pathological input
+        raise JsonError("not JSON") from exc
+
+
+def dumps(value: Any) -> str:
+    """``JSON.stringify(value)``: compact, UTF-8 safe, never ``NaN``/``Infinity``."""
+    try:
+        text = json.dumps(value, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+    except ValueError:
+        text = json.dumps(_finite(value), separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+    return _LONE_SURROGATE.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
+
+
+def _finite(value: Any) -> Any:
+    """A copy with every non-finite float replaced by None (what ``JSON.stringify`` writes for them)."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {key: _finite(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [_finite(item) for item in value]
+    return value
