@@ -321,6 +321,8 @@ class DynamoClaimStore:
             )
             for item in response.get("Items", []):
                 user_id, uuid = keys.parse_task_key(item)
+                # the index does not project the payload token; read it so the parts go with the task
+                existing = self.t.get(self._key(user_id, uuid), projection="payload_token")
                 try:
                     self.t.transact(
                         [
@@ -342,6 +344,8 @@ class DynamoClaimStore:
                     deleted += 1
                 except TransactionCancelled:
                     continue
+                if existing and existing.get("payload_token"):
+                    drop_parts(self.t, user_id, uuid, str(existing["payload_token"]))
             if deleted >= limit:
                 break
         return deleted
