@@ -11,7 +11,7 @@ PORT ?= 3000
 TICK ?= 5
 PYTEST_ARGS ?=
 
-.PHONY: help run test check lint bench ci venv dynamodb-local tools clean deploy api-url
+.PHONY: help run test check lint bench ci venv dynamodb-local tools clean deploy api-url fuzz
 .DEFAULT_GOAL := help
 
 help: ## this list
@@ -29,6 +29,10 @@ run: venv ## the service locally: API + tick + run_task (DynamoDB Local when Jav
 
 test: venv dynamodb-local ## the full test suite (PYTEST_ARGS=... to narrow it)
 	CI=$${CI:-true} .venv/bin/pytest -q $(PYTEST_ARGS)
+
+FUZZ_EXAMPLES ?= 5000
+fuzz: venv ## the route fuzzer with many more examples than the suite (FUZZ_EXAMPLES=n; a new random seed each run)
+	AMSG_FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) .venv/bin/pytest -q -p no:cacheprovider --timeout=0 tests/handlers/test_fuzz_routes.py
 
 lint: venv ## ruff, and the layer requirements against the lock
 	.venv/bin/ruff check .
