@@ -16,13 +16,13 @@ again). Exactly once across retries, SQS redelivery and lease takeover:
 from __future__ import annotations
 
 import contextlib
-import json
 import math
 import uuid as uuid_lib
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from amsg import jsonio
 from amsg.context import AppContext
 from amsg.crypto import compact_json, decrypt_from_storage, encrypt_for_storage
 from amsg.domain.client_state import (
@@ -623,7 +623,7 @@ class AgenticFire:
 
     def _project(self, row: TaskRow) -> dict[str, Any] | None:
         try:
-            payload = json.loads(decrypt_from_storage(row.encrypted_payload, self.user_key))
+            payload = jsonio.loads(decrypt_from_storage(row.encrypted_payload, self.user_key))
         except Exception:
             return None
         return project_task(row, payload if isinstance(payload, dict) else {}, include_metadata=True)
@@ -658,7 +658,7 @@ class AgenticFire:
         if row is None or row.status != "pending":
             return {"renewed": False, "reason": "not_found"}
         try:
-            payload = json.loads(decrypt_from_storage(row.encrypted_payload, self.user_key))
+            payload = jsonio.loads(decrypt_from_storage(row.encrypted_payload, self.user_key))
         except Exception:
             return {"renewed": False, "reason": "not_found"}
         next_iso = iso_from_ms(next_ms)

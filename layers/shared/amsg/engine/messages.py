@@ -9,9 +9,10 @@ pydantic) so neither the tick nor run_task pays for a model library at cold star
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from typing import Any
+
+from amsg import jsonio
 
 MAX_UUID_CHARS = 256
 MAX_ID_CHARS = 512
@@ -47,7 +48,7 @@ def parse_task_message(body: str | bytes | None) -> TaskMessage | None:
     from amsg.observability import logger
 
     try:
-        data = json.loads(body) if body else None
+        data = jsonio.loads(body) if body else None
     except ValueError:
         data = None
     if isinstance(data, dict):
