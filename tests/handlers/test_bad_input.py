@@ -198,3 +198,21 @@ def test_large_finite_numbers_round_trip_as_json_parse_reads_them(strict):
     resp = strict.get_message(created.data["uuid"])
     assert resp.status == 200
     assert resp.data["task"]["metadata"] == {"big": 1e308, "int": int("9" * 300), "small": -1e-320}
+
+
+# ---- strings that are valid JSON but not valid Unicode -------------------------------------------------------------
+
+
+def test_lone_surrogates_never_reach_a_key(strict):
+    value = '{"apiUrl":"http://x.test","apiKey":"k","primaryModel":"m"}'
+    put = send_plaintext(
+        strict, "PUT", "/llm-credentials", f'{{"credentials":[{{"credId":"a\\ud800","value":{value}}}]}}'
+    )
+    assert (put.status, put.code) == (400, "INVALID_PARAMETERS")
+    for body in ('{"credIds":["\\udc00"]}', '{"credIdPrefix":"\\ud800"}'):
+        resp = send_plaintext(strict, "DELETE", "/llm-credentials", body)
+        assert (resp.status, resp.code) == (400, "INVALID_PARAMETERS")
+    ack = send_plaintext(strict, "POST", "/outbox/ack", '{"messageIds":["\\ud800"]}')
+    assert (ack.status, ack.data) == (200, {"acked": 0})
+    delete = send_plaintext(strict, "DELETE", "/outbox", '{"messageIds":["x\\ud800"]}')
+    assert (delete.status, delete.data) == (200, {"deleted": 0})

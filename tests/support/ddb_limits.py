@@ -1,6 +1,7 @@
 """Make moto refuse what DynamoDB refuses: key attributes over their byte limits and numbers out of range.
 
-moto stores a 1,100-byte sort key happily; DynamoDB answers ``ValidationException``. Tests that prove "no input
+moto stores a 1,100-byte sort key (or a string with a lone surrogate) happily; DynamoDB answers
+``ValidationException``. Tests that prove "no input
 reaches a 500" must see DynamoDB's behaviour, so :func:`enforce_dynamodb_limits` hooks a botocore client and
 checks every request before it is sent (after boto3 has turned Python values into ``{"S": ...}``).
 """
@@ -29,6 +30,8 @@ def _fail(operation: str, message: str) -> None:
 def _check_value(operation: str, value: Any) -> None:
     if not isinstance(value, dict):
         return
+    if isinstance(value.get("S"), str) and not _well_formed(value["S"]):
+        _fail(operation, "string is not valid Unicode (lone surrogate)")
     if "N" in value:
         _check_number(operation, value["N"])
     for items in (value.get("L") or [], (value.get("M") or {}).values()):
@@ -36,6 +39,14 @@ def _check_value(operation: str, value: Any) -> None:
             _check_value(operation, item)
     for number in value.get("NS") or []:
         _check_number(operation, number)
+
+
+def _well_formed(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def _check_number(operation: str, text: str) -> None:
@@ -51,12 +62,12 @@ def _check_number(operation: str, text: str) -> None:
 
 def _check_item(operation: str, item: dict[str, Any] | None) -> None:
     for name, value in (item or {}).items():
+        _check_value(operation, value)
         if name in HASH_KEYS | RANGE_KEYS and isinstance(value, dict) and "S" in value:
             size = len(value["S"].encode("utf-8"))
             limit = MAX_PARTITION_KEY_BYTES if name in HASH_KEYS else MAX_SORT_KEY_BYTES
             if size > limit:
                 _fail(operation, f"key attribute {name} exceeds {limit} bytes")
-        _check_value(operation, value)
 
 
 def _check_request(operation: str, params: dict[str, Any]) -> None:
@@ -65,7 +76,7 @@ def _check_request(operation: str, params: dict[str, Any]) -> None:
     for value in (params.get("ExpressionAttributeValues") or {}).values():
         _check_value(operation, value)
     condition = params.get("KeyConditionExpression") or ""
-    for placeholder in re.findall(r":[A-Za-z0-9_]+", condition):
+    for placeholder in re.findall(r":[A-Za-z0-9_]+", condition):  # values already checked above
         value = (params.get("ExpressionAttributeValues") or {}).get(placeholder) or {}
         if "S" in value and len(value["S"].encode("utf-8")) > MAX_SORT_KEY_BYTES:
             _fail(operation, "key condition value exceeds the key size limit")

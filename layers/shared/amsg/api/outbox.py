@@ -13,7 +13,7 @@ from typing import Any
 from amsg import jsonio
 from amsg.context import AppContext
 from amsg.crypto import DecryptError, compact_json, decrypt_from_storage
-from amsg.domain.jsvalues import js_trim
+from amsg.domain.jsvalues import is_well_formed, js_trim
 from amsg.domain.limits import bounded_cursor
 from amsg.errors import api_error
 from amsg.http.gates import (
@@ -105,6 +105,11 @@ def _valid_id(value: Any) -> bool:
     return isinstance(value, str) and js_trim(value) != ""
 
 
+def _storable(message_ids: list[str]) -> list[str]:
+    """Ids that could name a row: one with a lone surrogate (valid JSON, not valid Unicode) names none."""
+    return [message_id for message_id in message_ids if is_well_formed(message_id)]
+
+
 def ack_outbox(request: ApiRequest, ctx: AppContext) -> ApiResponse:
     user_id, body = _body(request, ctx)
     message_ids = body.get("messageIds")
@@ -115,7 +120,8 @@ def ack_outbox(request: ApiRequest, ctx: AppContext) -> ApiResponse:
     if not all(_valid_id(message_id) for message_id in message_ids):
         raise api_error("INVALID_OUTBOX_ACK", "messageIds 的每一项必须是非空字符串")
     store = ctx.outbox
-    return ok({"acked": store.ack(user_id, message_ids, ctx.now_ms())})
+    storable = _storable(message_ids)
+    return ok({"acked": store.ack(user_id, storable, ctx.now_ms()) if storable else 0})
 
 
 def delete_outbox(request: ApiRequest, ctx: AppContext) -> ApiResponse:
@@ -132,5 +138,7 @@ def delete_outbox(request: ApiRequest, ctx: AppContext) -> ApiResponse:
             raise api_error("TOO_MANY_OUTBOX_DELETE_IDS", details={"count": len(given)})
         if not all(_valid_id(message_id) for message_id in given):
             raise api_error("INVALID_OUTBOX_DELETE", "messageIds 的每一项必须是非空字符串")
-        message_ids = list(dict.fromkeys(given))
+        message_ids = _storable(list(dict.fromkeys(given)))
+        if not message_ids:  # only ids that name no row
+            return ok({"deleted": 0})
     return ok({"deleted": ctx.outbox.delete(user_id, message_ids, ctx.now_ms())})

@@ -70,6 +70,16 @@ def is_positive_integer(value: Any) -> bool:
     return float(value).is_integer() and value > 0
 
 
+def is_well_formed(text: str) -> bool:
+    """``String.prototype.isWellFormed``: no lone surrogates (JSON ``"\\ud800"`` escapes can produce them).
+    Such a string cannot be stored as a DynamoDB key or string attribute, so it can name nothing stored."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 def has_control_chars(text: str) -> bool:
     """Whether ``text`` contains U+0000–U+001F or U+007F (the credId / purpose rule)."""
     return any(ord(ch) < 0x20 or ord(ch) == 0x7F for ch in text)

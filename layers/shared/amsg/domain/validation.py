@@ -21,6 +21,7 @@ from amsg.domain.jsvalues import (
     is_finite_number,
     is_plain_object,
     is_positive_integer,
+    is_well_formed,
     js_truthy,
     utf16_len,
 )
@@ -59,8 +60,13 @@ def is_valid_uuid(value: Any) -> bool:
 
 
 def validate_cred_id(value: Any) -> bool:
-    """A credId: string of 1–128 UTF-16 units without U+0000–U+001F / U+007F."""
-    return isinstance(value, str) and 1 <= utf16_len(value) <= CRED_ID_MAX_LENGTH and not has_control_chars(value)
+    """A credId: well-formed string of 1–128 UTF-16 units without U+0000–U+001F / U+007F."""
+    return (
+        isinstance(value, str)
+        and 1 <= utf16_len(value) <= CRED_ID_MAX_LENGTH
+        and not has_control_chars(value)
+        and is_well_formed(value)
+    )
 
 
 def cred_refs_error(value: Any) -> str | None:
