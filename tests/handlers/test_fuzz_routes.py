@@ -21,6 +21,7 @@ from typing import Any
 
 import boto3
 import pytest
+from amsg.context import DeliveryPorts
 from amsg.errors import CATALOGUE, CLOUD_GUARD_CODES
 from amsg.ports import LlmReply
 from boto3.dynamodb.conditions import Attr
@@ -98,8 +99,9 @@ def seed_user(client: WireClient) -> list[str]:
 def fuzz_env(ctx):
     enforce_dynamodb_limits(ctx.tasks.t.resource.meta.client)  # one table object behind every store
     push = RecordingPushSender()
-    ctx._built["push_sender"] = push
-    ctx._built["llm"] = EchoLlm()
+    llm = EchoLlm()
+    ports = ctx.delivery
+    ctx.delivery = DeliveryPorts(make_push_sender=lambda: push, make_llm=lambda: llm, make_queue=ports.make_queue)
     transport = InProcessApi()
     control = WireClient(transport, user_id=str(uuid.uuid4()))
     control.init()
