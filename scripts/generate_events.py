@@ -84,6 +84,16 @@ HTTP_SPECS: dict[tuple[str, str], dict[str, Any]] = {
     },
     ("push_subscription", "GET"): {"user": True},
     ("push_subscription", "DELETE"): {"user": True},
+    ("delivery_policy", "PUT"): {
+        "user": True,
+        "enc": True,
+        "body": {
+            "quietHours": {"start": "23:00", "end": "07:00", "tzId": "Asia/Shanghai"},
+            "caps": [{"scope": "user", "max": 2, "windowMinutes": 60}],
+        },
+    },
+    ("delivery_policy", "GET"): {"user": True},
+    ("delivery_policy", "DELETE"): {"user": True},
     # The reference's crypto test vector: this exact envelope (IV 000102...0b) decrypts to a fixed task for 2030-01-01.
     ("schedule_message", "POST"): {
         "user": True,

@@ -25,6 +25,7 @@ client-state-delete-namespace llm-credentials-delete-prefix outbox-delete llm-pe
 redeliver-committed-batch hook-usage-total max-delivery-retries max-generation-retries before-fire-defer
 """.split()
 DYNAMIC = ["cloud-data-management"]
+OWN = ["delivery-policy"]  # our own features (no reference name), listed after the reference's
 
 ENC = {"X-Payload-Encrypted": "true", "X-Encryption-Version": "1"}
 
@@ -36,7 +37,7 @@ def test_reference_list_is_complete():
 def test_table_uses_reference_names_in_reference_order():
     names = [name for name, _ in FEATURES]
     assert len(names) == len(set(names))
-    order = REFERENCE + DYNAMIC
+    order = REFERENCE + DYNAMIC + OWN
     assert all(name in order for name in names), set(names) - set(order)
     assert names == sorted(names, key=order.index)
 
@@ -47,7 +48,7 @@ def test_response_shape(api):
     assert set(resp.body) == {"success", "serverVersion", "features"}
     assert resp.body["serverVersion"] == __version__
     features = resp.body["features"]
-    assert features == sorted(features, key=(REFERENCE + DYNAMIC).index)
+    assert features == sorted(features, key=(REFERENCE + DYNAMIC + OWN).index)
 
 
 def _probe(api: WireClient, method: str, path: str, body=None):
@@ -78,6 +79,11 @@ PROBES: dict[str, list[tuple[str, str, object]]] = {
         ("DELETE", "/llm-credentials", {"credIds": ["c"]}),
     ],
     "llm-credentials-delete-prefix": [("DELETE", "/llm-credentials", {"credIdPrefix": "c"})],
+    "delivery-policy": [
+        ("PUT", "/delivery-policy", {"quietHours": None, "caps": []}),
+        ("GET", "/delivery-policy", None),
+        ("DELETE", "/delivery-policy", None),
+    ],
 }
 
 

@@ -180,6 +180,17 @@ class WireClient:
     def delete_subscription(self) -> WireResponse:
         return self.request("DELETE", "/push-subscription")
 
+    # ---- delivery policy (quiet hours and caps) ------------------------------------------------------------
+
+    def put_delivery_policy(self, policy: dict[str, Any]) -> WireResponse:
+        return self.send_encrypted("PUT", "/delivery-policy", policy)
+
+    def get_delivery_policy(self) -> WireResponse:
+        return self.request("GET", "/delivery-policy")
+
+    def delete_delivery_policy(self) -> WireResponse:
+        return self.request("DELETE", "/delivery-policy")
+
     # ---- client state --------------------------------------------------------------------------------------
 
     def put_client_state(self, entries: Any, **kw: Any) -> WireResponse:

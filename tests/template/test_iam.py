@@ -195,6 +195,9 @@ def _journey(env: Any) -> None:
     subscription = env.push.subscribe()
     _ok(api.put_subscription(subscription.to_json()))
     _ok(api.get_subscription())
+    # a delivery policy with a roomy cap: run_task counts each fire in its send-claim transaction
+    _ok(api.put_delivery_policy({"quietHours": None, "caps": [{"scope": "user", "max": 100, "windowMinutes": 60}]}))
+    _ok(api.get_delivery_policy())
     # tasks: fixed, LLM with inline key, LLM through a stored credential, instant
     _ok(
         api.put_credentials(
@@ -384,6 +387,7 @@ def _journey(env: Any) -> None:
     assert summary["details"]["staleTasks"], summary
     assert summary["details"]["housekeeping"]["expiredStateEntries"] >= 1, summary
     env.drain()
+    _ok(api.delete_delivery_policy())
     env.sandboxes.now_ms = T0_MS + 11 * 86_400_000
     summary = env.tick()
     assert summary["details"]["housekeeping"]["deletedSettledTasks"] >= 1, summary

@@ -94,6 +94,8 @@ FEATURES: list[tuple[str, Callable[[AppContext], bool]]] = [
     ("max-delivery-retries", _always),
     ("max-generation-retries", _agentic),
     ("before-fire-defer", _agentic),
+    # our own features, after the reference's
+    ("delivery-policy", lambda ctx: ctx.policies is not None),
 ]
 
 

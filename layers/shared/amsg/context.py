@@ -14,6 +14,7 @@ from amsg.ports import (
     ClientStateStore,
     Clock,
     CredentialStore,
+    DeliveryPolicyStore,
     LlmClient,
     OutboxStore,
     OwnerStore,
@@ -70,6 +71,7 @@ class AppContext:
     client_state: ClientStateStore
     delivery: DeliveryPorts
     owners: OwnerStore | None = None  # cloud-data owners and their guards
+    policies: DeliveryPolicyStore | None = None  # quiet hours and frequency caps (None: no policy applies)
 
     def user_key(self, user_id: str) -> str:
         return derive_user_key(self.secrets.master_key, user_id)

@@ -77,6 +77,11 @@ CATALOGUE: dict[str, tuple[int, str]] = {
     "TOO_MANY_OUTBOX_DELETE_IDS": (400, "单次最多删除 200 条消息"),
     "OUTBOX_NOT_SUPPORTED": (501, "当前数据库适配器不支持 message_outbox"),
     "OUTBOX_DELETE_NOT_SUPPORTED": (501, "当前数据库适配器不支持删除 message_outbox 行"),
+    # delivery policy (quiet hours and caps; our own route, details.field names the offending field)
+    "INVALID_DELIVERY_POLICY": (400, "投递策略必须是 {quietHours, caps} 对象"),
+    "INVALID_QUIET_HOURS": (400, "quietHours 必须是 {start: HH:MM, end: HH:MM, tzId} 或 null"),
+    "INVALID_DELIVERY_CAP": (400, "caps 的每一项必须是 {scope, max, windowMinutes}"),
+    "DELIVERY_POLICY_LOOKUP_FAILED": (503, "投递策略读取失败，请稍后重试"),
 }
 
 # Cloud-owner guard violations on ordinary endpoints answer 409 {code, message} (the reference leaks them

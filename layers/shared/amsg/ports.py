@@ -83,6 +83,7 @@ class TaskRow:
     outbox_occurrence: str | None = None  # the occurrence whose push batch is already in the outbox
     correlation_id: str | None = None  # id of the API request that created the task (carried into run_task logs)
     owner: OwnerClaim | None = None  # the cloud-data owner the task (and all it derives) is guarded by
+    deferred_until: str | None = None  # the delivery policy moved this occurrence (quiet hours or a cap) to then
 
 
 @dataclass
@@ -208,6 +209,7 @@ class Settlement:
     last_error: object = KEEP  # JSON text; None clears it
     encrypted_payload: str | None = None  # rewritten only if the payload is unchanged since the claim
     payload_rev: int | None = None
+    policy_deferred: bool = False  # ``retry_after`` is a delivery-policy deferral (kept as ``deferred_until``)
 
 
 @dataclass
@@ -299,11 +301,15 @@ class OutboxStore(Protocol):
         claim_version: int,
         now_ms: int,
         owner: OwnerClaim | None = None,
+        caps: Sequence[CapCharge] = (),
     ) -> bool:
         """Take one row for pushing, atomically with a check that the task is still pending under
         ``claim_version`` (fencing) and, for an owned task, that its owner holds (``CloudGuardError``
         otherwise). False when the row is gone, acked, delivered or already taken, or the task claim moved
-        on. A taken row is never pushed by another run (exactly-once pushes)."""
+        on. A taken row is never pushed by another run (exactly-once pushes).
+
+        ``caps`` are counted in the same transaction; when one is full nothing is written and
+        :class:`CapReached` is raised."""
         ...
 
     def release_send(self, user_id: str, message_id: str) -> None:
@@ -537,4 +543,49 @@ class ClientStateStore(Protocol):
 
     def cleanup_expired(self, ttl_days: Mapping[str, float], now_ms: int, *, limit: int = 100) -> int:
         """TTL housekeeping across users (bounded); returns the reference-equivalent row count."""
+        ...
+
+
+# ---- delivery policy (quiet hours and frequency caps; see docs/delivery-policy.md) ------------------------
+
+
+@dataclass
+class DeliveryPolicyRow:
+    encrypted_policy: str = field(repr=False)  # storage ciphertext of the policy JSON under the user key
+    updated_at: int
+
+
+@dataclass(frozen=True)
+class CapCharge:
+    """One frequency-cap counter a fire is charged to, in the send-claim transaction.
+
+    ``counter`` identifies the user's counter for one scope and fixed window (opaque to the store; character
+    ids appear only as an HMAC). ``occurrence`` (task uuid and occurrence) is what is counted: charging the
+    same occurrence again is a no-op, so a retry or a takeover never counts a fire twice.
+    """
+
+    counter: str
+    max: int
+    window_end_ms: int
+    occurrence: str
+
+
+class CapReached(Exception):
+    """A frequency cap has no room before ``until_ms`` (the end of its window); nothing was written."""
+
+    def __init__(self, until_ms: int) -> None:
+        super().__init__(f"frequency cap reached until {until_ms}")
+        self.until_ms = until_ms
+
+
+class DeliveryPolicyStore(Protocol):
+    def get_policy(self, user_id: str) -> DeliveryPolicyRow | None: ...
+
+    def put_policy(self, user_id: str, encrypted: str, updated_at: int) -> None: ...
+
+    def delete_policy(self, user_id: str) -> bool: ...
+
+    def cap_room(self, user_id: str, charges: Sequence[CapCharge]) -> int | None:
+        """A read-only pre-check before generation: the end of the first window among ``charges`` that is
+        already full (without counting this occurrence), or None when each has room."""
         ...

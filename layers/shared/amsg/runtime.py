@@ -97,6 +97,7 @@ def build_context(env: Mapping[str, str], *, clock: Clock | None = None) -> AppC
     from amsg.adapters.dynamo.claims import DynamoClaimStore
     from amsg.adapters.dynamo.client_state import DynamoClientStateStore
     from amsg.adapters.dynamo.credentials import DynamoCredentialStore
+    from amsg.adapters.dynamo.delivery_policy import DynamoDeliveryPolicyStore
     from amsg.adapters.dynamo.outbox import DynamoOutboxStore
     from amsg.adapters.dynamo.owners import DynamoOwnerStore
     from amsg.adapters.dynamo.schema import DynamoSchemaInspector
@@ -122,6 +123,7 @@ def build_context(env: Mapping[str, str], *, clock: Clock | None = None) -> AppC
         client_state=DynamoClientStateStore(table),
         delivery=delivery_ports(settings, secrets),
         owners=DynamoOwnerStore(table),
+        policies=DynamoDeliveryPolicyStore(table),
     )
     return context
 

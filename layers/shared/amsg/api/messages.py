@@ -59,4 +59,6 @@ def get_message(request: ApiRequest, ctx: AppContext) -> ApiResponse:
         )
     user_key = ctx.user_key(user_id)
     task = project_task(row, decrypt_payload(row.encrypted_payload, user_key), include_metadata=True)
+    if row.deferred_until and row.retry_after == row.deferred_until:
+        task["deferredUntil"] = row.deferred_until  # held back by the user's quiet hours or a frequency cap
     return encrypted({"task": task}, user_key)

@@ -12,7 +12,7 @@ nothing is pushed twice.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -28,16 +28,17 @@ from amsg.crypto import (
 )
 from amsg.domain.credentials import make_credential_lookup
 from amsg.domain.llm import build_llm_request, resolve_chat_credentials
-from amsg.domain.recurrence import plan_next_occurrence
+from amsg.domain.recurrence import advance_occurrence, plan_next_occurrence
 from amsg.domain.redaction import sanitize_error_summary
 from amsg.domain.splitting import split_message
+from amsg.engine.policy import before_fire
 from amsg.engine.pushes import Occurrence, content_pushes, decode_push, encode_push, reasoning_push, should_push
 from amsg.engine.summary import DeliverySummary
 from amsg.errors import CloudGuardError
 from amsg.failures import DeliveryFailure, PushSendError, is_permanent_push_status
 from amsg.hooks import HookContext, call_hook, load_hooks, task_view
 from amsg.observability import logger
-from amsg.ports import LlmClient, PushSender, Settlement, TaskRow
+from amsg.ports import CapCharge, CapReached, LlmClient, PushSender, Settlement, TaskRow
 from amsg.timeutil import iso_from_ms, parse_iso_ms
 
 RETRY_STEP_MS = 120_000
@@ -79,6 +80,7 @@ class Outcome:
     redelivered: bool = False
     reasoning_error: str | None = None
     deferred_until: str | None = None  # a hook deferred the fire: due again then, no retry consumed
+    policy_deferred: bool = False  # the deferral is the user's delivery policy (quiet hours or a cap)
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -136,7 +138,7 @@ def deliver_claimed(ctx: AppContext, row: TaskRow, summary: DeliverySummary, env
         _fail(ctx, row, payload, user_key, exc, summary, env)
         return None
     if outcome.deferred_until is not None:
-        _defer(ctx, row, payload, user_key, outcome.deferred_until, summary)
+        _defer(ctx, row, payload, user_key, outcome.deferred_until, summary, policy=outcome.policy_deferred)
         return None
     if outcome.redelivered:
         summary.redelivered.append({"taskId": row.id, "pushedCount": outcome.pushed})
@@ -161,16 +163,37 @@ def needs_llm(payload: dict[str, Any]) -> bool:
 
 
 def _defer(
-    ctx: AppContext, row: TaskRow, payload: dict[str, Any], user_key: str, retry_after: str, summary: DeliverySummary
+    ctx: AppContext,
+    row: TaskRow,
+    payload: dict[str, Any],
+    user_key: str,
+    retry_after: str,
+    summary: DeliverySummary,
+    *,
+    policy: bool = False,
 ) -> None:
-    """A hook deferred the fire: move it to ``retry_after`` without consuming a retry, or settle it as stale
-    once the wake-up would be too late for this occurrence (that is what ends endless defers)."""
+    """A hook or the delivery policy deferred the fire: move it to ``retry_after`` without consuming a retry.
+
+    A hook's deferral settles the task as stale once the wake-up would be too late for this occurrence (that
+    is what ends endless defers). A policy deferral is not a lateness: the occurrence is kept however long the
+    quiet window or the cap lasts, and staleness counts from the deferral's end (``deferred_until``); only a
+    recurring task whose next occurrence is reached before the wake-up is settled by the stale rules
+    (fast-forwarded), so an occurrence never overtakes the next one."""
     occurrence = parse_iso_ms(row.next_send_at)
     wake = parse_iso_ms(retry_after) or ctx.now_ms()
-    if occurrence is not None and wake - occurrence > ctx.settings.stale_after_ms:
+    if occurrence is not None and not policy and wake - occurrence > ctx.settings.stale_after_ms:
         settle_stale(ctx, row, payload, user_key, summary)
         return
-    settlement = Settlement(next_send_at=row.next_send_at, retry_after=retry_after)
+    recurrence = _recurrence(payload)
+    next_due = (
+        advance_occurrence(occurrence, recurrence, 1, payload.get("tzId"))
+        if policy and occurrence is not None and recurrence != "none"
+        else None
+    )
+    if next_due is not None and next_due <= wake:
+        settle_stale(ctx, row, payload, user_key, summary)
+        return
+    settlement = Settlement(next_send_at=row.next_send_at, retry_after=retry_after, policy_deferred=policy)
     try:
         written = ctx.claims.settle(row.user_id, row.uuid, row.claim_version, settlement, iso_from_ms(ctx.now_ms()))
     except Exception as exc:
@@ -182,13 +205,18 @@ def _defer(
     if not written:
         record_cancelled(ctx, row, summary, "cancelled_mid_delivery")
         return
-    summary.deferred.append({"taskId": row.id, "retryAfter": retry_after})
+    summary.deferred.append(
+        {"taskId": row.id, "retryAfter": retry_after, **({"reason": "delivery_policy"} if policy else {})}
+    )
 
 
 # ---- stale guard ---------------------------------------------------------------------------------------------
 
 
 def is_stale(row: TaskRow, now_ms: int, stale_after_ms: int) -> bool:
+    deferred = parse_iso_ms(row.deferred_until) if row.deferred_until else None
+    if deferred is not None:  # the delivery policy moved it: late means late after the deferral's end
+        return now_ms - deferred > stale_after_ms
     occurrence = parse_iso_ms(row.next_send_at)
     if occurrence is None or now_ms - occurrence <= stale_after_ms:
         return False
@@ -291,6 +319,10 @@ def process_occurrence(
 ) -> Outcome:
     occurrence = Occurrence(row.id, row.uuid, parse_iso_ms(row.next_send_at))
     entries = _committed_batch(ctx, row, occurrence, user_key)
+    # the user's quiet hours and caps come first, before the host's on_before_fire and any LLM call
+    policy = before_fire(ctx, row, payload, user_key, check_caps=not any(entry.done for entry in entries or ()))
+    if policy.defer_until_ms is not None:
+        return Outcome(deferred_until=iso_from_ms(policy.defer_until_ms), policy_deferred=True)
     outcome = Outcome(redelivered=entries is not None)
     if entries is None:
         hooks = load_hooks(ctx.settings.hooks_module)
@@ -325,18 +357,36 @@ def process_occurrence(
             raise Cancelled("cancelled_mid_delivery")
         if index:
             env.sleep(env.pacing_ms / 1000)
-        if _send_one(ctx, row, entry.push, subscription, env):
+        try:
+            # the occurrence is counted against the user's caps with its first push, in the same transaction
+            sent = _send_one(ctx, row, entry.push, subscription, env, policy.charges if index == 0 else ())
+        except CapReached as full:  # nothing of this run was pushed yet: wait for the window to close
+            return Outcome(deferred_until=iso_from_ms(full.until_ms), policy_deferred=True)
+        if sent:
             outcome.pushed += 1
     return outcome
 
 
-def _send_one(ctx: AppContext, row: TaskRow, push: dict[str, Any], subscription: dict, env: DeliveryEnv) -> bool:
+def _send_one(
+    ctx: AppContext,
+    row: TaskRow,
+    push: dict[str, Any],
+    subscription: dict,
+    env: DeliveryEnv,
+    caps: Sequence[CapCharge] = (),
+) -> bool:
     """Claim the row, push it, mark it delivered. False when another run already claimed it."""
     message_id = push["messageId"]
     now = ctx.now_ms()
     # the claim re-checks the task's owner in the same transaction: nothing is pushed after a retirement
     claimed = ctx.outbox.claim_send(
-        row.user_id, message_id, task_uuid=row.uuid, claim_version=row.claim_version, now_ms=now, owner=row.owner
+        row.user_id,
+        message_id,
+        task_uuid=row.uuid,
+        claim_version=row.claim_version,
+        now_ms=now,
+        owner=row.owner,
+        caps=caps,
     )
     if not claimed:
         current = ctx.tasks.get_task(row.user_id, row.uuid)

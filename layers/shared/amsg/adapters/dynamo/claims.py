@@ -266,6 +266,10 @@ class DynamoClaimStore:
                 values[":ra"] = s.retry_after
             else:
                 removes.append("retry_after")
+        if s.policy_deferred and s.retry_after and s.status is None:
+            sets.append("deferred_until = :ra")
+        else:
+            removes.append("deferred_until")
         if s.retry_count is not KEEP:
             sets.append("retry_count = :rc")
             values[":rc"] = s.retry_count

@@ -13,6 +13,8 @@
 | client state root    | U#<uid>       | S#<ns>\\x1f<keyPart>  (client_state.py) |
 | client state part    | U#<uid>       | SC#<ns>\\x1f<keyPart>\\x1f<token>#<i>    |
 | serialize-group lock | U#<uid>       | SG#<hmac of the group key>           |
+| delivery policy      | U#<uid>       | POLICY                               |
+| frequency-cap counter| U#<uid>       | CAP#<scope>#<window minutes>#<start> |
 | schema marker        | META          | schema                               |
 
 Index keys written on task items: GSI ``due`` — ``due_pk = DUE#<shard>``, ``due_sk = <eligible time>#<uuid>``
@@ -103,6 +105,15 @@ def credential_key(user_id: str, cred_id: str) -> dict[str, str]:
 def group_lock_key(user_id: str, group: str) -> dict[str, str]:
     """The serialize-group lock of one user's group (``group`` is already an HMAC, never the host's key)."""
     return {"PK": user_pk(user_id), "SK": f"SG#{group}"}
+
+
+def policy_key(user_id: str) -> dict[str, str]:
+    return {"PK": user_pk(user_id), "SK": "POLICY"}
+
+
+def cap_counter_key(user_id: str, counter: str) -> dict[str, str]:
+    """One user's counter of one cap scope and fixed window (``counter`` built by the engine)."""
+    return {"PK": user_pk(user_id), "SK": f"CAP#{counter}"}
 
 
 SCHEMA_KEY = {"PK": "META", "SK": "schema"}

@@ -30,6 +30,7 @@ from boto3.dynamodb.conditions import Attr, Key
 from botocore.exceptions import ClientError
 
 from amsg.adapters.dynamo import keys
+from amsg.adapters.dynamo.delivery_policy import cap_charge_action
 from amsg.adapters.dynamo.owners import GuardSet, guard_check, owner_sets, raise_if_guard_failed
 from amsg.adapters.dynamo.table import (
     PART_CHARS,
@@ -41,7 +42,7 @@ from amsg.adapters.dynamo.table import (
     item_int,
 )
 from amsg.errors import CloudGuardError, StoreUnavailable
-from amsg.ports import OutboxAppend, OutboxRow, OwnerClaim
+from amsg.ports import CapCharge, CapReached, OutboxAppend, OutboxRow, OwnerClaim
 from amsg.timeutil import iso_from_ms
 
 DAY_MS = 86_400_000
@@ -304,6 +305,7 @@ class DynamoOutboxStore:
         claim_version: int,
         now_ms: int,
         owner: OwnerClaim | None = None,
+        caps: Sequence[CapCharge] = (),
     ) -> bool:
         actions: list[dict[str, Any]] = [
             {
@@ -331,11 +333,16 @@ class DynamoOutboxStore:
         ]
         if owner is not None:  # an owned task's push is taken only while its owner holds
             actions.append(guard_check(user_id, owner.ref, owner.generation))
+        first_cap = len(actions)
+        actions += [cap_charge_action(user_id, charge) for charge in caps]
         try:
             self.t.transact(actions)
         except TransactionCancelled as cancelled:
             if owner is not None:
                 raise_if_guard_failed(cancelled, 2, 1)
+            full = [caps[i - first_cap].window_end_ms for i in range(first_cap, len(actions)) if cancelled.failed(i)]
+            if full and not any(cancelled.failed(i) for i in range(first_cap)):
+                raise CapReached(max(full)) from None
             return False
         return True
 

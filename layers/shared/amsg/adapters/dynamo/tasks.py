@@ -69,6 +69,7 @@ def task_row(t: DynamoTable, item: dict[str, Any]) -> TaskRow:
         outbox_occurrence=item.get("ob_occ"),
         correlation_id=item.get("corr_id"),
         owner=task_owner(item),
+        deferred_until=item.get("deferred_until"),
     )
 
 
