@@ -82,6 +82,7 @@ CATALOGUE: dict[str, tuple[int, str]] = {
     "INVALID_QUIET_HOURS": (400, "quietHours 必须是 {start: HH:MM, end: HH:MM, tzId} 或 null"),
     "INVALID_DELIVERY_CAP": (400, "caps 的每一项必须是 {scope, max, windowMinutes}"),
     "DELIVERY_POLICY_LOOKUP_FAILED": (503, "投递策略读取失败，请稍后重试"),
+    "DELIVERY_POLICY_NOT_SUPPORTED": (501, "当前存储不支持投递策略"),
 }
 
 # Cloud-owner guard violations on ordinary endpoints answer 409 {code, message} (the reference leaks them

@@ -64,5 +64,5 @@ def delete_delivery_policy(request: ApiRequest, ctx: AppContext) -> ApiResponse:
 
 def _store(ctx: AppContext) -> DeliveryPolicyStore:
     if ctx.policies is None:
-        raise api_error("DELIVERY_POLICY_LOOKUP_FAILED", status=501)
+        raise api_error("DELIVERY_POLICY_NOT_SUPPORTED")
     return ctx.policies
