@@ -470,3 +470,36 @@ def _raises(call) -> str:
     except Exception as exc:
         return type(exc).__name__
     return "no error"
+
+
+def test_agentic_fires_count_against_caps_and_defer_when_a_cap_fills_mid_fire(agentic):
+    """The built-in delivery policy composes with the host's hooks: an agentic finish push is counted in its
+    send claim; when the cap filled while the hook ran, the claim refuses, the fire is deferred (no retry
+    consumed) and the later run pushes the outboxed batch without calling the LLM or any hook again."""
+    from amsg.adapters.dynamo.delivery_policy import cap_charge_action
+    from amsg.ports import CapCharge
+
+    engine = agentic
+    policy = {"caps": [{"scope": "user", "max": 1, "windowMinutes": 60}]}
+    assert engine.api.put_delivery_policy(policy).status == 200
+    created = schedule_ai(engine, KEY)
+    engine.llm.reply_content("晚上好。")
+    hour = T0_MS - T0_MS % 3_600_000
+
+    def before(ctx):  # another fire takes the last slot while this one is being generated
+        charge = CapCharge(f"u#60#{hour}", 1, hour + 3_600_000, "someone-else@1")
+        engine.ctx.policies.t.transact([cap_charge_action(engine.api.user_id, charge)])
+        return [{"role": "user", "content": "x"}]
+
+    SCRIPT.before = before
+    fire(engine)
+    assert engine.push.payloads() == []
+    view = task(engine, created["uuid"])
+    assert view["deferredUntil"] == "2029-12-31T01:00:00.000Z" and view["retryCount"] == 0
+    assert SCRIPT.before_calls == 1 and len(engine.llm.requests) == 1
+    SCRIPT.before = lambda ctx: pytest.fail("a committed batch never calls the hooks again")
+    fire(engine, 3_600_000 + 1_000)
+    assert [p["message"] for p in engine.push.payloads()] == ["晚上好。"]
+    assert len(engine.llm.requests) == 1
+    counter = engine.ctx.policies.t.get({"PK": f"U#{engine.api.user_id}", "SK": f"CAP#u#60#{hour + 3_600_000}"})
+    assert counter["occ"] == {f"{created['uuid']}@{FIRST_MS}"}

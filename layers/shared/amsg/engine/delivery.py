@@ -12,7 +12,7 @@ nothing is pushed twice.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -71,6 +71,7 @@ class DeliveryEnv:
     pacing_ms: int = 1500
     max_retries: int | None = None  # overrides settings.max_delivery_retries (instant path: 2)
     defer_supported: bool = True  # a hook may defer the fire (not inside POST /schedule-message)
+    cap_charges: list[CapCharge] = field(default_factory=list)  # frequency caps the next push claim counts
 
 
 @dataclass
@@ -128,6 +129,9 @@ def deliver_claimed(ctx: AppContext, row: TaskRow, summary: DeliverySummary, env
         return None
     except CloudGuardError:  # the owner was retired mid-fire: an outbox append or a push claim refused
         cancel_retired(ctx, row, summary)
+        return None
+    except CapReached as full:  # the first push found a cap full: nothing was pushed, the batch is outboxed
+        _defer(ctx, row, payload, user_key, iso_from_ms(full.until_ms), summary, policy=True)
         return None
     except Exception as exc:
         if env.lease_lost():
@@ -323,6 +327,7 @@ def process_occurrence(
     policy = before_fire(ctx, row, payload, user_key, check_caps=not any(entry.done for entry in entries or ()))
     if policy.defer_until_ms is not None:
         return Outcome(deferred_until=iso_from_ms(policy.defer_until_ms), policy_deferred=True)
+    env.cap_charges = list(policy.charges)  # counted with the first push this run claims (agentic ones too)
     outcome = Outcome(redelivered=entries is not None)
     if entries is None:
         hooks = load_hooks(ctx.settings.hooks_module)
@@ -357,12 +362,7 @@ def process_occurrence(
             raise Cancelled("cancelled_mid_delivery")
         if index:
             env.sleep(env.pacing_ms / 1000)
-        try:
-            # the occurrence is counted against the user's caps with its first push, in the same transaction
-            sent = _send_one(ctx, row, entry.push, subscription, env, policy.charges if index == 0 else ())
-        except CapReached as full:  # nothing of this run was pushed yet: wait for the window to close
-            return Outcome(deferred_until=iso_from_ms(full.until_ms), policy_deferred=True)
-        if sent:
+        if _send_one(ctx, row, entry.push, subscription, env):
             outcome.pushed += 1
     return outcome
 
@@ -373,9 +373,11 @@ def _send_one(
     push: dict[str, Any],
     subscription: dict,
     env: DeliveryEnv,
-    caps: Sequence[CapCharge] = (),
 ) -> bool:
-    """Claim the row, push it, mark it delivered. False when another run already claimed it."""
+    """Claim the row, push it, mark it delivered. False when another run already claimed it.
+
+    The run's pending cap charges (``env.cap_charges``) go into the first claim: the occurrence is counted
+    against the user's caps in the same transaction, or :class:`CapReached` is raised and nothing is taken."""
     message_id = push["messageId"]
     now = ctx.now_ms()
     # the claim re-checks the task's owner in the same transaction: nothing is pushed after a retirement
@@ -386,8 +388,10 @@ def _send_one(
         claim_version=row.claim_version,
         now_ms=now,
         owner=row.owner,
-        caps=caps,
+        caps=env.cap_charges,
     )
+    if claimed:
+        env.cap_charges = []
     if not claimed:
         current = ctx.tasks.get_task(row.user_id, row.uuid)
         if current is None or current.claim_version != row.claim_version or current.status != "pending":
