@@ -153,6 +153,19 @@ HTTP_SPECS: dict[tuple[str, str], dict[str, Any]] = {
     },
     ("llm_credentials", "GET"): {"user": True},
     ("llm_credentials", "DELETE"): {"user": True, "enc": True, "body": {"credIds": ["global/chat"]}},
+    ("cloud_data", "GET"): {
+        "user": True,
+        "headers": _RESP_ENC,
+        "path": "/cloud-data/summary",
+        "path_params": {"proxy": "summary"},
+    },
+    ("cloud_data", "POST"): {
+        "user": True,
+        "enc": True,
+        "path": "/cloud-data/owner",
+        "path_params": {"proxy": "owner"},
+        "body": {"action": "restore", "owner": {"type": "character", "id": "alice"}},
+    },
     # $default: a path no route declares (wrong prefix) -> the 404 envelope function.
     ("not_found", "$default"): {"method": "GET", "path": "/api/v2/schedule-message", "user": True},
 }
@@ -223,6 +236,8 @@ def _http_event(base: dict[str, Any], route_key: str, method: str, path: str, sp
     event["headers"] = dict(sorted(headers.items()))
     if query:
         event["queryStringParameters"] = dict(query)
+    if spec.get("path_params"):
+        event["pathParameters"] = dict(spec["path_params"])
     event["isBase64Encoded"] = False
     ctx.update(
         {

@@ -15,7 +15,7 @@ from pathlib import Path
 from types import ModuleType
 from urllib.parse import urlsplit
 
-from amsg_local.gateway import build_v2_event, fold_headers
+from amsg_local.gateway import Router, build_v2_event, fold_headers
 from amsg_local.template import Route, http_routes, load_template
 
 from tests.support import openapi_check
@@ -56,19 +56,18 @@ class InProcessApi:
     def __init__(self, template_path: Path = ROOT / "template.yaml") -> None:
         self.routes = http_routes(load_template(template_path))
         self.default = next(r for r in self.routes if r.path == "$default")
+        self.router = Router(self.routes)  # API Gateway's selection: exact, then {param} / {proxy+}, else $default
 
     def route_for(self, method: str, path: str) -> Route:
-        for route in self.routes:
-            if route.path == path and route.method in (method, "ANY"):
-                return route
-        return self.default
+        return self.router.match(method, path)[0] or self.default
 
     def __call__(self, method: str, path: str, headers: dict[str, str], body: bytes | None):
-        route = self.route_for(method, urlsplit(path).path)
-        module = load_handler_module(route.code_uri / (route.handler.rsplit(".", 1)[0] + ".py"))
         parts = urlsplit(path)
+        found, params = self.router.match(method, parts.path)
+        route = found or self.default
+        module = load_handler_module(route.code_uri / (route.handler.rsplit(".", 1)[0] + ".py"))
         folded = fold_headers(list(headers.items()))
-        event = build_v2_event(route, method, parts.path, parts.query, folded, body or b"")
+        event = build_v2_event(route, method, parts.path, parts.query, folded, body or b"", params or None)
         result = module.handler(event, LambdaContext(aws_request_id=str(uuid.uuid4())))
         out_body = result.get("body") or ""
         raw = base64.b64decode(out_body) if result.get("isBase64Encoded") else out_body.encode("utf-8")

@@ -93,7 +93,15 @@ def _check_http(name: str, logical_id: str, event: dict[str, Any]) -> None:
         assert (ctx["http"]["method"], event["rawPath"]) not in declared, f"{name}: would not reach $default"
     else:
         method, path = event["routeKey"].split(" ", 1)
-        assert (ctx["http"]["method"], event["rawPath"]) == (method, path)
+        assert ctx["http"]["method"] == method
+        if "{proxy+}" in path:  # a greedy route: the raw path continues its literal prefix
+            prefix = path.split("{proxy+}")[0]
+            assert (
+                event["rawPath"].startswith(prefix)
+                and event["pathParameters"]["proxy"] == event["rawPath"][len(prefix) :]
+            )
+        else:
+            assert event["rawPath"] == path
         if name.count(".") == 2:  # <dir>.<method>.json
             assert name.split(".")[1] == method.lower(), name
     headers = event["headers"]

@@ -21,6 +21,7 @@ from typing import Any
 
 import boto3
 import pytest
+from amsg.domain.ownership import owner_ref
 from moto import mock_aws
 
 from tests.support.aws_calls import Call, record_aws_calls
@@ -398,6 +399,25 @@ def _journey(env: Any) -> None:
     _ok(api.put_credentials([{"credId": f"global/c{i}", "value": cred} for i in range(3)]))
     _ok(api.delete_credentials({"credIds": ["global/chat"]}))
     _ok(api.delete_credentials({"credIdPrefix": "global/c1"}))
+    # cloud data: inventory snapshot and its next page, owner state, and a restore of a retired owner (retired
+    # here by writing its owner item the way a retirement does)
+    page = _ok(api.request("GET", "/cloud-data/resources?limit=1")).data
+    _ok(api.request("GET", f"/cloud-data/resources?limit=1&cursor={page['nextCursor']}"))
+    _ok(api.request("GET", "/cloud-data/summary"))
+    boto3.resource("dynamodb", region_name="us-east-1").Table("amsg-iam").put_item(
+        Item={
+            "PK": f"U#{api.user_id}",
+            "SK": "W#" + owner_ref("character", "iam"),
+            "owner_type": "character",
+            "owner_id": "iam",
+            "active": False,
+            "generation": 1,
+            "updated_at": T0_MS,
+        }
+    )
+    _ok(api.request("GET", "/cloud-data/owners"))
+    _ok(api.request("GET", "/cloud-data/owner?ownerType=character&ownerId=iam"))
+    _ok(api.send_encrypted("POST", "/cloud-data/owner", {"action": "restore", "owner": owner}))
     _ok(api.delete_credentials({"all": True}))
     _ok(api.outbox_delete({"all": True}))
     _ok(api.delete_subscription())

@@ -94,6 +94,7 @@ FEATURES: list[tuple[str, Callable[[AppContext], bool]]] = [
     ("max-delivery-retries", _always),
     ("max-generation-retries", _agentic),
     ("before-fire-defer", _agentic),
+    ("cloud-data-management", lambda ctx: ctx.settings.cloud_data_management),
     # our own features, after the reference's
     ("delivery-policy", lambda ctx: ctx.policies is not None),
 ]

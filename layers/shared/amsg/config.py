@@ -38,6 +38,7 @@ class Settings:
     max_tool_iterations: int = 5
     total_timeout_ms: int = 240_000
     max_scheduled_tasks_per_fire: int = 2
+    cloud_data_management: bool = True  # the /cloud-data routes (owners, inventory); off: they answer 501
 
 
 @dataclass

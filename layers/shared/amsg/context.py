@@ -13,6 +13,7 @@ from amsg.ports import (
     ClaimStore,
     ClientStateStore,
     Clock,
+    CloudDataStore,
     CredentialStore,
     DeliveryPolicyStore,
     LlmClient,
@@ -72,6 +73,7 @@ class AppContext:
     delivery: DeliveryPorts
     owners: OwnerStore | None = None  # cloud-data owners and their guards
     policies: DeliveryPolicyStore | None = None  # quiet hours and frequency caps (None: no policy applies)
+    cloud_data: CloudDataStore | None = None  # the /cloud-data inventory and its records
 
     def user_key(self, user_id: str) -> str:
         return derive_user_key(self.secrets.master_key, user_id)

@@ -83,6 +83,17 @@ CATALOGUE: dict[str, tuple[int, str]] = {
     "INVALID_DELIVERY_CAP": (400, "caps 的每一项必须是 {scope, max, windowMinutes}"),
     "DELIVERY_POLICY_LOOKUP_FAILED": (503, "投递策略读取失败，请稍后重试"),
     "DELIVERY_POLICY_NOT_SUPPORTED": (501, "当前存储不支持投递策略"),
+    # cloud-data management
+    "CLOUD_DATA_NOT_SUPPORTED": (501, "当前部署未启用云端管理"),
+    "CLOUD_DATA_FAILED": (500, "云端管理请求失败；未能确认操作结果。"),
+    "INVALID_PAYLOAD": (400, "请求数据格式错误"),
+    "INVALID_CLOUD_FILTER": (400, "ownerType 与 ownerId 必须同时提供，type 必须是已知资源类型"),
+    "INVALID_CLOUD_LIMIT": (400, "limit 必须是 1-200 的整数"),
+    "INVALID_CLOUD_CURSOR": (400, "cursor 无效"),
+    "CLOUD_CURSOR_EXPIRED": (409, "分页快照已过期或筛选条件已变化，请重新开始"),
+    "CLOUD_RECORD_NOT_FOUND": (404, "云端管理记录不存在"),
+    "INVALID_CLOUD_OWNER_ACTION": (400, "action 只能是 restore"),
+    "CLOUD_OWNER_CHANGED": (500, "归属者状态已被并发修改，请重试"),
 }
 
 # Cloud-owner guard violations on ordinary endpoints answer 409 {code, message} (the reference leaks them

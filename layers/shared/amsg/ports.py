@@ -46,6 +46,38 @@ class OwnerStore(Protocol):
         ...
 
 
+@dataclass
+class StoredResource:
+    """One logical resource as stored (what the cloud-data inventory is built from; never sent as is)."""
+
+    type: str  # task | state | credential | outbox | subscription
+    identity: list[Any]
+    byte_size: int  # stored ciphertext bytes
+    updated_at: int | None
+    status: str | None
+    owner_ref: str | None = None
+    cloud_meta: str | None = field(default=None, repr=False)  # encrypted {owner, kind, generation}
+    payload: str | None = field(default=None, repr=False)  # task payload / outbox push ciphertext (owner clues)
+    task_uuid: str | None = None  # outbox: the task the row came from
+    version: str = ""  # changes with every write to any of its items
+
+
+@dataclass
+class ResourceListing:
+    resources: list[StoredResource] = field(default_factory=list)
+    gaps: list[dict[str, str]] = field(default_factory=list)
+
+
+class CloudDataStore(Protocol):
+    def list_resources(self, user_id: str) -> ResourceListing: ...
+
+    def put_record(self, user_id: str, kind: str, record_id: str, data: str, *, now_ms: int, ttl_s: int) -> None:
+        """A management record (``data`` is already encrypted); it expires after ``ttl_s``."""
+        ...
+
+    def get_record(self, user_id: str, kind: str, record_id: str) -> str | None: ...
+
+
 @dataclass(frozen=True)
 class OwnerClaim:
     """The cloud-data owner a write asserts (see :mod:`amsg.domain.ownership`).

@@ -73,6 +73,7 @@ def settings_from_env(env: Mapping[str, str]) -> Settings:
         max_tool_iterations=_int_env(env, "AMSG_MAX_TOOL_ITERATIONS", 5),
         total_timeout_ms=_int_env(env, "AMSG_TOTAL_TIMEOUT_MS", 240_000),
         max_scheduled_tasks_per_fire=_int_env(env, "AMSG_MAX_SCHEDULED_TASKS_PER_FIRE", 2),
+        cloud_data_management=env.get("AMSG_CLOUD_DATA_MANAGEMENT", "true").strip().lower() not in ("false", "0", "no"),
     )
 
 
@@ -96,6 +97,7 @@ def build_context(env: Mapping[str, str], *, clock: Clock | None = None) -> AppC
     """The context of one deployment; ``clock`` defaults to the wall clock (the local stack injects its own)."""
     from amsg.adapters.dynamo.claims import DynamoClaimStore
     from amsg.adapters.dynamo.client_state import DynamoClientStateStore
+    from amsg.adapters.dynamo.cloud_data import DynamoCloudDataStore
     from amsg.adapters.dynamo.credentials import DynamoCredentialStore
     from amsg.adapters.dynamo.delivery_policy import DynamoDeliveryPolicyStore
     from amsg.adapters.dynamo.outbox import DynamoOutboxStore
@@ -124,6 +126,7 @@ def build_context(env: Mapping[str, str], *, clock: Clock | None = None) -> AppC
         delivery=delivery_ports(settings, secrets),
         owners=DynamoOwnerStore(table),
         policies=DynamoDeliveryPolicyStore(table),
+        cloud_data=DynamoCloudDataStore(table),
     )
     return context
 

@@ -1,0 +1,175 @@
+"""The cloud-data inventory: everything a user stores, as public resources ``{id, type, owner, kind, label,
+byteSize, updatedAt, status}``. Never a body, a key or an endpoint.
+
+Ids are the reference's: sha256 of the compact JSON ``[userId, "<compact JSON [type, ...identity]>"]``, so they
+are stable across requests and bound to the user. Owners are resolved in the reference's order: the encrypted
+ownership record on the item → the task's stored guard → ``metadata.cloudOwner`` → ``metadata.owner`` →
+``owner`` of the payload → the same on the task an outbox row came from.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from amsg.crypto import DecryptError, compact_json, decrypt_from_storage
+from amsg.domain.jsvalues import is_plain_object
+from amsg.domain.ownership import GUARD_FIELD
+from amsg.ports import StoredResource
+
+RESOURCE_TYPES = ("task", "state", "credential", "outbox", "subscription")
+
+
+@dataclass
+class Entry:
+    """One inventory entry: the public resource and what stays private (version, ownership reference)."""
+
+    resource: dict[str, Any]
+    version: str
+    owner_ref: str | None
+
+
+def resource_id(user_id: str, type_: str, identity: Sequence[Any]) -> str:
+    key = compact_json([type_, *identity])
+    return hashlib.sha256(compact_json([user_id, key]).encode("utf-8")).hexdigest()
+
+
+def _safe_owner(value: Any) -> dict[str, Any] | None:
+    if not is_plain_object(value):
+        return None
+    kind, ident = value.get("type"), value.get("id")
+    if not (isinstance(kind, str) and kind and isinstance(ident, str) and ident):
+        return None
+    owner: dict[str, Any] = {"type": kind, "id": ident}
+    if isinstance(value.get("label"), str):
+        owner["label"] = value["label"]
+    return owner
+
+
+def _payload_owner(payload: Mapping[str, Any] | None) -> dict[str, Any] | None:
+    if not payload:
+        return None
+    guard = payload.get(GUARD_FIELD)
+    metadata = payload.get("metadata") if is_plain_object(payload.get("metadata")) else {}
+    candidates = [
+        guard.get("owner") if is_plain_object(guard) else None,
+        metadata.get("cloudOwner"),
+        metadata.get("owner"),
+        payload.get("owner"),
+    ]
+    for candidate in candidates:
+        owner = _safe_owner(candidate)
+        if owner is not None:
+            return owner
+    return None
+
+
+def _payload_kind(payload: Mapping[str, Any] | None) -> str | None:
+    if not payload:
+        return None
+    metadata = payload.get("metadata") if is_plain_object(payload.get("metadata")) else {}
+    for kind in (metadata.get("kind"), payload.get("kind")):
+        if isinstance(kind, str):
+            return kind
+    return None
+
+
+def _decrypt_json(text: str | None, user_key: str) -> tuple[Any, bool]:
+    """(value, readable): JSON if it parses, else the raw text; unreadable ciphertext is (None, False)."""
+    if text is None:
+        return None, True
+    try:
+        plain = decrypt_from_storage(text, user_key)
+    except (DecryptError, ValueError):
+        return None, False
+    try:
+        return json.loads(plain), True
+    except ValueError:
+        return plain, True
+
+
+def _label(stored: StoredResource) -> str:
+    if stored.type == "state":
+        return f"{stored.identity[0]}/{stored.identity[1]}"
+    if stored.type == "subscription":
+        return "Web Push subscription"
+    return str(stored.identity[0])
+
+
+def build_inventory(user_id: str, user_key: str, stored: Sequence[StoredResource]) -> list[Entry]:
+    """Public resources sorted by id, with owners resolved and missing owner labels filled in."""
+    task_payloads: dict[str, Mapping[str, Any]] = {}
+    decoded: list[tuple[StoredResource, Any, bool]] = []
+    for item in stored:
+        payload, readable = _decrypt_json(item.payload, user_key) if item.type in ("task", "outbox") else (None, True)
+        if not is_plain_object(payload):
+            payload = None
+        decoded.append((item, payload, readable))
+        if item.type == "task" and payload is not None:
+            task_payloads[str(item.identity[0])] = payload
+
+    entries: list[Entry] = []
+    for item, payload, readable in decoded:
+        meta, meta_readable = _decrypt_json(item.cloud_meta, user_key)
+        meta = meta if is_plain_object(meta) else {}
+        owner = _safe_owner(meta.get("owner")) or _payload_owner(payload)
+        related = task_payloads.get(item.task_uuid or "") if item.type == "outbox" else None
+        if owner is None and related is not None:
+            owner = _payload_owner(related)
+        kind = meta.get("kind") if isinstance(meta.get("kind"), str) else _payload_kind(payload)
+        status = item.status if readable and meta_readable else "unreadable"
+        entries.append(
+            Entry(
+                resource={
+                    "id": resource_id(user_id, item.type, item.identity),
+                    "type": item.type,
+                    "owner": owner,
+                    "kind": kind,
+                    "label": _label(item),
+                    "byteSize": item.byte_size,
+                    "updatedAt": item.updated_at,
+                    "status": status,
+                },
+                version=item.version,
+                owner_ref=item.owner_ref,
+            )
+        )
+    _backfill_labels(entries)
+    entries.sort(key=lambda e: e.resource["id"])
+    return entries
+
+
+def _backfill_labels(entries: list[Entry]) -> None:
+    """Owners without a label take the label of the most recently updated labelled resource of that owner."""
+    best: dict[tuple[str, str], tuple[int, str]] = {}
+    for entry in entries:
+        owner = entry.resource["owner"]
+        label = owner.get("label") if owner else None
+        if not owner or not isinstance(label, str) or not label.strip():
+            continue
+        key = (owner["type"], owner["id"])
+        at = entry.resource["updatedAt"] or 0
+        if key not in best or at > best[key][0]:
+            best[key] = (at, label)
+    for entry in entries:
+        owner = entry.resource["owner"]
+        if owner and not (isinstance(owner.get("label"), str) and owner["label"].strip()):
+            found = best.get((owner["type"], owner["id"]))
+            if found:
+                entry.resource["owner"] = {**owner, "label": found[1]}
+
+
+def counts(resources: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """``[{type, count, byteSize}]`` in the fixed type order."""
+    out = []
+    for type_ in RESOURCE_TYPES:
+        of_type = [r for r in resources if r["type"] == type_]
+        out.append({"type": type_, "count": len(of_type), "byteSize": sum(r["byteSize"] for r in of_type)})
+    return out
+
+
+def summary(resources: Sequence[Mapping[str, Any]], gaps: list[dict[str, str]]) -> dict[str, Any]:
+    return {"total": len(resources), "counts": counts(resources), "complete": not gaps, "gaps": gaps}
