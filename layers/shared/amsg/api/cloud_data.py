@@ -13,6 +13,7 @@ import re
 import uuid as uuid_lib
 from typing import Any
 
+from amsg import jsonio
 from amsg.context import AppContext
 from amsg.crypto import compact_json, decrypt_from_storage, encrypt_for_storage
 from amsg.domain.inventory import RESOURCE_TYPES, build_inventory, summary
@@ -186,9 +187,7 @@ def _resources(request: ApiRequest, ctx: AppContext, user_id: str, user_key: str
 
 
 def _load(stored: str, user_key: str) -> dict[str, Any]:
-    import json
-
-    return json.loads(decrypt_from_storage(stored, user_key))
+    return jsonio.loads(decrypt_from_storage(stored, user_key))
 
 
 # ---- owners ---------------------------------------------------------------------------------------------

@@ -10,11 +10,11 @@ ownership record on the item → the task's stored guard → ``metadata.cloudOwn
 from __future__ import annotations
 
 import hashlib
-import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from amsg import jsonio
 from amsg.crypto import DecryptError, compact_json, decrypt_from_storage
 from amsg.domain.jsvalues import is_plain_object
 from amsg.domain.ownership import GUARD_FIELD
@@ -86,8 +86,8 @@ def _decrypt_json(text: str | None, user_key: str) -> tuple[Any, bool]:
     except (DecryptError, ValueError):
         return None, False
     try:
-        return json.loads(plain), True
-    except ValueError:
+        return jsonio.loads(plain), True
+    except jsonio.JsonError:
         return plain, True
 
 

@@ -12,10 +12,10 @@ Records: ``R#<kind>#<id>`` with ``data`` (the encrypted JSON), ``updated_at`` (m
 from __future__ import annotations
 
 import hashlib
-import json
 from decimal import Decimal
 from typing import Any
 
+from amsg import jsonio
 from amsg.adapters.dynamo import keys
 from amsg.adapters.dynamo.table import BlobRef, DynamoTable
 from amsg.observability import logger
@@ -59,7 +59,7 @@ def _version(items: list[dict[str, Any]]) -> str:
         }
         for i in items
     ]
-    return hashlib.sha256(json.dumps(snapshot, sort_keys=True).encode("utf-8", "surrogatepass")).hexdigest()
+    return hashlib.sha256(jsonio.dumps(snapshot).encode("utf-8", "surrogatepass")).hexdigest()
 
 
 def _owned(item: dict[str, Any]) -> dict[str, Any]:
