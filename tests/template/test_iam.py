@@ -517,8 +517,12 @@ def test_the_template_grants_exactly_the_table(function):
     perms, _ = granted(tpl, function)
     platform = {p for p in perms if p.startswith("logs:") or p in EVENT_SOURCE}
     expected = needs_of(load_permissions()[function])
-    assert {p for p in perms - platform if p not in expected} == set(), "granted but not in permissions.toml"
-    assert {p for p in expected if p not in perms} == set(), "in permissions.toml but not granted"
+    assert {p for p in perms - platform if p not in expected} == set(), (
+        "granted in template.yaml but not in functions/permissions.toml"
+    )
+    assert {p for p in expected if p not in perms} == set(), (
+        "in functions/permissions.toml but not granted in template.yaml"
+    )
 
 
 def test_only_run_task_polls_the_queue_and_its_role_is_scoped():
@@ -551,7 +555,9 @@ def test_every_call_of_the_journey_is_granted(observed):
         for fn, calls in observed.items()
         if fn != "-"
     }
-    assert {fn: perms for fn, perms in missing.items() if perms} == {}, "calls the table does not allow"
+    assert {fn: perms for fn, perms in missing.items() if perms} == {}, (
+        "calls functions/permissions.toml does not allow: add them there and to the function's policy in template.yaml"
+    )
 
 
 def test_every_granted_permission_is_used_by_the_journey(observed):
@@ -560,7 +566,9 @@ def test_every_granted_permission_is_used_by_the_journey(observed):
     for fn, entry in table.items():
         used = set().union(*(permissions_of_call(c) for c in observed.get(fn, [])))
         unused[fn] = sorted(needs_of(entry) - used)
-    assert {fn: perms for fn, perms in unused.items() if perms} == {}, "permissions no call needed"
+    assert {fn: perms for fn, perms in unused.items() if perms} == {}, (
+        "permissions no call needed: remove them from functions/permissions.toml and template.yaml"
+    )
 
 
 def test_the_journey_reached_every_function(observed):
