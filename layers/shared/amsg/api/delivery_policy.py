@@ -4,8 +4,7 @@ scheduled fire (``instant`` messages are exempt)."""
 
 from __future__ import annotations
 
-import json
-
+from amsg import jsonio
 from amsg.context import AppContext
 from amsg.crypto import DecryptError, compact_json, decrypt_from_storage, encrypt_for_storage
 from amsg.domain.delivery_policy import parse_policy, policy_from_stored
@@ -47,7 +46,7 @@ def get_delivery_policy(request: ApiRequest, ctx: AppContext) -> ApiResponse:
     policy = None
     if row is not None:
         try:
-            policy = policy_from_stored(json.loads(decrypt_from_storage(row.encrypted_policy, user_key)))
+            policy = policy_from_stored(jsonio.loads(decrypt_from_storage(row.encrypted_policy, user_key)))
         except (DecryptError, ValueError):
             logger.warning("stored delivery policy cannot be decrypted (master key changed?)")
     if policy is None:

@@ -12,10 +12,10 @@ together with the outbox row claim and the task-claim fence.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from typing import Any
 
+from amsg import jsonio
 from amsg.context import AppContext
 from amsg.crypto import DecryptError, decrypt_from_storage, serialize_group_value
 from amsg.domain.delivery_policy import DeliveryPolicy, policy_from_stored, quiet_hours_end, window_bounds
@@ -44,7 +44,7 @@ def load_policy(ctx: AppContext, user_id: str, user_key: str) -> DeliveryPolicy 
     if row is None:
         return None
     try:
-        return policy_from_stored(json.loads(decrypt_from_storage(row.encrypted_policy, user_key)))
+        return policy_from_stored(jsonio.loads(decrypt_from_storage(row.encrypted_policy, user_key)))
     except (DecryptError, ValueError):
         logger.warning("stored delivery policy cannot be decrypted; it is not applied")
         return None
