@@ -74,6 +74,9 @@ ROUTES: dict[tuple[str, str], set[int]] = {
     ("PUT", "/llm-credentials"): {200, 400, 401, 503} | BODY_ERRORS,
     ("GET", "/llm-credentials"): {200, 400, 401},
     ("DELETE", "/llm-credentials"): {200, 400, 401} | BODY_ERRORS,
+    ("PUT", "/delivery-policy"): {200, 400, 401, 501} | BODY_ERRORS,
+    ("GET", "/delivery-policy"): {200, 400, 401, 501, 503},
+    ("DELETE", "/delivery-policy"): {200, 400, 401, 501} | BODY_ERRORS,
 }
 UNKNOWN_ROUTES = [("GET", "/nope"), ("POST", "/messages"), ("PATCH", "/outbox"), ("GET", "/api/v1/none")]
 NOT_FOUND_STATUSES = {404} | BODY_ERRORS
@@ -180,6 +183,12 @@ def _bases(uuid_pool: tuple[str, ...]) -> dict[str, st.SearchStrategy[Any]]:
             lambda entries: {"entries": [{**e, "value": "v", "updatedAt": 7} for e in entries]}
         ),
         "/outbox/ack": st.just({"messageIds": ["m1"]}),
+        "/delivery-policy": st.just(
+            {
+                "quietHours": {"start": "22:00", "end": "07:00", "tzId": "Asia/Shanghai"},
+                "caps": [{"scope": "user", "max": 3, "windowMinutes": 60}],
+            }
+        ),
         "/outbox": st.sampled_from([{"messageIds": ["m1"]}, {"all": True}]),
         "/llm-credentials": st.sampled_from(
             [
@@ -204,6 +213,7 @@ def _field_names(route: str) -> list[str]:
         "/client-state": ["entries"],
         "/outbox/ack": ["messageIds"],
         "/outbox": ["messageIds", "all"],
+        "/delivery-policy": ["quietHours", "caps"],
         "/llm-credentials": ["credentials", "credIds", "credIdPrefix", "all"],
     }.get(route, ["x"])
 
