@@ -77,7 +77,21 @@ ROUTES: dict[tuple[str, str], set[int]] = {
     ("PUT", "/delivery-policy"): {200, 400, 401, 501} | BODY_ERRORS,
     ("GET", "/delivery-policy"): {200, 400, 401, 501, 503},
     ("DELETE", "/delivery-policy"): {200, 400, 401, 501} | BODY_ERRORS,
+    ("POST", "/init-tenant"): {200, 401} | BODY_ERRORS,
 }
+# /cloud-data/{proxy+}: the management sub-routes (and unknown ones, 404)
+CLOUD_DATA_PATHS = [
+    ("GET", "/cloud-data/summary"),
+    ("GET", "/cloud-data/resources"),
+    ("GET", "/cloud-data/owners"),
+    ("GET", "/cloud-data/owner"),
+    ("POST", "/cloud-data/owner"),
+    ("POST", "/cloud-data/cleanup-plans"),
+    ("GET", "/cloud-data/cleanup-operations"),
+    ("GET", "/cloud-data/cleanup-operations/x"),
+    ("GET", "/cloud-data/nope"),
+]
+CLOUD_DATA_STATUSES = {200, 400, 401, 404, 409, 501} | BODY_ERRORS
 UNKNOWN_ROUTES = [("GET", "/nope"), ("POST", "/messages"), ("PATCH", "/outbox"), ("GET", "/api/v1/none")]
 NOT_FOUND_STATUSES = {404} | BODY_ERRORS
 
@@ -87,6 +101,8 @@ def bare_path(path: str) -> str:
 
 
 def documented_statuses(method: str, path: str) -> set[int]:
+    if bare_path(path).startswith("/cloud-data/"):
+        return CLOUD_DATA_STATUSES
     return ROUTES.get((method, bare_path(path)), NOT_FOUND_STATUSES)
 
 
@@ -288,12 +304,12 @@ FAULTS: list[Any] = [
     *BODY_FAULTS,
     *ENCODING_FAULTS,
 ]
-QUERY_NAMES = ["id", "limit", "offset", "status", "since", "namespace"]
+QUERY_NAMES = ["id", "limit", "offset", "status", "since", "namespace", "type", "ownerType", "ownerId", "cursor"]
 
 
 @st.composite
 def requests(draw: st.DrawFn, *, user_id: str, user_key: str, wrong_keys: list[str], uuid_pool: list[str]) -> Any:
-    method, path = draw(st.sampled_from(sorted(ROUTES) * 3 + UNKNOWN_ROUTES))
+    method, path = draw(st.sampled_from(sorted(ROUTES) * 3 + CLOUD_DATA_PATHS + UNKNOWN_ROUTES))
     if draw(st.booleans()) and not path.startswith("/api/v1"):
         path = "/api/v1" + path
 
