@@ -1,4 +1,6 @@
-"""``python -m bench [imports|tick|e2e|load|migration]`` — all five by default. Numbers are printed, never asserted."""
+"""``python -m bench [imports|tick|requests|e2e|load|migration]`` — all by default.
+
+Numbers are printed, never asserted."""
 
 from __future__ import annotations
 
@@ -15,13 +17,14 @@ for _key, _value in {
 }.items():
     os.environ.setdefault(_key, _value)
 
-from bench import e2e, imports, load, migration, tick  # noqa: E402
+from bench import e2e, imports, load, migration, requests, tick  # noqa: E402
 
 
 def main(argv: list[str]) -> int:
-    chosen = argv or ["imports", "tick", "e2e", "load", "migration"]
+    chosen = argv or ["imports", "tick", "requests", "e2e", "load", "migration"]
     for name in chosen:
-        runners = {"imports": imports, "tick": tick, "e2e": e2e, "load": load, "migration": migration}
+        runners = {"imports": imports, "tick": tick, "requests": requests, "e2e": e2e, "load": load}
+        runners["migration"] = migration
         runners[name].main()
     return 0
 

@@ -131,6 +131,12 @@ class NewTask:
 
 
 @dataclass
+class CreatePrep:
+    subscription: PushSubscriptionRow | None
+    hint: Any = None  # adapter-private: what the create may reuse from the same read
+
+
+@dataclass
 class CreatedTask:
     id: int
     superseded: bool
@@ -153,8 +159,16 @@ class SchemaReport:
 
 
 class TaskStore(Protocol):
-    def create_task(self, task: NewTask, supersedes_uuid: str | None = None) -> CreatedTask:
-        """Allocate the per-user id and insert atomically; raises TaskUuidConflict on a taken uuid."""
+    def prepare_create(self, user_id: str, supersedes_uuid: str | None = None) -> CreatePrep:
+        """One read before a create: the user's push subscription (scheduling requires one) together with
+        what :meth:`create_task` would otherwise read itself (the id counter, the superseded task)."""
+        ...
+
+    def create_task(
+        self, task: NewTask, supersedes_uuid: str | None = None, *, prepared: CreatePrep | None = None
+    ) -> CreatedTask:
+        """Allocate the per-user id and insert atomically; raises TaskUuidConflict on a taken uuid. With
+        ``prepared`` (same user and superseded uuid) the first attempt reuses what was read."""
         ...
 
     def get_task(self, user_id: str, uuid: str) -> TaskRow | None: ...
@@ -211,6 +225,29 @@ class ClaimStore(Protocol):
         """Take over the tick's claim if it is still current, switching to the run lease, in one write."""
         ...
 
+    def open_run(self, user_id: str, uuid: str, claim_version: int, next_send_at: str) -> RunSnapshot | None:
+        """run_task's one read: the task (None unless the message's claim is still current), the user's push
+        subscription and outbox counter, in one round trip. Adoption happens in :meth:`append_batch`."""
+        ...
+
+    def append_batch(
+        self,
+        row: TaskRow,
+        rows: Sequence[OutboxAppend],
+        *,
+        now_ms: int,
+        lease_until: str | None,
+        owner: str,
+        claim_first: str | None = None,
+        outbox_seq: int | None = None,
+    ) -> list[int] | object | None:
+        """Append a new occurrence's batch in one transaction that also adopts the claim (fenced by
+        ``claim_version``, lease unexpired; ``lease_until`` becomes the lease) and records the occurrence on
+        the task, optionally claiming row ``claim_first`` for sending. Returns the row ids, None when the claim
+        is no longer ours, or :data:`APPEND_FALLBACK` when the batch does not fit one transaction or rows of
+        these ids already exist (the caller then uses the outbox's general append)."""
+        ...
+
     def renew_lease(self, user_id: str, uuid: str, claim_version: int, lease_until: str, owner: str) -> bool: ...
 
     def settle(self, user_id: str, uuid: str, claim_version: int, settlement: Settlement, now_iso: str) -> bool:
@@ -222,6 +259,16 @@ class ClaimStore(Protocol):
 
 KEEP = object()
 """Sentinel: leave this attribute as it is."""
+
+APPEND_FALLBACK = object()
+"""Sentinel of :meth:`ClaimStore.append_batch`: not appended, use the outbox's general append."""
+
+
+@dataclass
+class RunSnapshot:
+    row: TaskRow
+    subscription: PushSubscriptionRow | None
+    outbox_seq: int
 
 
 @dataclass
@@ -242,6 +289,11 @@ class Settlement:
     encrypted_payload: str | None = None  # rewritten only if the payload is unchanged since the claim
     payload_rev: int | None = None
     policy_deferred: bool = False  # ``retry_after`` is a delivery-policy deferral (kept as ``deferred_until``)
+    # outbox rows pushed by this run and not yet marked delivered: marked in the same write when possible,
+    # and marked in any case (whether or not the settlement itself applies)
+    delivered: tuple[str, ...] = ()
+    delivered_at_ms: int = 0
+    payload_token: str | None = None  # the claimed row's split-payload token (its parts go with a delete)
 
 
 @dataclass
@@ -334,11 +386,13 @@ class OutboxStore(Protocol):
         now_ms: int,
         owner: OwnerClaim | None = None,
         caps: Sequence[CapCharge] = (),
+        delivered: str | None = None,
     ) -> bool:
         """Take one row for pushing, atomically with a check that the task is still pending under
         ``claim_version`` (fencing) and, for an owned task, that its owner holds (``CloudGuardError``
         otherwise). False when the row is gone, acked, delivered or already taken, or the task claim moved
-        on. A taken row is never pushed by another run (exactly-once pushes).
+        on. A taken row is never pushed by another run (exactly-once pushes). ``delivered`` names the
+        previous row of the batch, marked delivered in the same write.
 
         ``caps`` are counted in the same transaction; when one is full nothing is written and
         :class:`CapReached` is raised."""

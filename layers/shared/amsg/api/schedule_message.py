@@ -26,7 +26,8 @@ def schedule_message(request: ApiRequest, ctx: AppContext) -> ApiResponse:
     req = validate_schedule_payload(payload, now_ms=now_ms)
 
     try:
-        subscription = ctx.subscriptions.get_push_subscription(user_id)
+        prepared = ctx.tasks.prepare_create(user_id, req.supersedes_uuid)  # one read, reused by the create
+        subscription = prepared.subscription
     except Exception as exc:
         logger.warning("push subscription lookup failed", extra={"error": type(exc).__name__})
         raise api_error("PUSH_SUBSCRIPTION_LOOKUP_FAILED") from exc
@@ -64,7 +65,7 @@ def schedule_message(request: ApiRequest, ctx: AppContext) -> ApiResponse:
         owner=ownership.claim(user_key),
     )
     try:
-        created = ctx.tasks.create_task(task, req.supersedes_uuid)
+        created = ctx.tasks.create_task(task, req.supersedes_uuid, prepared=prepared)
     except TaskUuidConflict:
         raise api_error("TASK_UUID_CONFLICT") from None
     if created.superseded and req.supersedes_uuid:

@@ -4,7 +4,10 @@ nothing more and writes nothing.
 
 Exactly-once pushes: the whole batch of an occurrence is appended to the outbox *before* anything is sent
 (deterministic message ids per occurrence), and each push is claimed in the outbox in one transaction with
-a check that our task claim is still current. A retry, a redelivered SQS message or a worker that took over
+a check that our task claim is still current. To keep DynamoDB requests per task low, the first push is
+claimed in the append transaction itself (which also adopts the claim and records the occurrence on the
+task), each later claim carries the previous row's delivered mark, and the last delivered mark rides with
+the settlement (see docs/delivery.md). A retry, a redelivered SQS message or a worker that took over
 after a crash only sends rows nobody has claimed yet. A worker killed between claiming a row and sending it
 leaves that row unpushed but in the outbox, where the client pulls it (``GET /outbox``): nothing is lost,
 nothing is pushed twice.
@@ -12,6 +15,7 @@ nothing is pushed twice.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -38,7 +42,17 @@ from amsg.errors import CloudGuardError
 from amsg.failures import DeliveryFailure, PushSendError, is_permanent_push_status
 from amsg.hooks import HookContext, call_hook, load_hooks, task_view
 from amsg.observability import logger
-from amsg.ports import CapCharge, CapReached, LlmClient, PushSender, Settlement, TaskRow
+from amsg.ports import (
+    APPEND_FALLBACK,
+    CapCharge,
+    CapReached,
+    LlmClient,
+    OutboxAppend,
+    PushSender,
+    PushSubscriptionRow,
+    Settlement,
+    TaskRow,
+)
 from amsg.timeutil import iso_from_ms, parse_iso_ms
 
 RETRY_STEP_MS = 120_000
@@ -72,6 +86,11 @@ class DeliveryEnv:
     max_retries: int | None = None  # overrides settings.max_delivery_retries (instant path: 2)
     defer_supported: bool = True  # a hook may defer the fire (not inside POST /schedule-message)
     cap_charges: list[CapCharge] = field(default_factory=list)  # frequency caps the next push claim counts
+    # what run_task read with the task in its one read (None: read the subscription when needed)
+    prefetched: tuple[PushSubscriptionRow | None] | None = None
+    outbox_seq: int | None = None
+    adopt_lease: Callable[[], str] | None = None  # the append adopts the claim with this lease
+    owner: str = ""
 
 
 @dataclass
@@ -82,6 +101,7 @@ class Outcome:
     reasoning_error: str | None = None
     deferred_until: str | None = None  # a hook deferred the fire: due again then, no retry consumed
     policy_deferred: bool = False  # the deferral is the user's delivery policy (quiet hours or a cap)
+    unmarked: list[str] = field(default_factory=list)  # pushed rows whose delivered mark goes with the settle
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -148,7 +168,7 @@ def deliver_claimed(ctx: AppContext, row: TaskRow, summary: DeliverySummary, env
         summary.redelivered.append({"taskId": row.id, "pushedCount": outcome.pushed})
     if outcome.reasoning_error:
         summary.reasoning_skipped.append({"taskId": row.id, "reason": outcome.reasoning_error})
-    if _finalize_success(ctx, row, payload, summary):
+    if _finalize_success(ctx, row, payload, summary, outcome.unmarked):
         return outcome
     return None
 
@@ -322,17 +342,25 @@ def process_occurrence(
     ctx: AppContext, row: TaskRow, payload: dict[str, Any], user_key: str, env: DeliveryEnv
 ) -> Outcome:
     occurrence = Occurrence(row.id, row.uuid, parse_iso_ms(row.next_send_at))
-    entries = _committed_batch(ctx, row, occurrence, user_key)
+    hooks = load_hooks(ctx.settings.hooks_module)
+    agentic = hooks.agentic and needs_llm(payload)
+    # the task records the occurrence whose batch is in the outbox, so a first attempt needs no lookup
+    known = row.outbox_occurrence is not None and row.outbox_occurrence == row.next_send_at
+    entries = _committed_batch(ctx, row, occurrence, user_key) if known or agentic else None
     # the user's quiet hours and caps come first, before the host's on_before_fire and any LLM call
     policy = before_fire(ctx, row, payload, user_key, check_caps=not any(entry.done for entry in entries or ()))
     if policy.defer_until_ms is not None:
         return Outcome(deferred_until=iso_from_ms(policy.defer_until_ms), policy_deferred=True)
     env.cap_charges = list(policy.charges)  # counted with the first push this run claims (agentic ones too)
     outcome = Outcome(redelivered=entries is not None)
+    claimed_first = False
+    subscription: dict | None = None
+    subscription_error: Exception | None = None
     if entries is None:
-        hooks = load_hooks(ctx.settings.hooks_module)
-        if hooks.agentic and needs_llm(payload):
+        if agentic:
             from amsg.engine.fire import AgenticFire
+
+            _adopt_now(ctx, row, env)  # a chain of LLM rounds and tools: hold the run lease from the start
 
             fired = AgenticFire(ctx, row, payload, user_key, env, hooks).run()
             if fired is not None:
@@ -348,23 +376,102 @@ def process_occurrence(
                 )
                 exc.retry_limit = generation_limit(ctx, hooks, view)  # type: ignore[attr-defined]
             raise
-        _append_batch(ctx, row, pushes, user_key)
-        entries = [_Entry(push, done=False) for push in pushes]
+        first = next((push["messageId"] for push in pushes if should_push(push, outboxed=True)), None)
+        if first is not None and env.push_sender is not None:
+            try:
+                subscription = _resolve_subscription(ctx, row, payload, user_key, env)
+            except DeliveryFailure as exc:
+                subscription_error = exc  # raised after the append: the batch still reaches the outbox
+        # the first push is claimed with the append unless the user's caps must be charged with its claim
+        claim = first if subscription is not None and not env.lease_lost() and not env.cap_charges else None
+        entries, claimed_first, outcome.redelivered = _append_new_batch(
+            ctx, row, occurrence, pushes, user_key, env, claim
+        )
     outcome.messages_sent = sum(1 for entry in entries if entry.push.get("messageKind") == "content")
     pending = [entry for entry in entries if not entry.done and should_push(entry.push, outboxed=True)]
     if not pending:
         return outcome
     if env.push_sender is None:
         raise DeliveryFailure(VAPID_MISSING)
-    subscription = _resolve_subscription(ctx, row, payload, user_key)
-    for index, entry in enumerate(pending):
-        if env.lease_lost():
-            raise Cancelled("cancelled_mid_delivery")
-        if index:
-            env.sleep(env.pacing_ms / 1000)
-        if _send_one(ctx, row, entry.push, subscription, env):
-            outcome.pushed += 1
+    if subscription_error is not None:
+        raise subscription_error
+    if subscription is None:
+        subscription = _resolve_subscription(ctx, row, payload, user_key, env)
+    previous: str | None = None
+    unmarked: str | None = None
+    try:
+        for index, entry in enumerate(pending):
+            if env.lease_lost():
+                raise Cancelled("cancelled_mid_delivery")
+            if index:
+                env.sleep(env.pacing_ms / 1000)
+            previous, unmarked = unmarked, None
+            preclaimed = index == 0 and claimed_first
+            # the run's cap charges go with its first push claim (CapReached: nothing pushed, the fire waits)
+            sent = _send_one(
+                ctx, row, entry.push, subscription, env, preclaimed=preclaimed, previous=previous, mark=False
+            )
+            if sent:
+                outcome.pushed += 1
+                unmarked = entry.push["messageId"]
+            previous = None
+    except Exception:
+        leftover = [message_id for message_id in (previous, unmarked) if message_id]
+        if leftover:  # pushed rows say so before anything else happens to the batch
+            with contextlib.suppress(Exception):
+                ctx.outbox.mark_delivered(row.user_id, leftover, ctx.now_ms())
+        raise
+    outcome.unmarked = [unmarked] if unmarked else []
     return outcome
+
+
+def _adopt_now(ctx: AppContext, row: TaskRow, env: DeliveryEnv) -> None:
+    """Adopt the tick's claim with the run lease now (instead of in the append transaction)."""
+    if env.adopt_lease is None:
+        return
+    adopted = ctx.claims.adopt_claim(
+        row.user_id, row.uuid, row.claim_version, row.next_send_at, env.adopt_lease(), env.owner
+    )
+    if adopted is None:
+        raise Cancelled("cancelled_mid_delivery")
+    row.lease_until = adopted.lease_until
+    env.adopt_lease = None
+
+
+def _append_new_batch(
+    ctx: AppContext,
+    row: TaskRow,
+    occurrence: Occurrence,
+    pushes: list[dict[str, Any]],
+    user_key: str,
+    env: DeliveryEnv,
+    claim: str | None,
+) -> tuple[list[_Entry], bool, bool]:
+    """Append a freshly generated batch: (entries, whether ``claim`` was claimed for sending, redelivered).
+
+    One transaction appends the rows, adopts the claim and records the occurrence; when that does not apply
+    (a batch too large for one transaction, or rows of this occurrence already there from an earlier
+    version) the batch found in the outbox is used, else the outbox's general append."""
+    rows = _outbox_rows(ctx, row, pushes, user_key)
+    result = ctx.claims.append_batch(
+        row,
+        rows,
+        now_ms=ctx.now_ms(),
+        lease_until=env.adopt_lease() if env.adopt_lease is not None else None,
+        owner=env.owner,
+        claim_first=claim,
+        outbox_seq=env.outbox_seq,
+    )
+    if result is None:
+        raise Cancelled("cancelled_mid_delivery")
+    fresh = [_Entry(push, done=False) for push in pushes]
+    if result is not APPEND_FALLBACK:
+        return fresh, claim is not None, False
+    committed = _committed_batch(ctx, row, occurrence, user_key)
+    if committed is not None:
+        return committed, False, True
+    _append_batch(ctx, row, pushes, user_key)
+    return fresh, False, False
 
 
 def _send_one(
@@ -373,15 +480,21 @@ def _send_one(
     push: dict[str, Any],
     subscription: dict,
     env: DeliveryEnv,
+    *,
+    preclaimed: bool = False,
+    previous: str | None = None,
+    mark: bool = True,
 ) -> bool:
-    """Claim the row, push it, mark it delivered. False when another run already claimed it.
+    """Claim the row (unless the append already did), push it, mark it delivered (or leave that to the
+    caller, ``mark=False``); ``previous``, a pushed row, is marked delivered with the claim. False when
+    another run already claimed the row.
 
     The run's pending cap charges (``env.cap_charges``) go into the first claim: the occurrence is counted
     against the user's caps in the same transaction, or :class:`CapReached` is raised and nothing is taken."""
     message_id = push["messageId"]
     now = ctx.now_ms()
     # the claim re-checks the task's owner in the same transaction: nothing is pushed after a retirement
-    claimed = ctx.outbox.claim_send(
+    claimed = preclaimed or ctx.outbox.claim_send(
         row.user_id,
         message_id,
         task_uuid=row.uuid,
@@ -389,6 +502,7 @@ def _send_one(
         now_ms=now,
         owner=row.owner,
         caps=env.cap_charges,
+        delivered=previous,
     )
     if claimed:
         env.cap_charges = []
@@ -403,7 +517,8 @@ def _send_one(
     except Exception:
         ctx.outbox.release_send(row.user_id, message_id)
         raise
-    ctx.outbox.mark_delivered(row.user_id, [message_id], ctx.now_ms())
+    if mark:
+        ctx.outbox.mark_delivered(row.user_id, [message_id], ctx.now_ms())
     return True
 
 
@@ -442,10 +557,12 @@ def _generate(
 
 
 def _append_batch(ctx: AppContext, row: TaskRow, pushes: list[dict[str, Any]], user_key: str) -> None:
-    from amsg.ports import OutboxAppend
+    ctx.outbox.append(row.user_id, _outbox_rows(ctx, row, pushes, user_key))
 
+
+def _outbox_rows(ctx: AppContext, row: TaskRow, pushes: list[dict[str, Any]], user_key: str) -> list[OutboxAppend]:
     now = ctx.now_ms()
-    rows = [
+    return [
         OutboxAppend(
             message_id=push["messageId"],
             task_uuid=row.uuid,
@@ -458,7 +575,6 @@ def _append_batch(ctx: AppContext, row: TaskRow, pushes: list[dict[str, Any]], u
         )
         for push in pushes
     ]
-    ctx.outbox.append(row.user_id, rows)
 
 
 def _committed_batch(ctx: AppContext, row: TaskRow, occurrence: Occurrence, user_key: str) -> list[_Entry] | None:
@@ -492,8 +608,13 @@ def _committed_batch(ctx: AppContext, row: TaskRow, occurrence: Occurrence, user
     return [entry for _, entry in entries]
 
 
-def _resolve_subscription(ctx: AppContext, row: TaskRow, payload: dict[str, Any], user_key: str) -> dict:
-    stored = ctx.subscriptions.get_push_subscription(row.user_id)
+def _resolve_subscription(
+    ctx: AppContext, row: TaskRow, payload: dict[str, Any], user_key: str, env: DeliveryEnv | None = None
+) -> dict:
+    if env is not None and env.prefetched is not None:
+        stored = env.prefetched[0]  # read together with the task
+    else:
+        stored = ctx.subscriptions.get_push_subscription(row.user_id)
     if stored is not None:
         try:
             value = jsonio.loads(decrypt_from_storage(stored.encrypted_subscription, user_key))
@@ -530,12 +651,20 @@ def _with_last_error(payload: dict[str, Any] | None, last_error: dict[str, Any] 
     return encrypt_for_storage(compact_json(updated), user_key)
 
 
-def _finalize_success(ctx: AppContext, row: TaskRow, payload: dict[str, Any], summary: DeliverySummary) -> bool:
+def _finalize_success(
+    ctx: AppContext,
+    row: TaskRow,
+    payload: dict[str, Any],
+    summary: DeliverySummary,
+    delivered: list[str] | None = None,
+) -> bool:
     now = ctx.now_ms()
     now_iso = iso_from_ms(now)
     recurrence = _recurrence(payload)
     if recurrence == "none":
-        settlement = Settlement(next_send_at=row.next_send_at, delete=True)
+        settlement = Settlement(
+            next_send_at=row.next_send_at, delete=True, payload_rev=row.rev, payload_token=row.payload_token
+        )
     else:
         occurrence = parse_iso_ms(row.next_send_at) or now
         next_ms = plan_next_occurrence(occurrence, recurrence, now, payload.get("tzId")).next_ms
@@ -547,6 +676,7 @@ def _finalize_success(ctx: AppContext, row: TaskRow, payload: dict[str, Any], su
             encrypted_payload=_with_last_error(payload, None, user_key),
             payload_rev=row.rev,
         )
+    settlement.delivered, settlement.delivered_at_ms = tuple(delivered or ()), now
     try:
         written = ctx.claims.settle(row.user_id, row.uuid, row.claim_version, settlement, now_iso)
     except Exception as exc:

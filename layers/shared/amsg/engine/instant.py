@@ -94,10 +94,17 @@ def deliver_instant(
                 logger.info("instant delivery attempt failed; retrying", extra={"attempt": attempt + 1})
                 env.sleep(pause_ms / 1000)
                 attempt += 1
-    sent_at = iso_from_ms(ctx.now_ms())
-    if not ctx.claims.settle(
-        user_id, task_uuid, claimed.claim_version, Settlement(claimed.next_send_at, delete=True), sent_at
-    ):
+    sent_ms = ctx.now_ms()
+    sent_at = iso_from_ms(sent_ms)
+    settlement = Settlement(
+        claimed.next_send_at,
+        delete=True,
+        payload_rev=claimed.rev,
+        payload_token=claimed.payload_token,
+        delivered=tuple(outcome.unmarked),
+        delivered_at_ms=sent_ms,
+    )
+    if not ctx.claims.settle(user_id, task_uuid, claimed.claim_version, settlement, sent_at):
         raise InstantFailed("POST_SEND_CLEANUP_FAILED", "任务删除失败", attempt)
     return InstantSent(outcome.messages_sent, sent_at, attempt, outcome.reasoning_error or None)
 

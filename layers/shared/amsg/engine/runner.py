@@ -252,22 +252,22 @@ def run_message(
         return {"skipped": "malformed_message"}
     started = ctx.now_ms()
     env = delivery_env(ctx, remaining_ms=remaining_ms)
-    row = ctx.claims.adopt_claim(
-        message.user_id,
-        message.uuid,
-        message.claim_version,
-        message.next_send_at,
-        iso_from_ms(started + ctx.settings.run_lease_ms),
-        owner,
-    )
-    if row is None:  # delivered, settled, cancelled, rescheduled or taken over since the tick enqueued it
+    # one read: the task (is the message's claim still current?), the push subscription, the outbox counter;
+    # the claim is adopted (run lease) by the transaction that appends the batch
+    snapshot = ctx.claims.open_run(message.user_id, message.uuid, message.claim_version, message.next_send_at)
+    if snapshot is None:  # delivered, settled, cancelled, rescheduled or taken over since the tick enqueued it
         return {"skipped": "claim_not_current", "taskUuid": message.uuid}
+    row = snapshot.row
     if env.push_sender is None:
-        _release(ctx, row)  # without VAPID, release without consuming a retry (a config fault, not the task's)
+        _release(ctx, row)  # without VAPID, release without consuming a retry
         return {"skipped": "not_configured", "taskUuid": message.uuid}
     if remaining_ms() < MIN_RUN_BUDGET_MS:
         _release(ctx, row)  # late in a batch: let the next tick hand it to a fresh invocation
         return {"skipped": "no_time_left", "taskUuid": message.uuid}
+    env.prefetched = (snapshot.subscription,)
+    env.outbox_seq = snapshot.outbox_seq
+    env.adopt_lease = lambda: iso_from_ms(ctx.now_ms() + ctx.settings.run_lease_ms)
+    env.owner = owner
     return _deliver_under_lease(ctx, row, env, owner, started)
 
 

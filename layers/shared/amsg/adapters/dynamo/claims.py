@@ -5,15 +5,30 @@ heartbeat, settlements, and housekeeping of settled tasks. The API side (create/
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Sequence
 from typing import Any
 
 from boto3.dynamodb.conditions import Key
 from botocore.exceptions import ClientError
 
 from amsg.adapters.dynamo import keys
-from amsg.adapters.dynamo.table import DynamoTable, TransactionCancelled, is_conditional_failure, item_int
+from amsg.adapters.dynamo.outbox import delivered_update, fits_one_transaction, new_row_put
+from amsg.adapters.dynamo.subscriptions import subscription_row
+from amsg.adapters.dynamo.table import DynamoTable, TransactionCancelled, backoff, is_conditional_failure, item_int
 from amsg.adapters.dynamo.tasks import delete_with_registry, drop_parts, payload_attrs, registry_delete, task_row
-from amsg.ports import KEEP, DueCandidate, Settlement, TaskRow
+from amsg.ports import (
+    APPEND_FALLBACK,
+    KEEP,
+    DueCandidate,
+    OutboxAppend,
+    RunSnapshot,
+    Settlement,
+    TaskRow,
+)
+from amsg.timeutil import iso_from_ms
+
+APPEND_ATTEMPTS = 40
 
 
 class DynamoClaimStore:
@@ -193,6 +208,108 @@ class DynamoClaimStore:
         )
         return None if attributes is None else self._row(attributes)
 
+    def open_run(self, user_id: str, uuid: str, claim_version: int, next_send_at: str) -> RunSnapshot | None:
+        """One consistent BatchGetItem: the task, the push subscription and the outbox counter. The claim is
+        current when the task is still pending under this claim version and occurrence and still leased."""
+        task_key = self._key(user_id, uuid)
+        wanted = [task_key, keys.push_key(user_id), keys.counter_key(user_id, "outbox")]
+        found = self.t.batch_get(wanted)
+        item = found.get((task_key["PK"], task_key["SK"]))
+        if (
+            item is None
+            or item_int(item.get("claim_version")) != claim_version
+            or item.get("status", "pending") != "pending"
+            or item.get("next_send_at") != next_send_at
+            or not item.get("lease_until")
+        ):
+            return None
+        push = found.get((wanted[1]["PK"], wanted[1]["SK"]))
+        subscription = subscription_row(push)
+        counter = found.get((wanted[2]["PK"], wanted[2]["SK"]))
+        return RunSnapshot(self._row(item), subscription, item_int(counter.get("n")) if counter else 0)
+
+    def append_batch(
+        self,
+        row: TaskRow,
+        rows: Sequence[OutboxAppend],
+        *,
+        now_ms: int,
+        lease_until: str | None,
+        owner: str,
+        claim_first: str | None = None,
+        outbox_seq: int | None = None,
+    ) -> list[int] | object | None:
+        """One transaction: the outbox counter (compare-and-set from the value read with the task), the task
+        (claim still ours and leased; records the occurrence, takes the run lease) and every row as new."""
+        if row.owner is not None or not fits_one_transaction(rows):
+            return APPEND_FALLBACK  # owned tasks append through the outbox's owner-guarded path
+        counter_key = keys.counter_key(row.user_id, "outbox")
+        now_iso = iso_from_ms(now_ms)
+        sets = ["ob_occ = :occ"]
+        values: dict[str, Any] = {
+            ":occ": row.next_send_at,
+            ":cv": row.claim_version,
+            ":pending": "pending",
+        }
+        if lease_until is None:
+            values[":now"] = now_iso
+        else:
+            sets += ["lease_until = :lease", "lease_owner = :owner", "due_sk = :dsk"]
+            values.update({":lease": lease_until, ":owner": owner, ":dsk": keys.due_sk(lease_until, row.uuid)})
+        task_update = {
+            "Update": {
+                "Key": self._key(row.user_id, row.uuid),
+                "UpdateExpression": "SET " + ", ".join(sets),
+                # adopting: nobody else claimed since (same claim version and occurrence); otherwise the lease
+                # must still be ours and unexpired
+                "ConditionExpression": "claim_version = :cv AND #st = :pending AND next_send_at = :occ AND "
+                + ("attribute_exists(lease_until)" if lease_until is not None else "lease_until > :now"),
+                "ExpressionAttributeNames": {"#st": "status"},
+                "ExpressionAttributeValues": values,
+            }
+        }
+        current = outbox_seq
+        for attempt in range(APPEND_ATTEMPTS):
+            if attempt:
+                backoff(attempt)
+            if current is None:
+                counter = self.t.get(counter_key)
+                current = item_int(counter.get("n")) if counter else 0
+            ids = list(range(current + 1, current + 1 + len(rows)))
+            puts = [
+                {
+                    "Put": new_row_put(
+                        keys.outbox_key(row.user_id, item.message_id),
+                        item,
+                        row_id,
+                        sending_at=now_ms if item.message_id == claim_first else None,
+                    )
+                }
+                for item, row_id in zip(rows, ids, strict=True)
+            ]
+            counter_update = {
+                "Update": {
+                    "Key": counter_key,
+                    "UpdateExpression": "SET n = :new",
+                    "ConditionExpression": "attribute_not_exists(n) OR n = :cur",
+                    "ExpressionAttributeValues": {":new": ids[-1], ":cur": current},
+                }
+            }
+            try:
+                self.t.transact([counter_update, task_update, *puts])
+            except TransactionCancelled as cancelled:
+                if cancelled.failed(1):
+                    return None  # the claim moved on, the task settled or the lease expired
+                if any(cancelled.failed(2 + i) for i in range(len(puts))):
+                    return APPEND_FALLBACK  # rows of this occurrence exist already
+                current = None  # the counter moved: read it again
+                continue
+            row.outbox_occurrence = row.next_send_at
+            if lease_until is not None:
+                row.lease_until = lease_until
+            return ids
+        return APPEND_FALLBACK
+
     def renew_lease(self, user_id: str, uuid: str, claim_version: int, lease_until: str, owner: str) -> bool:
         return self._move_lease(user_id, uuid, claim_version, lease_until, owner) is not None
 
@@ -231,6 +348,57 @@ class DynamoClaimStore:
         )
 
     def settle(self, user_id: str, uuid: str, claim_version: int, settlement: Settlement, now_iso: str) -> bool:
+        if not settlement.delivered:
+            return self._settle(user_id, uuid, claim_version, settlement, now_iso)
+        marks = [
+            {"Update": delivered_update(user_id, message_id, settlement.delivered_at_ms)}
+            for message_id in dict.fromkeys(settlement.delivered)
+        ]
+        written = False
+        try:
+            if settlement.delete:
+                # one-shot success: task, registry entry and delivered marks in one transaction; ``rev`` proves the
+                # payload (and so its parts) is the one we read, else the general path reads the part token first
+                rev = settlement.payload_rev if settlement.payload_rev is not None else -1
+                try:
+                    self.t.transact(
+                        [
+                            {
+                                "Delete": {
+                                    "Key": self._key(user_id, uuid),
+                                    "ConditionExpression": "claim_version = :cv AND rev = :rev",
+                                    "ExpressionAttributeValues": {":cv": claim_version, ":rev": rev},
+                                }
+                            },
+                            registry_delete(uuid, user_id),
+                            *marks,
+                        ]
+                    )
+                except TransactionCancelled:
+                    pass
+                else:
+                    written = True
+                    if settlement.payload_token:
+                        drop_parts(self.t, user_id, uuid, settlement.payload_token)
+                    return True
+            elif settlement.encrypted_payload is None:
+                update = self._settle_update_kwargs(user_id, uuid, claim_version, settlement, now_iso)
+                try:
+                    self.t.transact([{"Update": update}, *marks])
+                except TransactionCancelled:
+                    pass
+                else:
+                    written = True
+                    return True
+            return self._settle(user_id, uuid, claim_version, settlement, now_iso)
+        finally:
+            if not written:  # the pushes went out: their rows say so whatever happened to the settlement
+                with contextlib.suppress(Exception):
+                    for mark in marks:
+                        with contextlib.suppress(ClientError):
+                            self.t.table.update_item(**mark["Update"])
+
+    def _settle(self, user_id: str, uuid: str, claim_version: int, settlement: Settlement, now_iso: str) -> bool:
         if settlement.delete:
             return self._delete_claimed(user_id, uuid, claim_version)
         with_payload = settlement.encrypted_payload is not None
@@ -243,9 +411,35 @@ class DynamoClaimStore:
             # the payload changed since the claim (an update-message): keep it, write the columns only
         return self._settle_update(user_id, uuid, claim_version, settlement, now_iso, rewrite_payload=False)
 
+    def _settle_update_kwargs(
+        self, user_id: str, uuid: str, claim_version: int, s: Settlement, now_iso: str
+    ) -> dict[str, Any]:
+        """The fenced UpdateItem of a settlement that keeps the task (payload untouched)."""
+        kwargs, _ = self._settle_update_parts(user_id, uuid, claim_version, s, now_iso, rewrite_payload=False)
+        return kwargs
+
     def _settle_update(
         self, user_id: str, uuid: str, claim_version: int, s: Settlement, now_iso: str, *, rewrite_payload: bool
     ) -> bool:
+        kwargs, blob = self._settle_update_parts(
+            user_id, uuid, claim_version, s, now_iso, rewrite_payload=rewrite_payload
+        )
+        kwargs["ReturnValues"] = "ALL_OLD"
+        try:
+            old = self.t.table.update_item(**kwargs).get("Attributes") or {}
+        except ClientError as exc:
+            if blob:
+                drop_parts(self.t, user_id, uuid, blob.token)
+            if is_conditional_failure(exc):
+                return False
+            raise
+        if rewrite_payload and old.get("payload_token"):
+            drop_parts(self.t, user_id, uuid, str(old["payload_token"]))
+        return True
+
+    def _settle_update_parts(
+        self, user_id: str, uuid: str, claim_version: int, s: Settlement, now_iso: str, *, rewrite_payload: bool
+    ) -> tuple[dict[str, Any], Any]:
         sets = ["updated_at = :now", "next_send_at = :nsa"]
         removes = ["lease_until", "lease_owner"]
         values: dict[str, Any] = {":now": now_iso, ":nsa": s.next_send_at, ":cv": claim_version}
@@ -295,21 +489,10 @@ class DynamoClaimStore:
             "UpdateExpression": f"SET {', '.join(sets)} REMOVE {', '.join(removes)}",
             "ConditionExpression": condition,
             "ExpressionAttributeValues": values,
-            "ReturnValues": "ALL_OLD",
         }
         if names:
             kwargs["ExpressionAttributeNames"] = names
-        try:
-            old = self.t.table.update_item(**kwargs).get("Attributes") or {}
-        except ClientError as exc:
-            if blob:
-                drop_parts(self.t, user_id, uuid, blob.token)
-            if is_conditional_failure(exc):
-                return False
-            raise
-        if rewrite_payload and old.get("payload_token"):
-            drop_parts(self.t, user_id, uuid, str(old["payload_token"]))
-        return True
+        return kwargs, blob
 
     def _delete_claimed(self, user_id: str, uuid: str, claim_version: int) -> bool:
         return delete_with_registry(self.t, user_id, uuid, "claim_version = :cv", {":cv": claim_version})

@@ -75,6 +75,61 @@ def _distinct(ids: Iterable[str]) -> list[str]:
     return list(dict.fromkeys(i for i in ids if isinstance(i, str)))
 
 
+def _payload_attrs(row: OutboxAppend, blob: BlobRef | None) -> dict[str, Any]:
+    if blob is None:
+        return {"payload": row.encrypted_push}
+    return {"payload_token": blob.token, "payload_parts": blob.parts}
+
+
+def new_row_put(
+    key: dict[str, str], row: OutboxAppend, row_id: int, blob: BlobRef | None = None, *, sending_at: int | None = None
+) -> dict[str, Any]:
+    """The ``Put`` of a new outbox row (only if no row has that id yet); ``sending_at`` claims it for sending
+    in the same write (a single-push batch is appended and claimed in one transaction)."""
+    item: dict[str, Any] = {
+        **key,
+        "id": row_id,
+        "message_id": row.message_id,
+        **_payload_attrs(row, blob),
+        "created_at": row.created_at,
+        "rev": 1,
+        "ttl": _ttl_for(row.created_at),
+        "ob_lsk": _pad(row_id),
+    }
+    optional = {
+        "task_uuid": row.task_uuid,
+        "session_id": row.session_id,
+        "message_index": row.message_index,
+        "total_messages": row.total_messages,
+        "sending_at": sending_at,
+    }
+    item.update({name: value for name, value in optional.items() if value is not None})
+    if row.task_uuid is not None:
+        item["obt_lsk"] = _task_lsk(row.task_uuid, row.created_at, row_id)
+    item.update(owner_sets(row.owner))
+    return {"Item": item, "ConditionExpression": "attribute_not_exists(SK)"}
+
+
+def delivered_update(user_id: str, message_id: str, at_ms: int) -> dict[str, Any]:
+    """The ``Update`` that marks a pushed row delivered (the row must still exist: never recreate one)."""
+    return {
+        "Key": keys.outbox_key(user_id, message_id),
+        "UpdateExpression": "SET delivered_at = :t",
+        "ConditionExpression": "attribute_exists(SK)",
+        "ExpressionAttributeValues": {":t": at_ms},
+    }
+
+
+def fits_one_transaction(rows: Sequence[OutboxAppend]) -> bool:
+    """Whether a batch can be appended with inline payloads in one transaction next to the counter and task."""
+    return (
+        0 < len(rows) <= MAX_ROWS_PER_TRANSACTION - 1
+        and all(len(row.encrypted_push) <= INLINE_PAYLOAD_CHARS for row in rows)
+        and sum(len(row.encrypted_push) + len(row.message_id) + 512 for row in rows) <= MAX_TRANSACTION_CHARS
+        and len({row.message_id for row in rows}) == len(rows)
+    )
+
+
 class DynamoOutboxStore:
     def __init__(self, table: DynamoTable) -> None:
         self.t = table
@@ -123,16 +178,8 @@ class DynamoOutboxStore:
             self._drop_parts(item["PK"], item["message_id"], str(item["payload_token"]))
 
     def _batch_get(self, item_keys: list[dict[str, str]]) -> dict[str, dict[str, Any]]:
-        """Consistent BatchGetItem keyed by SK (≤ 100 keys per call, unprocessed keys retried)."""
-        found: dict[str, dict[str, Any]] = {}
-        for start in range(0, len(item_keys), 100):
-            request: dict[str, Any] = {self.t.name: {"Keys": item_keys[start : start + 100], "ConsistentRead": True}}
-            while request:
-                response = self.t.resource.batch_get_item(RequestItems=request)
-                for item in response.get("Responses", {}).get(self.t.name, []):
-                    found[item["SK"]] = item
-                request = response.get("UnprocessedKeys") or {}
-        return found
+        """Consistent reads of one user's rows, keyed by SK."""
+        return {sk: item for (_, sk), item in self.t.batch_get(item_keys).items()}
 
     # ---- engine-facing ----------------------------------------------------------------------------------
 
@@ -240,32 +287,10 @@ class DynamoOutboxStore:
         raise StoreUnavailable("outbox append kept conflicting")
 
     def _payload_attrs(self, row: OutboxAppend, blob: BlobRef | None) -> dict[str, Any]:
-        if blob is None:
-            return {"payload": row.encrypted_push}
-        return {"payload_token": blob.token, "payload_parts": blob.parts}
+        return _payload_attrs(row, blob)
 
     def _put_new(self, key: dict[str, str], row: OutboxAppend, row_id: int, blob: BlobRef | None) -> dict[str, Any]:
-        item: dict[str, Any] = {
-            **key,
-            "id": row_id,
-            "message_id": row.message_id,
-            **self._payload_attrs(row, blob),
-            "created_at": row.created_at,
-            "rev": 1,
-            "ttl": _ttl_for(row.created_at),
-            "ob_lsk": _pad(row_id),
-        }
-        optional = {
-            "task_uuid": row.task_uuid,
-            "session_id": row.session_id,
-            "message_index": row.message_index,
-            "total_messages": row.total_messages,
-        }
-        item.update({name: value for name, value in optional.items() if value is not None})
-        if row.task_uuid is not None:
-            item["obt_lsk"] = _task_lsk(row.task_uuid, row.created_at, row_id)
-        item.update(owner_sets(row.owner))
-        return {"Item": item, "ConditionExpression": "attribute_not_exists(SK)"}
+        return new_row_put(key, row, row_id, blob)
 
     def _update_unacked(
         self, key: dict[str, str], row: OutboxAppend, old: dict[str, Any], blob: BlobRef | None
@@ -306,8 +331,38 @@ class DynamoOutboxStore:
         now_ms: int,
         owner: OwnerClaim | None = None,
         caps: Sequence[CapCharge] = (),
+        delivered: str | None = None,
     ) -> bool:
-        actions: list[dict[str, Any]] = [
+        actions = self._claim_actions(user_id, message_id, task_uuid, claim_version, now_ms)
+        if owner is not None:  # an owned task's push is taken only while its owner holds
+            actions.append(guard_check(user_id, owner.ref, owner.generation))
+        if delivered is not None and not caps:
+            # the previous row of the batch went out: its delivered mark rides along with this claim
+            try:
+                self.t.transact([{"Update": delivered_update(user_id, delivered, now_ms)}, *actions])
+                return True
+            except TransactionCancelled:
+                self.mark_delivered(user_id, [delivered], now_ms)  # then decide the claim on its own
+        elif delivered is not None:
+            self.mark_delivered(user_id, [delivered], now_ms)
+        first_cap = len(actions)
+        actions += [cap_charge_action(user_id, charge) for charge in caps]
+        try:
+            self.t.transact(actions)
+        except TransactionCancelled as cancelled:
+            if owner is not None:
+                raise_if_guard_failed(cancelled, 2, 1)
+            full = [caps[i - first_cap].window_end_ms for i in range(first_cap, len(actions)) if cancelled.failed(i)]
+            if full and not any(cancelled.failed(i) for i in range(first_cap)):
+                raise CapReached(max(full)) from None
+            return False
+        return True
+
+    @staticmethod
+    def _claim_actions(
+        user_id: str, message_id: str, task_uuid: str, claim_version: int, now_ms: int
+    ) -> list[dict[str, Any]]:
+        return [
             {
                 "Update": {
                     "Key": keys.outbox_key(user_id, message_id),
@@ -331,20 +386,6 @@ class DynamoOutboxStore:
                 }
             },
         ]
-        if owner is not None:  # an owned task's push is taken only while its owner holds
-            actions.append(guard_check(user_id, owner.ref, owner.generation))
-        first_cap = len(actions)
-        actions += [cap_charge_action(user_id, charge) for charge in caps]
-        try:
-            self.t.transact(actions)
-        except TransactionCancelled as cancelled:
-            if owner is not None:
-                raise_if_guard_failed(cancelled, 2, 1)
-            full = [caps[i - first_cap].window_end_ms for i in range(first_cap, len(actions)) if cancelled.failed(i)]
-            if full and not any(cancelled.failed(i) for i in range(first_cap)):
-                raise CapReached(max(full)) from None
-            return False
-        return True
 
     def release_send(self, user_id: str, message_id: str) -> None:
         try:
@@ -363,12 +404,7 @@ class DynamoOutboxStore:
         touched = 0
         for message_id in _distinct(message_ids):
             try:
-                self.t.table.update_item(
-                    Key=keys.outbox_key(user_id, message_id),
-                    UpdateExpression="SET delivered_at = :t",
-                    ConditionExpression="attribute_exists(SK)",
-                    ExpressionAttributeValues={":t": at_ms},
-                )
+                self.t.table.update_item(**delivered_update(user_id, message_id, at_ms))
                 touched += 1
             except ClientError as exc:
                 if not is_conditional_failure(exc):

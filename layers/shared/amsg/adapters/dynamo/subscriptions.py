@@ -7,15 +7,19 @@ from amsg.adapters.dynamo.table import DynamoTable
 from amsg.ports import PushSubscriptionRow
 
 
+def subscription_row(item: dict | None) -> PushSubscriptionRow | None:
+    """The stored subscription of a ``PUSH`` item (also read in batches with a task or a counter)."""
+    if not item or not item.get("subscription"):
+        return None
+    return PushSubscriptionRow(encrypted_subscription=item["subscription"], updated_at=int(item.get("updated_at", 0)))
+
+
 class DynamoPushSubscriptionStore:
     def __init__(self, table: DynamoTable) -> None:
         self.t = table
 
     def get_push_subscription(self, user_id: str) -> PushSubscriptionRow | None:
-        item = self.t.get(keys.push_key(user_id))
-        if not item:
-            return None
-        return PushSubscriptionRow(encrypted_subscription=item["subscription"], updated_at=int(item["updated_at"]))
+        return subscription_row(self.t.get(keys.push_key(user_id)))
 
     def put_push_subscription(self, user_id: str, encrypted: str, updated_at: int) -> None:
         self.t.table.update_item(

@@ -148,6 +148,18 @@ class DynamoTable:
             for key in keys:
                 writer.delete_item(Key=key)
 
+    def batch_get(self, item_keys: list[dict[str, str]]) -> dict[tuple[str, str], dict[str, Any]]:
+        """Consistent BatchGetItem keyed by (PK, SK): at most 100 keys per request, unprocessed keys retried."""
+        found: dict[tuple[str, str], dict[str, Any]] = {}
+        for start in range(0, len(item_keys), 100):
+            request: dict[str, Any] = {self.name: {"Keys": item_keys[start : start + 100], "ConsistentRead": True}}
+            while request:
+                response = self.resource.batch_get_item(RequestItems=request)
+                for item in response.get("Responses", {}).get(self.name, []):
+                    found[(item["PK"], item["SK"])] = item
+                request = response.get("UnprocessedKeys") or {}
+        return found
+
     def batch_put(self, items: Iterable[dict[str, Any]]) -> None:
         with self.table.batch_writer() as writer:
             for item in items:

@@ -13,6 +13,7 @@ from botocore.exceptions import ClientError
 
 from amsg.adapters.dynamo import keys
 from amsg.adapters.dynamo.owners import guard_check, owner_sets, raise_if_guard_failed
+from amsg.adapters.dynamo.subscriptions import subscription_row
 from amsg.adapters.dynamo.table import (
     INLINE_CHARS,
     BlobRef,
@@ -23,7 +24,7 @@ from amsg.adapters.dynamo.table import (
     item_int,
 )
 from amsg.errors import StoreUnavailable, TaskUuidConflict
-from amsg.ports import CreatedTask, NewTask, OwnerClaim, TaskRow
+from amsg.ports import CreatedTask, CreatePrep, NewTask, OwnerClaim, TaskRow
 
 CREATE_ATTEMPTS = 40
 
@@ -133,24 +134,46 @@ class DynamoTaskStore:
 
     # ---- create -----------------------------------------------------------------------------------------
 
-    def create_task(self, task: NewTask, supersedes_uuid: str | None = None) -> CreatedTask:
+    def prepare_create(self, user_id: str, supersedes_uuid: str | None = None) -> CreatePrep:
+        wanted = [keys.push_key(user_id), keys.counter_key(user_id, "task")]
+        if supersedes_uuid:
+            wanted.append(self._key(user_id, supersedes_uuid))
+        found = self.t.batch_get(wanted)
+        push = found.get((wanted[0]["PK"], wanted[0]["SK"]))
+        subscription = subscription_row(push)
+        counter = found.get((wanted[1]["PK"], wanted[1]["SK"]))
+        old = found.get((wanted[2]["PK"], wanted[2]["SK"])) if supersedes_uuid else None
+        hint = (user_id, supersedes_uuid, item_int(counter.get("n")) if counter else 0, old)
+        return CreatePrep(subscription=subscription, hint=hint)
+
+    def create_task(
+        self, task: NewTask, supersedes_uuid: str | None = None, *, prepared: CreatePrep | None = None
+    ) -> CreatedTask:
         payload_attrs, blob = self._payload_attrs(task.user_id, task.uuid, task.encrypted_payload)
+        hint = prepared.hint if prepared is not None else None
+        if not (isinstance(hint, tuple) and hint[:2] == (task.user_id, supersedes_uuid)):
+            hint = None
         try:
-            return self._create(task, payload_attrs, supersedes_uuid)
+            return self._create(task, payload_attrs, supersedes_uuid, hint)
         except BaseException:
             if blob:
                 self.t.delete_blob(keys.user_pk(task.user_id), keys.task_part_prefix(task.uuid), blob.token)
             raise
 
-    def _create(self, task: NewTask, payload_attrs: dict[str, Any], supersedes_uuid: str | None) -> CreatedTask:
+    def _create(
+        self, task: NewTask, payload_attrs: dict[str, Any], supersedes_uuid: str | None, hint: tuple | None
+    ) -> CreatedTask:
         counter_key = keys.counter_key(task.user_id, "task")
         for attempt in range(CREATE_ATTEMPTS):
             if attempt:
                 backoff(attempt)
-            counter = self.t.get(counter_key)
-            current = item_int(counter.get("n")) if counter else 0
+            if attempt == 0 and hint is not None:
+                current, old = hint[2], hint[3]  # read together with the subscription
+            else:
+                counter = self.t.get(counter_key)
+                current = item_int(counter.get("n")) if counter else 0
+                old = self.t.get(self._key(task.user_id, supersedes_uuid)) if supersedes_uuid else None
             new_id = current + 1
-            old = self.t.get(self._key(task.user_id, supersedes_uuid)) if supersedes_uuid else None
             item: dict[str, Any] = {
                 **self._key(task.user_id, task.uuid),
                 "id": new_id,

@@ -1,0 +1,181 @@
+"""DynamoDB requests per delivered task, by operation, on moto and on DynamoDB Local.
+
+For each kind of task (one-shot, recurring, two segments, LLM-generated) a set of users schedule one task each
+through the real schedule route (in process), then the real tick claims them and ``run_message`` (what the
+run_task handler calls per SQS record) delivers them. Every DynamoDB request the tick and run_task make is
+counted by operation and divided by the tasks delivered. The figure must be the same on both backends: it is
+the request pattern of the code, not a property of the emulator.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections import Counter
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from bench import counting
+
+USERS = 20
+T0_MS = 1_893_369_600_000
+FIRST = "2030-01-01T00:00:00.000Z"  # one day after T0
+DUE_MS = T0_MS + 86_400_000 + 1_000
+
+SCENARIOS: dict[str, dict[str, Any]] = {
+    "one-shot": {"userMessage": "早上好"},
+    "recurring": {"userMessage": "早上好", "recurrenceType": "daily"},
+    "two-segment": {"userMessage": "早上好。今天也要加油！"},
+    "LLM": {
+        "messageType": "prompted",
+        "completePrompt": "say hi",
+        "apiUrl": "https://llm.invalid/v1",
+        "apiKey": "sk-bench-0123456789",
+        "primaryModel": "m",
+    },
+}
+
+
+class _Llm:
+    """LlmClient port: answers at once (this bench counts storage requests, not LLM latency)."""
+
+    def complete(self, request: Any, *, timeout_s: float) -> Any:
+        from amsg.ports import LlmReply
+
+        return LlmReply(content="你好。", reasoning=None, raw_status=200)
+
+
+def _env(table: str, endpoint: str | None) -> dict[str, str]:
+    env = {
+        "AMSG_TABLE_NAME": table,
+        "AMSG_MASTER_KEY": "c" * 64,
+        "AMSG_VAPID_PUBLIC_KEY": "BPublic",
+        "AMSG_VAPID_EMAIL": "bench@example.test",
+        "AMSG_VAPID_PRIVATE_KEY": "private",
+        "AMSG_PUSH_PACING_MS": "0",
+    }
+    if endpoint:
+        env["AWS_ENDPOINT_URL_DYNAMODB"] = endpoint
+    return env
+
+
+def measure(table: str, endpoint: str | None) -> dict[str, dict[str, Any]]:
+    """Per scenario: requests per task by operation for schedule and for delivery (tick + run_task)."""
+    from amsg import runtime
+    from amsg.clock import FixedClock
+    from amsg.engine.messages import parse_task_message
+    from amsg.engine.runner import run_message, run_tick
+
+    from tests.support.ddb_engine import MemoryQueue, RecordingPushSender, with_fakes
+    from tests.support.inprocess import InProcessApi
+    from tests.support.wire_client import WireClient
+
+    results: dict[str, dict[str, Any]] = {}
+    for name, fields in SCENARIOS.items():
+        ctx = runtime.build_context(_env(table, endpoint))
+        ctx.clock = FixedClock(T0_MS)
+        runtime.use(ctx)
+        sender, queue = RecordingPushSender(), MemoryQueue()
+        with_fakes(ctx, sender, queue)
+        ctx.extras["llm"] = _Llm
+        ctx._built.pop("llm", None)
+        transport = InProcessApi()
+        clients = []
+        for _ in range(USERS):
+            client = WireClient(transport, str(uuid.uuid4()))
+            client.init()
+            client.put_subscription({"endpoint": "https://push.invalid/x", "keys": {"p256dh": "x", "auth": "y"}})
+            clients.append(client)
+        counting.reset()
+        for client in clients:
+            payload = {"contactName": "Rei", "messageType": "fixed", "firstSendTime": FIRST, **fields}
+            response = client.schedule(payload)
+            assert response.status == 201, response.text
+        schedule = _dynamodb_calls()
+        ctx.clock.current_ms = DUE_MS
+        counting.reset()
+        summary = run_tick(ctx)
+        delivered = 0
+        while not queue.items.empty():
+            message = parse_task_message(json.dumps(queue.items.get_nowait()))
+            result = run_message(ctx, message, remaining_ms=lambda: 100_000, owner="bench")
+            delivered += result.get("successCount", 0)
+        deliver = _dynamodb_calls()
+        runtime.use(None)
+        pushes = Counter(f"{p['taskUuid']}/{p['messageId']}" for p in sender.sent)
+        results[name] = {
+            "schedule": {op: n / USERS for op, n in schedule.items()},
+            "deliver": {op: n / max(1, delivered) for op, n in deliver.items()},
+            "delivered": delivered,
+            "claimed": summary["claimedTasks"],
+            "pushes": sum(pushes.values()),
+            "duplicates": sum(n - 1 for n in pushes.values()),
+        }
+    return results
+
+
+def _dynamodb_calls() -> Counter[str]:
+    with counting._lock:
+        return Counter({k.split(".", 1)[1]: n for k, n in counting.calls.items() if k.startswith("dynamodb.")})
+
+
+@contextmanager
+def moto_backend() -> Iterator[tuple[str, str | None]]:
+    import boto3
+    from amsg_local.tables import create_tables_from_template
+    from amsg_local.template import load_template
+    from moto import mock_aws
+
+    with mock_aws():
+        create_tables_from_template(boto3.client("dynamodb", region_name="us-east-1"), load_template(), "bench")
+        yield "bench", None
+
+
+@contextmanager
+def ddb_local_backend() -> Iterator[tuple[str, str | None]]:
+    import boto3
+    from amsg_local.dynamodb_local import start_dynamodb_local
+    from amsg_local.tables import create_tables_from_template
+    from amsg_local.template import load_template
+
+    server = start_dynamodb_local()
+    try:
+        client = boto3.client(
+            "dynamodb",
+            endpoint_url=server.endpoint_url,
+            region_name="us-east-1",
+            aws_access_key_id="x",
+            aws_secret_access_key="x",
+        )
+        create_tables_from_template(client, load_template(), "bench-requests")
+        yield "bench-requests", server.endpoint_url
+    finally:
+        server.stop()
+
+
+def _line(counts: dict[str, float]) -> str:
+    total = sum(counts.values())
+    parts = ", ".join(f"{op} {n:.2f}" for op, n in sorted(counts.items(), key=lambda kv: -kv[1]))
+    return f"{total:5.2f}  ({parts})"
+
+
+def main() -> None:
+    counting.install()
+    backends: list[tuple[str, Callable[[], Any]]] = [("moto", moto_backend), ("DynamoDB Local", ddb_local_backend)]
+    totals: dict[str, dict[str, float]] = {}
+    print(f"== DynamoDB requests per delivered task ({USERS} users, one push service, pacing 0)")
+    for label, backend in backends:
+        with backend() as (table, endpoint):
+            results = measure(table, endpoint)
+        print(f"  {label}")
+        for name, result in results.items():
+            deliver, schedule = result["deliver"], result["schedule"]
+            totals.setdefault(name, {})[label] = sum(deliver.values())
+            print(f"    {name:12s} deliver  {_line(deliver)}")
+            print(
+                f"    {'':12s} schedule {_line(schedule)}"
+                f"   [{result['delivered']} delivered, {result['pushes']} pushes, {result['duplicates']} duplicates]"
+            )
+    same = all(len({round(v, 2) for v in by_backend.values()}) == 1 for by_backend in totals.values())
+    print(f"  same figure on both backends: {'yes' if same else 'NO'}")
