@@ -8,6 +8,7 @@ import threading
 import uuid
 
 import pytest
+from amsg.adapters.dynamo.keys import due_shard
 from amsg.crypto import compact_json, encrypt_for_storage
 from amsg.engine.messages import parse_task_message
 from amsg.engine.runner import run_message, run_tick
@@ -131,19 +132,31 @@ def test_consumer_killed_mid_delivery_is_taken_over_without_duplicates(ddb_local
     assert ctx.tasks.find_task(task_uuid) is None
 
 
-def test_racing_ticks_release_one_task_per_serialize_group_in_due_order(ddb_local_endpoint, ddb_local_table):
-    ctx = ddb_context(ddb_local_endpoint, ddb_local_table, AMSG_HOOKS_MODULE="tests.support.hooks_serialize")
+@pytest.mark.parametrize("shards", [1, 4])
+def test_racing_ticks_release_one_task_per_serialize_group_in_due_order(ddb_local_endpoint, ddb_local_table, shards):
+    """With several due-index shards the tick merges them by due time, so the earlier task of a group goes
+    first even when it lives in another shard."""
+    ctx = ddb_context(
+        ddb_local_endpoint,
+        ddb_local_table,
+        AMSG_HOOKS_MODULE="tests.support.hooks_serialize",
+        AMSG_DUE_SHARDS=str(shards),
+    )
     sender, queue = RecordingPushSender(), MemoryQueue()
     with_fakes(ctx, sender, queue)
     user = str(uuid.uuid4())
     key = ctx.user_key(user)
     ctx.subscriptions.put_push_subscription(user, encrypt_for_storage(compact_json({"endpoint": "https://x"}), key), 1)
+    uuids = [str(uuid.uuid4()) for _ in range(6)]
+    if shards > 1:  # the earlier tasks in a later shard than the later ones
+        uuids.sort(key=lambda u: -due_shard(u, shards))
+        assert due_shard(uuids[0], shards) > due_shard(uuids[-1], shards)
     for i in range(6):
         payload = {"contactName": "Rei", "messageType": "fixed", "userMessage": f"m{i}", "metadata": {"group": "g"}}
         ctx.tasks.create_task(
             NewTask(
                 user,
-                str(uuid.uuid4()),
+                uuids[i],
                 encrypt_for_storage(compact_json(payload), key),
                 "fixed",
                 iso_from_ms(T0_MS + 60_000 + i * 1000),

@@ -414,3 +414,19 @@ def test_importing_and_sending_never_loads_pywebpush_or_aiohttp() -> None:
     after_import, after_send = [line for line in result.stdout.splitlines() if line.startswith("[")]
     assert after_import == "[]"  # not even httpx/http_ece until the first push
     assert after_send == "[]"
+
+
+def test_vapid_token_is_signed_once_per_audience_and_renewed_in_time(vapid_keys: tuple[str, str]) -> None:
+    public, private = vapid_keys
+    clock = [1_900_000_000.0]
+    with WebPushSender(private, public, "ops@example.com", now_s=lambda: clock[0]) as s:
+        first = s._authorization("https://push.example/a")
+        assert s._authorization("https://push.example/b") == first  # same origin: same token
+        assert s._authorization("https://other.example/a") != first
+        clock[0] += webpush_sender.JWT_REUSE_S - 1
+        assert s._authorization("https://push.example/c") == first
+        clock[0] += 2
+        renewed = s._authorization("https://push.example/a")
+        assert renewed != first
+        claims = json.loads(b64url_decode(renewed.split("t=", 1)[1].split(".")[1]))
+        assert claims["exp"] == int(clock[0]) + 12 * 3600

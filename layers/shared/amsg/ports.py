@@ -303,6 +303,7 @@ class DueCandidate:
     next_send_at: str
     retry_count: int = 0
     retry_after: str | None = None
+    due_key: str = ""  # its key in the due index (eligible time, then uuid): the order "earlier due first"
 
 
 class PushSubscriptionStore(Protocol):

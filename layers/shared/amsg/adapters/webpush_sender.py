@@ -40,6 +40,8 @@ if TYPE_CHECKING:
     import httpx
 
 RECORD_SIZE = 4096
+JWT_REUSE_S = 600  # a signed VAPID token is reused per audience this long (it is valid for 12 h)
+MAX_CACHED_AUDIENCES = 256
 _ERROR_BODY_CHARS = 200
 # httpx's client defaults we do not want on the wire (the header set must be exactly the reference's).
 _DROP_DEFAULT_HEADERS = ("Accept", "Accept-Encoding", "User-Agent")
@@ -72,6 +74,7 @@ class WebPushSender:
         self._now_s = now_s
         self._client: httpx.Client | None = None
         self._lock = threading.Lock()
+        self._jwts: dict[str, tuple[str, float]] = {}  # audience -> (Authorization header, signed at)
 
     @property
     def subject(self) -> str:
@@ -108,11 +111,25 @@ class WebPushSender:
             "Content-Type": "application/octet-stream",
             "Content-Encoding": "aes128gcm",
             "TTL": str(ttl),
-            "Authorization": vapid_authorization(
-                endpoint, self._private_key, self._public_key, self._subject, now_s=self._now_s()
-            ),
+            "Authorization": self._authorization(endpoint),
         }
         return self._post(endpoint, body, headers, self._timeout_s if timeout_s is None else timeout_s)
+
+    def _authorization(self, endpoint: str) -> str:
+        """The VAPID header for the endpoint's origin, signed once and reused for :data:`JWT_REUSE_S` (a
+        12-hour token stays valid far longer; push services accept a token for any endpoint of its origin)."""
+        audience = endpoint_origin(endpoint)
+        now = self._now_s()
+        with self._lock:
+            cached = self._jwts.get(audience)
+        if cached is not None and 0 <= now - cached[1] < JWT_REUSE_S:
+            return cached[0]
+        header = vapid_authorization(endpoint, self._private_key, self._public_key, self._subject, now_s=now)
+        with self._lock:
+            if len(self._jwts) >= MAX_CACHED_AUDIENCES:
+                self._jwts.clear()
+            self._jwts[audience] = (header, now)
+        return header
 
     def close(self) -> None:
         with self._lock:

@@ -10,8 +10,13 @@ Instant messages (delivered inside ``POST /schedule-message``) are :mod:`amsg.en
 
 from __future__ import annotations
 
+import functools
+import heapq
+import itertools
+import threading
 import uuid as uuid_lib
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 from amsg.context import AppContext
@@ -22,10 +27,11 @@ from amsg.engine.messages import TaskMessage
 from amsg.engine.summary import DeliverySummary, TickSummary
 from amsg.hooks import Hooks, load_hooks, task_view
 from amsg.observability import logger
-from amsg.ports import Settlement, TaskRow
+from amsg.ports import DueCandidate, Settlement, TaskRow
 from amsg.timeutil import iso_from_ms, parse_iso_ms
 
 TICK_PAGE = 100
+CLAIMS_PER_WORKER = 4  # candidates taken per round: enough to keep every claim worker busy
 # a record that starts with less time than this hands its claim back instead of starting a delivery it
 # could not finish (the next tick re-claims it at once; no retry is consumed)
 MIN_RUN_BUDGET_MS = 30_000
@@ -86,6 +92,12 @@ def run_tick(
 
 
 def _claim_and_enqueue(ctx: AppContext, summary: TickSummary, remaining_ms: Callable[[], int], owner: str) -> None:
+    """Claim due tasks in due order across every shard, up to ``tick_claim_workers`` claims in flight, and
+    enqueue them in batches of ten; stop when the time margin or the claim limit is reached.
+
+    Candidates are merged from all shards by their due-index key (eligible time), and serialize groups are
+    decided one candidate at a time in that order, so "earlier due first" holds within a group across shards;
+    only the independent conditional claims run in parallel."""
     settings = ctx.settings
     queue = ctx.delivery.queue
     pending: list[TaskRow] = []
@@ -111,56 +123,98 @@ def _claim_and_enqueue(ctx: AppContext, summary: TickSummary, remaining_ms: Call
 
     hooks = load_hooks(settings.hooks_module)
     released: set[tuple[str, str]] = set()  # (user, group key) released this tick: one per group per tick
-    for shard in range(max(1, settings.due_shards)):
-        start: Any = None
-        while True:
-            if remaining_ms() < TICK_TIME_MARGIN_MS:
-                summary.stopped_by = "time"
-                break
-            if summary.claimed >= settings.tick_claim_limit:
-                summary.stopped_by = "limit"
-                break
-            now = ctx.now_ms()
-            now_iso = iso_from_ms(now)
-            page_size = min(TICK_PAGE, settings.tick_claim_limit - summary.claimed)
-            candidates, start = ctx.claims.due_candidates(shard, now_iso, page_size, start)
-            for candidate in candidates:
-                summary.due += 1
-                group = serialize_group(ctx, hooks, candidate.user_id, candidate.uuid, released)
-                if group is SKIP:
-                    summary.serialize_skipped += 1
-                    continue
-                try:
-                    row = ctx.claims.claim(
-                        candidate.user_id,
-                        candidate.uuid,
-                        expected_next_send_at=candidate.next_send_at,
-                        now_iso=now_iso,
-                        lease_until=iso_from_ms(now + settings.tick_claim_lease_ms),
-                        owner=owner,
-                        group=group,  # type: ignore[arg-type]
-                    )
-                except Exception as exc:  # throttled past the SDK's retries: the task stays due for the next tick
-                    summary.failed.append(
-                        {"taskUuid": candidate.uuid, "reason": type(exc).__name__, "status": "claim_failed"}
-                    )
-                    continue
-                if row is None:
-                    summary.claim_skipped += 1
-                    continue
-                summary.claimed += 1
-                if is_stale(row, now, settings.stale_after_ms):
-                    _settle_stale_in_tick(ctx, row, summary)
-                    continue
-                pending.append(row)
-                if len(pending) >= 10:
-                    flush()
-            flush()
-            if not start:
-                break
-        if summary.stopped_by:
+    workers = max(1, settings.tick_claim_workers)
+    source = due_in_order(ctx, max(1, settings.due_shards), lambda: iso_from_ms(ctx.now_ms()))
+    pool = _claim_pool(workers)  # one pool per sandbox: its threads keep their DynamoDB clients
+    while True:
+        if remaining_ms() < TICK_TIME_MARGIN_MS:
+            summary.stopped_by = "time"
             break
+        room = settings.tick_claim_limit - summary.claimed
+        if room <= 0:
+            summary.stopped_by = "limit"
+            break
+        chunk = list(itertools.islice(source, min(room, workers * CLAIMS_PER_WORKER)))
+        if not chunk:
+            break
+        now = ctx.now_ms()
+        jobs: list[tuple[DueCandidate, Future]] = []
+        for candidate in chunk:
+            summary.due += 1
+            group = serialize_group(ctx, hooks, candidate.user_id, candidate.uuid, released)
+            if group is SKIP:
+                summary.serialize_skipped += 1
+                continue
+            claim = functools.partial(
+                ctx.claims.claim,
+                candidate.user_id,
+                candidate.uuid,
+                expected_next_send_at=candidate.next_send_at,
+                now_iso=iso_from_ms(now),
+                lease_until=iso_from_ms(now + settings.tick_claim_lease_ms),
+                owner=owner,
+                group=group,
+            )
+            jobs.append((candidate, pool.submit(claim)))
+        for candidate, job in jobs:
+            try:
+                row = job.result()
+            except Exception as exc:  # throttled past the SDK's retries: the task stays due for the next tick
+                summary.failed.append(
+                    {"taskUuid": candidate.uuid, "reason": type(exc).__name__, "status": "claim_failed"}
+                )
+                continue
+            if row is None:
+                summary.claim_skipped += 1
+                continue
+            summary.claimed += 1
+            if is_stale(row, now, settings.stale_after_ms):
+                _settle_stale_in_tick(ctx, row, summary)
+                continue
+            pending.append(row)
+            if len(pending) >= 10:
+                flush()
+        flush()
     flush()
+
+
+_pools: dict[int, ThreadPoolExecutor] = {}
+_pools_lock = threading.Lock()
+
+
+def _claim_pool(workers: int) -> ThreadPoolExecutor:
+    """The claim workers of this sandbox, built on the first tick (never at import) and reused."""
+    with _pools_lock:
+        pool = _pools.get(workers)
+        if pool is None:
+            pool = _pools[workers] = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="claim")
+        return pool
+
+
+def due_in_order(ctx: AppContext, shards: int, now_iso: Callable[[], str]) -> Iterator[DueCandidate]:
+    """Every shard's due candidates merged by due-index key (earliest eligible first), one page per shard at
+    a time: a k-way merge, so a shard is read further only when its next candidate is the earliest."""
+    heap: list[tuple[str, int, int, DueCandidate]] = []
+    pages: dict[int, tuple[list[DueCandidate], Any]] = {}
+    counter = itertools.count()
+
+    def refill(shard: int, start: Any) -> None:
+        candidates, after = ctx.claims.due_candidates(shard, now_iso(), TICK_PAGE, start)
+        pages[shard] = (candidates[1:], after)
+        if candidates:
+            heapq.heappush(heap, (candidates[0].due_key, next(counter), shard, candidates[0]))  # type: ignore[misc]
+
+    for shard in range(shards):
+        refill(shard, None)
+    while heap:
+        _, _, shard, candidate = heapq.heappop(heap)  # type: ignore[misc]
+        yield candidate
+        rest, after = pages[shard]
+        if rest:
+            pages[shard] = (rest[1:], after)
+            heapq.heappush(heap, (rest[0].due_key, next(counter), shard, rest[0]))  # type: ignore[misc]
+        elif after:
+            refill(shard, after)
 
 
 SKIP = object()

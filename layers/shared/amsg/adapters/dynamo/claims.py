@@ -75,6 +75,7 @@ class DynamoClaimStore:
                 next_send_at=item["next_send_at"],
                 retry_count=item_int(item.get("retry_count")),
                 retry_after=item.get("retry_after"),
+                due_key=item.get("due_sk", ""),
             )
             for item in response.get("Items", [])
         ]

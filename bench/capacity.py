@@ -1,0 +1,262 @@
+"""Capacity run: N due one-shot tasks on DynamoDB Local, delivered by the real tick and run_task handlers to a
+loopback push service that decrypts every push (RFC 8291) and checks its VAPID token (RFC 8292).
+
+Like AWS: the tick handler runs once a minute (EventBridge Scheduler) with the template's TickClaimLimit; the
+run_task handler runs in ``RunTaskMaxConcurrency`` separate processes (Lambda sandboxes), each taking SQS-shaped
+batches of ``BatchSize`` records, failed records going back to the queue. Tasks are seeded straight into the
+table (two requests each, like the schedule route) with a due time in the future, then every process's clock
+is moved so that the run starts at the due time. Printed: time from due to the last push, tasks/s, duplicates,
+lost tasks and the ratio to the reference server's 50 claims per one-minute tick.
+"""
+
+from __future__ import annotations
+
+import json
+import multiprocessing as mp
+import os
+import queue as queue_lib
+import sys
+import threading
+import time
+import uuid
+from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+REFERENCE_PER_MINUTE = 50
+TICK_EVERY_S = 60.0
+DEADLINE_S = 240.0
+
+
+def _template_defaults() -> dict[str, int]:
+    from amsg_local.template import load_template
+
+    template = load_template()
+    params = template.get("Parameters", {})
+    batch_size = 5
+    for resource in template.get("Resources", {}).values():
+        for event in (resource.get("Properties", {}).get("Events") or {}).values():
+            if event.get("Type") == "SQS":
+                batch_size = int(event["Properties"].get("BatchSize", batch_size))
+    return {
+        "concurrency": int(params.get("RunTaskMaxConcurrency", {}).get("Default", 5)),
+        "claim_limit": int(params.get("TickClaimLimit", {}).get("Default", 5000)),
+        "batch_size": batch_size,
+    }
+
+
+class _MpQueue:
+    """TaskQueue port over a multiprocessing queue (what SQS is between the tick and the run_task sandboxes)."""
+
+    def __init__(self, inbox: Any) -> None:
+        self.inbox = inbox
+
+    def send_many(self, messages: list[dict[str, Any]]) -> list[int]:
+        for message in messages:
+            self.inbox.put(json.dumps(message))
+        return []
+
+
+def _consumer(env: dict[str, str], offset_ms: int, inbox: Any, batch_size: int, results: Any) -> None:
+    """One run_task sandbox: the real handler, SQS-shaped batches, failed records go back to the queue."""
+    os.environ.update(env)
+    sys.stdout = open(os.devnull, "w")  # noqa: SIM115  (the handlers' metric lines would drown the report)
+    from amsg import runtime
+    from amsg.clock import OffsetClock
+
+    from tests.support.inprocess import LambdaContext, load_handler_module
+
+    ctx = runtime.build_context(dict(os.environ))
+    ctx.clock = OffsetClock(offset_ms=offset_ms)
+    runtime.use(ctx)
+    module = load_handler_module(ROOT / "functions/run_task/run_task_handler.py")
+    handled = redelivered = 0
+    while True:
+        body = inbox.get()
+        if body is None:
+            break
+        bodies = [body]
+        while len(bodies) < batch_size:
+            try:
+                more = inbox.get_nowait()
+            except queue_lib.Empty:
+                break
+            if more is None:
+                inbox.put(None)
+                break
+            bodies.append(more)
+        event = {
+            "Records": [
+                {
+                    "messageId": str(i),
+                    "receiptHandle": str(i),
+                    "body": text,
+                    "attributes": {"ApproximateReceiveCount": "1", "SentTimestamp": "0"},
+                    "messageAttributes": {},
+                    "md5OfBody": "",
+                    "eventSource": "aws:sqs",
+                    "eventSourceARN": "arn:aws:sqs:us-east-1:000000000000:bench",
+                    "awsRegion": "us-east-1",
+                }
+                for i, text in enumerate(bodies)
+            ]
+        }
+        context = LambdaContext(function_name="run_task", remaining_ms=110_000, aws_request_id=str(uuid.uuid4()))
+        result = module.handler(event, context)
+        for failure in result.get("batchItemFailures", []):
+            inbox.put(bodies[int(failure["itemIdentifier"])])
+            redelivered += 1
+        handled += len(bodies)
+    results.put({"handled": handled, "redelivered": redelivered})
+
+
+def run(tasks: int = 10_000, users: int = 1_000) -> dict[str, Any]:
+    import boto3
+    from amsg import runtime
+    from amsg.clock import OffsetClock
+    from amsg.crypto import compact_json, encrypt_for_storage
+    from amsg.ports import NewTask
+    from amsg.timeutil import iso_from_ms
+    from amsg.vapid import generate_vapid_keys
+    from amsg_local.dynamodb_local import start_dynamodb_local
+    from amsg_local.tables import create_tables_from_template
+    from amsg_local.template import load_template
+
+    from tests.support.fake_push import FakePushService
+    from tests.support.inprocess import LambdaContext, load_handler_module
+
+    defaults = _template_defaults()
+    public, private = generate_vapid_keys()
+    server = start_dynamodb_local()
+    spawn = mp.get_context("spawn")
+    try:
+        client = boto3.client("dynamodb", endpoint_url=server.endpoint_url, region_name="us-east-1")
+        create_tables_from_template(client, load_template(), "capacity")
+        env = {
+            **{k: v for k, v in os.environ.items() if k.startswith(("AWS_", "POWERTOOLS_"))},
+            "AWS_ENDPOINT_URL_DYNAMODB": server.endpoint_url,
+            "AMSG_TABLE_NAME": "capacity",
+            "AMSG_MASTER_KEY": "d" * 64,
+            "AMSG_VAPID_PUBLIC_KEY": public,
+            "AMSG_VAPID_PRIVATE_KEY": private,
+            "AMSG_VAPID_EMAIL": "bench@example.test",
+            "AMSG_TICK_CLAIM_LIMIT": str(defaults["claim_limit"]),
+        }
+        os.environ.update(env)
+        ctx = runtime.build_context(dict(os.environ))
+        with FakePushService(vapid_public_key=public) as push:
+            due_ms = ctx.now_ms() + 3_600_000
+            due_iso = iso_from_ms(due_ms)
+            seeded_at = time.perf_counter()
+            user_ids = [str(uuid.uuid4()) for _ in range(users)]
+
+            def seed_user(user: str) -> None:
+                key = ctx.user_key(user)
+                subscription = compact_json(push.subscribe().to_json())
+                ctx.subscriptions.put_push_subscription(user, encrypt_for_storage(subscription, key), 1)
+                for _ in range(tasks // users):
+                    payload = {"contactName": "Rei", "messageType": "fixed", "userMessage": "到点了", "metadata": {}}
+                    ctx.tasks.create_task(
+                        NewTask(
+                            user,
+                            str(uuid.uuid4()),
+                            encrypt_for_storage(compact_json(payload), key),
+                            "fixed",
+                            due_iso,
+                            iso_from_ms(ctx.now_ms()),
+                        )
+                    )
+
+            with ThreadPoolExecutor(max_workers=16) as pool:
+                list(pool.map(seed_user, user_ids))
+            seed_s = time.perf_counter() - seeded_at
+
+            # from here on every clock says: the run starts at the due time
+            wall_start_ms = time.time_ns() // 1_000_000 + 5_000  # consumers get 5 s to start
+            offset_ms = due_ms - wall_start_ms
+            ctx.clock = OffsetClock(offset_ms=offset_ms)
+            runtime.use(ctx)
+            inbox = spawn.Queue()
+            results = spawn.Queue()
+            ctx.extras["queue"] = lambda: _MpQueue(inbox)
+            ctx._built.pop("queue", None)
+            consumers = [
+                spawn.Process(
+                    target=_consumer, args=(env, offset_ms, inbox, defaults["batch_size"], results), daemon=True
+                )
+                for _ in range(defaults["concurrency"])
+            ]
+            for process in consumers:
+                process.start()
+            tick_module = load_handler_module(ROOT / "functions/tick/tick_handler.py")
+            time.sleep(max(0.0, wall_start_ms / 1000 - time.time()))
+            started = time.time()
+            ticks: list[dict[str, Any]] = []
+
+            def scheduler(stop: threading.Event) -> None:
+                while not stop.is_set():
+                    ticks.append(
+                        tick_module.handler(
+                            {"scheduledTime": iso_from_ms(ctx.now_ms())},
+                            LambdaContext(function_name="tick", remaining_ms=55_000, aws_request_id=str(uuid.uuid4())),
+                        )
+                    )
+                    stop.wait(max(0.0, started + len(ticks) * TICK_EVERY_S - time.time()))
+
+            stop = threading.Event()
+            ticker = threading.Thread(target=scheduler, args=(stop,), daemon=True)
+            ticker.start()
+            while len(push.received) < tasks and time.time() - started < DEADLINE_S:
+                time.sleep(0.5)
+            received = push.received
+            stop.set()
+            for _ in consumers:
+                inbox.put(None)
+            stats = [results.get(timeout=60) for _ in consumers]
+            for process in consumers:
+                process.join(timeout=10)
+            ticker.join(timeout=60)
+    finally:
+        server.stop()
+    last = max((r.received_at for r in received), default=started)
+    ok = [r for r in received if r.payload is not None and r.vapid.ok]
+    per_task = Counter(r.payload.get("taskUuid") for r in ok)
+    return {
+        "tasks": tasks,
+        "users": users,
+        "seed_s": seed_s,
+        "concurrency": defaults["concurrency"],
+        "batch_size": defaults["batch_size"],
+        "claim_limit": defaults["claim_limit"],
+        "ticks": len(ticks),
+        "claimed": sum(t.get("claimedTasks", 0) for t in ticks),
+        "to_last_push_s": last - started,
+        "delivered": len(per_task),
+        "duplicates": sum(n - 1 for n in per_task.values()),
+        "lost": tasks - len(per_task),
+        "rejected": len(received) - len(ok),
+        "redelivered": sum(s["redelivered"] for s in stats),
+    }
+
+
+def main(tasks: int | None = None) -> None:
+    tasks = tasks or int(os.environ.get("AMSG_BENCH_CAPACITY_TASKS", "10000"))
+    result = run(tasks=tasks, users=max(1, tasks // 10))
+    elapsed = result["to_last_push_s"]
+    rate = result["delivered"] / elapsed if elapsed > 0 else 0.0
+    print(f"== capacity run on DynamoDB Local ({result['tasks']} one-shot tasks due at once, {result['users']} users)")
+    print(
+        f"  template: RunTaskMaxConcurrency {result['concurrency']}, BatchSize {result['batch_size']},"
+        f" TickClaimLimit {result['claim_limit']}; {result['ticks']} tick(s), {result['claimed']} claimed"
+    )
+    print(f"  seeded in {result['seed_s']:.1f} s (not part of the run)")
+    print(f"  time from due to last push  {elapsed:8.1f} s   (goal: within 120 s)")
+    print(f"  delivered tasks/s           {rate:8.1f}")
+    print(
+        f"  delivered {result['delivered']}, duplicates {result['duplicates']}, lost {result['lost']},"
+        f" rejected by the push service {result['rejected']}, records redelivered {result['redelivered']}"
+    )
+    per_minute = rate * 60
+    print(f"  vs the reference's {REFERENCE_PER_MINUTE}/min: {per_minute / REFERENCE_PER_MINUTE:8.1f}x")
