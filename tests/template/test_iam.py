@@ -268,7 +268,10 @@ def _journey(env: Any) -> None:
         201,
     )
     _ok(
-        api.schedule({"contactName": "Rei", "messageType": "instant", "userMessage": "now", "firstSendTime": FIRST}),
+        # two segments: the first is claimed with the append, the second on its own (a condition check)
+        api.schedule(
+            {"contactName": "Rei", "messageType": "instant", "userMessage": "now。again", "firstSendTime": FIRST}
+        ),
         200,
     )
     # payloads larger than one item are stored as parts (written, read, replaced and deleted in batches)
@@ -342,10 +345,18 @@ def _journey(env: Any) -> None:
     assert _ok(api.put_client_state(state)).data["upserted"] == 2
     _ok(api.get_client_state("ns"))
     _ok(api.client_state_namespaces())
+    # a hundred sentences: too many outbox rows for one transaction, so run_task looks for the batch in the
+    # outbox (outbox_by_task) and appends through the general path (counter read, batched row reads)
+    _ok(
+        api.schedule(
+            {"contactName": "Rei", "messageType": "fixed", "userMessage": "嗯。" * 100, "firstSendTime": FIRST}
+        ),
+        201,
+    )
     # delivery: the tick claims, run_task delivers
     env.sandboxes.now_ms = T0_MS + 61_000
     summary = env.tick()
-    assert summary["claimedTasks"] == 3, summary
+    assert summary["claimedTasks"] == 4, summary
     env.drain()
     assert len(env.push.received) >= 3
     entries, _ = api.outbox_sync()
