@@ -116,6 +116,7 @@ def run(tasks: int = 10_000, users: int = 1_000) -> dict[str, Any]:
     import boto3
     from amsg import runtime
     from amsg.clock import OffsetClock
+    from amsg.context import DeliveryPorts
     from amsg.crypto import compact_json, encrypt_for_storage
     from amsg.ports import NewTask
     from amsg.timeutil import iso_from_ms
@@ -180,8 +181,12 @@ def run(tasks: int = 10_000, users: int = 1_000) -> dict[str, Any]:
             runtime.use(ctx)
             inbox = spawn.Queue()
             results = spawn.Queue()
-            ctx.extras["queue"] = lambda: _MpQueue(inbox)
-            ctx._built.pop("queue", None)
+            delivery = ctx.delivery
+            ctx.delivery = DeliveryPorts(
+                make_push_sender=delivery.make_push_sender,
+                make_llm=delivery.make_llm,
+                make_queue=lambda: _MpQueue(inbox),
+            )
             consumers = [
                 spawn.Process(
                     target=_consumer, args=(env, offset_ms, inbox, defaults["batch_size"], results), daemon=True

@@ -77,9 +77,7 @@ def measure(table: str, endpoint: str | None) -> dict[str, dict[str, Any]]:
         ctx.clock = FixedClock(T0_MS)
         runtime.use(ctx)
         sender, queue = RecordingPushSender(), MemoryQueue()
-        with_fakes(ctx, sender, queue)
-        ctx.extras["llm"] = _Llm
-        ctx._built.pop("llm", None)
+        with_fakes(ctx, sender, queue, llm=_Llm())
         transport = InProcessApi()
         clients = []
         for _ in range(USERS):

@@ -269,6 +269,7 @@ class RunSnapshot:
     row: TaskRow
     subscription: PushSubscriptionRow | None
     outbox_seq: int
+    policy: DeliveryPolicyRow | None = None
 
 
 @dataclass

@@ -88,6 +88,7 @@ class DeliveryEnv:
     cap_charges: list[CapCharge] = field(default_factory=list)  # frequency caps the next push claim counts
     # what run_task read with the task in its one read (None: read the subscription when needed)
     prefetched: tuple[PushSubscriptionRow | None] | None = None
+    prefetched_policy: tuple[Any, ...] | None = None
     outbox_seq: int | None = None
     adopt_lease: Callable[[], str] | None = None  # the append adopts the claim with this lease
     owner: str = ""
@@ -348,7 +349,14 @@ def process_occurrence(
     known = row.outbox_occurrence is not None and row.outbox_occurrence == row.next_send_at
     entries = _committed_batch(ctx, row, occurrence, user_key) if known or agentic else None
     # the user's quiet hours and caps come first, before the host's on_before_fire and any LLM call
-    policy = before_fire(ctx, row, payload, user_key, check_caps=not any(entry.done for entry in entries or ()))
+    policy = before_fire(
+        ctx,
+        row,
+        payload,
+        user_key,
+        check_caps=not any(entry.done for entry in entries or ()),
+        prefetched=env.prefetched_policy,
+    )
     if policy.defer_until_ms is not None:
         return Outcome(deferred_until=iso_from_ms(policy.defer_until_ms), policy_deferred=True)
     env.cap_charges = list(policy.charges)  # counted with the first push this run claims (agentic ones too)

@@ -36,11 +36,14 @@ def is_exempt(payload: dict[str, Any]) -> bool:
     return payload.get("messageType") == "instant"
 
 
-def load_policy(ctx: AppContext, user_id: str, user_key: str) -> DeliveryPolicy | None:
-    """The user's policy, or None (none set, no store, or unreadable under this master key)."""
+def load_policy(
+    ctx: AppContext, user_id: str, user_key: str, prefetched: tuple[Any, ...] | None = None
+) -> DeliveryPolicy | None:
+    """The user's policy, or None (none set, no store, or unreadable under this master key). ``prefetched``
+    is ``(row,)`` when run_task already read the policy item together with the task."""
     if ctx.policies is None:
         return None
-    row = ctx.policies.get_policy(user_id)
+    row = prefetched[0] if prefetched is not None else ctx.policies.get_policy(user_id)
     if row is None:
         return None
     try:
@@ -79,7 +82,13 @@ def cap_charges(
 
 
 def before_fire(
-    ctx: AppContext, row: TaskRow, payload: dict[str, Any], user_key: str, *, check_caps: bool
+    ctx: AppContext,
+    row: TaskRow,
+    payload: dict[str, Any],
+    user_key: str,
+    *,
+    check_caps: bool,
+    prefetched: tuple[Any, ...] | None = None,
 ) -> PolicyDecision:
     """Whether this fire waits (quiet hours, a full cap) and, if not, which caps its first push charges.
 
@@ -87,7 +96,7 @@ def before_fire(
     was counted then."""
     if is_exempt(payload):
         return PolicyDecision()
-    policy = load_policy(ctx, row.user_id, user_key)
+    policy = load_policy(ctx, row.user_id, user_key, prefetched)
     if policy is None:
         return PolicyDecision()
     now = ctx.now_ms()

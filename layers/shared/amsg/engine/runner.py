@@ -319,6 +319,7 @@ def run_message(
         _release(ctx, row)  # late in a batch: let the next tick hand it to a fresh invocation
         return {"skipped": "no_time_left", "taskUuid": message.uuid}
     env.prefetched = (snapshot.subscription,)
+    env.prefetched_policy = (snapshot.policy,)
     env.outbox_seq = snapshot.outbox_seq
     env.adopt_lease = lambda: iso_from_ms(ctx.now_ms() + ctx.settings.run_lease_ms)
     env.owner = owner

@@ -13,6 +13,7 @@ from boto3.dynamodb.conditions import Key
 from botocore.exceptions import ClientError
 
 from amsg.adapters.dynamo import keys
+from amsg.adapters.dynamo.delivery_policy import policy_row
 from amsg.adapters.dynamo.outbox import delivered_update, fits_one_transaction, new_row_put
 from amsg.adapters.dynamo.subscriptions import subscription_row
 from amsg.adapters.dynamo.table import DynamoTable, TransactionCancelled, backoff, is_conditional_failure, item_int
@@ -213,7 +214,7 @@ class DynamoClaimStore:
         """One consistent BatchGetItem: the task, the push subscription and the outbox counter. The claim is
         current when the task is still pending under this claim version and occurrence and still leased."""
         task_key = self._key(user_id, uuid)
-        wanted = [task_key, keys.push_key(user_id), keys.counter_key(user_id, "outbox")]
+        wanted = [task_key, keys.push_key(user_id), keys.counter_key(user_id, "outbox"), keys.policy_key(user_id)]
         found = self.t.batch_get(wanted)
         item = found.get((task_key["PK"], task_key["SK"]))
         if (
@@ -227,7 +228,8 @@ class DynamoClaimStore:
         push = found.get((wanted[1]["PK"], wanted[1]["SK"]))
         subscription = subscription_row(push)
         counter = found.get((wanted[2]["PK"], wanted[2]["SK"]))
-        return RunSnapshot(self._row(item), subscription, item_int(counter.get("n")) if counter else 0)
+        policy = policy_row(found.get((wanted[3]["PK"], wanted[3]["SK"])))
+        return RunSnapshot(self._row(item), subscription, item_int(counter.get("n")) if counter else 0, policy)
 
     def append_batch(
         self,

@@ -37,15 +37,19 @@ def cap_charge_action(user_id: str, charge: CapCharge) -> dict[str, Any]:
     }
 
 
+def policy_row(item: dict[str, Any] | None) -> DeliveryPolicyRow | None:
+    """The stored policy of a policy item (also read in one batch with the task by run_task)."""
+    if not item:
+        return None
+    return DeliveryPolicyRow(encrypted_policy=item["policy"], updated_at=int(item["updated_at"]))
+
+
 class DynamoDeliveryPolicyStore:
     def __init__(self, table: DynamoTable) -> None:
         self.t = table
 
     def get_policy(self, user_id: str) -> DeliveryPolicyRow | None:
-        item = self.t.get(keys.policy_key(user_id))
-        if not item:
-            return None
-        return DeliveryPolicyRow(encrypted_policy=item["policy"], updated_at=int(item["updated_at"]))
+        return policy_row(self.t.get(keys.policy_key(user_id)))
 
     def put_policy(self, user_id: str, encrypted: str, updated_at: int) -> None:
         self.t.table.update_item(
