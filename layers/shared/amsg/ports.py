@@ -227,7 +227,8 @@ class ClaimStore(Protocol):
 
     def open_run(self, user_id: str, uuid: str, claim_version: int, next_send_at: str) -> RunSnapshot | None:
         """run_task's one read: the task (None unless the message's claim is still current), the user's push
-        subscription and outbox counter, in one round trip. Adoption happens in :meth:`append_batch`."""
+        subscription, outbox counter and delivery policy, in one round trip. Adoption happens in
+        :meth:`append_batch`."""
         ...
 
     def append_batch(

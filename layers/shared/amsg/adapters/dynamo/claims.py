@@ -211,8 +211,9 @@ class DynamoClaimStore:
         return None if attributes is None else self._row(attributes)
 
     def open_run(self, user_id: str, uuid: str, claim_version: int, next_send_at: str) -> RunSnapshot | None:
-        """One consistent BatchGetItem: the task, the push subscription and the outbox counter. The claim is
-        current when the task is still pending under this claim version and occurrence and still leased."""
+        """One consistent BatchGetItem: the task, the push subscription, the outbox counter and the delivery
+        policy. The claim is current when the task is still pending under this claim version and occurrence and
+        still leased."""
         task_key = self._key(user_id, uuid)
         wanted = [task_key, keys.push_key(user_id), keys.counter_key(user_id, "outbox"), keys.policy_key(user_id)]
         found = self.t.batch_get(wanted)
