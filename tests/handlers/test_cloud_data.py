@@ -247,3 +247,85 @@ def test_owner_state_list_get_and_restore(api, ctx):
     base = {"contactName": "Rei", "messageType": "fixed", "userMessage": "x", "firstSendTime": FIRST, "owner": ALICE}
     assert api.schedule(base).status == 409
     assert api.schedule({**base, "ownerGeneration": 2}).status == 201
+
+
+# ---- cleanup plans and operations ------------------------------------------------------------------------
+
+
+def test_retire_owner_fences_then_deletes_everything_it_owns(api, ctx):
+    uuids = seed(api)
+    plan = post(api, "cleanup-plans", {"mode": "retire-owner", "owner": ALICE})
+    assert plan.status == 200, plan.text
+    assert plan.data["ownerGeneration"] == 0 and plan.data["count"] == 3
+    assert {c["type"]: c["count"] for c in plan.data["counts"]}["task"] == 1
+    assert len(plan.data["impacts"]) == 2 and plan.data["complete"] is True
+    op = post(api, "cleanup-operations", {"planId": plan.data["id"], "idempotencyKey": "retire-alice"})
+    assert op.status == 200, op.text
+    assert op.data["status"] == "completed" and op.data["fencedGeneration"] == 1
+    assert {c["type"]: c["deleted"] for c in op.data["counts"]} == {
+        "task": 1, "state": 1, "credential": 1, "outbox": 0, "subscription": 0,
+    }  # fmt: skip
+    assert set(op.data) == {
+        "id", "planId", "idempotencyKey", "mode", "owner", "ownerGeneration", "fencedGeneration", "status",
+        "counts", "errors", "createdAt", "updatedAt",
+    }  # fmt: skip
+    labels = {r["label"] for r in get(api, "resources").data["resources"]}
+    assert uuids["alice"] not in labels and "char/alice" not in labels and "alice/chat" not in labels
+    assert uuids["bob"] in labels and "char/global" in labels  # the other owner and global data are untouched
+    # its writes are refused now; the same key replays the same operation; another plan with it conflicts
+    err(api.put_client_state([{"namespace": "char", "key": "x", "value": "v", "updatedAt": T0_MS, "owner": ALICE}]),
+        409, "CLOUD_OWNER_RETIRED")  # fmt: skip
+    again = post(api, "cleanup-operations", {"planId": plan.data["id"], "idempotencyKey": "retire-alice"})
+    assert again.data["id"] == op.data["id"]
+    other = post(api, "cleanup-plans", {"mode": "retire-owner", "owner": BOB}).data
+    err(post(api, "cleanup-operations", {"planId": other["id"], "idempotencyKey": "retire-alice"}), 409,
+        "IDEMPOTENCY_CONFLICT")  # fmt: skip
+    listed = get(api, "cleanup-operations").data
+    assert [o["id"] for o in listed["operations"]] == [op.data["id"]]
+    assert get(api, f"cleanup-operations/{op.data['id']}").data == again.data
+    # restore brings the owner back at a new generation
+    restored = post(api, "owner", {"action": "restore", "owner": ALICE}).data
+    assert restored["generation"] == 2 and restored["retired"] is False
+
+
+def test_purge_deletes_exactly_the_preview_and_refuses_a_changed_one(api, ctx):
+    seed(api)
+    resources = get(api, "resources").data["resources"]
+    state = next(r for r in resources if r["label"] == "char/global")
+    plan = post(api, "cleanup-plans", {"mode": "purge", "resourceIds": [state["id"]]}).data
+    assert plan["ownerGeneration"] is None and plan["count"] == 1
+    op = post(api, "cleanup-operations", {"planId": plan["id"], "idempotencyKey": "p1"}).data
+    assert op["status"] == "completed"
+    assert state["id"] not in {r["id"] for r in get(api, "resources").data["resources"]}
+    # a resource written after the preview is not deleted
+    cred = next(r for r in resources if r["label"] == "alice/chat")
+    plan = post(api, "cleanup-plans", {"mode": "purge", "resourceIds": [cred["id"]]}).data
+    value = {"apiUrl": "https://llm.example/v1", "apiKey": "sk-2", "primaryModel": "m"}
+    assert api.put_credentials([{"credId": "alice/chat", "value": value}]).status == 200
+    err(post(api, "cleanup-operations", {"planId": plan["id"], "idempotencyKey": "p2"}), 409, "CLOUD_PLAN_CHANGED")
+    assert cred["id"] in {r["id"] for r in get(api, "resources").data["resources"]}
+
+
+def test_cleanup_validation_errors(api, ctx):
+    seed(api)
+    err(post(api, "cleanup-plans", {"mode": "wipe"}), 400, "INVALID_CLEANUP_MODE")
+    err(post(api, "cleanup-plans", {"mode": "retire-owner"}), 400, "INVALID_CLOUD_OWNER")
+    err(post(api, "cleanup-plans", {"mode": "purge", "owner": {"type": "c"}}), 400, "INVALID_CLOUD_OWNER")
+    err(post(api, "cleanup-plans", {"mode": "purge"}), 400, "INVALID_CLEANUP_SELECTION")
+    err(post(api, "cleanup-plans", {"mode": "purge", "resourceIds": []}), 400, "INVALID_CLEANUP_SELECTION")
+    err(post(api, "cleanup-plans", {"mode": "purge", "owner": ALICE, "types": ["chunk"]}), 400,
+        "INVALID_CLEANUP_SELECTION")  # fmt: skip
+    err(post(api, "cleanup-plans", {"mode": "retire-owner", "owner": ALICE, "types": ["task"]}), 400,
+        "INVALID_CLEANUP_SELECTION")  # fmt: skip
+    err(post(api, "cleanup-plans", {"mode": "purge", "resourceIds": ["0" * 64]}), 409, "CLOUD_RESOURCE_NOT_FOUND")
+    err(post(api, "cleanup-operations", {"planId": "x"}), 400, "INVALID_CLEANUP_OPERATION")
+    err(post(api, "cleanup-operations", {"planId": "x", "idempotencyKey": " "}), 400, "INVALID_CLEANUP_OPERATION")
+    err(post(api, "cleanup-operations", {"planId": "x", "idempotencyKey": "k" * 201}), 400,
+        "INVALID_CLEANUP_OPERATION")  # fmt: skip
+    err(post(api, "cleanup-operations", {"planId": "nope", "idempotencyKey": "k"}), 404, "CLOUD_RECORD_NOT_FOUND")
+    plan = post(api, "cleanup-plans", {"mode": "retire-owner", "owner": ALICE}).data
+    ctx.clock.current_ms += 15 * 60_000 + 1
+    err(post(api, "cleanup-operations", {"planId": plan["id"], "idempotencyKey": "k"}), 409, "CLOUD_PLAN_EXPIRED")
+    plan = post(api, "cleanup-plans", {"mode": "retire-owner", "owner": ALICE}).data
+    retire(ctx, api.user_id, ALICE)  # the owner changed since the preview
+    err(post(api, "cleanup-operations", {"planId": plan["id"], "idempotencyKey": "k2"}), 409, "CLOUD_PLAN_CHANGED")

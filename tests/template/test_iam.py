@@ -429,6 +429,13 @@ def _journey(env: Any) -> None:
     _ok(api.request("GET", "/cloud-data/owners"))
     _ok(api.request("GET", "/cloud-data/owner?ownerType=character&ownerId=iam"))
     _ok(api.send_encrypted("POST", "/cloud-data/owner", {"action": "restore", "owner": owner}))
+    plan = _ok(api.send_encrypted("POST", "/cloud-data/cleanup-plans", {"mode": "retire-owner", "owner": owner})).data
+    op = _ok(
+        api.send_encrypted("POST", "/cloud-data/cleanup-operations", {"planId": plan["id"], "idempotencyKey": "k"})
+    )
+    assert op.data["status"] == "completed", op.data
+    _ok(api.request("GET", "/cloud-data/cleanup-operations"))
+    _ok(api.request("GET", f"/cloud-data/cleanup-operations/{op.data['id']}"))
     _ok(api.delete_credentials({"all": True}))
     _ok(api.outbox_delete({"all": True}))
     _ok(api.delete_subscription())

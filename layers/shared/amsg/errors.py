@@ -94,6 +94,15 @@ CATALOGUE: dict[str, tuple[int, str]] = {
     "CLOUD_RECORD_NOT_FOUND": (404, "云端管理记录不存在"),
     "INVALID_CLOUD_OWNER_ACTION": (400, "action 只能是 restore"),
     "CLOUD_OWNER_CHANGED": (500, "归属者状态已被并发修改，请重试"),
+    "INVALID_CLEANUP_MODE": (400, "mode 必须是 purge 或 retire-owner"),
+    "INVALID_CLEANUP_SELECTION": (400, "清理范围无效"),
+    "INVALID_CLEANUP_OPERATION": (400, "planId 与 idempotencyKey（≤200 字符）必填"),
+    "CLOUD_INVENTORY_INCOMPLETE": (409, "云端清单不完整，暂不能清理"),
+    "CLOUD_RESOURCE_NOT_FOUND": (409, "部分资源不存在或不在所选范围内"),
+    "IDEMPOTENCY_CONFLICT": (409, "该幂等键已用于另一个清理计划"),
+    "CLOUD_PLAN_EXPIRED": (409, "清理计划已过期，请重新预览"),
+    "CLOUD_PLAN_CHANGED": (409, "预览后数据已变化，请重新预览"),
+    "CLOUD_CLEANUP_IN_PROGRESS": (409, "该归属者的停用清理仍在进行，暂不能恢复"),
 }
 
 # Cloud-owner guard violations on ordinary endpoints answer 409 {code, message} (the reference leaks them

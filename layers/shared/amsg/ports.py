@@ -60,6 +60,7 @@ class StoredResource:
     payload: str | None = field(default=None, repr=False)  # task payload / outbox push ciphertext (owner clues)
     task_uuid: str | None = None  # outbox: the task the row came from
     version: str = ""  # changes with every write to any of its items
+    rev: int | None = None  # the item's write counter as listed (deletes are conditioned on it)
 
 
 @dataclass
@@ -76,6 +77,12 @@ class CloudDataStore(Protocol):
         ...
 
     def get_record(self, user_id: str, kind: str, record_id: str) -> str | None: ...
+
+    def list_records(self, user_id: str, kind: str) -> list[str]: ...
+
+    def delete_resource(self, user_id: str, resource: StoredResource) -> bool:
+        """Delete one resource (all its items) iff it is unchanged since listed; False otherwise."""
+        ...
 
 
 @dataclass(frozen=True)

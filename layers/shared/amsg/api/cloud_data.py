@@ -24,6 +24,7 @@ from amsg.http.request import ApiRequest
 from amsg.http.responses import ApiResponse, encrypted
 from amsg.observability import logger
 
+from .cloud_cleanup import create_plan, get_operation, list_operations, operations_of, start_operation
 from .common import authenticate
 
 SNAPSHOT_TTL_MS = 15 * 60_000
@@ -74,22 +75,18 @@ def _dispatch(
     if method == "GET" and path.endswith("/resources"):
         return _resources(request, ctx, user_id, user_key)
     if method == "POST" and path.endswith("/cleanup-plans"):
-        raise _cleanup_unavailable()
-    if path.endswith("/cleanup-operations") and method in ("POST", "GET"):
-        if method == "POST":
-            raise _cleanup_unavailable()
-        return {"operations": [], "complete": True, "gaps": []}
+        return create_plan(ctx, user_id, user_key, body or {})
+    if method == "POST" and path.endswith("/cleanup-operations"):
+        return start_operation(ctx, user_id, user_key, body or {})
+    if method == "GET" and path.endswith("/cleanup-operations"):
+        return list_operations(ctx, user_id, user_key)
     if method == "GET" and "/cleanup-operations/" in path:
-        raise api_error("CLOUD_RECORD_NOT_FOUND")
+        return get_operation(ctx, user_id, user_key, path.rsplit("/", 1)[1])
     if method == "GET" and path.endswith("/owners"):
         return _owners(ctx, user_id)
     if path.endswith("/owner") and method in ("GET", "POST"):
-        return _owner(request, ctx, user_id, body)
+        return _owner(request, ctx, user_id, user_key, body)
     raise api_error("NOT_FOUND", "云端管理入口不存在")
-
-
-def _cleanup_unavailable() -> ApiError:
-    return api_error("CLOUD_DATA_NOT_SUPPORTED", "清理计划与清理操作尚未在本部署提供")
 
 
 # ---- inventory ------------------------------------------------------------------------------------------
@@ -222,7 +219,9 @@ def _owner_state(ctx: AppContext, user_id: str, owner: dict[str, Any]) -> dict[s
     }
 
 
-def _owner(request: ApiRequest, ctx: AppContext, user_id: str, body: dict[str, Any] | None) -> dict[str, Any]:
+def _owner(
+    request: ApiRequest, ctx: AppContext, user_id: str, user_key: str, body: dict[str, Any] | None
+) -> dict[str, Any]:
     assert ctx.owners is not None
     if body is None:
         owner = {"type": request.param("ownerType"), "id": request.param("ownerId")}
@@ -236,6 +235,13 @@ def _owner(request: ApiRequest, ctx: AppContext, user_id: str, body: dict[str, A
     state = ctx.owners.get(user_id, ref)
     if body.get("action") != "restore":
         raise api_error("INVALID_CLOUD_OWNER_ACTION")
+    if any(
+        op["mode"] == "retire-owner"
+        and op["status"] in ("pending", "running")
+        and (op["owner"]["type"], op["owner"]["id"]) == (owner["type"], owner["id"])
+        for op in operations_of(ctx, user_id, user_key)
+    ):
+        raise api_error("CLOUD_CLEANUP_IN_PROGRESS")
     if state is not None and not state.active:
         try:
             ctx.owners.set_active(

@@ -15,9 +15,13 @@ import hashlib
 from decimal import Decimal
 from typing import Any
 
+from botocore.exceptions import ClientError
+
 from amsg import jsonio
 from amsg.adapters.dynamo import keys
-from amsg.adapters.dynamo.table import BlobRef, DynamoTable
+from amsg.adapters.dynamo.client_state import root_sk, value_parts_prefix
+from amsg.adapters.dynamo.table import BlobRef, DynamoTable, is_conditional_failure
+from amsg.adapters.dynamo.tasks import delete_with_registry
 from amsg.observability import logger
 from amsg.ports import ResourceListing, StoredResource
 from amsg.timeutil import parse_iso_ms
@@ -109,6 +113,7 @@ class DynamoCloudDataStore:
                     status=str(item.get("status", "pending")),
                     payload=payload,
                     version=_version([item]),
+                    rev=_int(item.get("rev")),
                     **_owned(item),
                 )
             )
@@ -127,6 +132,7 @@ class DynamoCloudDataStore:
                     updated_at=_ms(item.get("updated_at")),
                     status=None,
                     version=_version([item]),
+                    rev=_int(item.get("rev")),
                     **_owned(item),
                 )
             )
@@ -141,6 +147,7 @@ class DynamoCloudDataStore:
                 updated_at=_latest(item.get("updated_at"), item.get("created_at")),
                 status=None,
                 version=_version([item]),
+                rev=_int(item.get("rev")),
                 **_owned(item),
             )
             for item in self.t.query_prefix(pk, keys.CREDENTIAL_PREFIX)
@@ -169,6 +176,7 @@ class DynamoCloudDataStore:
                     payload=payload,
                     task_uuid=item.get("task_uuid"),
                     version=_version([item]),
+                    rev=_int(item.get("rev")),
                     **_owned(item),
                 )
             )
@@ -186,9 +194,49 @@ class DynamoCloudDataStore:
                 updated_at=_ms(item.get("updated_at")),
                 status="registered",
                 version=_version([item]),
+                rev=_int(item.get("rev")),
                 **_owned(item),
             )
         ]
+
+    # ---- deletion (cleanup) ------------------------------------------------------------------------------
+
+    def delete_resource(self, user_id: str, resource: StoredResource) -> bool:
+        """Delete one logical resource with every item it owns (parts, the task's uuid registry entry), only
+        while it is still the version that was listed; False when it changed (or is already gone)."""
+        pk = keys.user_pk(user_id)
+        if resource.type == "task":
+            uuid = str(resource.identity[0])
+            return delete_with_registry(self.t, user_id, uuid, "rev = :rev", {":rev": resource.rev})
+        if resource.type == "state":
+            namespace, key = str(resource.identity[0]), str(resource.identity[1])
+            old = self._delete_if_rev({"PK": pk, "SK": root_sk(namespace, key)}, resource.rev)
+            if old is not None and old.get("blob_token"):
+                self.t.delete_blob(pk, value_parts_prefix(namespace, key), str(old["blob_token"]))
+            return old is not None
+        if resource.type == "credential":
+            return (
+                self._delete_if_rev(keys.credential_key(user_id, str(resource.identity[0])), resource.rev) is not None
+            )
+        if resource.type == "outbox":
+            message_id = str(resource.identity[0])
+            old = self._delete_if_rev(keys.outbox_key(user_id, message_id), resource.rev)
+            if old is not None and old.get("payload_token"):
+                self.t.delete_blob(pk, keys.outbox_part_prefix(message_id), str(old["payload_token"]))
+            return old is not None
+        return self._delete_if_rev(keys.push_key(user_id), resource.rev) is not None
+
+    def _delete_if_rev(self, key: dict[str, str], rev: int | None) -> dict[str, Any] | None:
+        condition = "attribute_exists(SK) AND " + ("rev = :rev" if rev is not None else "attribute_not_exists(rev)")
+        kwargs: dict[str, Any] = {"Key": key, "ConditionExpression": condition, "ReturnValues": "ALL_OLD"}
+        if rev is not None:
+            kwargs["ExpressionAttributeValues"] = {":rev": rev}
+        try:
+            return self.t.table.delete_item(**kwargs).get("Attributes") or {}
+        except ClientError as exc:
+            if is_conditional_failure(exc):
+                return None
+            raise
 
     # ---- management records -----------------------------------------------------------------------------
 
@@ -206,3 +254,7 @@ class DynamoCloudDataStore:
     def get_record(self, user_id: str, kind: str, record_id: str) -> str | None:
         item = self.t.get({"PK": keys.user_pk(user_id), "SK": f"{RECORD_PREFIX}{kind}#{record_id}"})
         return item.get("data") if item else None
+
+    def list_records(self, user_id: str, kind: str) -> list[str]:
+        prefix = f"{RECORD_PREFIX}{kind}#"
+        return [str(item["data"]) for item in self.t.query_prefix(keys.user_pk(user_id), prefix) if item.get("data")]
