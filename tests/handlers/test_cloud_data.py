@@ -329,3 +329,64 @@ def test_cleanup_validation_errors(api, ctx):
     plan = post(api, "cleanup-plans", {"mode": "retire-owner", "owner": ALICE}).data
     retire(ctx, api.user_id, ALICE)  # the owner changed since the preview
     err(post(api, "cleanup-operations", {"planId": plan["id"], "idempotencyKey": "k2"}), 409, "CLOUD_PLAN_CHANGED")
+
+
+def _scan() -> list[dict]:
+    import boto3
+
+    from tests.conftest import TABLE
+
+    table = boto3.resource("dynamodb", region_name="us-east-1").Table(TABLE)
+    items, kwargs = [], {}
+    while True:
+        page = table.scan(**kwargs)
+        items += page["Items"]
+        if "LastEvaluatedKey" not in page:
+            return items
+        kwargs["ExclusiveStartKey"] = page["LastEvaluatedKey"]
+
+
+def test_nothing_is_left_behind_after_a_retirement_or_a_purge(api, ctx):
+    """Large values (task payload parts, client-state parts, outbox payload parts), uuid registry entries and
+    outbox rows go with the resource they belong to."""
+    from amsg.crypto import encrypt_for_storage
+    from amsg.ports import OutboxAppend, OwnerClaim
+
+    assert api.put_subscription(dummy_subscription()).status == 200
+    big = "长" * 150_000
+    for owner in (ALICE, BOB):
+        created = api.schedule(
+            {"contactName": "Rei", "messageType": "fixed", "userMessage": big, "firstSendTime": FIRST, "owner": owner}
+        )
+        assert created.status == 201, created.text
+        entry = {"namespace": "big", "key": owner["id"], "value": big, "updatedAt": T0_MS - 1, "owner": owner}
+        assert api.put_client_state([entry]).status == 200
+        claim = OwnerClaim(ref=owner_ref(owner["type"], owner["id"]), generation=0)
+        ctx.outbox.append(
+            api.user_id,
+            [OutboxAppend(f"{owner['id']}-m", encrypt_for_storage(big, api.user_key), T0_MS, owner=claim)],
+        )
+    kinds = {i["SK"].split("#")[0] for i in _scan() if i["PK"] == f"U#{api.user_id}"}
+    assert {"TP", "SC", "OP", "O", "T", "S"} <= kinds  # the large values really are split
+
+    plan = post(api, "cleanup-plans", {"mode": "retire-owner", "owner": ALICE}).data
+    assert {c["type"]: c["count"] for c in plan["counts"]} == {
+        "task": 1, "state": 1, "credential": 0, "outbox": 1, "subscription": 0,
+    }  # fmt: skip
+    op = post(api, "cleanup-operations", {"planId": plan["id"], "idempotencyKey": "a"}).data
+    assert op["status"] == "completed"
+    left = [i for i in _scan() if "alice" in str(i.get("key", "")) + str(i.get("message_id", ""))]
+    assert left == []
+    alice_task = [
+        i for i in _scan() if i["SK"].startswith("T#") and i.get("owner_ref") == owner_ref("character", "alice")
+    ]
+    assert alice_task == []
+
+    # purge Bob's three resources: only the owner item, counters, the subscription and records remain
+    ids = [r["id"] for r in get(api, "resources?ownerType=character&ownerId=bob").data["resources"]]
+    assert len(ids) == 3
+    plan = post(api, "cleanup-plans", {"mode": "purge", "resourceIds": ids}).data
+    assert post(api, "cleanup-operations", {"planId": plan["id"], "idempotencyKey": "b"}).data["status"] == "completed"
+    remaining = {i["SK"].split("#")[0] for i in _scan() if i["PK"] == f"U#{api.user_id}"}
+    assert remaining <= {"W", "SEQ", "PUSH", "R"}, remaining
+    assert [i for i in _scan() if i["PK"].startswith("TU#")] == []

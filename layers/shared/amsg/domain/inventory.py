@@ -137,9 +137,19 @@ def build_inventory(user_id: str, user_key: str, stored: Sequence[StoredResource
                 owner_ref=item.owner_ref,
             )
         )
+    _backfill_owners(entries)
     _backfill_labels(entries)
     entries.sort(key=lambda e: e.resource["id"])
     return entries
+
+
+def _backfill_owners(entries: list[Entry]) -> None:
+    """A resource that records only its owner's reference (an outbox row inherited from a task since deleted)
+    shows the owner another resource with the same reference names."""
+    known = {e.owner_ref: e.resource["owner"] for e in entries if e.owner_ref and e.resource["owner"]}
+    for entry in entries:
+        if entry.resource["owner"] is None and entry.owner_ref in known:
+            entry.resource["owner"] = dict(known[entry.owner_ref])
 
 
 def _backfill_labels(entries: list[Entry]) -> None:
