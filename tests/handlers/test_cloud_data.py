@@ -390,3 +390,27 @@ def test_nothing_is_left_behind_after_a_retirement_or_a_purge(api, ctx):
     remaining = {i["SK"].split("#")[0] for i in _scan() if i["PK"] == f"U#{api.user_id}"}
     assert remaining <= {"W", "SEQ", "PUSH", "R"}, remaining
     assert [i for i in _scan() if i["PK"].startswith("TU#")] == []
+
+
+def test_a_start_that_loses_the_idempotency_race_continues_the_winner(api, ctx, monkeypatch):
+    """Two starts with one key: the key record is created first-writer-wins; the loser drops its own record and
+    returns the winner's operation (simulated: the loser read the key before the winner wrote it)."""
+    seed(api)
+    plan = post(api, "cleanup-plans", {"mode": "purge", "owner": BOB}).data
+    winner = post(api, "cleanup-operations", {"planId": plan["id"], "idempotencyKey": "same"}).data
+    store = ctx.cloud_data
+    real_get = store.get_record
+    calls = {"n": 0}
+
+    def stale_first_read(user_id, kind, record_id):
+        if kind == "opkey" and calls["n"] == 0:
+            calls["n"] += 1
+            return None
+        return real_get(user_id, kind, record_id)
+
+    monkeypatch.setattr(store, "get_record", stale_first_read)
+    plan_again = post(api, "cleanup-plans", {"mode": "purge", "owner": ALICE}).data
+    # the plan differs: the loser must answer IDEMPOTENCY_CONFLICT and leave no operation of its own behind
+    err(post(api, "cleanup-operations", {"planId": plan_again["id"], "idempotencyKey": "same"}), 409,
+        "IDEMPOTENCY_CONFLICT")  # fmt: skip
+    assert [o["id"] for o in get(api, "cleanup-operations").data["operations"]] == [winner["id"]]

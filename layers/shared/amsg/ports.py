@@ -72,9 +72,14 @@ class ResourceListing:
 class CloudDataStore(Protocol):
     def list_resources(self, user_id: str) -> ResourceListing: ...
 
-    def put_record(self, user_id: str, kind: str, record_id: str, data: str, *, now_ms: int, ttl_s: int) -> None:
-        """A management record (``data`` is already encrypted); it expires after ``ttl_s``."""
+    def put_record(
+        self, user_id: str, kind: str, record_id: str, data: str, *, now_ms: int, ttl_s: int, create_only: bool = False
+    ) -> bool:
+        """A management record (``data`` is already encrypted); it expires after ``ttl_s``. ``create_only``: False
+        (nothing written) when the record exists (first writer wins)."""
         ...
+
+    def delete_record(self, user_id: str, kind: str, record_id: str) -> None: ...
 
     def get_record(self, user_id: str, kind: str, record_id: str) -> str | None: ...
 

@@ -200,10 +200,16 @@ def start_operation(ctx: AppContext, user_id: str, user_key: str, body: dict[str
         "versions": plan["versions"],
     }
     _save(ctx, user_id, user_key, "operation", operation, OPERATION_RECORD_TTL_S)
-    ctx.cloud_data.put_record(
+    claimed = ctx.cloud_data.put_record(
         user_id, "opkey", key_id, encrypt_for_storage(operation["id"], user_key), now_ms=now,
-        ttl_s=OPERATION_RECORD_TTL_S,
+        ttl_s=OPERATION_RECORD_TTL_S, create_only=True,
     )  # fmt: skip
+    if not claimed:  # a concurrent start with the same key won: continue its operation, drop ours
+        ctx.cloud_data.delete_record(user_id, "operation", operation["id"])
+        winner_id = decrypt_from_storage(ctx.cloud_data.get_record(user_id, "opkey", key_id) or "", user_key)
+        operation = _load(ctx, user_id, user_key, "operation", winner_id)
+        if operation["planId"] != plan_id:
+            raise api_error("IDEMPOTENCY_CONFLICT")
     return _public(_run(ctx, user_id, user_key, operation))
 
 

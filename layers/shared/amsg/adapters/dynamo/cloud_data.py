@@ -240,16 +240,29 @@ class DynamoCloudDataStore:
 
     # ---- management records -----------------------------------------------------------------------------
 
-    def put_record(self, user_id: str, kind: str, record_id: str, data: str, *, now_ms: int, ttl_s: int) -> None:
-        self.t.table.put_item(
-            Item={
-                "PK": keys.user_pk(user_id),
-                "SK": f"{RECORD_PREFIX}{kind}#{record_id}",
-                "data": data,
-                "updated_at": now_ms,
-                "ttl": now_ms // 1000 + ttl_s,
-            }
-        )
+    def put_record(
+        self, user_id: str, kind: str, record_id: str, data: str, *, now_ms: int, ttl_s: int, create_only: bool = False
+    ) -> bool:
+        item = {
+            "PK": keys.user_pk(user_id),
+            "SK": f"{RECORD_PREFIX}{kind}#{record_id}",
+            "data": data,
+            "updated_at": now_ms,
+            "ttl": now_ms // 1000 + ttl_s,
+        }
+        if not create_only:
+            self.t.table.put_item(Item=item)
+            return True
+        try:
+            self.t.table.put_item(Item=item, ConditionExpression="attribute_not_exists(SK)")
+        except ClientError as exc:
+            if is_conditional_failure(exc):
+                return False
+            raise
+        return True
+
+    def delete_record(self, user_id: str, kind: str, record_id: str) -> None:
+        self.t.table.delete_item(Key={"PK": keys.user_pk(user_id), "SK": f"{RECORD_PREFIX}{kind}#{record_id}"})
 
     def get_record(self, user_id: str, kind: str, record_id: str) -> str | None:
         item = self.t.get({"PK": keys.user_pk(user_id), "SK": f"{RECORD_PREFIX}{kind}#{record_id}"})
