@@ -112,6 +112,40 @@ def test_quiet_hours_defer_to_the_window_end_keeping_the_occurrence(engine):
     assert engine.api.get_message(created["uuid"]).code == "TASK_NOT_FOUND"  # a delivered one-shot is gone
 
 
+def test_moving_a_deferred_task_ends_the_deferral_and_it_fires_at_its_new_time(engine):
+    # held by quiet hours until 07:00, then moved by the user to 09:00 the next day: the old deferral must not
+    # make it look 26 hours late (it would be expired as stale instead of sent)
+    assert engine.api.put_delivery_policy(NIGHT).status == 200
+    created = schedule(engine)
+    at(engine, T0_MS + 61_000)
+    engine.harness.tick_and_drain()
+    assert engine.api.get_message(created["uuid"]).data["task"]["deferredUntil"] == "2029-12-31T07:00:00.000Z"
+    moved = engine.api.update(created["uuid"], {"nextSendAt": "2030-01-01T09:00:00.000Z", "userMessage": "later"})
+    assert moved.status == 200, moved.text
+    task = engine.api.get_message(created["uuid"]).data["task"]
+    assert "deferredUntil" not in task and task["nextSendAt"] == "2030-01-01T09:00:00.000Z"
+    at(engine, T0_MS + 7 * HOUR)
+    assert engine.harness.tick_and_drain()["claimedTasks"] == 0  # the old wake-up is gone
+    at(engine, T0_MS + 33 * HOUR)
+    engine.harness.tick_and_drain()
+    assert [p["message"] for p in engine.push.payloads()] == ["later"]
+    assert engine.api.get_message(created["uuid"]).code == "TASK_NOT_FOUND"
+
+
+def test_editing_a_deferred_task_keeps_its_deferral(engine):
+    assert engine.api.put_delivery_policy(NIGHT).status == 200
+    created = schedule(engine)
+    at(engine, T0_MS + 61_000)
+    engine.harness.tick_and_drain()
+    edited = engine.api.update(created["uuid"], {"userMessage": "edited"})
+    assert edited.status == 200, edited.text
+    task = engine.api.get_message(created["uuid"]).data["task"]
+    assert task["deferredUntil"] == "2029-12-31T07:00:00.000Z" and task["status"] == "pending"
+    at(engine, T0_MS + 7 * HOUR)
+    engine.harness.tick_and_drain()
+    assert [p["message"] for p in engine.push.payloads()] == ["edited"]
+
+
 def test_instant_messages_are_exempt(engine):
     assert engine.api.put_delivery_policy(NIGHT).status == 200  # T0 is 00:00 UTC: inside the quiet hours
     resp = engine.api.schedule(

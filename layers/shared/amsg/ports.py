@@ -197,9 +197,11 @@ class TaskStore(Protocol):
         now_iso: str,
         expected_rev: int,
         owner: OwnerClaim | None = None,
+        keep_deferral: bool = False,
     ) -> str | None:
         """Conditional on status pending (+ no live lease when moving next_send_at) and, for an owned task, on its
-        owner holding (``CloudGuardError`` otherwise); returns updated_at or None."""
+        owner holding (``CloudGuardError`` otherwise); returns updated_at or None. Clears the retry state and a
+        delivery-policy deferral, unless ``keep_deferral`` and the occurrence does not move."""
         ...
 
     def delete_task(self, user_id: str, uuid: str) -> bool: ...

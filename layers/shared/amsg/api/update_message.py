@@ -72,6 +72,8 @@ def update_message(request: ApiRequest, ctx: AppContext) -> ApiResponse:
             now_iso=iso_from_ms(ctx.now_ms()),
             expected_rev=row.rev,
             owner=row.owner,  # the task's owner guards its updates; an update never changes it
+            # a payload-only edit keeps a quiet-hours/cap deferral; moving the occurrence ends it
+            keep_deferral=bool(row.deferred_until) and row.retry_after == row.deferred_until,
         )
         if updated_at is not None:
             applied_keys = set(applied) | ({"nextSendAt"} if moves else set())

@@ -259,12 +259,17 @@ class DynamoTaskStore:
         now_iso: str,
         expected_rev: int,
         owner: OwnerClaim | None = None,
+        keep_deferral: bool = False,
     ) -> str | None:
         """Rewrite a pending task's payload (and occurrence) iff it is still at ``expected_rev``; an owned task's
-        update commits only while its owner holds (``CLOUD_OWNER_RETIRED`` otherwise)."""
+        update commits only while its owner holds (``CLOUD_OWNER_RETIRED`` otherwise).
+
+        An update starts the task's retry state afresh (``retry_after`` and a delivery-policy ``deferred_until``
+        go), except with ``keep_deferral``: a payload-only edit of a task held back by quiet hours or a cap
+        keeps its wake-up, or it would be claimed at the old deferral time with nothing saying it was held."""
         payload_attrs, blob = self._payload_attrs(user_id, uuid, encrypted_payload)
         sets = ["updated_at = :now", "retry_count = :zero", "rev = rev + :one"]
-        removes = ["retry_after"]
+        removes = [] if keep_deferral and next_send_at is None else ["retry_after", "deferred_until"]
         values: dict[str, Any] = {":now": now_iso, ":zero": 0, ":one": 1, ":pending": "pending", ":rev": expected_rev}
         for name, value in payload_attrs.items():
             sets.append(f"{name} = :{name}")
