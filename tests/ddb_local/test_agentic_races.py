@@ -17,7 +17,7 @@ from amsg.ports import LlmReply, NewTask
 from amsg.timeutil import iso_from_ms
 
 from tests.support import hooks_agentic
-from tests.support.ddb_engine import T0_MS, Killed, MemoryQueue, RecordingPushSender, ddb_context, with_fakes
+from tests.support.ddb_engine import T0_MS, Killed, MemoryQueue, RecordingPushSender, ddb_context, race, with_fakes
 from tests.support.hooks_agentic import SCRIPT
 
 pytestmark = pytest.mark.ddb_local
@@ -115,32 +115,11 @@ def follow_ups(ctx, tasks: list[tuple[str, str]]) -> Counter[str]:
     return counts
 
 
-def consume(ctx, queue: MemoryQueue, stop: threading.Event) -> None:
-    while not (stop.is_set() and queue.items.empty()):
-        try:
-            body = queue.items.get(timeout=0.05)
-        except Exception:
-            continue
-        message = parse_task_message(json.dumps(body))
-        run_message(ctx, message, remaining_ms=lambda: 100_000, owner=f"consumer:{threading.get_ident()}")
-        # SQS is at-least-once: the same message again, maybe on another consumer
-        run_message(ctx, message, remaining_ms=lambda: 100_000, owner=f"dup:{threading.get_ident()}")
-
-
 def test_racing_ticks_and_duplicated_deliveries_fire_every_agentic_task_exactly_once(world):
     ctx, sender, queue, llm = world
     tasks = seed(ctx, users=6, per_user=5)
     ctx.clock.current_ms = DUE_MS + 1_000
-    stop = threading.Event()
-    consumers = [threading.Thread(target=consume, args=(ctx, queue, stop)) for _ in range(2)]
-    ticks = [threading.Thread(target=run_tick, args=(ctx,), kwargs={"owner": f"tick-{i}"}) for i in range(2)]
-    for thread in consumers + ticks:
-        thread.start()
-    for thread in ticks:
-        thread.join()
-    stop.set()
-    for thread in consumers:
-        thread.join()
+    race(ctx, queue, ticks=2, consumers=2, duplicate=True)
 
     counts = sender.counts()
     assert len(counts) == 3 * len(tasks)  # two hook pushes and one result per task

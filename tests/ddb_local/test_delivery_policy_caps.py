@@ -4,19 +4,15 @@ the same transaction as the send claim, fenced by the task claim."""
 
 from __future__ import annotations
 
-import json
-import threading
 import uuid
 
 import pytest
 from amsg.adapters.dynamo import keys
 from amsg.crypto import compact_json, encrypt_for_storage
-from amsg.engine.messages import parse_task_message
-from amsg.engine.runner import run_message, run_tick
 from amsg.ports import NewTask
 from amsg.timeutil import iso_from_ms
 
-from tests.support.ddb_engine import T0_MS, MemoryQueue, RecordingPushSender, ddb_context, with_fakes
+from tests.support.ddb_engine import T0_MS, MemoryQueue, RecordingPushSender, ddb_context, race, with_fakes
 
 pytestmark = pytest.mark.ddb_local
 HOUR = 3_600_000
@@ -51,29 +47,6 @@ def seed(ctx, user: str, count: int, characters: list[str]) -> list[str]:
     return uuids
 
 
-def consume(ctx, queue: MemoryQueue, stop: threading.Event) -> None:
-    while not (stop.is_set() and queue.items.empty()):
-        try:
-            body = queue.items.get(timeout=0.05)
-        except Exception:
-            continue
-        message = parse_task_message(json.dumps(body))
-        run_message(ctx, message, remaining_ms=lambda: 100_000, owner=f"consumer:{threading.get_ident()}")
-        # SQS is at-least-once: the same message again (does nothing: the claim moved on)
-        run_message(ctx, message, remaining_ms=lambda: 100_000, owner=f"dup:{threading.get_ident()}")
-
-
-def round_of(ctx, queue: MemoryQueue, consumers: int = 4) -> None:
-    stop = threading.Event()
-    threads = [threading.Thread(target=consume, args=(ctx, queue, stop)) for _ in range(consumers)]
-    for thread in threads:
-        thread.start()
-    run_tick(ctx, owner=f"tick-{uuid.uuid4()}")
-    stop.set()
-    for thread in threads:
-        thread.join()
-
-
 def fires(sender: RecordingPushSender) -> dict[str, int]:
     """Pushes per occurrence (task uuid), from what the push service accepted."""
     counts: dict[str, int] = {}
@@ -94,7 +67,7 @@ def test_racing_consumers_never_exceed_a_cap_and_lose_nothing(ddb_local_endpoint
         assert window < TASKS, "tasks were lost"
         ctx.clock.current_ms = T0_MS + 61_000 + window * HOUR
         before = len(fires(sender))
-        round_of(ctx, queue)
+        race(ctx, queue, ticks=1, consumers=4, duplicate=True)
         counts = fires(sender)
         # never more than the cap in one window, and each window that had work used all of it
         assert len(counts) - before == min(CAP, TASKS - before), (window, len(counts) - before)

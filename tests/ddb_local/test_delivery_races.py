@@ -15,7 +15,7 @@ from amsg.engine.runner import run_message, run_tick
 from amsg.ports import NewTask
 from amsg.timeutil import iso_from_ms
 
-from tests.support.ddb_engine import T0_MS, Killed, MemoryQueue, RecordingPushSender, ddb_context, with_fakes
+from tests.support.ddb_engine import T0_MS, Killed, MemoryQueue, RecordingPushSender, ddb_context, race, with_fakes
 
 pytestmark = pytest.mark.ddb_local
 DUE_ISO = iso_from_ms(T0_MS + 60_000)
@@ -52,18 +52,6 @@ def seed(ctx, users: int, per_user: int, message: str, recurrence: str = "none")
     return tasks
 
 
-def consume(ctx, queue: MemoryQueue, *, duplicate: bool, stop: threading.Event) -> None:
-    while not (stop.is_set() and queue.items.empty()):
-        try:
-            body = queue.items.get(timeout=0.05)
-        except Exception:
-            continue
-        message = parse_task_message(json.dumps(body))
-        run_message(ctx, message, remaining_ms=lambda: 100_000, owner=f"consumer:{threading.get_ident()}")
-        if duplicate:  # SQS is at-least-once: the same message again, maybe on another consumer
-            run_message(ctx, message, remaining_ms=lambda: 100_000, owner=f"dup:{threading.get_ident()}")
-
-
 def test_two_ticks_and_two_consumers_push_every_occurrence_exactly_once(ddb_local_endpoint, ddb_local_table):
     ctx = ddb_context(ddb_local_endpoint, ddb_local_table)
     sender, queue = RecordingPushSender(), MemoryQueue()
@@ -71,19 +59,7 @@ def test_two_ticks_and_two_consumers_push_every_occurrence_exactly_once(ddb_loca
     tasks = seed(ctx, users=12, per_user=10, message="第一句。第二句！")
     ctx.clock.current_ms = T0_MS + 61_000
 
-    stop = threading.Event()
-    consumers = [
-        threading.Thread(target=consume, args=(ctx, queue), kwargs={"duplicate": True, "stop": stop}) for _ in range(2)
-    ]
-    summaries: list[dict] = []
-    ticks = [threading.Thread(target=lambda: summaries.append(run_tick(ctx, owner=f"tick-{i}"))) for i in range(2)]
-    for thread in consumers + ticks:
-        thread.start()
-    for thread in ticks:
-        thread.join()
-    stop.set()
-    for thread in consumers:
-        thread.join()
+    summaries = race(ctx, queue, ticks=2, consumers=2, duplicate=True)
 
     counts = sender.counts()
     assert len(counts) == 2 * len(tasks)

@@ -86,3 +86,44 @@ def ddb_context(endpoint: str, table: str, **env_overrides: str):
 def with_fakes(ctx, sender: RecordingPushSender, queue: MemoryQueue, llm: Any = None) -> None:
     make_llm = ctx.delivery.make_llm if llm is None else (lambda: llm)
     ctx.delivery = DeliveryPorts(make_push_sender=lambda: sender, make_llm=make_llm, make_queue=lambda: queue)
+
+
+def consume(ctx, queue: MemoryQueue, stop: threading.Event, *, duplicate: bool = True) -> None:
+    """One run_task consumer draining ``queue`` until ``stop`` is set and the queue is empty. With ``duplicate``
+    every message is run a second time, as SQS's at-least-once delivery may (maybe on another consumer)."""
+    from amsg.engine.messages import parse_task_message
+    from amsg.engine.runner import run_message
+
+    while not (stop.is_set() and queue.items.empty()):
+        try:
+            body = queue.items.get(timeout=0.05)
+        except queue_lib.Empty:
+            continue
+        message = parse_task_message(json.dumps(body))
+        run_message(ctx, message, remaining_ms=lambda: 100_000, owner=f"consumer:{threading.get_ident()}")
+        if duplicate:
+            run_message(ctx, message, remaining_ms=lambda: 100_000, owner=f"dup:{threading.get_ident()}")
+
+
+def race(ctx, queue: MemoryQueue, *, ticks: int = 2, consumers: int = 2, duplicate: bool = True) -> list[dict]:
+    """``ticks`` racing ticks feeding ``consumers`` racing consumers; returns the ticks' summaries once the
+    queue is drained."""
+    from amsg.engine.runner import run_tick
+
+    stop = threading.Event()
+    summaries: list[dict] = []
+    consumer_threads = [
+        threading.Thread(target=consume, args=(ctx, queue, stop), kwargs={"duplicate": duplicate})
+        for _ in range(consumers)
+    ]
+    tick_threads = [
+        threading.Thread(target=lambda i=i: summaries.append(run_tick(ctx, owner=f"tick-{i}"))) for i in range(ticks)
+    ]
+    for thread in consumer_threads + tick_threads:
+        thread.start()
+    for thread in tick_threads:
+        thread.join()
+    stop.set()
+    for thread in consumer_threads:
+        thread.join()
+    return summaries
