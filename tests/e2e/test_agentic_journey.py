@@ -12,13 +12,11 @@ from collections.abc import Iterator
 
 import pytest
 from amsg.timeutil import iso_from_ms, parse_iso_ms
-from amsg.vapid import generate_vapid_keys
-from amsg_local.cli import start_local_stack
 
 from examples.hooks import companion
 from tests.support import hooks_agentic
+from tests.support.e2e_stack import stack_with_push
 from tests.support.fake_llm import FakeLlmServer
-from tests.support.fake_push import FakePushService
 from tests.support.hooks_agentic import SCRIPT
 from tests.support.wire_client import WireClient, http_transport
 
@@ -30,19 +28,11 @@ KEY = "sk-e2e-agentic-0123456789"
 
 @pytest.fixture(scope="module")
 def world() -> Iterator[dict]:
-    public, private = generate_vapid_keys()
-    with FakePushService(vapid_public_key=public) as push, FakeLlmServer() as llm:
-        config = {
-            "AMSG_MASTER_KEY": "d" * 64,
-            "AMSG_CLIENT_TOKEN": TOKEN,
-            "AMSG_VAPID_PUBLIC_KEY": public,
-            "AMSG_VAPID_PRIVATE_KEY": private,
-            "AMSG_VAPID_EMAIL": "e2e@example.test",
-            "AMSG_PUSH_PACING_MS": "0",
-            "AMSG_HOOKS_MODULE": "tests.support.hooks_agentic",
-        }
-        with start_local_stack(config=config) as stack:
-            yield {"stack": stack, "push": push, "llm": llm}
+    with (
+        FakeLlmServer() as llm,
+        stack_with_push(AMSG_CLIENT_TOKEN=TOKEN, AMSG_HOOKS_MODULE="tests.support.hooks_agentic") as (stack, push),
+    ):
+        yield {"stack": stack, "push": push, "llm": llm}
 
 
 @pytest.fixture

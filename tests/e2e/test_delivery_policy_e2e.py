@@ -9,10 +9,9 @@ from collections.abc import Iterator
 
 import pytest
 from amsg.timeutil import iso_from_ms, parse_iso_ms
-from amsg.vapid import generate_vapid_keys
-from amsg_local.cli import LocalStack, start_local_stack
+from amsg_local.cli import LocalStack
 
-from tests.support.fake_push import FakePushService
+from tests.support.e2e_stack import stack_with_push
 from tests.support.wire_client import WireClient, http_transport
 
 pytestmark = pytest.mark.e2e
@@ -22,17 +21,8 @@ HOUR = 60 * MINUTE
 
 @pytest.fixture(scope="module")
 def world() -> Iterator[dict]:
-    public, private = generate_vapid_keys()
-    with FakePushService(vapid_public_key=public) as push:
-        config = {
-            "AMSG_MASTER_KEY": "d" * 64,
-            "AMSG_VAPID_PUBLIC_KEY": public,
-            "AMSG_VAPID_PRIVATE_KEY": private,
-            "AMSG_VAPID_EMAIL": "e2e@example.test",
-            "AMSG_PUSH_PACING_MS": "0",
-        }
-        with start_local_stack(config=config) as stack:
-            yield {"stack": stack, "push": push}
+    with stack_with_push() as (stack, push):
+        yield {"stack": stack, "push": push}
 
 
 def clock(stack: LocalStack, **body: int) -> int:

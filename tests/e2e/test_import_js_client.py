@@ -12,13 +12,11 @@ from pathlib import Path
 
 import pytest
 from amsg.adapters.dynamo.table import DynamoTable
-from amsg.vapid import generate_vapid_keys
 from amsg_import.command import run_import
 from amsg_import.sources import SqliteSource
-from amsg_local.cli import start_local_stack
 
 from tests.e2e.test_reference_js_client import ROOT, js_client  # noqa: F401  (installs the npm client)
-from tests.support.fake_push import FakePushService
+from tests.support.e2e_stack import stack_with_push
 from tests.support.reference_db import ReferenceDb
 
 pytestmark = pytest.mark.e2e
@@ -34,15 +32,7 @@ def reader_script(js_client: Path) -> Path:  # noqa: F811
 
 
 def test_reference_js_client_reads_an_imported_deployment(reader_script):
-    public, private = generate_vapid_keys()
-    config = {
-        "AMSG_MASTER_KEY": MASTER_KEY,
-        "AMSG_VAPID_PUBLIC_KEY": public,
-        "AMSG_VAPID_PRIVATE_KEY": private,
-        "AMSG_VAPID_EMAIL": "import@example.test",
-        "AMSG_PUSH_PACING_MS": "0",
-    }
-    with FakePushService(vapid_public_key=public) as push, start_local_stack(config=config) as stack:
+    with stack_with_push(MASTER_KEY, AMSG_VAPID_EMAIL="import@example.test") as (stack, push):
         now = stack.post_local("/_local/clock", {"advanceMs": 0})["nowMs"]
         user = str(uuid.uuid4())
         subscription = push.subscribe()

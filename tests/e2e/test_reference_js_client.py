@@ -12,10 +12,8 @@ from pathlib import Path
 
 import pytest
 from amsg.timeutil import iso_from_ms
-from amsg.vapid import generate_vapid_keys
-from amsg_local.cli import start_local_stack
 
-from tests.support.fake_push import FakePushService
+from tests.support.e2e_stack import stack_with_push
 
 pytestmark = pytest.mark.e2e
 ROOT = Path(__file__).resolve().parents[2]
@@ -60,15 +58,7 @@ def js_client() -> Path:
 
 
 def test_reference_js_client_schedules_and_we_deliver(js_client):
-    public, private = generate_vapid_keys()
-    config = {
-        "AMSG_MASTER_KEY": "d" * 64,
-        "AMSG_VAPID_PUBLIC_KEY": public,
-        "AMSG_VAPID_PRIVATE_KEY": private,
-        "AMSG_VAPID_EMAIL": "js@example.test",
-        "AMSG_PUSH_PACING_MS": "0",
-    }
-    with FakePushService(vapid_public_key=public) as push, start_local_stack(config=config) as stack:
+    with stack_with_push(AMSG_VAPID_EMAIL="js@example.test") as (stack, push):
         local = stack.post_local
 
         now = local("/_local/clock", {"advanceMs": 0})["nowMs"]
