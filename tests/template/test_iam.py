@@ -25,7 +25,7 @@ from amsg.domain.ownership import owner_ref
 from moto import mock_aws
 
 from tests.support.aws_calls import Call, record_aws_calls
-from tests.support.template import REPO_ROOT, functions, project_template
+from tests.support.template import REPO_ROOT, function_property, functions, project_template
 
 PERMISSIONS_FILE = REPO_ROOT / "functions" / "permissions.toml"
 SECRET_PARAMETERS = {  # template parameter that names the SSM parameter -> secret
@@ -557,6 +557,27 @@ def test_only_run_task_polls_the_queue_and_its_role_is_scoped():
                 "logs:PutLogEvents <unrecognised resource {'Fn::GetAtt': ['RunTaskLogGroup', 'Arn']}>",
             }
             assert "TracingEnabled" in conditions
+
+
+def test_generated_roles_write_logs_only_to_the_stacks_function_log_groups():
+    """SAM gives every role it generates AWSLambdaBasicExecutionRole (logs on any log group); the boundary is
+    what narrows it, so it must cover every such role, leave non-log actions to the role, and name exactly
+    the log groups the functions log to."""
+    tpl = project_template()
+    boundary_ref = function_property(tpl, next(iter(functions(tpl))), "PermissionsBoundary")
+    assert boundary_ref == {"Ref": "FunctionBoundary"}
+    for name in functions(tpl):  # a function with its own role scopes its logs itself (run_task)
+        assert "PermissionsBoundary" not in (tpl["Resources"][name].get("Properties") or {}), name
+    statements = {
+        s["Sid"]: s for s in tpl["Resources"]["FunctionBoundary"]["Properties"]["PolicyDocument"]["Statement"]
+    }
+    assert set(statements) == {"RoleDecidesTheRest", "StackLogGroupsOnly"}
+    rest, logs = statements["RoleDecidesTheRest"], statements["StackLogGroupsOnly"]
+    assert rest["Effect"] == "Allow" and rest["NotAction"] == "logs:*" and "Action" not in rest
+    assert logs["Action"] == ["logs:CreateLogStream", "logs:PutLogEvents"]
+    function_groups = {function_property(tpl, name, "LoggingConfig")["LogGroup"]["Ref"] for name in functions(tpl)}
+    assert {r["Fn::GetAtt"][0] for r in logs["Resource"]} == function_groups
+    assert all(r["Fn::GetAtt"][1] == "Arn" for r in logs["Resource"])
 
 
 def test_the_client_token_is_granted_only_when_configured():

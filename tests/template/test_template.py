@@ -364,6 +364,8 @@ def test_iam_statements_are_least_privilege(tpl):
     statements = _policy_statements(tpl)
     assert statements, "no IAM statements found"
     for owner, st in statements:
+        if owner == "FunctionBoundary":  # a boundary grants nothing; test_iam checks what it lets through
+            continue
         assert "NotAction" not in st and "NotResource" not in st, owner
         actions = [a.lower() for a in _as_list(st.get("Action")) if isinstance(a, str)]
         resources = _as_list(st.get("Resource"))
