@@ -47,7 +47,7 @@ check: lint tools ## lint + sam validate --lint + sam build (no Docker)
 	scripts/lint-template
 	scripts/sam-build-check
 
-bench: venv dynamodb-local ## benchmarks: imports, tick, end to end, load at c=1/8/32 (prints numbers)
+bench: venv dynamodb-local ## benchmarks: imports, tick, requests per task, 10,000-task capacity run (AMSG_BENCH_CAPACITY_TASKS), end to end, load (prints numbers)
 	.venv/bin/python -m bench
 
 ci: check test ## what CI runs

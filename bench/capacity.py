@@ -73,10 +73,13 @@ def _consumer(env: dict[str, str], offset_ms: int, inbox: Any, batch_size: int, 
     runtime.use(ctx)
     module = load_handler_module(ROOT / "functions/run_task/run_task_handler.py")
     handled = redelivered = 0
+    cpu_start: float | None = None
     while True:
         body = inbox.get()
         if body is None:
             break
+        if cpu_start is None:
+            cpu_start = time.process_time()  # CPU of the run only, not of the imports above
         bodies = [body]
         while len(bodies) < batch_size:
             try:
@@ -109,7 +112,17 @@ def _consumer(env: dict[str, str], offset_ms: int, inbox: Any, batch_size: int, 
             inbox.put(bodies[int(failure["itemIdentifier"])])
             redelivered += 1
         handled += len(bodies)
-    results.put({"handled": handled, "redelivered": redelivered})
+    cpu_s = time.process_time() - cpu_start if cpu_start is not None else 0.0
+    results.put({"handled": handled, "redelivered": redelivered, "cpu_s": cpu_s})
+
+
+def _process_cpu_s(pid: int) -> float:
+    """User + system CPU seconds of another process (``/proc/<pid>/stat``; 0 where there is no /proc)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def run(tasks: int = 10_000, users: int = 1_000) -> dict[str, Any]:
@@ -198,6 +211,7 @@ def run(tasks: int = 10_000, users: int = 1_000) -> dict[str, Any]:
             tick_module = load_handler_module(ROOT / "functions/tick/tick_handler.py")
             time.sleep(max(0.0, wall_start_ms / 1000 - time.time()))
             started = time.time()
+            java_cpu, own_cpu = _process_cpu_s(server.pid), time.process_time()
             ticks: list[dict[str, Any]] = []
 
             def scheduler(stop: threading.Event) -> None:
@@ -216,6 +230,7 @@ def run(tasks: int = 10_000, users: int = 1_000) -> dict[str, Any]:
             while len(push.received) < tasks and time.time() - started < DEADLINE_S:
                 time.sleep(0.5)
             received = push.received
+            java_cpu, own_cpu = _process_cpu_s(server.pid) - java_cpu, time.process_time() - own_cpu
             stop.set()
             for _ in consumers:
                 inbox.put(None)
@@ -243,6 +258,12 @@ def run(tasks: int = 10_000, users: int = 1_000) -> dict[str, Any]:
         "lost": tasks - len(per_task),
         "rejected": len(received) - len(ok),
         "redelivered": sum(s["redelivered"] for s in stats),
+        "cpu_s": {
+            "DynamoDB Local (JVM)": java_cpu,
+            "run_task processes": sum(s["cpu_s"] for s in stats),
+            "bench process (tick, push service, relay)": own_cpu,
+        },
+        "cores": os.cpu_count() or 1,
     }
 
 
@@ -263,5 +284,8 @@ def main(tasks: int | None = None) -> None:
         f"  delivered {result['delivered']}, duplicates {result['duplicates']}, lost {result['lost']},"
         f" rejected by the push service {result['rejected']}, records redelivered {result['redelivered']}"
     )
+    if elapsed > 0:
+        cpu = ", ".join(f"{name} {sec:.1f} s ({sec / elapsed:.2f} cores)" for name, sec in result["cpu_s"].items())
+        print(f"  CPU during the run ({result['cores']} cores here): {cpu}")
     per_minute = rate * 60
     print(f"  vs the reference's {REFERENCE_PER_MINUTE}/min: {per_minute / REFERENCE_PER_MINUTE:8.1f}x")

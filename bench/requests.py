@@ -100,11 +100,14 @@ def measure(table: str, endpoint: str | None) -> dict[str, dict[str, Any]]:
             result = run_message(ctx, message, remaining_ms=lambda: 100_000, owner="bench")
             delivered += result.get("successCount", 0)
         deliver = _dynamodb_calls()
+        with counting._lock:
+            units = dict(counting.units)
         runtime.use(None)
         pushes = Counter(f"{p['taskUuid']}/{p['messageId']}" for p in sender.sent)
         results[name] = {
             "schedule": {op: n / USERS for op, n in schedule.items()},
             "deliver": {op: n / max(1, delivered) for op, n in deliver.items()},
+            "units": {kind: n / max(1, delivered) for kind, n in units.items()},
             "delivered": delivered,
             "claimed": summary["claimedTasks"],
             "pushes": sum(pushes.values()),
@@ -171,6 +174,13 @@ def main() -> None:
             deliver, schedule = result["deliver"], result["schedule"]
             totals.setdefault(name, {})[label] = sum(deliver.values())
             print(f"    {name:12s} deliver  {_line(deliver)}")
+            capacity = result["units"]
+            if label == "DynamoDB Local":  # moto reports no units for transactions, so its figure means nothing
+                print(
+                    f"    {'':12s} units    read {capacity.get('read', 0.0):5.2f},"
+                    f" write {capacity.get('write', 0.0):5.2f} per delivered task (table units, as DynamoDB Local"
+                    " reports them)"
+                )
             print(
                 f"    {'':12s} schedule {_line(schedule)}"
                 f"   [{result['delivered']} delivered, {result['pushes']} pushes, {result['duplicates']} duplicates]"
