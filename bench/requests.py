@@ -27,6 +27,13 @@ SCENARIOS: dict[str, dict[str, Any]] = {
     "one-shot": {"userMessage": "早上好"},
     "recurring": {"userMessage": "早上好", "recurrenceType": "daily"},
     "two-segment": {"userMessage": "早上好。今天也要加油！"},
+    # a task of a cloud-data owner appends through the owner-guarded outbox path (not folded); a user with a
+    # frequency cap ("_policy", set before scheduling) reads the policy in the same batch read
+    "owned one-shot": {"userMessage": "早上好", "owner": {"type": "character", "id": "rei", "label": "Rei"}},
+    "capped one-shot": {
+        "userMessage": "早上好",
+        "_policy": {"quietHours": None, "caps": [{"scope": "character", "max": 1000, "windowMinutes": 1440}]},
+    },
     "LLM": {
         "messageType": "prompted",
         "completePrompt": "say hi",
@@ -84,10 +91,13 @@ def measure(table: str, endpoint: str | None) -> dict[str, dict[str, Any]]:
             client = WireClient(transport, str(uuid.uuid4()))
             client.init()
             client.put_subscription({"endpoint": "https://push.invalid/x", "keys": {"p256dh": "x", "auth": "y"}})
+            if "_policy" in fields:
+                assert client.put_delivery_policy(fields["_policy"]).status == 200
             clients.append(client)
         counting.reset()
         for client in clients:
-            payload = {"contactName": "Rei", "messageType": "fixed", "firstSendTime": FIRST, **fields}
+            extra = {k: v for k, v in fields.items() if not k.startswith("_")}
+            payload = {"contactName": "Rei", "messageType": "fixed", "firstSendTime": FIRST, **extra}
             response = client.schedule(payload)
             assert response.status == 201, response.text
         schedule = _dynamodb_calls()
@@ -173,16 +183,16 @@ def main() -> None:
         for name, result in results.items():
             deliver, schedule = result["deliver"], result["schedule"]
             totals.setdefault(name, {})[label] = sum(deliver.values())
-            print(f"    {name:12s} deliver  {_line(deliver)}")
+            print(f"    {name:15s} deliver  {_line(deliver)}")
             capacity = result["units"]
             if label == "DynamoDB Local":  # moto reports no units for transactions, so its figure means nothing
                 print(
-                    f"    {'':12s} units    read {capacity.get('read', 0.0):5.2f},"
+                    f"    {'':15s} units    read {capacity.get('read', 0.0):5.2f},"
                     f" write {capacity.get('write', 0.0):5.2f} per delivered task (table units, as DynamoDB Local"
                     " reports them)"
                 )
             print(
-                f"    {'':12s} schedule {_line(schedule)}"
+                f"    {'':15s} schedule {_line(schedule)}"
                 f"   [{result['delivered']} delivered, {result['pushes']} pushes, {result['duplicates']} duplicates]"
             )
     same = all(len({round(v, 2) for v in by_backend.values()}) == 1 for by_backend in totals.values())
