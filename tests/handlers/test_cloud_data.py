@@ -402,11 +402,11 @@ def test_a_start_that_loses_the_idempotency_race_continues_the_winner(api, ctx, 
     real_get = store.get_record
     calls = {"n": 0}
 
-    def stale_first_read(user_id, kind, record_id):
+    def stale_first_read(user_id, kind, record_id, **kwargs):
         if kind == "opkey" and calls["n"] == 0:
             calls["n"] += 1
             return None
-        return real_get(user_id, kind, record_id)
+        return real_get(user_id, kind, record_id, **kwargs)
 
     monkeypatch.setattr(store, "get_record", stale_first_read)
     plan_again = post(api, "cleanup-plans", {"mode": "purge", "owner": ALICE}).data

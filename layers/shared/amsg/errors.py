@@ -103,6 +103,8 @@ CATALOGUE: dict[str, tuple[int, str]] = {
     "CLOUD_PLAN_EXPIRED": (409, "清理计划已过期，请重新预览"),
     "CLOUD_PLAN_CHANGED": (409, "预览后数据已变化，请重新预览"),
     "CLOUD_CLEANUP_IN_PROGRESS": (409, "该归属者的停用清理仍在进行，暂不能恢复"),
+    "CLOUD_RETIREMENT_NOT_CONFIRMED": (503, "归属者尚未确认停用；请保留本地角色并稍后重试，或查看清理操作记录"),
+    "CLOUD_LEASE_LOST": (409, "清理操作正由另一处理者继续执行"),
 }
 
 # Cloud-owner guard violations on ordinary endpoints answer 409 {code, message} (the reference leaks them
@@ -197,6 +199,11 @@ class CloudGuardError(StoreError):
     def __init__(self, code: str, message: str = "") -> None:
         super().__init__(message or code)
         self.code = code
+
+
+class LeaseLost(StoreError):
+    """A write fenced by a management record's lease found another token (or an expired lease): the worker
+    that lost it must stop without writing anything else."""
 
 
 class OwnerChanged(StoreError):

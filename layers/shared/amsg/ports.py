@@ -69,24 +69,75 @@ class ResourceListing:
     gaps: list[dict[str, str]] = field(default_factory=list)
 
 
+@dataclass(frozen=True)
+class LeasedWrite:
+    """A write of a leased management record (a cleanup operation's progress). It commits only while ``token``
+    holds an unexpired lease; it renews the lease for ``lease_ms`` or, with ``release``, gives it up and makes the
+    record due again at ``work_at`` (None: never, it is finished). ``ttl_s`` None: the record does not expire."""
+
+    kind: str
+    record_id: str
+    data: str = field(repr=False)
+    token: str
+    now_ms: int
+    lease_ms: int
+    release: bool = False
+    work_at: int | None = None
+    ttl_s: int | None = None
+
+
 class CloudDataStore(Protocol):
     def list_resources(self, user_id: str) -> ResourceListing: ...
 
     def put_record(
-        self, user_id: str, kind: str, record_id: str, data: str, *, now_ms: int, ttl_s: int, create_only: bool = False
+        self,
+        user_id: str,
+        kind: str,
+        record_id: str,
+        data: str,
+        *,
+        now_ms: int,
+        ttl_s: int | None,
+        create_only: bool = False,
+        work_at: int | None = None,
     ) -> bool:
-        """A management record (``data`` is already encrypted); it expires after ``ttl_s``. ``create_only``: False
-        (nothing written) when the record exists (first writer wins)."""
+        """A management record (``data`` is already encrypted); it expires after ``ttl_s`` (None: never).
+        ``create_only``: False (nothing written) when the record exists (first writer wins). ``work_at``: the
+        record (an operation) is due for background work from then on."""
         ...
+
+    def set_record_ttl(self, user_id: str, kind: str, record_id: str, *, now_ms: int, ttl_s: int) -> None: ...
 
     def delete_record(self, user_id: str, kind: str, record_id: str) -> None: ...
 
-    def get_record(self, user_id: str, kind: str, record_id: str) -> str | None: ...
+    def get_record(self, user_id: str, kind: str, record_id: str, *, now_ms: int | None = None) -> str | None:
+        """The record's data; expired records read as absent when ``now_ms`` is given."""
+        ...
 
-    def list_records(self, user_id: str, kind: str) -> list[str]: ...
+    def list_records(self, user_id: str, kind: str, *, now_ms: int | None = None) -> list[str]: ...
 
-    def delete_resource(self, user_id: str, resource: StoredResource) -> bool:
-        """Delete one resource (all its items) iff it is unchanged since listed; False otherwise."""
+    def delete_resource(self, user_id: str, resource: StoredResource, progress: LeasedWrite | None = None) -> bool:
+        """Delete one resource (all its items) iff it is unchanged since listed; False otherwise. With
+        ``progress``: in one transaction with that leased write (raises LeaseLost when the lease is gone)."""
+        ...
+
+    def claim_record(self, user_id: str, kind: str, record_id: str, token: str, *, now_ms: int, lease_ms: int) -> bool:
+        """Take the record's lease iff it is free or expired."""
+        ...
+
+    def save_leased(self, user_id: str, write: LeasedWrite) -> None:
+        """Write under the lease (LeaseLost when it is no longer held)."""
+        ...
+
+    def retire_owner_leased(
+        self, user_id: str, ref: str, owner_type: str, owner_id: str, *, expected: int, now_ms: int, write: LeasedWrite
+    ) -> int:
+        """Retire the owner iff at generation ``expected`` together with the leased write; the new generation.
+        Raises OwnerChanged or LeaseLost."""
+        ...
+
+    def due_records(self, kind: str, now_ms: int, limit: int) -> list[tuple[str, str]]:
+        """``(user_id, record_id)`` of records due for background work, earliest first."""
         ...
 
 

@@ -134,7 +134,7 @@ def _resources(request: ApiRequest, ctx: AppContext, user_id: str, user_key: str
         if not CURSOR_RE.match(cursor):
             raise api_error("INVALID_CLOUD_CURSOR")
         snapshot_id, _, raw_offset = cursor.partition(":")
-        stored = ctx.cloud_data.get_record(user_id, "inventory", snapshot_id)
+        stored = ctx.cloud_data.get_record(user_id, "inventory", snapshot_id, now_ms=now)
         if stored is None:
             raise api_error("CLOUD_RECORD_NOT_FOUND")
         snapshot = _load(stored, user_key)

@@ -1,6 +1,7 @@
 """Entry points of the delivery engine (see docs/architecture.md and docs/delivery.md):
 
-* :func:`run_tick` — claim due tasks (conditional writes), settle stale ones, enqueue the rest, housekeeping.
+* :func:`run_tick` — claim due tasks (conditional writes), settle stale ones, enqueue the rest, housekeeping,
+  then resume due cloud-data cleanup operations.
 * :func:`run_message` — what ``run_task`` does with one SQS message: adopt the tick's claim (or do nothing
   when it is no longer current), then deliver under a heartbeat-renewed lease.
 * :func:`run_task_now` — ``runTask(uuid)``: run one task now through the same chain, claiming for itself.
@@ -21,6 +22,7 @@ from typing import Any
 
 from amsg.context import AppContext
 from amsg.crypto import StoredPayloadUnreadable, decrypt_payload, serialize_group_value
+from amsg.engine import cleanup
 from amsg.engine.delivery import DeliveryEnv, deliver_claimed, is_stale, settle_stale
 from amsg.engine.lease import LeaseKeeper
 from amsg.engine.messages import TaskMessage
@@ -78,6 +80,7 @@ def run_tick(
     else:
         _claim_and_enqueue(ctx, summary, remaining_ms, owner)
     _housekeeping(ctx, summary)
+    _resume_cleanups(ctx, summary, remaining_ms)
     result = summary.as_dict(started_ms=started, now_ms=ctx.now_ms())
     busy = (
         summary.due
@@ -85,6 +88,7 @@ def run_tick(
         or summary.failed
         or summary.stopped_by
         or summary.housekeeping.get("deletedSettledTasks")
+        or summary.housekeeping.get("cleanupOperationsAdvanced")
     )
     # an idle minute is not worth a log line (1,440 a day); anything that happened is
     (logger.info if busy else logger.debug)("tick finished", extra={"summary": result})
@@ -293,6 +297,14 @@ def _housekeeping(ctx: AppContext, summary: TickSummary) -> None:
             summary.housekeeping["expiredStateEntries"] = cleanup(ttl, now, limit=HOUSEKEEPING_LIMIT)
         except Exception as exc:
             summary.housekeeping["clientStateError"] = type(exc).__name__
+
+
+def _resume_cleanups(ctx: AppContext, summary: TickSummary, remaining_ms: Callable[[], int]) -> None:
+    """Cloud-data cleanup operations continue here, after delivery and housekeeping, isolated like them."""
+    try:
+        summary.housekeeping.update(cleanup.resume_due(ctx, remaining_ms))
+    except Exception as exc:
+        summary.housekeeping["cleanupError"] = type(exc).__name__
 
 
 # ---- run_task (SQS consumer) ---------------------------------------------------------------------------------

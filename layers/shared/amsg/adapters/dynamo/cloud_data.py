@@ -6,24 +6,32 @@ state roots ``S#``, credentials ``C#``, outbox rows ``O#``) and one read of the 
 cannot be read contributes nothing and a ``READ_FAILED`` gap. Value parts (``TP#``, ``SC#``, ``OP#``) belong to
 the resource whose item references them and are never resources of their own.
 
-Records: ``R#<kind>#<id>`` with ``data`` (the encrypted JSON), ``updated_at`` (ms) and a ``ttl``.
+Records: ``R#<kind>#<id>`` with ``data`` (the encrypted JSON), ``updated_at`` (ms) and a ``ttl`` (DynamoDB's
+TTL removes expired records; readers given ``now_ms`` treat them as absent before that). Cleanup operations also
+carry a lease (``lease_token``, ``lease_until`` ms) and, while not finished, the keys of the ``work`` index
+(``work_pk = WORK#operation``, ``work_sk`` = the time they are next due, padded): the next attempt, or the end
+of the current lease so that a dead worker's operation becomes due again by itself.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 from decimal import Decimal
 from typing import Any
 
+from boto3.dynamodb.conditions import Key
 from botocore.exceptions import ClientError
 
 from amsg import jsonio
 from amsg.adapters.dynamo import keys
 from amsg.adapters.dynamo.client_state import root_sk, value_parts_prefix
-from amsg.adapters.dynamo.table import BlobRef, DynamoTable, is_conditional_failure
-from amsg.adapters.dynamo.tasks import delete_with_registry
+from amsg.adapters.dynamo.owners import owner_key
+from amsg.adapters.dynamo.table import BlobRef, DynamoTable, TransactionCancelled, is_conditional_failure
+from amsg.adapters.dynamo.tasks import registry_delete
+from amsg.errors import LeaseLost, OwnerChanged
 from amsg.observability import logger
-from amsg.ports import ResourceListing, StoredResource
+from amsg.ports import LeasedWrite, ResourceListing, StoredResource
 from amsg.timeutil import parse_iso_ms
 
 RECORD_PREFIX = "R#"
@@ -201,73 +209,252 @@ class DynamoCloudDataStore:
 
     # ---- deletion (cleanup) ------------------------------------------------------------------------------
 
-    def delete_resource(self, user_id: str, resource: StoredResource) -> bool:
+    def delete_resource(self, user_id: str, resource: StoredResource, progress: LeasedWrite | None = None) -> bool:
         """Delete one logical resource with every item it owns (parts, the task's uuid registry entry), only
-        while it is still the version that was listed; False when it changed (or is already gone)."""
-        pk = keys.user_pk(user_id)
-        if resource.type == "task":
-            uuid = str(resource.identity[0])
-            return delete_with_registry(self.t, user_id, uuid, "rev = :rev", {":rev": resource.rev})
-        if resource.type == "state":
-            namespace, key = str(resource.identity[0]), str(resource.identity[1])
-            old = self._delete_if_rev({"PK": pk, "SK": root_sk(namespace, key)}, resource.rev)
-            if old is not None and old.get("blob_token"):
-                self.t.delete_blob(pk, value_parts_prefix(namespace, key), str(old["blob_token"]))
-            return old is not None
-        if resource.type == "credential":
-            return (
-                self._delete_if_rev(keys.credential_key(user_id, str(resource.identity[0])), resource.rev) is not None
-            )
-        if resource.type == "outbox":
-            message_id = str(resource.identity[0])
-            old = self._delete_if_rev(keys.outbox_key(user_id, message_id), resource.rev)
-            if old is not None and old.get("payload_token"):
-                self.t.delete_blob(pk, keys.outbox_part_prefix(message_id), str(old["payload_token"]))
-            return old is not None
-        return self._delete_if_rev(keys.push_key(user_id), resource.rev) is not None
+        while it is still the version that was listed; False when it changed (or is already gone).
 
-    def _delete_if_rev(self, key: dict[str, str], rev: int | None) -> dict[str, Any] | None:
-        condition = "attribute_exists(SK) AND " + ("rev = :rev" if rev is not None else "attribute_not_exists(rev)")
-        kwargs: dict[str, Any] = {"Key": key, "ConditionExpression": condition, "ReturnValues": "ALL_OLD"}
-        if rev is not None:
-            kwargs["ExpressionAttributeValues"] = {":rev": rev}
+        With ``progress`` the delete and the operation's progress write are one transaction that also checks the
+        operation's lease: a worker that lost the lease deletes nothing (:class:`LeaseLost`), and a resource is
+        never deleted without its count being recorded."""
+        pk = keys.user_pk(user_id)
+        ident = str(resource.identity[0])
+        rev_cond, rev_values = _rev_condition(resource.rev)
+        parts: tuple[str, str] | None = None
+        if resource.type == "task":
+            key = keys.task_key(user_id, ident)
+            token = (self.t.get(key, projection="payload_token") or {}).get("payload_token")
+            parts = (keys.task_part_prefix(ident), str(token)) if token else None
+            actions = [_delete(key, rev_cond, rev_values), registry_delete(ident, user_id)]
+        elif resource.type == "state":
+            namespace, key_part = ident, str(resource.identity[1])
+            key = {"PK": pk, "SK": root_sk(namespace, key_part)}
+            token = (self.t.get(key, projection="blob_token") or {}).get("blob_token")
+            parts = (value_parts_prefix(namespace, key_part), str(token)) if token else None
+            actions = [_delete(key, rev_cond, rev_values)]
+        elif resource.type == "credential":
+            actions = [_delete(keys.credential_key(user_id, ident), rev_cond, rev_values)]
+        elif resource.type == "outbox":
+            key = keys.outbox_key(user_id, ident)
+            token = (self.t.get(key, projection="payload_token") or {}).get("payload_token")
+            parts = (keys.outbox_part_prefix(ident), str(token)) if token else None
+            actions = [_delete(key, rev_cond, rev_values)]
+        else:
+            actions = [_delete(keys.push_key(user_id), rev_cond, rev_values)]
+        if progress is not None:
+            actions.append(self._leased_update(user_id, progress))
         try:
-            return self.t.table.delete_item(**kwargs).get("Attributes") or {}
-        except ClientError as exc:
-            if is_conditional_failure(exc):
-                return None
-            raise
+            self.t.transact(actions)
+        except TransactionCancelled as cancelled:
+            if progress is not None and cancelled.failed(len(actions) - 1):
+                raise LeaseLost(progress.record_id) from None
+            return False
+        if parts is not None:
+            with contextlib.suppress(ClientError):  # unreferenced parts are harmless (and expire)
+                self.t.delete_blob(pk, parts[0], parts[1])
+        return True
 
     # ---- management records -----------------------------------------------------------------------------
 
+    def _record_key(self, user_id: str, kind: str, record_id: str) -> dict[str, str]:
+        return {"PK": keys.user_pk(user_id), "SK": f"{RECORD_PREFIX}{kind}#{record_id}"}
+
     def put_record(
-        self, user_id: str, kind: str, record_id: str, data: str, *, now_ms: int, ttl_s: int, create_only: bool = False
+        self,
+        user_id: str,
+        kind: str,
+        record_id: str,
+        data: str,
+        *,
+        now_ms: int,
+        ttl_s: int | None,
+        create_only: bool = False,
+        work_at: int | None = None,
     ) -> bool:
-        item = {
-            "PK": keys.user_pk(user_id),
-            "SK": f"{RECORD_PREFIX}{kind}#{record_id}",
-            "data": data,
-            "updated_at": now_ms,
-            "ttl": now_ms // 1000 + ttl_s,
-        }
+        item: dict[str, Any] = {**self._record_key(user_id, kind, record_id), "data": data, "updated_at": now_ms}
+        if ttl_s is not None:
+            item["ttl"] = now_ms // 1000 + ttl_s
+        if work_at is not None:
+            item.update(_work_keys(kind, work_at))
         if not create_only:
             self.t.table.put_item(Item=item)
             return True
-        try:
-            self.t.table.put_item(Item=item, ConditionExpression="attribute_not_exists(SK)")
+        try:  # an expired record (not yet removed by TTL) counts as absent
+            self.t.table.put_item(
+                Item=item,
+                ConditionExpression="attribute_not_exists(SK) OR #ttl <= :now_s",
+                ExpressionAttributeNames={"#ttl": "ttl"},
+                ExpressionAttributeValues={":now_s": now_ms // 1000},
+            )
         except ClientError as exc:
             if is_conditional_failure(exc):
                 return False
             raise
         return True
 
+    def set_record_ttl(self, user_id: str, kind: str, record_id: str, *, now_ms: int, ttl_s: int) -> None:
+        """Start the expiry of an existing record (nothing when it is gone)."""
+        try:
+            self.t.table.update_item(
+                Key=self._record_key(user_id, kind, record_id),
+                UpdateExpression="SET #ttl = :ttl",
+                ConditionExpression="attribute_exists(SK)",
+                ExpressionAttributeNames={"#ttl": "ttl"},
+                ExpressionAttributeValues={":ttl": now_ms // 1000 + ttl_s},
+            )
+        except ClientError as exc:
+            if not is_conditional_failure(exc):
+                raise
+
     def delete_record(self, user_id: str, kind: str, record_id: str) -> None:
-        self.t.table.delete_item(Key={"PK": keys.user_pk(user_id), "SK": f"{RECORD_PREFIX}{kind}#{record_id}"})
+        self.t.table.delete_item(Key=self._record_key(user_id, kind, record_id))
 
-    def get_record(self, user_id: str, kind: str, record_id: str) -> str | None:
-        item = self.t.get({"PK": keys.user_pk(user_id), "SK": f"{RECORD_PREFIX}{kind}#{record_id}"})
-        return item.get("data") if item else None
+    def get_record(self, user_id: str, kind: str, record_id: str, *, now_ms: int | None = None) -> str | None:
+        """The record's data; an expired record (TTL deletion lags) reads as absent when ``now_ms`` is given."""
+        item = self.t.get(self._record_key(user_id, kind, record_id))
+        if not item or not _live(item, now_ms):
+            return None
+        return item.get("data")
 
-    def list_records(self, user_id: str, kind: str) -> list[str]:
+    def list_records(self, user_id: str, kind: str, *, now_ms: int | None = None) -> list[str]:
         prefix = f"{RECORD_PREFIX}{kind}#"
-        return [str(item["data"]) for item in self.t.query_prefix(keys.user_pk(user_id), prefix) if item.get("data")]
+        return [
+            str(item["data"])
+            for item in self.t.query_prefix(keys.user_pk(user_id), prefix)
+            if item.get("data") and _live(item, now_ms)
+        ]
+
+    # ---- leases and the work index (cleanup operations) ----------------------------------------------------
+
+    def claim_record(self, user_id: str, kind: str, record_id: str, token: str, *, now_ms: int, lease_ms: int) -> bool:
+        """Take the record's lease iff it is free or expired; the record stays due (work index) at the lease's
+        end, so a worker that dies is replaced by a later tick."""
+        until = now_ms + lease_ms
+        try:
+            self.t.table.update_item(
+                Key=self._record_key(user_id, kind, record_id),
+                UpdateExpression="SET lease_token = :t, lease_until = :u"
+                + (", work_sk = :w" if kind in WORK_KINDS else ""),
+                ConditionExpression="attribute_exists(SK) AND "
+                "(attribute_not_exists(lease_until) OR lease_until <= :now)",
+                ExpressionAttributeValues={
+                    ":t": token,
+                    ":u": until,
+                    ":now": now_ms,
+                    **({":w": _work_sk(until)} if kind in WORK_KINDS else {}),
+                },
+            )
+        except ClientError as exc:
+            if is_conditional_failure(exc):
+                return False
+            raise
+        return True
+
+    def save_leased(self, user_id: str, write: LeasedWrite) -> None:
+        """Write a leased record's data (renewing or releasing the lease) iff ``write.token`` still holds it."""
+        try:
+            self.t.transact([self._leased_update(user_id, write)])
+        except TransactionCancelled:
+            raise LeaseLost(write.record_id) from None
+
+    def retire_owner_leased(
+        self, user_id: str, ref: str, owner_type: str, owner_id: str, *, expected: int, now_ms: int, write: LeasedWrite
+    ) -> int:
+        """Retire an owner (generation ``expected`` + 1) and record it in the leased operation, atomically: a
+        retirement is never committed without the operation knowing it. OwnerChanged / LeaseLost otherwise."""
+        condition = "attribute_not_exists(PK)" if expected == 0 else "generation = :exp"
+        values: dict[str, Any] = {":a": False, ":now": now_ms, ":t": owner_type, ":i": owner_id, ":one": 1}
+        if expected:
+            values[":exp"] = expected
+        fence = {
+            "Update": {
+                "Key": owner_key(user_id, ref),
+                "UpdateExpression": "SET active = :a, updated_at = :now, owner_type = if_not_exists(owner_type, :t), "
+                "owner_id = if_not_exists(owner_id, :i) ADD generation :one",
+                "ConditionExpression": condition,
+                "ExpressionAttributeValues": values,
+            }
+        }
+        try:
+            self.t.transact([fence, self._leased_update(user_id, write)])
+        except TransactionCancelled as cancelled:
+            if cancelled.failed(1):
+                raise LeaseLost(write.record_id) from None
+            raise OwnerChanged(ref) from None
+        return expected + 1
+
+    def due_records(self, kind: str, now_ms: int, limit: int) -> list[tuple[str, str]]:
+        """``(user_id, record_id)`` of records due for work (next attempt reached, lease free or expired)."""
+        response = self.t.table.query(
+            IndexName="work",
+            KeyConditionExpression=Key("work_pk").eq(WORK_PREFIX + kind) & Key("work_sk").lte(_work_sk(now_ms)),
+            Limit=limit,
+        )
+        prefix = f"{RECORD_PREFIX}{kind}#"
+        return [
+            (str(item["PK"])[len(keys.USER_PREFIX) :], str(item["SK"])[len(prefix) :])
+            for item in response.get("Items", [])
+        ]
+
+    def _leased_update(self, user_id: str, write: LeasedWrite) -> dict[str, Any]:
+        sets = ["#data = :d", "updated_at = :now"]
+        removes: list[str] = []
+        values: dict[str, Any] = {":d": write.data, ":now": write.now_ms, ":tok": write.token}
+        if write.release:
+            removes += ["lease_token", "lease_until"]
+            eligible = write.work_at
+        else:
+            sets.append("lease_until = :u")
+            values[":u"] = write.now_ms + write.lease_ms
+            eligible = write.now_ms + write.lease_ms
+        if write.kind in WORK_KINDS:
+            if eligible is None:
+                removes += ["work_pk", "work_sk"]
+            else:
+                sets += ["work_pk = :wp", "work_sk = :ws"]
+                values[":wp"] = WORK_PREFIX + write.kind
+                values[":ws"] = _work_sk(eligible)
+        if write.ttl_s is None:
+            removes.append("#ttl")
+        else:
+            sets.append("#ttl = :ttl")
+            values[":ttl"] = write.now_ms // 1000 + write.ttl_s
+        expression = "SET " + ", ".join(sets) + (" REMOVE " + ", ".join(removes) if removes else "")
+        return {
+            "Update": {
+                "Key": self._record_key(user_id, write.kind, write.record_id),
+                "UpdateExpression": expression,
+                "ConditionExpression": "lease_token = :tok AND lease_until > :now",
+                "ExpressionAttributeNames": {"#data": "data", "#ttl": "ttl"},
+                "ExpressionAttributeValues": values,
+            }
+        }
+
+
+WORK_PREFIX = "WORK#"
+WORK_KINDS = frozenset({"operation"})
+
+
+def _work_sk(at_ms: int) -> str:
+    return f"{max(0, at_ms):015d}"
+
+
+def _work_keys(kind: str, at_ms: int) -> dict[str, str]:
+    return {"work_pk": WORK_PREFIX + kind, "work_sk": _work_sk(at_ms)} if kind in WORK_KINDS else {}
+
+
+def _live(item: dict[str, Any], now_ms: int | None) -> bool:
+    ttl = item.get("ttl")
+    return now_ms is None or ttl is None or int(ttl) > now_ms // 1000
+
+
+def _rev_condition(rev: int | None) -> tuple[str, dict[str, Any]]:
+    if rev is None:
+        return "attribute_exists(SK) AND attribute_not_exists(rev)", {}
+    return "attribute_exists(SK) AND rev = :rev", {":rev": rev}
+
+
+def _delete(key: dict[str, str], condition: str, values: dict[str, Any]) -> dict[str, Any]:
+    action: dict[str, Any] = {"Key": key, "ConditionExpression": condition}
+    if values:
+        action["ExpressionAttributeValues"] = values
+    return {"Delete": action}
