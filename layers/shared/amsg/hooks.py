@@ -14,7 +14,7 @@ or in the function code (see ``examples/hooks/`` and ``docs/``). The module may 
 ``on_fire_settled(info)``    exactly once for every ``on_before_fire`` call, with the fire's status. Best-effort.
 ``on_stale_skip(row, info)`` a task was too late and was expired or fast-forwarded. Best-effort.
 ``serialize_by(task)``       a group key: tasks of one user with the same key are delivered one at a time.
-``resolve_owner(info)``      reserved for cloud-data ownership (not used by this build).
+``resolve_owner(info)``      the cloud-data inventory's last owner source (``{owner, kind}`` or None; never secrets).
 ``max_generation_retries``   an int, or ``(task) -> int | None``: retries of a fire that failed before its
                              pushes were committed (default: ``AMSG_MAX_DELIVERY_RETRIES``).
 ``on_error(info)``           a tick failed as a whole: ``{"stage", "error", "cause"}``. Best-effort.

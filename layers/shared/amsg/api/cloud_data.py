@@ -18,6 +18,7 @@ from amsg.context import AppContext
 from amsg.crypto import compact_json, decrypt_from_storage, encrypt_for_storage
 from amsg.domain.inventory import RESOURCE_TYPES, build_inventory, summary
 from amsg.domain.ownership import owner_ref, valid_cloud_owner
+from amsg.engine.cleanup import owner_resolver
 from amsg.errors import ApiError, OwnerChanged, api_error
 from amsg.http.gates import decrypt_request_object, require_user_id
 from amsg.http.request import ApiRequest
@@ -102,7 +103,9 @@ def _filter(request: ApiRequest) -> dict[str, Any]:
 def _inventory(ctx: AppContext, user_id: str, user_key: str) -> tuple[list[dict[str, Any]], list[dict[str, str]]]:
     assert ctx.cloud_data is not None
     listing = ctx.cloud_data.list_resources(user_id)
-    entries = build_inventory(user_id, user_key, listing.resources)
+    entries = build_inventory(
+        user_id, user_key, listing.resources, resolve_owner=owner_resolver(ctx), gaps=listing.gaps
+    )
     return [entry.resource for entry in entries], listing.gaps
 
 

@@ -4,13 +4,17 @@ byteSize, updatedAt, status}``. Never a body, a key or an endpoint.
 Ids are the reference's: sha256 of the compact JSON ``[userId, "<compact JSON [type, ...identity]>"]``, so they
 are stable across requests and bound to the user. Owners are resolved in the reference's order: the encrypted
 ownership record on the item → the task's stored guard → ``metadata.cloudOwner`` → ``metadata.owner`` →
-``owner`` of the payload → the same on the task an outbox row came from.
+``owner`` of the payload → the same on the task an outbox row came from → the host's ``resolve_owner`` hook.
+The hook is asked about every resource (as the reference does) with ``{type, namespace, key, credId, value,
+payload, task, tasks}`` and may answer ``None`` or ``{"owner": {type, id, label?}, "kind": str}``; it never
+gets a credential or state value (``value`` is always None), an API key or a push subscription. A hook that
+raises adds an ``OWNER_RESOLUTION_FAILED`` gap (the inventory is then incomplete and cleanups wait).
 """
 
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -21,6 +25,11 @@ from amsg.domain.ownership import GUARD_FIELD
 from amsg.ports import StoredResource
 
 RESOURCE_TYPES = ("task", "state", "credential", "outbox", "subscription")
+OWNER_RESOLUTION_FAILED = "A resource owner could not be resolved"
+HIDDEN_TASK_FIELDS = ("apiKey", "pushSubscription")
+
+OwnerResolver = Callable[[dict[str, Any]], Any]
+"""The host's ``resolve_owner`` hook (already wrapped to run ``async`` hooks to completion)."""
 
 
 @dataclass
@@ -99,8 +108,40 @@ def _label(stored: StoredResource) -> str:
     return str(stored.identity[0])
 
 
-def build_inventory(user_id: str, user_key: str, stored: Sequence[StoredResource]) -> list[Entry]:
-    """Public resources sorted by id, with owners resolved and missing owner labels filled in."""
+def _hook_view(payload: Mapping[str, Any] | None) -> dict[str, Any] | None:
+    if payload is None:
+        return None
+    return {k: v for k, v in payload.items() if k not in HIDDEN_TASK_FIELDS}
+
+
+def _resolver_input(
+    item: StoredResource,
+    payload: Mapping[str, Any] | None,
+    task: Mapping[str, Any] | None,
+    tasks: list[dict[str, Any]],
+) -> dict[str, Any]:
+    return {
+        "type": item.type,
+        "namespace": item.identity[0] if item.type == "state" else None,
+        "key": item.identity[1] if item.type == "state" else None,
+        "credId": item.identity[0] if item.type == "credential" else None,
+        "value": None,
+        "payload": _hook_view(payload) if item.type in ("task", "outbox") else None,
+        "task": _hook_view(task),
+        "tasks": tasks,
+    }
+
+
+def build_inventory(
+    user_id: str,
+    user_key: str,
+    stored: Sequence[StoredResource],
+    *,
+    resolve_owner: OwnerResolver | None = None,
+    gaps: list[dict[str, str]] | None = None,
+) -> list[Entry]:
+    """Public resources sorted by id, with owners resolved and missing owner labels filled in. A failing
+    ``resolve_owner`` appends its gap to ``gaps``."""
     task_payloads: dict[str, Mapping[str, Any]] = {}
     decoded: list[tuple[StoredResource, Any, bool]] = []
     for item in stored:
@@ -110,16 +151,31 @@ def build_inventory(user_id: str, user_key: str, stored: Sequence[StoredResource
         decoded.append((item, payload, readable))
         if item.type == "task" and payload is not None:
             task_payloads[str(item.identity[0])] = payload
+    hook_tasks = [{**(_hook_view(p) or {}), "uuid": uuid} for uuid, p in task_payloads.items()] if resolve_owner else []
+    failed_sources: set[str] = set()
 
     entries: list[Entry] = []
     for item, payload, readable in decoded:
         meta, meta_readable = _decrypt_json(item.cloud_meta, user_key)
         meta = meta if is_plain_object(meta) else {}
-        owner = _safe_owner(meta.get("owner")) or _payload_owner(payload)
         related = task_payloads.get(item.task_uuid or "") if item.type == "outbox" else None
+        resolved: dict[str, Any] = {}
+        if resolve_owner is not None:
+            own_task = payload if item.type == "task" else related
+            try:
+                answer = resolve_owner(_resolver_input(item, payload, own_task, hook_tasks))
+            except Exception:
+                failed_sources.add(item.type)
+            else:
+                resolved = answer if is_plain_object(answer) else {}
+        owner = _safe_owner(meta.get("owner")) or _payload_owner(payload)
         if owner is None and related is not None:
             owner = _payload_owner(related)
+        if owner is None:
+            owner = _safe_owner(resolved.get("owner"))
         kind = meta.get("kind") if isinstance(meta.get("kind"), str) else _payload_kind(payload)
+        if kind is None and isinstance(resolved.get("kind"), str):
+            kind = resolved["kind"]
         status = item.status if readable and meta_readable else "unreadable"
         entries.append(
             Entry(
@@ -136,6 +192,12 @@ def build_inventory(user_id: str, user_key: str, stored: Sequence[StoredResource
                 version=item.version,
                 owner_ref=item.owner_ref,
             )
+        )
+    if gaps is not None:
+        gaps.extend(
+            {"source": source, "code": "OWNER_RESOLUTION_FAILED", "message": OWNER_RESOLUTION_FAILED}
+            for source in RESOURCE_TYPES
+            if source in failed_sources
         )
     _backfill_owners(entries)
     _backfill_labels(entries)

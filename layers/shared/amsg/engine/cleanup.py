@@ -27,9 +27,10 @@ from typing import Any
 from amsg import jsonio
 from amsg.context import AppContext
 from amsg.crypto import compact_json, decrypt_from_storage, encrypt_for_storage
-from amsg.domain.inventory import Entry, build_inventory, resource_id
+from amsg.domain.inventory import Entry, OwnerResolver, build_inventory, resource_id
 from amsg.domain.ownership import owner_ref
 from amsg.errors import LeaseLost, OwnerChanged
+from amsg.hooks import call_hook, load_hooks
 from amsg.observability import logger
 from amsg.ports import LeasedWrite, StoredResource
 
@@ -65,9 +66,19 @@ def backoff_ms(attempts: int) -> int:
 def inventory(ctx: AppContext, user_id: str, user_key: str) -> tuple[list[Entry], dict[str, StoredResource], bool]:
     assert ctx.cloud_data is not None
     listing = ctx.cloud_data.list_resources(user_id)
-    entries = build_inventory(user_id, user_key, listing.resources)
+    entries = build_inventory(
+        user_id, user_key, listing.resources, resolve_owner=owner_resolver(ctx), gaps=listing.gaps
+    )
     stored = {resource_id(user_id, r.type, r.identity): r for r in listing.resources}
     return entries, stored, not listing.gaps
+
+
+def owner_resolver(ctx: AppContext) -> OwnerResolver | None:
+    """The host's ``resolve_owner`` hook, if the hooks module exports one (``async`` hooks run to completion)."""
+    hook = load_hooks(ctx.settings.hooks_module).resolve_owner
+    if hook is None:
+        return None
+    return lambda info: call_hook(hook, info)
 
 
 def owned_by(entry: Entry, owner: dict[str, Any]) -> bool:
