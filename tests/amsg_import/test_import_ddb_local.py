@@ -13,6 +13,7 @@ import pytest
 from amsg import runtime
 from amsg.adapters.dynamo import keys
 from amsg.adapters.dynamo.table import DynamoTable
+from amsg.domain.ownership import owner_ref
 from amsg.engine.messages import parse_task_message
 from amsg.engine.runner import run_message, run_tick
 from amsg_import.command import ImportStopped, run_import
@@ -354,6 +355,8 @@ def test_an_interrupted_import_continues_and_newer_target_data_is_kept(
     table = DynamoTable(ddb_local_table, endpoint_url=ddb_local_endpoint, region="us-east-1")
     task = table.get({"PK": pk, "SK": keys.task_sk(seeded["sidecar_tasks"][user])})
     assert _decrypt(user, task["cloud_meta"]).startswith('{"owner"')  # the sidecar, embedded in its resource
+    # with the owner reference our own owned writes store: guards and retirements treat it as owned
+    assert (task["owner_ref"], task["owner_gen"]) == (owner_ref("character", "char:a"), 3)
     record = table.get({"PK": pk, "SK": "R#operation#o1"})
     assert record["chunk_count"] >= 2 and record["idempotency_key"] == "idem-1"
     assert table.get({"PK": pk, "SK": "R#plan#p1"})["data"].count(":") == 2

@@ -240,3 +240,33 @@ def test_cli_wrong_key_and_missing_table_stop_with_a_clear_message(tmp_path, cap
 def test_run_import_without_a_table_refuses_to_write():
     with pytest.raises(ImportStopped):
         run_import(SqliteSource(small_db().conn, "x"), master_key=MASTER_KEY, table=None, now_ms=NOW)
+
+
+def test_owned_rows_carry_the_owner_reference_our_own_owned_writes_store():
+    """A task whose payload records its owner guard, and a sidecar, are read with ``owner_ref``/``owner_gen``
+    (as an owned schedule-message or state write stores them), so guards and cleanups see them as owned."""
+    from amsg.crypto import compact_json
+    from amsg.domain.ownership import owner_ref
+
+    db = small_db()
+    guarded = db.add_task(USER, next_send_ms=NOW + 60_000, message="owned")
+    guard = {"owner": {"type": "character", "id": "char:a"}, "generation": 2}
+    db.conn.execute(
+        "UPDATE scheduled_messages SET encrypted_payload = ? WHERE uuid = ?",
+        (db.enc(USER, {**guarded["payload"], "__cloudOwnerGuard": guard}), guarded["uuid"]),
+    )
+    db.conn.execute(
+        "INSERT INTO cloud_resource_metadata VALUES (?, ?, ?)",
+        (USER, compact_json(["state", "ns", "k"]), db.enc(USER, {"owner": guard["owner"], "generation": 2})),
+    )
+    db.conn.execute(
+        "INSERT INTO cloud_resource_metadata VALUES (?, ?, ?)",
+        (USER, compact_json(["credential", "cred/1"]), db.enc(USER, {"owner": None, "kind": "chat"})),
+    )
+    reader = ReferenceReader(SqliteSource(db.conn, "x"), MASTER_KEY)
+    tasks = {t.uuid: t for t in reader.read("tasks") if isinstance(t, TaskRecord)}
+    ref = owner_ref("character", "char:a")
+    assert (tasks[guarded["uuid"]].owner_ref, tasks[guarded["uuid"]].owner_gen) == (ref, 2)
+    assert [t.owner_ref for u, t in tasks.items() if u != guarded["uuid"]] == [None]
+    sidecars = {s.resource_key: (s.owner_ref, s.owner_gen) for s in reader.read("sidecars")}
+    assert sidecars == {compact_json(["state", "ns", "k"]): (ref, 2), compact_json(["credential", "cred/1"]): (None, 0)}

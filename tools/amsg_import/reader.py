@@ -17,7 +17,9 @@ from datetime import UTC, datetime
 from decimal import Decimal
 from typing import Any
 
+from amsg import jsonio
 from amsg.crypto import DecryptError, decrypt_from_storage, derive_user_key, encrypt_for_storage
+from amsg.domain.ownership import GUARD_FIELD, owner_ref
 from amsg.timeutil import iso_from_ms, ms_from_datetime, normalize_iso
 
 from amsg_import.sources import Source, SourceError
@@ -57,6 +59,8 @@ class TaskRecord:
     updated_at: str
     lease_until: str | None
     retry_after: str | None
+    owner_ref: str | None = None  # the owner guard the payload records (as our own owned writes store it)
+    owner_gen: int = 0
 
     @property
     def ref(self) -> str:
@@ -140,6 +144,8 @@ class SidecarRecord:
     user_id: str
     resource_key: str
     encrypted_value: str
+    owner_ref: str | None = None  # from the decrypted {owner, kind, generation}: what owned writes store
+    owner_gen: int = 0
 
     @property
     def ref(self) -> str:
@@ -349,6 +355,7 @@ class ReferenceReader:
                 yield Problem("tasks", user_id, ref, "no payload")
                 continue
             assert next_send_at is not None and created_at is not None and updated_at is not None
+            ref_gen = self._task_owner(user_id, row["encrypted_payload"])
             yield TaskRecord(
                 user_id=user_id,
                 id=task_id,
@@ -364,7 +371,29 @@ class ReferenceReader:
                 updated_at=updated_at,
                 lease_until=lease_until,
                 retry_after=retry_after,
+                owner_ref=ref_gen[0] if ref_gen else None,
+                owner_gen=ref_gen[1] if ref_gen else 0,
             )
+
+    def _owner_of(self, user_id: str, ciphertext: str, field: str) -> tuple[str, int] | None:
+        """(owner reference, generation) of a stored ``{owner, generation}`` (a task's guard or a sidecar),
+        or None when there is none or it cannot be read (the row is still imported, unowned)."""
+        try:
+            value = jsonio.loads(decrypt_from_storage(ciphertext, self.user_key(user_id)))
+        except (DecryptError, ValueError, jsonio.JsonError):
+            return None
+        record = value.get(field) if field and isinstance(value, dict) else value
+        if not isinstance(record, dict) or not isinstance(record.get("owner"), dict):
+            return None
+        owner, generation = record["owner"], record.get("generation", 0)
+        if not (isinstance(owner.get("type"), str) and isinstance(owner.get("id"), str)):
+            return None
+        if not isinstance(generation, int) or isinstance(generation, bool) or generation < 0:
+            return None
+        return owner_ref(owner["type"], owner["id"]), generation
+
+    def _task_owner(self, user_id: str, ciphertext: str) -> tuple[str, int] | None:
+        return self._owner_of(user_id, ciphertext, GUARD_FIELD)
 
     def _read_state(self) -> Iterator[StateRecord | Problem]:
         for row in self.source.rows("client_state", order_by=("user_id", "namespace", "key")):
@@ -483,7 +512,11 @@ class ReferenceReader:
 
     def _read_sidecars(self) -> Iterator[SidecarRecord | Problem]:
         for row in self.source.rows("cloud_resource_metadata", order_by=("user_id", "resource_key")):
-            yield SidecarRecord(str(row["user_id"]), str(row["resource_key"]), str(row["encrypted_value"]))
+            user_id, value = str(row["user_id"]), str(row["encrypted_value"])
+            ref_gen = self._owner_of(user_id, value, "")
+            yield SidecarRecord(
+                user_id, str(row["resource_key"]), value, ref_gen[0] if ref_gen else None, ref_gen[1] if ref_gen else 0
+            )
 
     def _read_records(self) -> Iterator[CloudRecord | Problem]:
         has_chunks = "cloud_data_record_chunks" in self._tables

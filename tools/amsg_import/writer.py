@@ -213,6 +213,9 @@ class TargetWriter:
         }
         if rec.last_error is not None:
             item["last_error"] = rec.last_error
+        if rec.owner_ref is not None:  # as an owned schedule-message stores it: its fires and writes are guarded
+            item["owner_ref"] = rec.owner_ref
+            item["owner_gen"] = rec.owner_gen
         if rec.status == "pending":
             eligible = rec.next_send_at
             if rec.lease_until and rec.lease_until > self.now_iso:
@@ -468,11 +471,15 @@ class TargetWriter:
         target = self.sidecar_target(rec)
         if target is None:
             return _skipped("unknown resource key")
+        update, values = "SET cloud_meta = :m", {":m": rec.encrypted_value}
+        if rec.owner_ref is not None:  # the owner reference our own owned writes store next to the record
+            update += ", owner_ref = :r, owner_gen = :g"
+            values.update({":r": rec.owner_ref, ":g": rec.owner_gen})
         done = self._conditional_update(
             Key=target,
-            UpdateExpression="SET cloud_meta = :m",
+            UpdateExpression=update,
             ConditionExpression="attribute_exists(SK) AND attribute_not_exists(cloud_meta)",
-            ExpressionAttributeValues={":m": rec.encrypted_value},
+            ExpressionAttributeValues=values,
         )
         if done:
             return _written()
