@@ -331,6 +331,18 @@ def test_cleanup_validation_errors(api, ctx):
     err(post(api, "cleanup-operations", {"planId": plan["id"], "idempotencyKey": "k2"}), 409, "CLOUD_PLAN_CHANGED")
 
 
+def test_a_purge_covers_at_most_max_purge_resources(api, monkeypatch):
+    from amsg.api import cloud_cleanup
+
+    seed(api)
+    monkeypatch.setattr(cloud_cleanup, "MAX_PURGE_RESOURCES", 2)  # alice owns a task, a state entry, a credential
+    resp = post(api, "cleanup-plans", {"mode": "purge", "owner": ALICE})
+    err(resp, 400, "INVALID_CLEANUP_SELECTION")
+    assert resp.body["error"]["details"] == {"selected": 3, "max": 2}
+    assert post(api, "cleanup-plans", {"mode": "purge", "owner": ALICE, "types": ["task"]}).status == 200
+    assert post(api, "cleanup-plans", {"mode": "retire-owner", "owner": ALICE}).status == 200  # no such limit
+
+
 def _scan() -> list[dict]:
     import boto3
 

@@ -412,6 +412,9 @@ def _journey(env: Any) -> None:
     _ok(api.delete_credentials({"credIdPrefix": "global/c1"}))
     # cloud data: inventory snapshot and its next page, owner state, and a restore of a retired owner (retired
     # here by writing its owner item the way a retirement does)
+    # a value stored as parts: the retirement below deletes its part items in a batch
+    big = {"namespace": "owned", "key": "big", "value": "v" * 400_000, "updatedAt": T0_MS - 1, "owner": owner}
+    _ok(api.put_client_state([big]))
     page = _ok(api.request("GET", "/cloud-data/resources?limit=1")).data
     _ok(api.request("GET", f"/cloud-data/resources?limit=1&cursor={page['nextCursor']}"))
     _ok(api.request("GET", "/cloud-data/summary"))

@@ -26,6 +26,9 @@ from amsg.errors import LeaseLost, api_error
 
 PLAN_TTL_MS = 15 * 60_000
 PLAN_RECORD_TTL_S = 3600
+# A purge operation carries its previewed list ([id, type, version] per resource) in its one leased record, so
+# one purge covers at most this many resources (a retire-owner has no such limit: it deletes what the owner owns).
+MAX_PURGE_RESOURCES = 1000
 IMPACTS = {
     "retire-owner": [
         "停用此归属者，并清理它的全部云端数据，包括操作进行期间新增的数据。",
@@ -90,6 +93,8 @@ def create_plan(ctx: AppContext, user_id: str, user_key: str, body: dict[str, An
     ]
     if ids is not None and len(set(ids)) != len(selected):
         raise api_error("CLOUD_RESOURCE_NOT_FOUND")
+    if mode == "purge" and len(selected) > MAX_PURGE_RESOURCES:
+        raise api_error("INVALID_CLEANUP_SELECTION", details={"selected": len(selected), "max": MAX_PURGE_RESOURCES})
     now = ctx.now_ms()
     plan = {
         "id": str(uuid_lib.uuid4()),

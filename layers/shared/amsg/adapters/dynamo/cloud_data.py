@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import secrets
 from decimal import Decimal
 from typing import Any
 
@@ -35,6 +36,12 @@ from amsg.ports import LeasedWrite, ResourceListing, StoredResource
 from amsg.timeutil import parse_iso_ms
 
 RECORD_PREFIX = "R#"
+# A record too large for one item (a paging snapshot or a plan of a user with thousands of resources) keeps its
+# data in part items "RP#<kind>#<id>#<token>#<n>" (never under the "R#<kind>#" listing prefix); parts carry a TTL
+# past any record's life, so a part left by a crash between writes expires.
+RECORD_PART_PREFIX = "RP#"
+INLINE_RECORD_CHARS = 300_000
+RECORD_PART_TTL_S = 32 * 86_400
 READ_FAILED = "Cloud storage source could not be read"
 
 
@@ -270,26 +277,56 @@ class DynamoCloudDataStore:
         create_only: bool = False,
         work_at: int | None = None,
     ) -> bool:
-        item: dict[str, Any] = {**self._record_key(user_id, kind, record_id), "data": data, "updated_at": now_ms}
+        item: dict[str, Any] = {**self._record_key(user_id, kind, record_id), "updated_at": now_ms}
+        item.update(self._data_attrs(user_id, kind, record_id, data, now_ms))
         if ttl_s is not None:
             item["ttl"] = now_ms // 1000 + ttl_s
         if work_at is not None:
             item.update(_work_keys(kind, work_at))
-        if not create_only:
-            self.t.table.put_item(Item=item)
-            return True
-        try:  # an expired record (not yet removed by TTL) counts as absent
-            self.t.table.put_item(
-                Item=item,
-                ConditionExpression="attribute_not_exists(SK) OR #ttl <= :now_s",
-                ExpressionAttributeNames={"#ttl": "ttl"},
-                ExpressionAttributeValues={":now_s": now_ms // 1000},
-            )
+        condition: dict[str, Any] = {}
+        if create_only:  # an expired record (not yet removed by TTL) counts as absent
+            condition = {
+                "ConditionExpression": "attribute_not_exists(SK) OR #ttl <= :now_s",
+                "ExpressionAttributeNames": {"#ttl": "ttl"},
+                "ExpressionAttributeValues": {":now_s": now_ms // 1000},
+            }
+        try:
+            old = self.t.table.put_item(Item=item, ReturnValues="ALL_OLD", **condition).get("Attributes") or {}
         except ClientError as exc:
+            self._drop_parts(user_id, kind, record_id, item.get("data_token"))
             if is_conditional_failure(exc):
                 return False
             raise
+        self._drop_parts(user_id, kind, record_id, old.get("data_token"))
         return True
+
+    def _data_attrs(self, user_id: str, kind: str, record_id: str, data: str, now_ms: int) -> dict[str, Any]:
+        """The attributes that hold ``data``: inline, or a pointer to part items written first."""
+        if len(data) <= INLINE_RECORD_CHARS:
+            return {"data": data}
+        token = secrets.token_hex(8)
+        prefix = _part_prefix(kind, record_id)
+        chunks = [data[i : i + INLINE_RECORD_CHARS] for i in range(0, len(data), INLINE_RECORD_CHARS)]
+        ttl = now_ms // 1000 + RECORD_PART_TTL_S
+        self.t.batch_put(
+            {"PK": keys.user_pk(user_id), "SK": f"{prefix}{token}#{n:05d}", "v": chunk, "ttl": ttl}
+            for n, chunk in enumerate(chunks)
+        )
+        return {"data_token": token, "data_parts": len(chunks)}
+
+    def _data_of(self, item: dict[str, Any]) -> str | None:
+        if "data" in item:
+            return str(item["data"])
+        token = item.get("data_token")
+        if not token:
+            return None
+        prefix = RECORD_PART_PREFIX + str(item["SK"])[len(RECORD_PREFIX) :] + "#"
+        return self.t.read_blob(str(item["PK"]), prefix, BlobRef(str(token), _int(item.get("data_parts")) or 0))
+
+    def _drop_parts(self, user_id: str, kind: str, record_id: str, token: Any) -> None:
+        if token:
+            with contextlib.suppress(ClientError):  # unreferenced parts are harmless (and expire)
+                self.t.delete_blob(keys.user_pk(user_id), _part_prefix(kind, record_id), str(token))
 
     def set_record_ttl(self, user_id: str, kind: str, record_id: str, *, now_ms: int, ttl_s: int) -> None:
         """Start the expiry of an existing record (nothing when it is gone)."""
@@ -306,22 +343,22 @@ class DynamoCloudDataStore:
                 raise
 
     def delete_record(self, user_id: str, kind: str, record_id: str) -> None:
-        self.t.table.delete_item(Key=self._record_key(user_id, kind, record_id))
+        old = self.t.table.delete_item(Key=self._record_key(user_id, kind, record_id), ReturnValues="ALL_OLD")
+        self._drop_parts(user_id, kind, record_id, (old.get("Attributes") or {}).get("data_token"))
 
     def get_record(self, user_id: str, kind: str, record_id: str, *, now_ms: int | None = None) -> str | None:
         """The record's data; an expired record (TTL deletion lags) reads as absent when ``now_ms`` is given."""
         item = self.t.get(self._record_key(user_id, kind, record_id))
         if not item or not _live(item, now_ms):
             return None
-        return item.get("data")
+        return self._data_of(item)
 
     def list_records(self, user_id: str, kind: str, *, now_ms: int | None = None) -> list[str]:
         prefix = f"{RECORD_PREFIX}{kind}#"
-        return [
-            str(item["data"])
-            for item in self.t.query_prefix(keys.user_pk(user_id), prefix)
-            if item.get("data") and _live(item, now_ms)
-        ]
+        found = (
+            self._data_of(item) for item in self.t.query_prefix(keys.user_pk(user_id), prefix) if _live(item, now_ms)
+        )
+        return [data for data in found if data]
 
     # ---- leases and the work index (cleanup operations) ----------------------------------------------------
 
@@ -396,6 +433,9 @@ class DynamoCloudDataStore:
         ]
 
     def _leased_update(self, user_id: str, write: LeasedWrite) -> dict[str, Any]:
+        # operation records stay small (counts and, for a purge, at most MAX_PURGE_RESOURCES entries)
+        if len(write.data) > INLINE_RECORD_CHARS:
+            raise ValueError("a leased record must fit in one item")
         sets = ["#data = :d", "updated_at = :now"]
         removes: list[str] = []
         values: dict[str, Any] = {":d": write.data, ":now": write.now_ms, ":tok": write.token}
@@ -432,6 +472,10 @@ class DynamoCloudDataStore:
 
 WORK_PREFIX = "WORK#"
 WORK_KINDS = frozenset({"operation"})
+
+
+def _part_prefix(kind: str, record_id: str) -> str:
+    return f"{RECORD_PART_PREFIX}{kind}#{record_id}#"
 
 
 def _work_sk(at_ms: int) -> str:
