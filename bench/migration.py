@@ -11,14 +11,11 @@ from bench import counting
 
 def main(users: int = 20, tasks_per_user: int = 15, outbox_per_user: int = 10, states_per_user: int = 10) -> None:
     counting.install()
-    import boto3
     from amsg.adapters.dynamo.table import DynamoTable
     from amsg_import.command import run_import
     from amsg_import.sources import SqliteSource
-    from amsg_local.dynamodb_local import start_dynamodb_local
-    from amsg_local.tables import create_tables_from_template
-    from amsg_local.template import load_template
 
+    from bench.ddb import dynamodb_local_table
     from tests.support.reference_db import ReferenceDb
 
     master_key = "b" * 64
@@ -36,17 +33,8 @@ def main(users: int = 20, tasks_per_user: int = 15, outbox_per_user: int = 10, s
         for i in range(states_per_user):
             db.add_state(user, "char:a", f"key-{i}", {"value": i, "text": "状态" * 20}, now - 1_000)
 
-    server = start_dynamodb_local()
-    try:
-        client = boto3.client(
-            "dynamodb",
-            endpoint_url=server.endpoint_url,
-            region_name="us-east-1",
-            aws_access_key_id="x",
-            aws_secret_access_key="x",
-        )
-        create_tables_from_template(client, load_template(), "bench-import")
-        table = DynamoTable("bench-import", endpoint_url=server.endpoint_url, region="us-east-1")
+    with dynamodb_local_table("bench-import") as endpoint_url:
+        table = DynamoTable("bench-import", endpoint_url=endpoint_url, region="us-east-1")
         print("== amsg import on DynamoDB Local")
         for label in ("first import", "re-run (skips)"):
             counting.reset()
@@ -60,5 +48,3 @@ def main(users: int = 20, tasks_per_user: int = 15, outbox_per_user: int = 10, s
                 f"in {elapsed:.2f} s: {totals['read'] / elapsed:7.1f} rows/s, "
                 f"{requests / max(1, totals['read']):.2f} DynamoDB requests per row"
             )
-    finally:
-        server.stop()

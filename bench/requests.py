@@ -145,24 +145,10 @@ def moto_backend() -> Iterator[tuple[str, str | None]]:
 
 @contextmanager
 def ddb_local_backend() -> Iterator[tuple[str, str | None]]:
-    import boto3
-    from amsg_local.dynamodb_local import start_dynamodb_local
-    from amsg_local.tables import create_tables_from_template
-    from amsg_local.template import load_template
+    from bench.ddb import dynamodb_local_table
 
-    server = start_dynamodb_local()
-    try:
-        client = boto3.client(
-            "dynamodb",
-            endpoint_url=server.endpoint_url,
-            region_name="us-east-1",
-            aws_access_key_id="x",
-            aws_secret_access_key="x",
-        )
-        create_tables_from_template(client, load_template(), "bench-requests")
-        yield "bench-requests", server.endpoint_url
-    finally:
-        server.stop()
+    with dynamodb_local_table("bench-requests") as endpoint_url:
+        yield "bench-requests", endpoint_url
 
 
 def _line(counts: dict[str, float]) -> str:

@@ -14,25 +14,12 @@ def main(tasks: int = 400) -> None:
     from amsg.engine.runner import run_tick
     from amsg.ports import NewTask
     from amsg.timeutil import iso_from_ms
-    from amsg_local.dynamodb_local import start_dynamodb_local
-    from amsg_local.tables import create_tables_from_template
-    from amsg_local.template import load_template
 
+    from bench.ddb import dynamodb_local_table
     from tests.support.ddb_engine import T0_MS, MemoryQueue, RecordingPushSender, ddb_context, with_fakes
 
-    server = start_dynamodb_local()
-    try:
-        import boto3
-
-        client = boto3.client(
-            "dynamodb",
-            endpoint_url=server.endpoint_url,
-            region_name="us-east-1",
-            aws_access_key_id="x",
-            aws_secret_access_key="x",
-        )
-        create_tables_from_template(client, load_template(), "bench")
-        ctx = ddb_context(server.endpoint_url, "bench")
+    with dynamodb_local_table("bench") as endpoint_url:
+        ctx = ddb_context(endpoint_url, "bench")
         queue = MemoryQueue()
         with_fakes(ctx, RecordingPushSender(), queue)
         due = iso_from_ms(T0_MS + 60_000)
@@ -60,5 +47,3 @@ def main(tasks: int = 400) -> None:
         print(f"  claims/s             {claimed / elapsed:8.1f}")
         requests = counting.dynamodb_total()
         print(f"  DynamoDB requests    {requests:8d}  ({requests / max(1, claimed):.2f} per claim)")
-    finally:
-        server.stop()
