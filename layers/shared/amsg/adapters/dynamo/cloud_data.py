@@ -305,7 +305,7 @@ class DynamoCloudDataStore:
         if len(data) <= INLINE_RECORD_CHARS:
             return {"data": data}
         token = secrets.token_hex(8)
-        prefix = _part_prefix(kind, record_id)
+        prefix = _part_prefix(self._record_key(user_id, kind, record_id)["SK"])
         chunks = [data[i : i + INLINE_RECORD_CHARS] for i in range(0, len(data), INLINE_RECORD_CHARS)]
         ttl = now_ms // 1000 + RECORD_PART_TTL_S
         self.t.batch_put(
@@ -320,13 +320,14 @@ class DynamoCloudDataStore:
         token = item.get("data_token")
         if not token:
             return None
-        prefix = RECORD_PART_PREFIX + str(item["SK"])[len(RECORD_PREFIX) :] + "#"
+        prefix = _part_prefix(str(item["SK"]))
         return self.t.read_blob(str(item["PK"]), prefix, BlobRef(str(token), _int(item.get("data_parts")) or 0))
 
     def _drop_parts(self, user_id: str, kind: str, record_id: str, token: Any) -> None:
         if token:
             with contextlib.suppress(ClientError):  # unreferenced parts are harmless (and expire)
-                self.t.delete_blob(keys.user_pk(user_id), _part_prefix(kind, record_id), str(token))
+                key = self._record_key(user_id, kind, record_id)
+                self.t.delete_blob(key["PK"], _part_prefix(key["SK"]), str(token))
 
     def set_record_ttl(self, user_id: str, kind: str, record_id: str, *, now_ms: int, ttl_s: int) -> None:
         """Start the expiry of an existing record (nothing when it is gone)."""
@@ -474,8 +475,9 @@ WORK_PREFIX = "WORK#"
 WORK_KINDS = frozenset({"operation"})
 
 
-def _part_prefix(kind: str, record_id: str) -> str:
-    return f"{RECORD_PART_PREFIX}{kind}#{record_id}#"
+def _part_prefix(record_sk: str) -> str:
+    """``R#<kind>#<id>`` → ``RP#<kind>#<id>#``: where that record's part items live."""
+    return f"{RECORD_PART_PREFIX}{record_sk[len(RECORD_PREFIX) :]}#"
 
 
 def _work_sk(at_ms: int) -> str:
