@@ -30,7 +30,7 @@ TICK_EVERY_S = 60.0
 DEADLINE_S = 240.0
 
 
-def _template_defaults() -> dict[str, int]:
+def template_defaults() -> dict[str, int]:
     from amsg_local.template import load_template
 
     template = load_template()
@@ -141,7 +141,7 @@ def run(tasks: int = 10_000, users: int = 1_000) -> dict[str, Any]:
     from tests.support.fake_push import FakePushService
     from tests.support.inprocess import LambdaContext, load_handler_module
 
-    defaults = _template_defaults()
+    defaults = template_defaults()
     public, private = generate_vapid_keys()
     server = start_dynamodb_local()
     spawn = mp.get_context("spawn")

@@ -67,12 +67,15 @@ def _env(table: str, endpoint: str | None) -> dict[str, str]:
     return env
 
 
-def measure(table: str, endpoint: str | None) -> dict[str, dict[str, Any]]:
-    """Per scenario: requests per task by operation for schedule and for delivery (tick + run_task)."""
+def measure(table: str, endpoint: str | None, batch_size: int = 1) -> dict[str, dict[str, Any]]:
+    """Per scenario: requests per task by operation for schedule and for delivery (tick + run_task), each SQS
+    batch of ``batch_size`` records run together as the run_task handler does (1: every record alone)."""
+    import functools
+
     from amsg import runtime
     from amsg.clock import FixedClock
     from amsg.engine.messages import parse_task_message
-    from amsg.engine.runner import run_message, run_tick
+    from amsg.engine.runner import run_message, run_tick, run_together
 
     from tests.support.ddb_engine import MemoryQueue, RecordingPushSender, with_fakes
     from tests.support.inprocess import InProcessApi
@@ -106,9 +109,14 @@ def measure(table: str, endpoint: str | None) -> dict[str, dict[str, Any]]:
         summary = run_tick(ctx)
         delivered = 0
         while not queue.items.empty():
-            message = parse_task_message(json.dumps(queue.items.get_nowait()))
-            result = run_message(ctx, message, remaining_ms=lambda: 100_000, owner="bench")
-            delivered += result.get("successCount", 0)
+            batch = [queue.items.get_nowait() for _ in range(min(batch_size, queue.items.qsize()))]
+            jobs = [
+                functools.partial(
+                    run_message, ctx, parse_task_message(json.dumps(body)), remaining_ms=lambda: 100_000, owner=f"b{i}"
+                )
+                for i, body in enumerate(batch)
+            ]
+            delivered += sum(result.get("successCount", 0) for result in run_together(ctx, jobs))
         deliver = _dynamodb_calls()
         with counting._lock:
             units = dict(counting.units)
@@ -162,14 +170,23 @@ def main() -> None:
     backends: list[tuple[str, Callable[[], Any]]] = [("moto", moto_backend), ("DynamoDB Local", ddb_local_backend)]
     totals: dict[str, dict[str, float]] = {}
     print(f"== DynamoDB requests per delivered task ({USERS} users, one push service, pacing 0)")
+    from bench.capacity import template_defaults
+
+    batch_size = template_defaults()["batch_size"]
     for label, backend in backends:
         with backend() as (table, endpoint):
             results = measure(table, endpoint)
+            batched = measure(table, endpoint, batch_size)
         print(f"  {label}")
         for name, result in results.items():
             deliver, schedule = result["deliver"], result["schedule"]
             totals.setdefault(name, {})[label] = sum(deliver.values())
-            print(f"    {name:15s} deliver  {_line(deliver)}")
+            totals.setdefault(f"{name} (batched)", {})[label] = sum(batched[name]["deliver"].values())
+            print(f"    {name:15s} deliver  {_line(deliver)}   (each record alone)")
+            print(
+                f"    {'':15s} deliver  {_line(batched[name]['deliver'])}   (SQS batches of {batch_size}, records"
+                f" together; {batched[name]['duplicates']} duplicates)"
+            )
             capacity = result["units"]
             if label == "DynamoDB Local":  # moto reports no units for transactions, so its figure means nothing
                 print(

@@ -1,40 +1,73 @@
 """SQS → deliver each claimed task; partial batch failures only for infrastructure errors.
 
-Task outcomes are written to DynamoDB before the record is acked, so a failed task is never redelivered by SQS.
+The records of a batch are delivered at the same time and share storage round trips (docs/delivery.md). Task
+outcomes are written to DynamoDB before the record is acked, so a failed task is never redelivered by SQS.
 """
 
-from amsg import runtime
+import functools
+import threading
+from concurrent.futures import ThreadPoolExecutor
+
+from amsg import jsonio, runtime
 from amsg.engine.messages import parse_task_message
-from amsg.engine.runner import run_message
+from amsg.engine.runner import RECORD_WORKERS, run_message, run_together
 from amsg.observability import logger, metrics
 from amsg.timeutil import parse_iso_ms
 from aws_lambda_powertools.utilities.batch import BatchProcessor, EventType, process_partial_response
 from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
-processor = BatchProcessor(event_type=EventType.SQS)
+
+class ConcurrentBatchProcessor(BatchProcessor):
+    """Partial batch responses as usual; the records run together, on this sandbox's own worker threads."""
+
+    _pool: ThreadPoolExecutor | None = None
+
+    def process(self) -> list[tuple]:
+        if self._pool is None:  # built on the first batch, never at import
+            self._pool = ThreadPoolExecutor(max_workers=RECORD_WORKERS, thread_name_prefix="record")
+        records = [functools.partial(self._process_record, record) for record in self.records]
+        users = [_user_of(record.get("body")) for record in self.records]
+        return run_together(runtime.app_context(), records, keys=users, pool=self._pool)
+
+
+def _user_of(body: object) -> str | None:
+    """The record's user (a user's records run in batch order, one after the other); None when malformed (the
+    record handler then drops it, and says so once)."""
+    try:
+        data = jsonio.loads(body) if isinstance(body, str) else None
+    except ValueError:
+        return None
+    user = data.get("userId") if isinstance(data, dict) else None
+    return user if isinstance(user, str) else None
+
+
+processor = ConcurrentBatchProcessor(event_type=EventType.SQS)
+_metrics_lock = threading.Lock()  # records finish on several threads; the metric set is shared
 
 
 def record_handler(record: SQSRecord, lambda_context: LambdaContext) -> dict:
     """One record; the batch processor passes this invocation's context (its remaining time bounds the run)."""
     ctx = runtime.app_context()
     message = parse_task_message(record.body)
-    # this record's log lines carry the id of the API request that created the task (or of the claiming tick)
-    logger.set_correlation_id(message.correlation_id if message is not None else None)
+    # this record's log lines carry the id of the API request that created the task (or of the claiming tick);
+    # a per-thread key, as the batch's records run side by side
+    logger.thread_safe_append_keys(correlation_id=message.correlation_id if message is not None else None)
     try:
         summary = run_message(
             ctx,
             message,
             remaining_ms=lambda_context.get_remaining_time_in_millis,
-            owner=f"run:{lambda_context.aws_request_id}",
+            owner=f"run:{lambda_context.aws_request_id}:{record.message_id}",
         )
     finally:
-        logger.set_correlation_id(None)
-    metrics.add_metric(name="TasksDelivered", unit="Count", value=summary.get("successCount", 0))
-    metrics.add_metric(name="DeliveryFailures", unit="Count", value=summary.get("failedCount", 0))
+        logger.thread_safe_remove_keys(["correlation_id"])
     due_ms = parse_iso_ms(message.next_send_at) if message is not None else None
-    if summary.get("successCount") and due_ms is not None:  # due → pushed, queue wait and generation included
-        metrics.add_metric(name="DeliveryLatency", unit="Milliseconds", value=max(0, ctx.now_ms() - due_ms))
+    with _metrics_lock:
+        metrics.add_metric(name="TasksDelivered", unit="Count", value=summary.get("successCount", 0))
+        metrics.add_metric(name="DeliveryFailures", unit="Count", value=summary.get("failedCount", 0))
+        if summary.get("successCount") and due_ms is not None:  # due → pushed, queue wait and generation included
+            metrics.add_metric(name="DeliveryLatency", unit="Milliseconds", value=max(0, ctx.now_ms() - due_ms))
     return summary
 
 

@@ -3,6 +3,7 @@ decided by DynamoDB's conditional writes alone (the thing under test)."""
 
 from __future__ import annotations
 
+import functools
 import json
 import queue as queue_lib
 import threading
@@ -88,21 +89,44 @@ def with_fakes(ctx, sender: RecordingPushSender, queue: MemoryQueue, llm: Any = 
     ctx.delivery = DeliveryPorts(make_push_sender=lambda: sender, make_llm=make_llm, make_queue=lambda: queue)
 
 
-def consume(ctx, queue: MemoryQueue, stop: threading.Event, *, duplicate: bool = True) -> None:
-    """One run_task consumer draining ``queue`` until ``stop`` is set and the queue is empty. With ``duplicate``
-    every message is run a second time, as SQS's at-least-once delivery may (maybe on another consumer)."""
+def consume(ctx, queue: MemoryQueue, stop: threading.Event, *, duplicate: bool = True, batch_size: int = 5) -> None:
+    """One run_task consumer draining ``queue`` until ``stop`` is set and the queue is empty, in SQS-sized
+    batches whose records run together as in production (``run_together``: concurrent, sharing round trips).
+    With ``duplicate`` every message is in its batch twice, as SQS's at-least-once delivery may hand it over
+    again (here at the same time, on the same sandbox: the hardest case for exactly-once)."""
     from amsg.engine.messages import parse_task_message
-    from amsg.engine.runner import run_message
+    from amsg.engine.runner import run_message, run_together
 
     while not (stop.is_set() and queue.items.empty()):
         try:
-            body = queue.items.get(timeout=0.05)
+            bodies = [queue.items.get(timeout=0.05)]
         except queue_lib.Empty:
             continue
-        message = parse_task_message(json.dumps(body))
-        run_message(ctx, message, remaining_ms=lambda: 100_000, owner=f"consumer:{threading.get_ident()}")
+        while len(bodies) < batch_size:
+            try:
+                bodies.append(queue.items.get_nowait())
+            except queue_lib.Empty:
+                break
+        messages = [parse_task_message(json.dumps(body)) for body in bodies]
         if duplicate:
-            run_message(ctx, message, remaining_ms=lambda: 100_000, owner=f"dup:{threading.get_ident()}")
+            messages += messages
+        # a user's records run in order on one worker; the copies get keys of their own so that they run at the
+        # same time as the originals, as on two sandboxes
+        keys = [f"{m.user_id}#{i >= len(bodies)}" if m is not None else None for i, m in enumerate(messages)]
+        run_together(
+            ctx,
+            [
+                functools.partial(
+                    run_message,
+                    ctx,
+                    message,
+                    remaining_ms=lambda: 100_000,
+                    owner=f"consumer:{threading.get_ident()}:{i}",
+                )
+                for i, message in enumerate(messages)
+            ],
+            keys=keys,
+        )
 
 
 def race(ctx, queue: MemoryQueue, *, ticks: int = 2, consumers: int = 2, duplicate: bool = True) -> list[dict]:

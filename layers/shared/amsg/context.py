@@ -10,6 +10,7 @@ from functools import cached_property
 from amsg.config import Secrets, Settings
 from amsg.crypto import derive_user_key
 from amsg.ports import (
+    CallCoalescer,
     ClaimStore,
     ClientStateStore,
     Clock,
@@ -74,6 +75,7 @@ class AppContext:
     owners: OwnerStore | None = None  # cloud-data owners and their guards
     policies: DeliveryPolicyStore | None = None  # quiet hours and frequency caps (None: no policy applies)
     cloud_data: CloudDataStore | None = None  # the /cloud-data inventory and its records
+    coalescer: CallCoalescer | None = None  # a batch's concurrent records share storage round trips
 
     def user_key(self, user_id: str) -> str:
         return derive_user_key(self.secrets.master_key, user_id)

@@ -18,6 +18,11 @@ LLM_CALL_FAILED = "LLM_CALL_FAILED"
 CREDENTIAL_MISSING = "CREDENTIAL_MISSING"
 
 
+class ClaimTaken(Exception):
+    """Another run adopted this claim and still holds its lease: this delivery of the same SQS message (sent
+    twice, or redelivered while the first is still running) must do nothing at all."""
+
+
 class DeliveryFailure(Exception):
     """A failed delivery step: ``permanent`` stops the retry ladder, ``code`` is ``lastError.errorCode``."""
 

@@ -7,6 +7,7 @@ user's key, so an adapter never sees plaintext task content.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -285,9 +286,10 @@ class ClaimStore(Protocol):
         ...
 
     def adopt_claim(
-        self, user_id: str, uuid: str, claim_version: int, next_send_at: str, lease_until: str, owner: str
+        self, user_id: str, uuid: str, claim_version: int, next_send_at: str, lease_until: str, owner: str, now_iso: str
     ) -> TaskRow | None:
-        """Take over the tick's claim if it is still current, switching to the run lease, in one write."""
+        """Take over the tick's claim if it is still current, switching to the run lease, in one write. A claim
+        is adopted once: while the run that adopted it holds its lease, raises ``amsg.failures.ClaimTaken``."""
         ...
 
     def open_run(self, user_id: str, uuid: str, claim_version: int, next_send_at: str) -> RunSnapshot | None:
@@ -602,6 +604,21 @@ class PushSender(Protocol):
         Returns the 2xx status; raises :class:`amsg.failures.PushSendError` on any other outcome. ``timeout_s``
         overrides the sender's HTTP timeout for this call (the instant path's remaining budget).
         """
+        ...
+
+
+class CoalescingScope(Protocol):
+    def participant(self) -> AbstractContextManager[None]:
+        """Take part (the calling thread, for one record): its storage calls may share round trips."""
+        ...
+
+
+class CallCoalescer(Protocol):
+    """Storage calls made at about the same time by the records of one batch, delivered concurrently, share
+    round trips; every call keeps exactly the outcome it would have had alone (see docs/delivery.md)."""
+
+    def session(self, participants: int) -> CoalescingScope:
+        """A scope for ``participants`` records starting together (more may join as earlier ones finish)."""
         ...
 
 

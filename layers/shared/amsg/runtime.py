@@ -99,6 +99,7 @@ def build_context(env: Mapping[str, str], *, clock: Clock | None = None) -> AppC
     from amsg.adapters.dynamo.claims import DynamoClaimStore
     from amsg.adapters.dynamo.client_state import DynamoClientStateStore
     from amsg.adapters.dynamo.cloud_data import DynamoCloudDataStore
+    from amsg.adapters.dynamo.coalescing import DynamoCoalescer
     from amsg.adapters.dynamo.credentials import DynamoCredentialStore
     from amsg.adapters.dynamo.delivery_policy import DynamoDeliveryPolicyStore
     from amsg.adapters.dynamo.outbox import DynamoOutboxStore
@@ -128,6 +129,7 @@ def build_context(env: Mapping[str, str], *, clock: Clock | None = None) -> AppC
         owners=DynamoOwnerStore(table),
         policies=DynamoDeliveryPolicyStore(table),
         cloud_data=DynamoCloudDataStore(table),
+        coalescer=DynamoCoalescer(table),
     )
     return context
 

@@ -39,7 +39,7 @@ from amsg.engine.policy import before_fire
 from amsg.engine.pushes import Occurrence, content_pushes, decode_push, encode_push, reasoning_push, should_push
 from amsg.engine.summary import DeliverySummary
 from amsg.errors import CloudGuardError
-from amsg.failures import DeliveryFailure, PushSendError, is_permanent_push_status
+from amsg.failures import ClaimTaken, DeliveryFailure, PushSendError, is_permanent_push_status
 from amsg.hooks import HookContext, call_hook, load_hooks, task_view
 from amsg.observability import logger
 from amsg.ports import (
@@ -126,7 +126,8 @@ def deliver_claimed(ctx: AppContext, row: TaskRow, summary: DeliverySummary, env
     try:
         payload: dict[str, Any] | None = decrypt_payload(row.encrypted_payload, user_key)
     except StoredPayloadUnreadable:
-        _fail(ctx, row, None, user_key, DeliveryFailure("任务载荷解密失败"), summary, env)
+        if _may_write(ctx, row, env, summary):
+            _fail(ctx, row, None, user_key, DeliveryFailure("任务载荷解密失败"), summary, env)
         return None
     assert payload is not None
     owner = row.owner
@@ -135,13 +136,18 @@ def deliver_claimed(ctx: AppContext, row: TaskRow, summary: DeliverySummary, env
         and ctx.owners is not None
         and not ctx.owners.guard_holds(row.user_id, owner.ref, owner.generation)
     ):
-        cancel_retired(ctx, row, summary)  # retired since the task was written: it never fires again
+        if _may_write(ctx, row, env, summary):
+            cancel_retired(ctx, row, summary)  # retired since the task was written: it never fires again
         return None
     if is_stale(row, now, ctx.settings.stale_after_ms):
-        settle_stale(ctx, row, payload, user_key, summary)
+        if _may_write(ctx, row, env, summary):
+            settle_stale(ctx, row, payload, user_key, summary)
         return None
     try:
         outcome = process_occurrence(ctx, row, payload, user_key, env)
+    except ClaimTaken:
+        _skip_taken(row, summary)
+        return None
     except Cancelled as cancelled:
         if cancelled.status == OWNER_RETIRED:
             cancel_retired(ctx, row, summary)
@@ -152,7 +158,8 @@ def deliver_claimed(ctx: AppContext, row: TaskRow, summary: DeliverySummary, env
         cancel_retired(ctx, row, summary)
         return None
     except CapReached as full:  # the first push found a cap full: nothing was pushed, the batch is outboxed
-        _defer(ctx, row, payload, user_key, iso_from_ms(full.until_ms), summary, policy=True)
+        if _may_write(ctx, row, env, summary):
+            _defer(ctx, row, payload, user_key, iso_from_ms(full.until_ms), summary, policy=True)
         return None
     except Exception as exc:
         if env.lease_lost():
@@ -160,10 +167,12 @@ def deliver_claimed(ctx: AppContext, row: TaskRow, summary: DeliverySummary, env
             return None
         if not isinstance(exc, (DeliveryFailure, PushSendError)):
             logger.warning("delivery step failed", extra={"error": type(exc).__name__})
-        _fail(ctx, row, payload, user_key, exc, summary, env)
+        if _may_write(ctx, row, env, summary):
+            _fail(ctx, row, payload, user_key, exc, summary, env)
         return None
     if outcome.deferred_until is not None:
-        _defer(ctx, row, payload, user_key, outcome.deferred_until, summary, policy=outcome.policy_deferred)
+        if _may_write(ctx, row, env, summary):
+            _defer(ctx, row, payload, user_key, outcome.deferred_until, summary, policy=outcome.policy_deferred)
         return None
     if outcome.redelivered:
         summary.redelivered.append({"taskId": row.id, "pushedCount": outcome.pushed})
@@ -172,6 +181,29 @@ def deliver_claimed(ctx: AppContext, row: TaskRow, summary: DeliverySummary, env
     if _finalize_success(ctx, row, payload, summary, outcome.unmarked):
         return outcome
     return None
+
+
+def _may_write(ctx: AppContext, row: TaskRow, env: DeliveryEnv, summary: DeliverySummary) -> bool:
+    """Whether this run may settle the task. A run that has not adopted its claim yet (it decided to fail,
+    defer or expire the task before its outbox append) adopts it first: one more write, only on these paths.
+    Another run of the same message that holds the claim decides instead (the happy path adopts in the
+    append, so a duplicate can never settle a task under the run that is delivering it)."""
+    if env.adopt_lease is None:
+        return True
+    try:
+        _adopt_now(ctx, row, env)
+    except ClaimTaken:
+        _skip_taken(row, summary)
+        return False
+    except Cancelled:
+        return False  # the claim moved on (settled, cancelled, claimed again): its holder decides
+    return True
+
+
+def _skip_taken(row: TaskRow, summary: DeliverySummary) -> None:
+    """Another run of the same SQS message holds the claim: leave everything to it."""
+    summary.claim_skipped += 1
+    logger.info("claim already adopted by another run", extra={"taskUuid": row.uuid})
 
 
 def needs_llm(payload: dict[str, Any]) -> bool:
@@ -359,6 +391,10 @@ def process_occurrence(
     )
     if policy.defer_until_ms is not None:
         return Outcome(deferred_until=iso_from_ms(policy.defer_until_ms), policy_deferred=True)
+    if entries is not None:
+        # a batch already in the outbox (a redelivery, a fire deferred by a cap): no append will adopt the
+        # claim, so take it now, before any push claim or cap charge (a duplicate run stops here)
+        _adopt_now(ctx, row, env)
     env.cap_charges = list(policy.charges)  # counted with the first push this run claims (agentic ones too)
     outcome = Outcome(redelivered=entries is not None)
     claimed_first = False
@@ -437,8 +473,9 @@ def _adopt_now(ctx: AppContext, row: TaskRow, env: DeliveryEnv) -> None:
     """Adopt the tick's claim with the run lease now (instead of in the append transaction)."""
     if env.adopt_lease is None:
         return
+    now_iso = iso_from_ms(ctx.now_ms())
     adopted = ctx.claims.adopt_claim(
-        row.user_id, row.uuid, row.claim_version, row.next_send_at, env.adopt_lease(), env.owner
+        row.user_id, row.uuid, row.claim_version, row.next_send_at, env.adopt_lease(), env.owner, now_iso
     )
     if adopted is None:
         raise Cancelled("cancelled_mid_delivery")
@@ -474,7 +511,9 @@ def _append_new_batch(
         raise Cancelled("cancelled_mid_delivery")
     fresh = [_Entry(push, done=False) for push in pushes]
     if result is not APPEND_FALLBACK:
+        env.adopt_lease = None  # the append adopted the claim: this run holds it now
         return fresh, claim is not None, False
+    _adopt_now(ctx, row, env)  # rows from an earlier run: adopt on our own before working them
     committed = _committed_batch(ctx, row, occurrence, user_key)
     if committed is not None:
         return committed, False, True

@@ -16,7 +16,7 @@ import heapq
 import itertools
 import threading
 import uuid as uuid_lib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
@@ -129,7 +129,7 @@ def _claim_and_enqueue(ctx: AppContext, summary: TickSummary, remaining_ms: Call
     released: set[tuple[str, str]] = set()  # (user, group key) released this tick: one per group per tick
     workers = max(1, settings.tick_claim_workers)
     source = due_in_order(ctx, max(1, settings.due_shards), lambda: iso_from_ms(ctx.now_ms()))
-    pool = _claim_pool(workers)  # one pool per sandbox: its threads keep their DynamoDB clients
+    pool = _sandbox_pool("claim", workers)  # one pool per sandbox: its threads keep their DynamoDB clients
     while True:
         if remaining_ms() < TICK_TIME_MARGIN_MS:
             summary.stopped_by = "time"
@@ -182,16 +182,17 @@ def _claim_and_enqueue(ctx: AppContext, summary: TickSummary, remaining_ms: Call
     flush()
 
 
-_pools: dict[int, ThreadPoolExecutor] = {}
+_pools: dict[tuple[str, int], ThreadPoolExecutor] = {}
 _pools_lock = threading.Lock()
 
 
-def _claim_pool(workers: int) -> ThreadPoolExecutor:
-    """The claim workers of this sandbox, built on the first tick (never at import) and reused."""
+def _sandbox_pool(name: str, workers: int) -> ThreadPoolExecutor:
+    """Worker threads of this sandbox (tick claims, a batch's records), built on first use (never at import)
+    and reused by later invocations."""
     with _pools_lock:
-        pool = _pools.get(workers)
+        pool = _pools.get((name, workers))
         if pool is None:
-            pool = _pools[workers] = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="claim")
+            pool = _pools[(name, workers)] = ThreadPoolExecutor(max_workers=workers, thread_name_prefix=name)
         return pool
 
 
@@ -308,6 +309,49 @@ def _resume_cleanups(ctx: AppContext, summary: TickSummary, remaining_ms: Callab
 
 
 # ---- run_task (SQS consumer) ---------------------------------------------------------------------------------
+
+RECORD_WORKERS = 10  # records of one batch delivered at the same time (SQS hands at most 10 without a window)
+
+
+def run_together[T](
+    ctx: AppContext,
+    jobs: Sequence[Callable[[], T]],
+    *,
+    keys: Sequence[str | None] | None = None,
+    pool: ThreadPoolExecutor | None = None,
+) -> list[T]:
+    """Run the records of one SQS batch at the same time, each on a worker thread, inside one coalescing
+    session so that their storage calls share round trips (docs/delivery.md). Each record is delivered exactly
+    as it would be alone: claims, fencing and send-claims are per task, and two deliveries of one task (a
+    duplicate SQS message) exclude each other (a claim is adopted once). A job must not raise (the batch
+    processor catches per record).
+
+    Records with the same key (the user: they share the user's outbox counter, caps and push order) run one
+    after the other in batch order, as they were enqueued (earlier due first), on one worker. A batch with a
+    single key, or a store without coalescing, runs in this thread. ``pool`` is the sandbox's record workers
+    (its threads keep their DynamoDB clients across invocations); at most :data:`RECORD_WORKERS` at once."""
+    groups: dict[object, list[int]] = {}
+    for index in range(len(jobs)):
+        key = keys[index] if keys is not None and keys[index] is not None else ("record", index)
+        groups.setdefault(key, []).append(index)
+    results: list[Any] = [None] * len(jobs)
+
+    def run_group(indexes: list[int]) -> None:
+        for index in indexes:
+            results[index] = jobs[index]()
+
+    if len(groups) <= 1 or ctx.coalescer is None:
+        run_group(list(range(len(jobs))))
+        return results
+    pool = pool or _sandbox_pool("record", RECORD_WORKERS)
+    session = ctx.coalescer.session(min(len(groups), RECORD_WORKERS))
+
+    def take_part(indexes: list[int]) -> None:
+        with session.participant():
+            run_group(indexes)
+
+    list(pool.map(take_part, groups.values()))
+    return results
 
 
 def run_message(

@@ -18,6 +18,7 @@ from amsg.adapters.dynamo.outbox import delivered_update, fits_one_transaction, 
 from amsg.adapters.dynamo.subscriptions import subscription_row
 from amsg.adapters.dynamo.table import DynamoTable, TransactionCancelled, backoff, is_conditional_failure, item_int
 from amsg.adapters.dynamo.tasks import delete_with_registry, drop_parts, payload_attrs, registry_delete, task_row
+from amsg.failures import ClaimTaken
 from amsg.ports import (
     APPEND_FALLBACK,
     KEEP,
@@ -30,6 +31,10 @@ from amsg.ports import (
 from amsg.timeutil import iso_from_ms
 
 APPEND_ATTEMPTS = 40
+# A claim is adopted by one run: the first, or a later one once the adopter's lease has expired (it died). Two
+# deliveries of one SQS message running at once thus never both work the claim (see docs/delivery.md).
+ADOPTABLE = "(attribute_not_exists(adopted_cv) OR adopted_cv <> :cv OR lease_until < :now)"
+ADOPTING = f"attribute_exists(lease_until) AND {ADOPTABLE}"
 
 
 class DynamoClaimStore:
@@ -201,14 +206,37 @@ class DynamoClaimStore:
         return self._row(item) if item else None
 
     def adopt_claim(
-        self, user_id: str, uuid: str, claim_version: int, next_send_at: str, lease_until: str, owner: str
+        self, user_id: str, uuid: str, claim_version: int, next_send_at: str, lease_until: str, owner: str, now_iso: str
     ) -> TaskRow | None:
         """run_task takes over the tick's claim in one write: only if it is still current (same claim version
-        and occurrence, still pending and leased), switching to the run lease; returns the task, else None."""
+        and occurrence, still pending and leased) and not adopted by a run that still holds it, switching to
+        the run lease; returns the task, None when the claim moved on, ClaimTaken when another run has it."""
         attributes = self._move_lease(
-            user_id, uuid, claim_version, lease_until, owner, occurrence=next_send_at, return_row=True
+            user_id, uuid, claim_version, lease_until, owner, occurrence=next_send_at, adopt_at=now_iso
         )
-        return None if attributes is None else self._row(attributes)
+        if attributes is None:
+            item = self._raise_if_taken(user_id, uuid, claim_version, now_iso, owner)
+            return None if item is None else self._row(item)  # adopted by this very run already: idempotent
+        return self._row(attributes)
+
+    def _raise_if_taken(
+        self, user_id: str, uuid: str, claim_version: int, now_iso: str, owner: str
+    ) -> dict[str, Any] | None:
+        """After a refused adoption: ClaimTaken when the claim is current but another run adopted it and still
+        holds its lease (then nothing of this run may touch the task or its outbox rows); the task when it is
+        ``owner`` that holds it; else None (the claim moved on)."""
+        item = self.t.get(self._key(user_id, uuid))
+        if (
+            item is not None
+            and item.get("status", "pending") == "pending"
+            and item_int(item.get("claim_version")) == claim_version
+            and item_int(item.get("adopted_cv"), None) == claim_version
+            and str(item.get("lease_until") or "") >= now_iso
+        ):
+            if item.get("lease_owner") == owner:
+                return item
+            raise ClaimTaken(uuid)
+        return None
 
     def open_run(self, user_id: str, uuid: str, claim_version: int, next_send_at: str) -> RunSnapshot | None:
         """One consistent BatchGetItem: the task, the push subscription, the outbox counter and the delivery
@@ -258,8 +286,10 @@ class DynamoClaimStore:
         if lease_until is None:
             values[":now"] = now_iso
         else:
-            sets += ["lease_until = :lease", "lease_owner = :owner", "due_sk = :dsk"]
-            values.update({":lease": lease_until, ":owner": owner, ":dsk": keys.due_sk(lease_until, row.uuid)})
+            sets += ["lease_until = :lease", "lease_owner = :owner", "due_sk = :dsk", "adopted_cv = :cv"]
+            values.update(
+                {":lease": lease_until, ":owner": owner, ":dsk": keys.due_sk(lease_until, row.uuid), ":now": now_iso}
+            )
         task_update = {
             "Update": {
                 "Key": self._key(row.user_id, row.uuid),
@@ -267,7 +297,7 @@ class DynamoClaimStore:
                 # adopting: nobody else claimed since (same claim version and occurrence); otherwise the lease
                 # must still be ours and unexpired
                 "ConditionExpression": "claim_version = :cv AND #st = :pending AND next_send_at = :occ AND "
-                + ("attribute_exists(lease_until)" if lease_until is not None else "lease_until > :now"),
+                + (ADOPTING if lease_until is not None else "lease_until > :now"),
                 "ExpressionAttributeNames": {"#st": "status"},
                 "ExpressionAttributeValues": values,
             }
@@ -303,6 +333,8 @@ class DynamoClaimStore:
                 self.t.transact([counter_update, task_update, *puts])
             except TransactionCancelled as cancelled:
                 if cancelled.failed(1):
+                    if lease_until is not None:
+                        self._raise_if_taken(row.user_id, row.uuid, row.claim_version, now_iso, owner)
                     return None  # the claim moved on, the task settled or the lease expired
                 if any(cancelled.failed(2 + i) for i in range(len(puts))):
                     return APPEND_FALLBACK  # rows of this occurrence exist already
@@ -326,11 +358,13 @@ class DynamoClaimStore:
         owner: str,
         *,
         occurrence: str | None = None,
-        return_row: bool = False,
+        adopt_at: str | None = None,
     ) -> dict[str, Any] | None:
         """Set a new lease (and the due-index key that follows it), fenced by the claim version: only while the
-        task is pending and leased, and, when ``occurrence`` is given, still at that occurrence."""
+        task is pending and leased, and, when ``occurrence`` is given, still at that occurrence. ``adopt_at``
+        (now) makes it the claim's adoption: refused while another run's adoption holds, returns the task."""
         condition = "claim_version = :cv AND #st = :pending AND attribute_exists(lease_until)"
+        sets = "SET lease_until = :lease, lease_owner = :owner, due_sk = :dsk"
         values: dict[str, Any] = {
             ":lease": lease_until,
             ":owner": owner,
@@ -341,10 +375,15 @@ class DynamoClaimStore:
         if occurrence is not None:
             condition += " AND next_send_at = :nsa"
             values[":nsa"] = occurrence
-        extra: dict[str, Any] = {"ReturnValues": "ALL_NEW"} if return_row else {}
+        extra: dict[str, Any] = {}
+        if adopt_at is not None:
+            condition += f" AND {ADOPTABLE}"
+            sets += ", adopted_cv = :cv"
+            values[":now"] = adopt_at
+            extra["ReturnValues"] = "ALL_NEW"
         return self._update_if(
             Key=self._key(user_id, uuid),
-            UpdateExpression="SET lease_until = :lease, lease_owner = :owner, due_sk = :dsk",
+            UpdateExpression=sets,
             ConditionExpression=condition,
             ExpressionAttributeNames={"#st": "status"},
             ExpressionAttributeValues=values,

@@ -13,12 +13,15 @@ import time
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from decimal import Decimal
-from typing import Any, overload
+from typing import TYPE_CHECKING, Any, overload
 
 import boto3
 from boto3.dynamodb.conditions import Key
 from botocore.config import Config
 from botocore.exceptions import ClientError
+
+if TYPE_CHECKING:
+    from amsg.adapters.dynamo.coalescing import CoalescingSession
 
 # Keep items well below DynamoDB's 400 KB item limit (attribute names and other attributes count too).
 PART_CHARS = 350_000
@@ -118,15 +121,28 @@ class DynamoTable:
 
     # ---- writes -----------------------------------------------------------------------------------------
 
+    def bind_session(self, session: CoalescingSession | None) -> None:
+        """Route this thread's transactions and batch reads through ``session`` (None: send them directly)."""
+        self._local.coalescing = session
+
     def transact(self, actions: list[dict[str, Any]]) -> None:
         """TransactWriteItems with a client request token (SDK retries stay idempotent).
 
         Conflicts with concurrent transactions are retried here; failed conditions raise
-        :class:`TransactionCancelled` for the caller to interpret.
+        :class:`TransactionCancelled` for the caller to interpret. In a thread bound to a coalescing session
+        the transaction may travel merged with its siblings' (same outcome; see coalescing.py).
         """
         for action in actions:
             for body in action.values():
                 body.setdefault("TableName", self.name)
+        session = getattr(self._local, "coalescing", None)
+        if session is not None:
+            session.call("transact", actions)
+            return
+        self.transact_now(actions)
+
+    def transact_now(self, actions: list[dict[str, Any]]) -> None:
+        """:meth:`transact` without a session: this transaction alone (actions carry their table name)."""
         token = secrets.token_hex(16)
         for attempt in range(TRANSACTION_RETRIES):
             try:
@@ -149,7 +165,14 @@ class DynamoTable:
                 writer.delete_item(Key=key)
 
     def batch_get(self, item_keys: list[dict[str, str]]) -> dict[tuple[str, str], dict[str, Any]]:
-        """Consistent BatchGetItem keyed by (PK, SK): at most 100 keys per request, unprocessed keys retried."""
+        """Consistent BatchGetItem keyed by (PK, SK): at most 100 keys per request, unprocessed keys retried
+        (merged with the siblings' reads in a thread bound to a coalescing session)."""
+        session = getattr(self._local, "coalescing", None)
+        if session is not None:
+            return session.call("batch_get", item_keys)  # type: ignore[no-any-return]
+        return self.batch_get_now(item_keys)
+
+    def batch_get_now(self, item_keys: list[dict[str, str]]) -> dict[tuple[str, str], dict[str, Any]]:
         found: dict[tuple[str, str], dict[str, Any]] = {}
         for start in range(0, len(item_keys), 100):
             request: dict[str, Any] = {self.name: {"Keys": item_keys[start : start + 100], "ConsistentRead": True}}

@@ -1,0 +1,222 @@
+"""Shared round trips for the records of one SQS batch (see docs/delivery.md, "A batch shares its round trips").
+
+run_task delivers the records of a batch at the same time, one thread each, and every record makes the same
+few storage calls at about the same points: one batch read, the append transaction, the settle transaction.
+While a session is open, the calls that its participants make at about the same time go out as one request:
+
+* ``BatchGetItem`` calls are merged (keys de-duplicated, at most 100 per request);
+* ``TransactWriteItems`` calls whose items are all different are merged into one transaction of at most 100
+  actions. It commits only when every part would have committed, and no two parts touch the same item, so it
+  is the same as running the parts one after the other. When it is cancelled (a condition of one part failed,
+  a conflict) or refused (too large), every part runs again on its own: each caller gets exactly the outcome
+  and the cancellation reasons it would have had alone.
+
+A call waits until every participant still running is waiting too, or for at most ``max_wait_s``; calls from
+threads outside the session (the lease heartbeat) never wait. One of the waiting threads sends the merged
+request; no thread is added.
+"""
+
+from __future__ import annotations
+
+import secrets
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from botocore.exceptions import ClientError
+
+if TYPE_CHECKING:
+    from amsg.adapters.dynamo.table import DynamoTable
+
+MAX_TRANSACTION_ACTIONS = 100  # DynamoDB's limit per TransactWriteItems
+# A merged transaction is refused (and its parts then run alone) above 4 MB; stay well below by estimate.
+MAX_MERGED_BYTES = 2_000_000
+DEFAULT_MAX_WAIT_S = 0.02  # about one DynamoDB round trip: longer than the gap between siblings' calls
+_RUN_ALONE = {"TransactionCanceledException", "ValidationException"}
+
+
+@dataclass(eq=False)
+class _Call:
+    kind: str  # "transact" or "batch_get"
+    payload: list[dict[str, Any]]
+    submitted: float = field(default_factory=time.monotonic)
+    done: bool = False
+    result: Any = None
+    error: BaseException | None = None
+
+
+class CoalescingSession:
+    """One batch's participants; ``transact``/``batch_get`` of a bound thread come here (see the module)."""
+
+    def __init__(self, table: DynamoTable, participants: int, *, max_wait_s: float = DEFAULT_MAX_WAIT_S) -> None:
+        self._table = table
+        self._cond = threading.Condition()
+        self._active = max(0, participants)  # counted from the start: nobody flushes before its siblings arrive
+        self._prepaid = self._active
+        self._pending: list[_Call] = []
+        self._flushing = False
+        self._max_wait_s = max_wait_s
+        self.requests_saved = 0  # calls that did not need a request of their own (for benchmarks and tests)
+
+    @contextmanager
+    def participant(self) -> Iterator[None]:
+        """Bind the calling thread to this session for the duration of one record."""
+        with self._cond:
+            if self._prepaid:
+                self._prepaid -= 1
+            else:  # a record that starts after one of the first finished
+                self._active += 1
+        self._table.bind_session(self)
+        try:
+            yield
+        finally:
+            self._table.bind_session(None)
+            with self._cond:
+                self._active -= 1
+                self._cond.notify_all()
+
+    def call(self, kind: str, payload: list[dict[str, Any]]) -> Any:
+        call = _Call(kind, payload)
+        with self._cond:
+            self._pending.append(call)
+            self._cond.notify_all()
+            while not call.done:
+                if not self._flushing and self._pending and self._ready():
+                    batch, self._pending = self._pending, []
+                    self._flushing = True
+                    self._cond.release()
+                    try:
+                        self._run(batch)
+                    finally:
+                        self._cond.acquire()
+                        self._flushing = False
+                        self._cond.notify_all()
+                    continue
+                timeout = None
+                if not self._flushing and self._pending:
+                    timeout = max(0.0005, self._pending[0].submitted + self._max_wait_s - time.monotonic())
+                self._cond.wait(timeout)
+        if call.error is not None:
+            raise call.error
+        return call.result
+
+    def _ready(self) -> bool:
+        waited = time.monotonic() - self._pending[0].submitted
+        return len(self._pending) >= self._active or waited >= self._max_wait_s
+
+    # ---- sending a merged batch (outside the lock) ------------------------------------------------------
+
+    def _run(self, batch: list[_Call]) -> None:
+        try:
+            reads = [c for c in batch if c.kind == "batch_get"]
+            if reads:
+                self._run_reads(reads)
+            writes = [c for c in batch if c.kind == "transact"]
+            for group in _disjoint_groups(writes):
+                self._run_transactions(group)
+        finally:
+            for call in batch:  # never leave a caller waiting, whatever went wrong above
+                if not call.done:
+                    call.error = call.error or RuntimeError("coalesced call was not sent")
+                    call.done = True
+
+    def _run_reads(self, calls: list[_Call]) -> None:
+        wanted: dict[tuple[str, str], dict[str, Any]] = {}
+        for call in calls:
+            for key in call.payload:
+                wanted.setdefault((key["PK"], key["SK"]), key)
+        try:
+            found = self._table.batch_get_now(list(wanted.values()))
+        except Exception as exc:
+            for call in calls:
+                call.error, call.done = exc, True
+            return
+        self.requests_saved += len(calls) - 1
+        for call in calls:
+            call.result = {
+                (key["PK"], key["SK"]): found[(key["PK"], key["SK"])]
+                for key in call.payload
+                if (key["PK"], key["SK"]) in found
+            }
+            call.done = True
+
+    def _run_transactions(self, calls: list[_Call]) -> None:
+        if len(calls) > 1:
+            merged = [action for call in calls for action in call.payload]
+            try:
+                self._table.client.transact_write_items(TransactItems=merged, ClientRequestToken=secrets.token_hex(16))
+            except ClientError as exc:
+                if exc.response["Error"]["Code"] not in _RUN_ALONE:
+                    for call in calls:
+                        call.error, call.done = exc, True
+                    return
+                # a part's condition failed, a conflict, or too large: every part on its own (below)
+            except Exception as exc:
+                for call in calls:
+                    call.error, call.done = exc, True
+                return
+            else:
+                self.requests_saved += len(calls) - 1
+                for call in calls:
+                    call.done = True
+                return
+        for call in calls:
+            try:
+                self._table.transact_now(call.payload)
+            except Exception as exc:
+                call.error = exc
+            call.done = True
+
+
+def _item_of(action: dict[str, Any]) -> tuple[str, str, str]:
+    body = next(iter(action.values()))
+    key = body.get("Key") or body["Item"]
+    return (str(body.get("TableName")), str(key["PK"]), str(key["SK"]))
+
+
+def _size(value: Any) -> int:
+    """A cheap upper-bound-ish estimate of a request's size (strings dominate: payloads, ciphertexts)."""
+    if isinstance(value, str | bytes):
+        return len(value)
+    if isinstance(value, dict):
+        return sum(len(k) + _size(v) for k, v in value.items())
+    if isinstance(value, list | tuple | set):
+        return sum(_size(v) for v in value)
+    return 8
+
+
+def _disjoint_groups(calls: list[_Call]) -> list[list[_Call]]:
+    """Calls packed in arrival order into groups whose items are all different, within DynamoDB's limits; a
+    call that touches an item of every open group starts a new one (sent after the earlier groups)."""
+    groups: list[tuple[list[_Call], set[tuple[str, str, str]], list[int]]] = []
+    for call in calls:
+        items = {_item_of(action) for action in call.payload}
+        size = _size(call.payload)
+        for members, seen, totals in groups:
+            if (
+                not (items & seen)
+                and totals[0] + len(call.payload) <= MAX_TRANSACTION_ACTIONS
+                and totals[1] + size <= MAX_MERGED_BYTES
+            ):
+                members.append(call)
+                seen |= items
+                totals[0] += len(call.payload)
+                totals[1] += size
+                break
+        else:
+            groups.append(([call], set(items), [len(call.payload), size]))
+    return [members for members, _, _ in groups]
+
+
+class DynamoCoalescer:
+    """The ``CallCoalescer`` port over one table."""
+
+    def __init__(self, table: DynamoTable, *, max_wait_s: float = DEFAULT_MAX_WAIT_S) -> None:
+        self._table = table
+        self._max_wait_s = max_wait_s
+
+    def session(self, participants: int) -> CoalescingSession:
+        return CoalescingSession(self._table, participants, max_wait_s=self._max_wait_s)

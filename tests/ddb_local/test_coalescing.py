@@ -1,0 +1,188 @@
+"""Shared round trips for a batch's concurrent records (adapters/dynamo/coalescing.py), on DynamoDB Local:
+merged calls go out as one request, and every caller gets exactly the outcome it would have had alone."""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+from collections import Counter
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from amsg.adapters.dynamo.coalescing import DynamoCoalescer
+from amsg.adapters.dynamo.table import DynamoTable, TransactionCancelled
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from tests.support.aws_calls import record_aws_calls
+
+pytestmark = pytest.mark.ddb_local
+
+
+@pytest.fixture
+def table(ddb_local_endpoint, ddb_local_table) -> DynamoTable:
+    return DynamoTable(ddb_local_table, endpoint_url=ddb_local_endpoint, region="us-east-1")
+
+
+def _key(name: str) -> dict[str, str]:
+    return {"PK": f"U#{name}", "SK": "C#n"}
+
+
+def _bump(name: str, expect: int) -> dict[str, Any]:
+    """Compare-and-set ``n`` from ``expect`` to ``expect + 1`` (fails when ``n`` is anything else)."""
+    return {
+        "Update": {
+            "Key": _key(name),
+            "UpdateExpression": "SET n = :new",
+            "ConditionExpression": "attribute_not_exists(n) OR n = :cur",
+            "ExpressionAttributeValues": {":new": expect + 1, ":cur": expect},
+        }
+    }
+
+
+def _n(table: DynamoTable, name: str) -> int | None:
+    item = table.get(_key(name))
+    return None if item is None else int(item["n"])
+
+
+def _together(table: DynamoTable, jobs: list[Callable[[], Any]], *, wait_s: float = 0.5) -> list[Any]:
+    """Run ``jobs`` as participants of one session, one thread each; returns results or raised exceptions."""
+    session = DynamoCoalescer(table, max_wait_s=wait_s).session(len(jobs))
+    results: list[Any] = [None] * len(jobs)
+
+    def run(index: int) -> None:
+        with session.participant():
+            try:
+                results[index] = jobs[index]()
+            except Exception as exc:
+                results[index] = exc
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(len(jobs))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(30)
+    return results
+
+
+def _operations(recorder) -> Counter[str]:
+    return Counter(call.operation for call in recorder.calls if call.service == "dynamodb")
+
+
+def test_disjoint_transactions_of_the_participants_travel_as_one_request(table):
+    names = [str(uuid.uuid4()) for _ in range(5)]
+    with record_aws_calls() as recorder:
+        results = _together(
+            table, [lambda name=name: table.transact([_bump(name, 0), _bump(name + "b", 0)]) for name in names]
+        )
+    assert results == [None] * 5
+    assert _operations(recorder) == {"TransactWriteItems": 1}
+    assert all(_n(table, name) == 1 and _n(table, name + "b") == 1 for name in names)
+
+
+def test_a_failed_part_fails_alone_with_its_own_reasons_and_the_others_commit(table):
+    names = [str(uuid.uuid4()) for _ in range(4)]
+    table.transact([_bump(names[2] + "b", 0)])  # n = 1 already: names[2]'s second action expects 0 and fails
+    with record_aws_calls() as recorder:
+        results = _together(
+            table, [lambda name=name: table.transact([_bump(name, 0), _bump(name + "b", 0)]) for name in names]
+        )
+    failed = results[2]
+    assert isinstance(failed, TransactionCancelled)
+    assert failed.reasons == ["None", "ConditionalCheckFailed"]  # indexes of its own actions, not the merged ones
+    assert [r for i, r in enumerate(results) if i != 2] == [None] * 3
+    assert [_n(table, name) for name in names] == [1, 1, None, 1]  # nothing of the failed part was written
+    # the merged attempt, then each part on its own
+    assert _operations(recorder) == {"TransactWriteItems": 1 + 4}
+
+
+def test_calls_on_one_item_are_never_merged_so_a_compare_and_set_still_excludes(table):
+    name = str(uuid.uuid4())
+    with record_aws_calls() as recorder:
+        results = _together(table, [lambda: table.transact([_bump(name, 0)]) for _ in range(3)])
+    assert sum(r is None for r in results) == 1
+    assert all(isinstance(r, TransactionCancelled) and r.failed(0) for r in results if r is not None)
+    assert _n(table, name) == 1
+    assert _operations(recorder) == {"TransactWriteItems": 3}  # three groups of one, sent one after the other
+
+
+def test_batch_reads_are_merged_and_each_caller_gets_exactly_its_keys(table):
+    names = [str(uuid.uuid4()) for _ in range(4)]
+    for name in names:
+        table.transact([_bump(name, 0)])
+    wanted = [[_key(names[i]), _key(names[(i + 1) % 4]), _key("absent-" + names[i])] for i in range(4)]
+    with record_aws_calls() as recorder:
+        results = _together(table, [lambda keys=keys: table.batch_get(keys) for keys in wanted])
+    assert _operations(recorder) == {"BatchGetItem": 1}
+    for keys, found in zip(wanted, results, strict=True):
+        assert set(found) == {(k["PK"], k["SK"]) for k in keys[:2]}
+
+
+def test_a_busy_participant_holds_the_others_at_most_max_wait(table):
+    names = [str(uuid.uuid4()) for _ in range(3)]
+    release = threading.Event()
+    took: list[float] = []
+
+    def quick(name: str) -> None:
+        started = time.monotonic()
+        table.transact([_bump(name, 0)])
+        took.append(time.monotonic() - started)
+
+    def busy() -> None:
+        release.wait(5)  # e.g. waiting on an LLM: it makes no storage call for a while
+
+    jobs: list[Callable[[], Any]] = [lambda n=n: quick(n) for n in names]
+    timer = threading.Timer(3, release.set)
+    timer.start()
+    try:
+        results = _together(table, [*jobs, busy], wait_s=0.2)
+    finally:
+        timer.cancel()
+    assert results == [None] * 4
+    assert len(took) == 3 and max(took) < 2.0  # held for the 0.2 s window, never until the busy one is done
+    assert all(_n(table, name) == 1 for name in names)
+
+
+def test_threads_outside_a_session_are_never_held(table):
+    session = DynamoCoalescer(table, max_wait_s=5).session(2)  # a second participant that never arrives
+    name = str(uuid.uuid4())
+    with session.participant():
+        outside = threading.Thread(target=lambda: table.transact([_bump(name + "o", 0)]))
+        started = time.monotonic()
+        outside.start()
+        outside.join(10)
+        assert time.monotonic() - started < 2
+        assert _n(table, name + "o") == 1
+
+
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    plans=st.lists(
+        st.lists(st.tuples(st.integers(0, 5), st.booleans()), min_size=1, max_size=3, unique_by=lambda a: a[0]),
+        min_size=2,
+        max_size=6,
+    )
+)
+def test_every_part_gets_the_outcome_it_would_have_had_alone(table, plans):
+    """Each participant owns its items; an action holds or fails by its plan. The merged outcome per part must
+    be what it would get alone: committed iff all its conditions hold, else cancelled at exactly those indexes."""
+    run = uuid.uuid4().hex[:8]
+    for p, plan in enumerate(plans):
+        for item, holds in plan:
+            if not holds:
+                table.transact([_bump(f"{run}-{p}-{item}", 0)])  # n = 1: the plan's "expect 0" fails
+
+    def job(p: int, plan: list[tuple[int, bool]]) -> None:
+        table.transact([_bump(f"{run}-{p}-{item}", 0) for item, _ in plan])
+
+    results = _together(table, [lambda p=p, plan=plan: job(p, plan) for p, plan in enumerate(plans)], wait_s=0.3)
+    for p, (plan, result) in enumerate(zip(plans, results, strict=True)):
+        if all(holds for _, holds in plan):
+            assert result is None
+            assert all(_n(table, f"{run}-{p}-{item}") == 1 for item, _ in plan)
+        else:
+            assert isinstance(result, TransactionCancelled)
+            assert [result.failed(i) for i in range(len(plan))] == [not holds for _, holds in plan]
+            assert all(_n(table, f"{run}-{p}-{item}") == (None if holds else 1) for item, holds in plan)
