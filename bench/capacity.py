@@ -218,12 +218,14 @@ def run(tasks: int = 10_000, users: int = 1_000) -> dict[str, Any]:
 
             def scheduler(stop: threading.Event) -> None:
                 while not stop.is_set():
+                    began = time.time() - started
                     ticks.append(
                         tick_module.handler(
                             {"scheduledTime": iso_from_ms(ctx.now_ms())},
                             LambdaContext(function_name="tick", remaining_ms=55_000, aws_request_id=str(uuid.uuid4())),
                         )
                     )
+                    ticks[-1]["_window"] = (began, time.time() - started)
                     stop.wait(max(0.0, started + len(ticks) * TICK_EVERY_S - time.time()))
 
             stop = threading.Event()
@@ -266,6 +268,9 @@ def run(tasks: int = 10_000, users: int = 1_000) -> dict[str, Any]:
             "bench process (tick, push service, relay)": own_cpu,
         },
         "cores": os.cpu_count() or 1,
+        # when each tick ran (s after due) and what it claimed; pushes received per 10 s after due
+        "tick_windows": [(*t["_window"], t.get("claimedTasks", 0)) for t in ticks],
+        "pushes_per_10s": Counter(int((r.received_at - started) // 10) for r in received),
     }
 
 
@@ -289,5 +294,10 @@ def main(tasks: int | None = None) -> None:
     if elapsed > 0:
         cpu = ", ".join(f"{name} {sec:.1f} s ({sec / elapsed:.2f} cores)" for name, sec in result["cpu_s"].items())
         print(f"  CPU during the run ({result['cores']} cores here): {cpu}")
+    ticks = ", ".join(f"{a:.0f}–{b:.0f} s: {n}" for a, b, n in result["tick_windows"] if n)
+    print(f"  ticks (seconds after due: claimed)  {ticks}")
+    buckets = result["pushes_per_10s"]
+    timeline = " ".join(str(buckets.get(i, 0)) for i in range(max(buckets, default=0) + 1))
+    print(f"  pushes per 10 s after due   {timeline}")
     per_minute = rate * 60
     print(f"  vs the reference's {REFERENCE_PER_MINUTE}/min: {per_minute / REFERENCE_PER_MINUTE:8.1f}x")

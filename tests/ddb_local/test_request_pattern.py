@@ -137,3 +137,33 @@ def test_a_stale_message_reads_once_and_writes_nothing(wired):
     again = run_message(ctx, message, remaining_ms=lambda: 100_000, owner="b")
     assert again == {"skipped": "claim_not_current", "taskUuid": task_uuid}
     assert len(sender.sent) == 1 and len(_rows(ctx, user)) == 1
+
+
+def test_a_batch_of_five_shares_one_read_and_two_transactions(wired):
+    """Five users' one-shot tasks in one SQS batch, run together as the run_task handler does: one merged
+    read, one merged append, one merged settlement, every push exactly once and every row marked delivered.
+    (A generous wait makes the merge deterministic here; production waits at most 20 ms for a sibling.)"""
+    from amsg.adapters.dynamo.coalescing import DynamoCoalescer
+    from amsg.engine.runner import run_together
+
+    from tests.support.aws_calls import record_aws_calls
+
+    ctx, sender, queue = wired
+    ctx.coalescer = DynamoCoalescer(ctx.claims.t, max_wait_s=2.0)
+    seeded = [_seed(ctx, "早上好") for _ in range(5)]
+    ctx.clock.current_ms = T0_MS + 61_000
+    run_tick(ctx)
+    messages = [parse_task_message(json.dumps(queue.items.get_nowait())) for _ in range(5)]
+    jobs = [
+        lambda m=m, i=i: run_message(ctx, m, remaining_ms=lambda: 100_000, owner=f"run:{i}")
+        for i, m in enumerate(messages)
+    ]
+    with record_aws_calls() as recorder:
+        results = run_together(ctx, jobs, keys=[m.user_id for m in messages])
+    assert [r["successCount"] for r in results] == [1] * 5
+    operations = sorted(c.operation for c in recorder.calls if c.service == "dynamodb")
+    assert operations == ["BatchGetItem", "TransactWriteItems", "TransactWriteItems"]
+    assert sorted(sender.counts().values()) == [1] * 5
+    for user, task_uuid in seeded:
+        assert ctx.tasks.find_task(task_uuid) is None
+        assert all(row.get("delivered_at") for row in _rows(ctx, user))

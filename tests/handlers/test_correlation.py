@@ -6,6 +6,8 @@ from __future__ import annotations
 import io
 import json
 import logging
+import types
+import uuid
 
 import boto3
 from amsg.engine.messages import TaskMessage, parse_task_message
@@ -61,3 +63,38 @@ def test_messages_without_a_correlation_id_still_parse():
         assert message is not None and message.correlation_id is None
     message = parse_task_message(json.dumps({**plain, "correlationId": "abc-123"}))
     assert message is not None and message.correlation_id == "abc-123"
+
+
+def test_records_of_one_batch_run_together_each_with_its_own_correlation_id(engine):
+    """Three users' tasks in one SQS batch: the real handler runs them on worker threads at the same time; each
+    record's log lines carry the correlation id of the request that created its task."""
+    from amsg.observability import logger
+
+    from tests.support.inprocess import InProcessApi
+    from tests.support.wire_client import WireClient
+
+    by_uuid: dict[str, str] = {}
+    for _ in range(3):
+        client = WireClient(InProcessApi(), user_id=str(uuid.uuid4()))
+        client.init()
+        assert client.put_subscription(engine.push.subscribe().to_json()).status == 200
+        created = schedule(types.SimpleNamespace(api=client))
+        by_uuid[created["uuid"]] = ""
+    due(engine)
+    engine.harness.tick()
+    bodies = engine.harness.queued_bodies()
+    assert len(bodies) == 3 and len({b["userId"] for b in bodies}) == 3
+    for body in bodies:
+        by_uuid[body["uuid"]] = body["correlationId"]
+    stream = io.StringIO()
+    handler = logging.StreamHandler(stream)
+    handler.setFormatter(logger.registered_formatter)
+    logger.addHandler(handler)
+    try:
+        assert engine.harness.drain() == 3
+    finally:
+        logger.removeHandler(handler)
+    delivered = [line for line in _log_lines(stream.getvalue()) if line["message"] == "task delivered"]
+    assert {line["summary"]["taskUuid"]: line["correlation_id"] for line in delivered} == by_uuid
+    assert len(set(by_uuid.values())) == 3
+    assert len(engine.push.received) == 6  # two sentences each, each pushed once
