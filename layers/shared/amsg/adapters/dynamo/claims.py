@@ -215,16 +215,16 @@ class DynamoClaimStore:
             user_id, uuid, claim_version, lease_until, owner, occurrence=next_send_at, adopt_at=now_iso
         )
         if attributes is None:
-            item = self._raise_if_taken(user_id, uuid, claim_version, now_iso, owner)
+            item = self._refused_adoption(user_id, uuid, claim_version, now_iso, owner)
             return None if item is None else self._row(item)  # adopted by this very run already: idempotent
         return self._row(attributes)
 
-    def _raise_if_taken(
+    def _refused_adoption(
         self, user_id: str, uuid: str, claim_version: int, now_iso: str, owner: str
     ) -> dict[str, Any] | None:
-        """After a refused adoption: ClaimTaken when the claim is current but another run adopted it and still
-        holds its lease (then nothing of this run may touch the task or its outbox rows); the task when it is
-        ``owner`` that holds it; else None (the claim moved on)."""
+        """Why an adoption was refused: ClaimTaken (raised) when the claim is current but another run adopted it
+        and still holds its lease (then nothing of this run may touch the task or its outbox rows); the task
+        when it is ``owner`` itself that holds it; else None (the claim moved on)."""
         item = self.t.get(self._key(user_id, uuid))
         if (
             item is not None
@@ -334,7 +334,7 @@ class DynamoClaimStore:
             except TransactionCancelled as cancelled:
                 if cancelled.failed(1):
                     if lease_until is not None:
-                        self._raise_if_taken(row.user_id, row.uuid, row.claim_version, now_iso, owner)
+                        self._refused_adoption(row.user_id, row.uuid, row.claim_version, now_iso, owner)
                     return None  # the claim moved on, the task settled or the lease expired
                 if any(cancelled.failed(2 + i) for i in range(len(puts))):
                     return APPEND_FALLBACK  # rows of this occurrence exist already

@@ -59,7 +59,6 @@ class CoalescingSession:
         self._pending: list[_Call] = []
         self._flushing = False
         self._max_wait_s = max_wait_s
-        self.requests_saved = 0  # calls that did not need a request of their own (for benchmarks and tests)
 
     @contextmanager
     def participant(self) -> Iterator[None]:
@@ -134,7 +133,6 @@ class CoalescingSession:
             for call in calls:
                 call.error, call.done = exc, True
             return
-        self.requests_saved += len(calls) - 1
         for call in calls:
             call.result = {
                 (key["PK"], key["SK"]): found[(key["PK"], key["SK"])]
@@ -159,7 +157,6 @@ class CoalescingSession:
                     call.error, call.done = exc, True
                 return
             else:
-                self.requests_saved += len(calls) - 1
                 for call in calls:
                     call.done = True
                 return
