@@ -95,6 +95,20 @@ def test_redelivered_sqs_message_sends_nothing_twice(engine):
     assert len(engine.push.payloads()) == 2  # two segments, once each
 
 
+def test_the_llm_client_is_built_only_when_a_delivery_needs_it(engine):
+    """A sandbox that delivers fixed messages never builds the LLM's HTTP client (cold-start cost)."""
+    schedule(engine)
+    due(engine)
+    engine.harness.tick_and_drain()
+    assert len(engine.push.payloads()) == 2
+    assert "llm" not in vars(engine.ctx.delivery)  # the cached client was never asked for
+    engine.llm.reply_content("嗨")
+    schedule_ai(engine, "sk-test-key-123456789", firstSendTime="2029-12-31T00:02:00.000Z")
+    due(engine, 121_000)
+    engine.harness.tick_and_drain()
+    assert "llm" in vars(engine.ctx.delivery) and engine.push.payloads()[-1]["message"] == "嗨"
+
+
 def test_prompted_message_uses_the_llm_and_keeps_reasoning_in_the_outbox(engine):
     engine.llm.reply_reasoning("你好！我在想你。", "用户早上会醒来")
     schedule(

@@ -29,7 +29,7 @@ from amsg.engine.messages import TaskMessage
 from amsg.engine.summary import DeliverySummary, TickSummary
 from amsg.hooks import Hooks, load_hooks, task_view
 from amsg.observability import logger
-from amsg.ports import DueCandidate, Settlement, TaskRow
+from amsg.ports import DueCandidate, LlmReply, LlmRequest, Settlement, TaskRow
 from amsg.timeutil import iso_from_ms, parse_iso_ms
 
 TICK_PAGE = 100
@@ -55,11 +55,22 @@ def delivery_env(ctx: AppContext, *, remaining_ms: Callable[[], int] | None = No
 
     return DeliveryEnv(
         push_sender=ctx.delivery.push_sender,
-        llm=ctx.delivery.llm,
+        llm=_LlmOnFirstUse(ctx),
         sleep=ctx.delivery.sleep,
         llm_timeout_s=llm_timeout_s,
         pacing_ms=ctx.settings.push_pacing_ms,
     )
+
+
+class _LlmOnFirstUse:
+    """The context's LLM client, built when a delivery first needs one: a batch of fixed messages never pays
+    for the HTTP client (its TLS context alone costs milliseconds of a cold start)."""
+
+    def __init__(self, ctx: AppContext) -> None:
+        self._ctx = ctx
+
+    def complete(self, request: LlmRequest, *, timeout_s: float) -> LlmReply:
+        return self._ctx.delivery.llm.complete(request, timeout_s=timeout_s)
 
 
 # ---- tick ---------------------------------------------------------------------------------------------------
