@@ -42,11 +42,33 @@ def template_defaults() -> dict[str, int]:
         for event in (resource.get("Properties", {}).get("Events") or {}).values():
             if event.get("Type") == "SQS":
                 batch_size = int(event["Properties"].get("BatchSize", batch_size))
+    resources = template.get("Resources", {})
+    default_timeout = int(template.get("Globals", {}).get("Function", {}).get("Timeout", 3))
+
+    def timeout_s(name: str) -> int:
+        return int(resources.get(name, {}).get("Properties", {}).get("Timeout", default_timeout))
+
     return {
         "concurrency": int(params.get("RunTaskMaxConcurrency", {}).get("Default", 5)),
         "claim_limit": int(params.get("TickClaimLimit", {}).get("Default", 5000)),
         "batch_size": batch_size,
+        "tick_timeout_s": timeout_s("TickFunction"),
+        "run_task_timeout_s": timeout_s("RunTaskFunction"),
     }
+
+
+def _invocation(function_name: str, timeout_s: int) -> Any:
+    """A Lambda context whose remaining time runs down from the function's timeout, as on AWS (the tick stops
+    claiming on its time margin, a record hands its claim back when too little time is left)."""
+    from tests.support.inprocess import LambdaContext
+
+    deadline = time.monotonic() + timeout_s
+
+    class Invocation(LambdaContext):
+        def get_remaining_time_in_millis(self) -> int:
+            return max(0, int((deadline - time.monotonic()) * 1000))
+
+    return Invocation(function_name=function_name, remaining_ms=timeout_s * 1000, aws_request_id=str(uuid.uuid4()))
 
 
 class _MpQueue:
@@ -81,14 +103,14 @@ def _sqs_event(bodies: list[str]) -> dict[str, Any]:
     }
 
 
-def _consumer(env: dict[str, str], offset_ms: int, inbox: Any, batch_size: int, results: Any) -> None:
+def _consumer(env: dict[str, str], offset_ms: int, inbox: Any, batch_size: int, timeout_s: int, results: Any) -> None:
     """One run_task sandbox: the real handler, SQS-shaped batches, failed records go back to the queue."""
     os.environ.update(env)
     sys.stdout = open(os.devnull, "w")  # noqa: SIM115  (the handlers' metric lines would drown the report)
     from amsg import runtime
     from amsg.clock import OffsetClock
 
-    from tests.support.inprocess import LambdaContext, load_handler_module
+    from tests.support.inprocess import load_handler_module
 
     ctx = runtime.build_context(dict(os.environ))
     ctx.clock = OffsetClock(offset_ms=offset_ms)
@@ -112,8 +134,7 @@ def _consumer(env: dict[str, str], offset_ms: int, inbox: Any, batch_size: int, 
                 inbox.put(None)
                 break
             bodies.append(more)
-        context = LambdaContext(function_name="run_task", remaining_ms=110_000, aws_request_id=str(uuid.uuid4()))
-        result = module.handler(_sqs_event(bodies), context)
+        result = module.handler(_sqs_event(bodies), _invocation("run_task", timeout_s))
         for failure in result.get("batchItemFailures", []):
             inbox.put(bodies[int(failure["itemIdentifier"])])
             redelivered += 1
@@ -122,7 +143,7 @@ def _consumer(env: dict[str, str], offset_ms: int, inbox: Any, batch_size: int, 
     results.put({"handled": handled, "redelivered": redelivered, "cpu_s": cpu_s})
 
 
-def _warm_up(ctx: Any, push: Any, seed: Any, tasks: int, batch_size: int) -> float:
+def _warm_up(ctx: Any, push: Any, seed: Any, tasks: int, defaults: dict[str, int]) -> float:
     """Deliver ``tasks`` unrelated one-shot tasks (their own users) through the tick and run_task handlers in this
     process before the run, so that DynamoDB Local's JVM has compiled its delivery code paths (conditional claims,
     batch reads, transactions) before the measured minute. DynamoDB on AWS has no such warm-up; without it, JIT
@@ -133,7 +154,7 @@ def _warm_up(ctx: Any, push: Any, seed: Any, tasks: int, batch_size: int) -> flo
     from amsg.timeutil import iso_from_ms
 
     from tests.support.ddb_engine import MemoryQueue
-    from tests.support.inprocess import LambdaContext, load_handler_module
+    from tests.support.inprocess import load_handler_module
 
     began = time.perf_counter()
     queue = MemoryQueue()
@@ -149,15 +170,16 @@ def _warm_up(ctx: Any, push: Any, seed: Any, tasks: int, batch_size: int) -> flo
             run_task = load_handler_module(ROOT / "functions/run_task/run_task_handler.py")
             tick.handler(
                 {"scheduledTime": iso_from_ms(ctx.now_ms())},
-                LambdaContext(function_name="tick", remaining_ms=55_000, aws_request_id=str(uuid.uuid4())),
+                _invocation("tick", defaults["tick_timeout_s"]),
             )
             bodies = []
             while not queue.items.empty():
                 bodies.append(json.dumps(queue.items.get_nowait()))
+            batch_size = defaults["batch_size"]
             for start in range(0, len(bodies), batch_size):
                 run_task.handler(
                     _sqs_event(bodies[start : start + batch_size]),
-                    LambdaContext(function_name="run_task", remaining_ms=110_000, aws_request_id=str(uuid.uuid4())),
+                    _invocation("run_task", defaults["run_task_timeout_s"]),
                 )
     finally:
         ctx.delivery = delivery
@@ -201,7 +223,7 @@ def run(tasks: int = 10_000, users: int = 1_000, warm_up: int = 1_000) -> dict[s
     from amsg_local.template import load_template
 
     from tests.support.fake_push import FakePushService
-    from tests.support.inprocess import LambdaContext, load_handler_module
+    from tests.support.inprocess import load_handler_module
 
     defaults = template_defaults()
     public, private = generate_vapid_keys()
@@ -255,7 +277,7 @@ def run(tasks: int = 10_000, users: int = 1_000, warm_up: int = 1_000) -> dict[s
 
             seed([str(uuid.uuid4()) for _ in range(users)], iso_from_ms(due_ms))
             seed_s = time.perf_counter() - seeded_at
-            warm_s = _warm_up(ctx, push, seed, warm_up, defaults["batch_size"]) if warm_up else 0.0
+            warm_s = _warm_up(ctx, push, seed, warm_up, defaults) if warm_up else 0.0
 
             loop_ms_before = _loop_ms()
             # from here on every clock says: the run starts at the due time
@@ -273,7 +295,9 @@ def run(tasks: int = 10_000, users: int = 1_000, warm_up: int = 1_000) -> dict[s
             )
             consumers = [
                 spawn.Process(
-                    target=_consumer, args=(env, offset_ms, inbox, defaults["batch_size"], results), daemon=True
+                    target=_consumer,
+                    args=(env, offset_ms, inbox, defaults["batch_size"], defaults["run_task_timeout_s"], results),
+                    daemon=True,
                 )
                 for _ in range(defaults["concurrency"])
             ]
@@ -291,7 +315,7 @@ def run(tasks: int = 10_000, users: int = 1_000, warm_up: int = 1_000) -> dict[s
                     ticks.append(
                         tick_module.handler(
                             {"scheduledTime": iso_from_ms(ctx.now_ms())},
-                            LambdaContext(function_name="tick", remaining_ms=55_000, aws_request_id=str(uuid.uuid4())),
+                            _invocation("tick", defaults["tick_timeout_s"]),
                         )
                     )
                     ticks[-1]["_window"] = (began, time.time() - started)
@@ -342,7 +366,7 @@ def run(tasks: int = 10_000, users: int = 1_000, warm_up: int = 1_000) -> dict[s
         "cores": os.cpu_count() or 1,
         "loop_ms": (loop_ms_before, loop_ms_after),
         # when each tick ran (s after due) and what it claimed; pushes received per 10 s after due
-        "tick_windows": [(*t["_window"], t.get("claimedTasks", 0)) for t in ticks],
+        "tick_windows": [(*t["_window"], t.get("claimedTasks", 0), t.get("stoppedBy")) for t in ticks],
         "pushes_per_10s": Counter(int((r.received_at - started) // 10) for r in received),
     }
 
@@ -383,7 +407,11 @@ def main(tasks: int | None = None) -> None:
             f"  CPU per delivered task      {total:8.1f} ms  ({shares}); all cores busy: {floor_s:.0f} s at the"
             f" least; they were {100 * busy:.0f}% busy"
         )
-    ticks = ", ".join(f"{a:.0f}–{b:.0f} s: {n}" for a, b, n in result["tick_windows"] if n)
+    ticks = ", ".join(
+        f"{a:.0f}–{b:.0f} s: {n}" + (f" (stopped by its {why})" if why else "")
+        for a, b, n, why in result["tick_windows"]
+        if n
+    )
     print(f"  ticks (seconds after due: claimed)  {ticks}")
     buckets = result["pushes_per_10s"]
     timeline = " ".join(str(buckets.get(i, 0)) for i in range(max(buckets, default=0) + 1))
