@@ -366,7 +366,9 @@ def run(tasks: int = 10_000, users: int = 1_000, warm_up: int = 1_000) -> dict[s
         "cores": os.cpu_count() or 1,
         "loop_ms": (loop_ms_before, loop_ms_after),
         # when each tick ran (s after due) and what it claimed; pushes received per 10 s after due
-        "tick_windows": [(*t["_window"], t.get("claimedTasks", 0), t.get("stoppedBy")) for t in ticks],
+        "tick_windows": [
+            (*t["_window"], t.get("claimedTasks", 0), (t.get("details") or {}).get("stoppedBy")) for t in ticks
+        ],
         "pushes_per_10s": Counter(int((r.received_at - started) // 10) for r in received),
     }
 
