@@ -39,6 +39,27 @@ def base_env(**overrides: str) -> dict[str, str]:
     return env
 
 
+@pytest.fixture(scope="session", autouse=True)
+def moto_applies_one_request_at_a_time() -> Iterator[None]:
+    """moto's in-process backends are plain dicts: two threads in one request handler can fail with
+    "dictionary changed size during iteration" or interleave a conditional write. DynamoDB applies each
+    request atomically, so moto is made to as well; concurrency itself is proven on DynamoDB Local."""
+    import threading
+
+    from moto.core.botocore_stubber import BotocoreStubber
+
+    original = BotocoreStubber.process_request
+    lock = threading.RLock()
+
+    def one_at_a_time(self, request):  # type: ignore[no-untyped-def]
+        with lock:
+            return original(self, request)
+
+    BotocoreStubber.process_request = one_at_a_time  # type: ignore[method-assign]
+    yield
+    BotocoreStubber.process_request = original  # type: ignore[method-assign]
+
+
 @pytest.fixture
 def moto_table() -> Iterator[str]:
     """A table built from template.yaml inside moto's in-process mock."""
