@@ -4,6 +4,8 @@ run_task (adopts the claim, delivers) → Web Push to a loopback push service th
 from __future__ import annotations
 
 import re
+import threading
+from collections import Counter
 
 import pytest
 
@@ -300,8 +302,6 @@ def _with_settings(engine, **changes):
 
 
 def test_cancel_during_a_long_generation_stops_before_any_push(engine):
-    import threading
-
     _with_settings(engine, heartbeat_ms=100)
     engine.llm.reply_delay(1.0, "不该发出。")
     created = schedule_ai(engine, "sk-cancel-0123456789")
@@ -373,28 +373,87 @@ def test_missing_credential_at_fire_time_is_retryable(engine):
 
 
 def test_a_claim_that_keeps_failing_is_isolated_and_retried_next_tick(engine, monkeypatch):
+    """The tick claims in batches (one transaction each); when a batch cannot run, its tasks are claimed one
+    by one, so a task whose claim keeps failing is reported alone and the others go out."""
     from amsg.engine.runner import run_tick
     from botocore.exceptions import ClientError
 
     bad = schedule(engine, userMessage="later")
     schedule(engine, userMessage="now")
     due(engine)
-    real_claim = engine.ctx.claims.claim
+    table = engine.ctx.claims.t
+    real_transact, real_claim = table.transact, engine.ctx.claims.claim
+    throttled = ClientError({"Error": {"Code": "ThrottlingException", "Message": "x"}}, "TransactWriteItems")
+
+    def throttled_transact(actions):
+        raise throttled
 
     def flaky(user_id, uuid, **kw):
         if uuid == bad["uuid"]:
             raise ClientError({"Error": {"Code": "ThrottlingException", "Message": "x"}}, "UpdateItem")
         return real_claim(user_id, uuid, **kw)
 
+    monkeypatch.setattr(table, "transact", throttled_transact)
     monkeypatch.setattr(engine.ctx.claims, "claim", flaky)
     summary = run_tick(engine.ctx)
     assert summary["enqueuedTasks"] == 1
     assert summary["details"]["failedTasks"] == [
         {"taskUuid": bad["uuid"], "reason": "ClientError", "status": "claim_failed"}
     ]
+    monkeypatch.setattr(table, "transact", real_transact)
     monkeypatch.setattr(engine.ctx.claims, "claim", real_claim)
     engine.harness.tick_and_drain()
     assert sorted(p["message"] for p in engine.push.payloads()) == ["later", "now"]
+
+
+def test_the_tick_claims_a_batch_in_one_transaction_and_one_read(engine, monkeypatch):
+    """Ungrouped claims travel together: one TransactWriteItems and one BatchGetItem for up to 25 tasks,
+    each claim's fence (claim_version) read back exactly, and a task claimed already is left out."""
+    from amsg.engine.messages import parse_task_message
+    from amsg.ports import CLAIM_BATCH
+
+    from tests.support.aws_calls import record_aws_calls
+
+    created = [schedule(engine, userMessage=f"m{i}") for i in range(CLAIM_BATCH + 3)]
+    due(engine)
+    claims = engine.ctx.claims
+    real_claim_many, taken, lock = claims.claim_many, [], threading.Lock()
+
+    def overlapping_tick_first(wanted, **terms):
+        """Another tick claims one task of the first batch between this tick's read of the due index and its
+        claim (batches run in parallel: the lock picks the first)."""
+        with lock:
+            if not taken:
+                row = claims.claim(
+                    wanted[-1].user_id,
+                    wanted[-1].uuid,
+                    expected_next_send_at=FIRST,
+                    now_iso=terms["now_iso"],
+                    lease_until=terms["lease_until"],
+                    owner="elsewhere",
+                )
+                assert row is not None
+                taken.append(row.uuid)
+        return real_claim_many(wanted, **terms)
+
+    monkeypatch.setattr(claims, "claim_many", overlapping_tick_first)
+    with record_aws_calls() as recorder:
+        summary = engine.harness.tick()
+    assert summary["claimedTasks"] == CLAIM_BATCH + 2 and summary["details"]["claimSkippedTasks"] == 1
+    calls = Counter(c.operation for c in recorder.calls if c.service == "dynamodb")
+    assert calls["UpdateItem"] == 1  # the other tick's claim
+    assert calls["BatchGetItem"] == 2
+    assert calls["TransactWriteItems"] == 3  # the batch holding the taken task is retried without it
+    messages = []
+    while batch := engine.harness.sqs.receive_message(
+        QueueUrl=engine.harness.queue_url, MaxNumberOfMessages=10, VisibilityTimeout=60
+    ).get("Messages", []):
+        messages += batch
+    parsed = [parse_task_message(m["Body"]) for m in messages]
+    assert sorted(m.uuid for m in parsed) == sorted(c["uuid"] for c in created if c["uuid"] not in taken)
+    assert {m.claim_version for m in parsed} == {1}
+    engine.harness.run(messages)
+    assert len(engine.push.payloads()) == CLAIM_BATCH + 2
 
 
 def test_a_record_started_without_enough_time_hands_its_claim_back(engine):

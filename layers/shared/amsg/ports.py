@@ -285,6 +285,14 @@ class ClaimStore(Protocol):
         With a serialize ``group`` the claim also takes the group's lock in the same transaction."""
         ...
 
+    def claim_many(
+        self, wanted: Sequence[ClaimWanted], *, now_iso: str, lease_until: str, owner: str
+    ) -> list[TaskRow | object | None]:
+        """:meth:`claim` for up to ``CLAIM_BATCH`` ungrouped tasks in one round trip (and one read back): per task, the
+        claimed row, None when its condition failed, or ``CLAIM_ALONE`` when the batch could not run (the
+        caller claims that task alone, so one faulty task never holds back the others)."""
+        ...
+
     def adopt_claim(
         self, user_id: str, uuid: str, claim_version: int, next_send_at: str, lease_until: str, owner: str, now_iso: str
     ) -> TaskRow | None:
@@ -330,6 +338,22 @@ KEEP = object()
 
 APPEND_FALLBACK = object()
 """Sentinel of :meth:`ClaimStore.append_batch`: not appended, use the outbox's general append."""
+
+CLAIM_BATCH = 25
+"""Most claims per :meth:`ClaimStore.claim_many` call (DynamoDB allows 100 per transaction; a smaller batch loses
+less to a conflict and the tick keeps every claim worker busy)."""
+
+CLAIM_ALONE = object()
+"""Sentinel of :meth:`ClaimStore.claim_many`: the batch could not run for this task; claim it alone."""
+
+
+@dataclass(frozen=True)
+class ClaimWanted:
+    """A due candidate the tick wants to claim: the task and the occurrence it read from the due index."""
+
+    user_id: str
+    uuid: str
+    expected_next_send_at: str
 
 
 @dataclass

@@ -11,7 +11,6 @@ Instant messages (delivered inside ``POST /schedule-message``) are :mod:`amsg.en
 
 from __future__ import annotations
 
-import functools
 import heapq
 import itertools
 import threading
@@ -29,11 +28,10 @@ from amsg.engine.messages import TaskMessage
 from amsg.engine.summary import DeliverySummary, TickSummary
 from amsg.hooks import Hooks, load_hooks, task_view
 from amsg.observability import logger
-from amsg.ports import DueCandidate, LlmReply, LlmRequest, Settlement, TaskRow
+from amsg.ports import CLAIM_ALONE, CLAIM_BATCH, ClaimWanted, DueCandidate, LlmReply, LlmRequest, Settlement, TaskRow
 from amsg.timeutil import iso_from_ms, parse_iso_ms
 
 TICK_PAGE = 100
-CLAIMS_PER_WORKER = 4  # candidates taken per round: enough to keep every claim worker busy
 # a record that starts with less time than this hands its claim back instead of starting a delivery it
 # could not finish (the next tick re-claims it at once; no retry is consumed)
 MIN_RUN_BUDGET_MS = 30_000
@@ -149,34 +147,51 @@ def _claim_and_enqueue(ctx: AppContext, summary: TickSummary, remaining_ms: Call
         if room <= 0:
             summary.stopped_by = "limit"
             break
-        chunk = list(itertools.islice(source, min(room, workers * CLAIMS_PER_WORKER)))
+        chunk = list(itertools.islice(source, min(room, workers * CLAIM_BATCH)))
         if not chunk:
             break
         now = ctx.now_ms()
-        jobs: list[tuple[DueCandidate, Future]] = []
+        terms = {
+            "now_iso": iso_from_ms(now),
+            "lease_until": iso_from_ms(now + settings.tick_claim_lease_ms),
+            "owner": owner,
+        }
+        batched: list[DueCandidate] = []
+        alone: list[tuple[DueCandidate, Future]] = []
         for candidate in chunk:
             summary.due += 1
             group = serialize_group(ctx, hooks, candidate.user_id, candidate.uuid, released)
             if group is SKIP:
                 summary.serialize_skipped += 1
-                continue
-            claim = functools.partial(
-                ctx.claims.claim,
-                candidate.user_id,
-                candidate.uuid,
-                expected_next_send_at=candidate.next_send_at,
-                now_iso=iso_from_ms(now),
-                lease_until=iso_from_ms(now + settings.tick_claim_lease_ms),
-                owner=owner,
-                group=group,
-            )
-            jobs.append((candidate, pool.submit(claim)))
-        for candidate, job in jobs:
+            elif group is None:
+                batched.append(candidate)
+            else:  # a grouped claim takes the group's lock in its own transaction
+                alone.append((candidate, pool.submit(_claim_alone, ctx, candidate, group, terms)))
+        batches = [
+            (part, pool.submit(ctx.claims.claim_many, [_wanted(c) for c in part], **terms))
+            for part in (batched[i : i + CLAIM_BATCH] for i in range(0, len(batched), CLAIM_BATCH))
+        ]
+        outcomes: list[tuple[DueCandidate, Any]] = []
+        for part, job in batches:
             try:
-                row = job.result()
+                rows = job.result()
+            except Exception as exc:  # the read back failed: these come back when their lease expires
+                outcomes += [(candidate, exc) for candidate in part]
+                continue
+            for candidate, row in zip(part, rows, strict=True):
+                if row is CLAIM_ALONE:  # the batch could not run: one faulty task must not hold back the rest
+                    alone.append((candidate, pool.submit(_claim_alone, ctx, candidate, None, terms)))
+                else:
+                    outcomes.append((candidate, row))
+        for candidate, job in alone:
+            try:
+                outcomes.append((candidate, job.result()))
             except Exception as exc:  # throttled past the SDK's retries: the task stays due for the next tick
+                outcomes.append((candidate, exc))
+        for candidate, row in outcomes:
+            if isinstance(row, Exception):
                 summary.failed.append(
-                    {"taskUuid": candidate.uuid, "reason": type(exc).__name__, "status": "claim_failed"}
+                    {"taskUuid": candidate.uuid, "reason": type(row).__name__, "status": "claim_failed"}
                 )
                 continue
             if row is None:
@@ -191,6 +206,16 @@ def _claim_and_enqueue(ctx: AppContext, summary: TickSummary, remaining_ms: Call
                 flush()
         flush()
     flush()
+
+
+def _wanted(candidate: DueCandidate) -> ClaimWanted:
+    return ClaimWanted(candidate.user_id, candidate.uuid, candidate.next_send_at)
+
+
+def _claim_alone(ctx: AppContext, candidate: DueCandidate, group: str | None, terms: dict[str, str]) -> TaskRow | None:
+    return ctx.claims.claim(
+        candidate.user_id, candidate.uuid, expected_next_send_at=candidate.next_send_at, group=group, **terms
+    )
 
 
 _pools: dict[tuple[str, int], ThreadPoolExecutor] = {}

@@ -21,7 +21,10 @@ from amsg.adapters.dynamo.tasks import delete_with_registry, drop_parts, payload
 from amsg.failures import ClaimTaken
 from amsg.ports import (
     APPEND_FALLBACK,
+    CLAIM_ALONE,
+    CLAIM_BATCH,
     KEEP,
+    ClaimWanted,
     DueCandidate,
     OutboxAppend,
     RunSnapshot,
@@ -101,14 +104,76 @@ class DynamoClaimStore:
         if group is not None:
             return self._claim_grouped(user_id, uuid, expected_next_send_at, now_iso, lease_until, owner, group)
         attributes = self._update_if(
-            Key=self._key(user_id, uuid),
-            UpdateExpression=(
+            **self._claim_update(user_id, uuid, expected_next_send_at, now_iso, lease_until, owner),
+            ReturnValues="ALL_NEW",
+        )
+        return None if attributes is None else self._row(attributes)
+
+    def claim_many(
+        self, wanted: Sequence[ClaimWanted], *, now_iso: str, lease_until: str, owner: str
+    ) -> list[TaskRow | object | None]:
+        """Up to CLAIM_BATCH claims as one TransactWriteItems (the same conditions and writes as :meth:`claim`),
+        then one consistent BatchGetItem of the claimed rows. The tick's claim rate is bound by its client CPU
+        (building, signing and parsing requests), and this costs about a fifth of single UpdateItems per claim.
+
+        A task whose condition fails is dropped and the rest retried. Reading back is exact: only a claim
+        increments ``claim_version``, and nobody else can claim while our lease holds, so the row read carries
+        our claim (checked by lease owner and expiry). If the transaction cannot run at all (throttled past
+        the SDK's retries, cancelled for a reason other than a condition), each task is left to be claimed
+        alone. If the read fails after the claims committed, the exception propagates; those tasks come back
+        when their lease expires (later, never lost or doubled)."""
+        if len(wanted) > CLAIM_BATCH:
+            raise ValueError(f"at most {CLAIM_BATCH} claims per batch")
+        results: list[TaskRow | object | None] = [None] * len(wanted)
+        trying = list(range(len(wanted)))
+        while trying:
+            actions = [
+                {"Update": self._claim_update(w.user_id, w.uuid, w.expected_next_send_at, now_iso, lease_until, owner)}
+                for w in (wanted[i] for i in trying)
+            ]
+            try:
+                self.t.transact(actions)
+            except TransactionCancelled as cancelled:
+                lost = {i for k, i in enumerate(trying) if cancelled.failed(k)}
+                if not lost:
+                    for i in trying:
+                        results[i] = CLAIM_ALONE
+                    return results
+                trying = [i for i in trying if i not in lost]  # those stay None
+                continue
+            except ClientError:
+                for i in trying:
+                    results[i] = CLAIM_ALONE
+                return results
+            break
+        if trying:
+            found = self.t.batch_get_now([self._key(wanted[i].user_id, wanted[i].uuid) for i in trying])
+            for i in trying:
+                key = self._key(wanted[i].user_id, wanted[i].uuid)
+                item = found.get((key["PK"], key["SK"]))
+                if (
+                    item is not None
+                    and item.get("status", "pending") == "pending"
+                    and item.get("lease_owner") == owner
+                    and item.get("lease_until") == lease_until
+                ):
+                    results[i] = self._row(item)  # else settled or deleted since: nothing to enqueue
+        return results
+
+    def _claim_update(
+        self, user_id: str, uuid: str, expected_next_send_at: str, now_iso: str, lease_until: str, owner: str
+    ) -> dict[str, Any]:
+        """The conditional update of a claim: pending at the occurrence read, lease free, retry due; takes the
+        lease, moves the due-index key to the lease expiry, bumps ``claim_version``."""
+        return {
+            "Key": self._key(user_id, uuid),
+            "UpdateExpression": (
                 "SET lease_until = :lease, lease_owner = :owner, updated_at = :now, due_sk = :dsk "
                 "ADD claim_version :one"
             ),
-            ConditionExpression=self._CLAIM_CONDITION,
-            ExpressionAttributeNames={"#st": "status"},
-            ExpressionAttributeValues={
+            "ConditionExpression": self._CLAIM_CONDITION,
+            "ExpressionAttributeNames": {"#st": "status"},
+            "ExpressionAttributeValues": {
                 ":lease": lease_until,
                 ":owner": owner,
                 ":now": now_iso,
@@ -117,9 +182,7 @@ class DynamoClaimStore:
                 ":pending": "pending",
                 ":expected": expected_next_send_at,
             },
-            ReturnValues="ALL_NEW",
-        )
-        return None if attributes is None else self._row(attributes)
+        }
 
     _CLAIM_CONDITION = (
         "#st = :pending AND next_send_at = :expected"
