@@ -237,3 +237,41 @@ def test_throttled_dynamodb_loses_no_task_and_sends_nothing_twice(ddb_local_endp
     assert summary["claimedTasks"] == len(tasks)
     counts = sender.counts()
     assert len(counts) == 2 * len(tasks) and set(counts.values()) == {1}
+
+
+def test_a_claim_batch_claims_what_it_may_and_reads_back_each_fence(ddb_local_endpoint, ddb_local_table):
+    """claim_many on DynamoDB Local: a transaction fails as a whole, so the tasks whose condition fails (leased
+    by another tick, another occurrence, deleted) are dropped and the rest claimed, each read back with its own
+    claim version; concurrent batches over the same tasks claim each task once."""
+    from amsg.ports import CLAIM_ALONE, CLAIM_BATCH, ClaimWanted
+
+    ctx = ddb_context(ddb_local_endpoint, ddb_local_table)
+    tasks = seed(ctx, users=5, per_user=5, message="一。")
+    now, lease = iso_from_ms(T0_MS + 61_000), iso_from_ms(T0_MS + 361_000)
+    wanted = [ClaimWanted(user, task_uuid, DUE_ISO) for user, task_uuid in tasks]
+    assert len(wanted) == CLAIM_BATCH
+    other = ctx.claims.claim(*tasks[0], expected_next_send_at=DUE_ISO, now_iso=now, lease_until=lease, owner="b")
+    assert other is not None and other.claim_version == 1
+    ctx.tasks.delete_task(*tasks[1])
+    wanted[2] = ClaimWanted(tasks[2][0], tasks[2][1], iso_from_ms(T0_MS))  # an occurrence the task has left
+    results = ctx.claims.claim_many(wanted, now_iso=now, lease_until=lease, owner="a")
+    assert results[:3] == [None, None, None]
+    assert [(r.uuid, r.claim_version, r.lease_until) for r in results[3:]] == [(t, 1, lease) for _, t in tasks[3:]]
+
+    # two batches racing over the same (now free again) tasks: each task is claimed by exactly one of them
+    later, later_lease = iso_from_ms(T0_MS + 400_000), iso_from_ms(T0_MS + 700_000)
+    free = [ClaimWanted(user, task_uuid, DUE_ISO) for user, task_uuid in tasks[3:]]
+    outcomes: dict[str, list] = {}
+
+    def claim_as(owner: str) -> None:
+        outcomes[owner] = ctx.claims.claim_many(free, now_iso=later, lease_until=later_lease, owner=owner)
+
+    racers = [threading.Thread(target=claim_as, args=(owner,)) for owner in ("x", "y")]
+    for racer in racers:
+        racer.start()
+    for racer in racers:
+        racer.join()
+    winners = [[row for row in outcomes[owner] if row is not None and row is not CLAIM_ALONE] for owner in ("x", "y")]
+    claimed = sorted(row.uuid for rows in winners for row in rows)
+    assert claimed == sorted(w.uuid for w in free)  # each once, none lost
+    assert {row.claim_version for rows in winners for row in rows} == {2}
