@@ -23,7 +23,7 @@ class Settings:
     vapid_email: str = ""
     due_shards: int = 1
     tick_claim_limit: int = 5000
-    tick_claim_workers: int = 16  # claim transactions (CLAIM_BATCH claims each) the tick has in flight at once
+    tick_claim_workers: int = 4  # claim transactions (CLAIM_BATCH claims each) the tick has in flight at once
     tick_claim_lease_ms: int = 300_000
     run_lease_ms: int = 90_000
     heartbeat_ms: int = 30_000

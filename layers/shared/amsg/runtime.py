@@ -59,7 +59,7 @@ def settings_from_env(env: Mapping[str, str]) -> Settings:
         vapid_email=env.get("AMSG_VAPID_EMAIL", "").strip(),
         due_shards=_int_env(env, "AMSG_DUE_SHARDS", 1),
         tick_claim_limit=_int_env(env, "AMSG_TICK_CLAIM_LIMIT", 5000),
-        tick_claim_workers=_int_env(env, "AMSG_TICK_CLAIM_WORKERS", 16),
+        tick_claim_workers=_int_env(env, "AMSG_TICK_CLAIM_WORKERS", 4),
         tick_claim_lease_ms=_int_env(env, "AMSG_TICK_CLAIM_LEASE_MS", 300_000),
         run_lease_ms=_int_env(env, "AMSG_RUN_LEASE_MS", 90_000),
         heartbeat_ms=_int_env(env, "AMSG_HEARTBEAT_MS", 30_000),
