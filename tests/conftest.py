@@ -41,9 +41,10 @@ def base_env(**overrides: str) -> dict[str, str]:
 
 @pytest.fixture(scope="session", autouse=True)
 def moto_applies_one_request_at_a_time() -> Iterator[None]:
-    """moto's in-process backends are plain dicts: two threads in one request handler can fail with
-    "dictionary changed size during iteration" or interleave a conditional write. DynamoDB applies each
-    request atomically, so moto is made to as well; concurrency itself is proven on DynamoDB Local."""
+    """moto's in-process backends are plain dicts: two threads inside its request handling at once can fail
+    (16 threads of conditional updates and index queries raised a KeyError inside moto) or interleave a
+    conditional write. DynamoDB applies each request atomically, so moto is made to as well; concurrency
+    itself is proven on DynamoDB Local."""
     import threading
 
     from moto.core.botocore_stubber import BotocoreStubber

@@ -147,9 +147,9 @@ class DynamoClaimStore:
                 return results
             break
         if trying:
-            found = self.t.batch_get_now([self._key(wanted[i].user_id, wanted[i].uuid) for i in trying])
-            for i in trying:
-                key = self._key(wanted[i].user_id, wanted[i].uuid)
+            claimed = {i: self._key(wanted[i].user_id, wanted[i].uuid) for i in trying}
+            found = self.t.batch_get_now(list(claimed.values()))
+            for i, key in claimed.items():
                 item = found.get((key["PK"], key["SK"]))
                 if (
                     item is not None
