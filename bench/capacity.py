@@ -12,6 +12,7 @@ lost tasks and the ratio to the reference server's 50 claims per one-minute tick
 from __future__ import annotations
 
 import contextlib
+import cProfile
 import io
 import json
 import multiprocessing as mp
@@ -118,6 +119,9 @@ def _consumer(env: dict[str, str], offset_ms: int, inbox: Any, batch_size: int, 
     module = load_handler_module(ROOT / "functions/run_task/run_task_handler.py")
     handled = redelivered = 0
     cpu_start: float | None = None
+    # AMSG_BENCH_PROFILE=<dir>: each sandbox writes a cProfile of its handler calls there (where the CPU goes)
+    profile_dir = os.environ.get("AMSG_BENCH_PROFILE")
+    profile = cProfile.Profile() if profile_dir else None
     while True:
         body = inbox.get()
         if body is None:
@@ -134,12 +138,18 @@ def _consumer(env: dict[str, str], offset_ms: int, inbox: Any, batch_size: int, 
                 inbox.put(None)
                 break
             bodies.append(more)
+        if profile is not None:
+            profile.enable()
         result = module.handler(_sqs_event(bodies), _invocation("run_task", timeout_s))
+        if profile is not None:
+            profile.disable()
         for failure in result.get("batchItemFailures", []):
             inbox.put(bodies[int(failure["itemIdentifier"])])
             redelivered += 1
         handled += len(bodies)
     cpu_s = time.process_time() - cpu_start if cpu_start is not None else 0.0
+    if profile is not None and profile_dir:
+        profile.dump_stats(os.path.join(profile_dir, f"run_task-{os.getpid()}.prof"))
     results.put({"handled": handled, "redelivered": redelivered, "cpu_s": cpu_s})
 
 
