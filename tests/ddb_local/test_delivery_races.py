@@ -16,6 +16,7 @@ from amsg.ports import NewTask
 from amsg.timeutil import iso_from_ms
 
 from tests.support.ddb_engine import T0_MS, Killed, MemoryQueue, RecordingPushSender, ddb_context, race, with_fakes
+from tests.support.ddb_limits import table_clients
 
 pytestmark = pytest.mark.ddb_local
 DUE_ISO = iso_from_ms(T0_MS + 60_000)
@@ -227,7 +228,8 @@ def test_throttled_dynamodb_loses_no_task_and_sends_nothing_twice(ddb_local_endp
     with_fakes(ctx, sender, queue)
     tasks = seed(ctx, users=2, per_user=3, message="甲。乙。")
     throttle = Throttle({"UpdateItem", "TransactWriteItems", "GetItem", "Query"}, every=4)
-    ctx.tasks.t.resource.meta.client.meta.events.register("before-send.dynamodb", throttle)
+    for client in table_clients(ctx.tasks.t):
+        client.meta.events.register("before-send.dynamodb", throttle)
     ctx.clock.current_ms = T0_MS + 61_000
     summary = run_tick(ctx)
     while not queue.items.empty():

@@ -9,7 +9,7 @@ import uuid
 import pytest
 from botocore.exceptions import ClientError
 
-from tests.support.ddb_limits import enforce_dynamodb_limits
+from tests.support.ddb_limits import enforce_dynamodb_limits, table_clients
 from tests.support.fuzz import encrypt_text
 from tests.support.wire_client import dummy_subscription
 
@@ -28,10 +28,10 @@ def strict_json(text: str):
 @pytest.fixture
 def strict(api, ctx):
     """The api client on a moto that refuses what DynamoDB refuses; counts DynamoDB calls."""
-    client = ctx.tasks.t.resource.meta.client
-    enforce_dynamodb_limits(client)
+    enforce_dynamodb_limits(ctx.tasks.t)
     calls: list[str] = []
-    client.meta.events.register("before-call.dynamodb.*", lambda model, **_: calls.append(model.name))
+    for client in table_clients(ctx.tasks.t):
+        client.meta.events.register("before-call.dynamodb.*", lambda model, **_: calls.append(model.name))
     api.dynamodb_calls = calls
     return api
 

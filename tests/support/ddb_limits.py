@@ -93,11 +93,18 @@ def _check_request(operation: str, params: dict[str, Any]) -> None:
                 _check_item(operation, (request.get("DeleteRequest") or {}).get("Key"))
 
 
-def enforce_dynamodb_limits(client: Any) -> None:
-    """Hook ``client`` (a botocore DynamoDB client) so that out-of-limit requests fail like on DynamoDB."""
+def table_clients(table: Any) -> list[Any]:
+    """Both botocore clients a ``DynamoTable`` sends through: its resource's (plain values) and its wire client
+    (the hot transaction and batch-read path). A hook meant to see every request goes on both."""
+    return [table.resource.meta.client, table.wire]
+
+
+def enforce_dynamodb_limits(table: Any) -> None:
+    """Hook ``table``'s clients so that out-of-limit requests fail like on DynamoDB."""
 
     def check(params: dict[str, Any], model: Any, **_: Any) -> None:
         _check_request(model.name, params)
 
     # registered after boto3's own handler, so the values are already in wire form ({"S": ...}, {"N": ...})
-    client.meta.events.register("before-parameter-build.dynamodb", check)
+    for client in table_clients(table):
+        client.meta.events.register("before-parameter-build.dynamodb", check)

@@ -18,7 +18,6 @@ request; no thread is added.
 
 from __future__ import annotations
 
-import secrets
 import threading
 import time
 from collections.abc import Iterator
@@ -145,7 +144,7 @@ class CoalescingSession:
         if len(calls) > 1:
             merged = [action for call in calls for action in call.payload]
             try:
-                self._table.client.transact_write_items(TransactItems=merged, ClientRequestToken=secrets.token_hex(16))
+                self._table.transact_once(merged)
             except ClientError as exc:
                 if exc.response["Error"]["Code"] not in _RUN_ALONE:
                     for call in calls:

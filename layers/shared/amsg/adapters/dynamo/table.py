@@ -1,5 +1,11 @@
 """Low-level access to the table: lazily built boto3 resources, transactions, and large values.
 
+The hot calls of delivery (``TransactWriteItems`` and ``BatchGetItem``: the tick's claims, run_task's reads,
+appends and settlements) go through a plain botocore client and convert their attribute values here, field by
+field, instead of through the resource layer, which walks the whole request and response model for every call
+(about half of a transaction's client-side CPU; ``bench tick`` measures the CPU per claim). Values convert
+exactly as the resource layer converts them (boto3's ``TypeSerializer`` / ``TypeDeserializer``).
+
 Large values (task payloads up to ~2 MB of hex, client-state values) are cut into parts written *before*
 the item that references them (``<prefix><token>#<index>``), so a reader never sees a half-written value
 and a crashed writer leaves only unreferenced parts.
@@ -17,6 +23,7 @@ from typing import TYPE_CHECKING, Any, overload
 
 import boto3
 from boto3.dynamodb.conditions import Key
+from boto3.dynamodb.types import TypeDeserializer, TypeSerializer
 from botocore.config import Config
 from botocore.exceptions import ClientError
 
@@ -28,6 +35,28 @@ PART_CHARS = 350_000
 INLINE_CHARS = 350_000
 TRANSACTION_RETRIES = 8
 RETRYABLE_CANCELLATION = {"TransactionConflict", "ThrottlingError", "ProvisionedThroughputExceeded"}
+# where a transaction's action carries attribute values (its expressions are strings, never condition objects)
+_VALUE_FIELDS = ("Item", "Key", "ExpressionAttributeValues")
+_TO_WIRE = TypeSerializer()
+_FROM_WIRE = TypeDeserializer()
+
+
+def _wire_values(values: dict[str, Any]) -> dict[str, Any]:
+    return {name: _TO_WIRE.serialize(value) for name, value in values.items()}
+
+
+def _plain_values(values: dict[str, Any]) -> dict[str, Any]:
+    return {name: _FROM_WIRE.deserialize(value) for name, value in values.items()}
+
+
+def _wire_action(action: dict[str, Any]) -> dict[str, Any]:
+    """One ``TransactItems`` entry with its attribute values typed for the wire."""
+    ((operation, body),) = action.items()
+    wire = dict(body)
+    for field in _VALUE_FIELDS:
+        if field in wire:
+            wire[field] = _wire_values(wire[field])
+    return {operation: wire}
 
 
 class TransactionCancelled(Exception):
@@ -49,7 +78,8 @@ class BlobRef:
 
 
 class DynamoTable:
-    """One table, one boto3 resource per sandbox (built on first use, never at import)."""
+    """One table: a boto3 resource per thread and one wire client per sandbox (built on first use, never at
+    import)."""
 
     def __init__(self, table_name: str, *, endpoint_url: str | None = None, region: str | None = None) -> None:
         self.name = table_name
@@ -59,18 +89,36 @@ class DynamoTable:
         # thread, created under a lock from one shared session (which caches the loaded service model)
         self._local = threading.local()
         self._session: Any = None
+        self._wire: Any = None
         self._lock = threading.Lock()
+
+    def _config(self) -> Config:
+        return Config(retries={"mode": "standard", "max_attempts": 6}, connect_timeout=3, read_timeout=10)
+
+    def _shared_session(self) -> Any:
+        """The boto3 session every client of this table comes from (call with ``_lock`` held)."""
+        if self._session is None:
+            self._session = boto3.session.Session()
+        return self._session
+
+    @property
+    def wire(self) -> Any:
+        """A plain botocore client (wire-typed values) shared by every thread: botocore clients are thread-safe."""
+        if self._wire is None:
+            with self._lock:
+                if self._wire is None:
+                    self._wire = self._shared_session().client(
+                        "dynamodb", endpoint_url=self._endpoint_url, region_name=self._region, config=self._config()
+                    )
+        return self._wire
 
     @property
     def resource(self) -> Any:
         resource = getattr(self._local, "resource", None)
         if resource is None:
-            config = Config(retries={"mode": "standard", "max_attempts": 6}, connect_timeout=3, read_timeout=10)
             with self._lock:
-                if self._session is None:
-                    self._session = boto3.session.Session()
-                resource = self._session.resource(
-                    "dynamodb", endpoint_url=self._endpoint_url, region_name=self._region, config=config
+                resource = self._shared_session().resource(
+                    "dynamodb", endpoint_url=self._endpoint_url, region_name=self._region, config=self._config()
                 )
             self._local.resource = resource
             self._local.table = resource.Table(self.name)
@@ -144,9 +192,10 @@ class DynamoTable:
     def transact_now(self, actions: list[dict[str, Any]]) -> None:
         """:meth:`transact` without a session: this transaction alone (actions carry their table name)."""
         token = secrets.token_hex(16)
+        wire_actions = [_wire_action(action) for action in actions]
         for attempt in range(TRANSACTION_RETRIES):
             try:
-                self.client.transact_write_items(TransactItems=actions, ClientRequestToken=token)
+                self.wire.transact_write_items(TransactItems=wire_actions, ClientRequestToken=token)
                 return
             except ClientError as exc:
                 if exc.response["Error"]["Code"] != "TransactionCanceledException":
@@ -157,7 +206,14 @@ class DynamoTable:
                     backoff(attempt + 1, base_s=0.01, cap_s=0.5)
                     token = secrets.token_hex(16)
                     continue
-                raise TransactionCancelled(reasons, [r.get("Item") for r in raw]) from exc
+                items = [_plain_values(r["Item"]) if r.get("Item") else None for r in raw]
+                raise TransactionCancelled(reasons, items) from exc
+
+    def transact_once(self, actions: list[dict[str, Any]]) -> None:
+        """One ``TransactWriteItems`` attempt (actions carry their table name); a cancellation raises the
+        client's ``ClientError`` for the caller to interpret."""
+        wire_actions = [_wire_action(action) for action in actions]
+        self.wire.transact_write_items(TransactItems=wire_actions, ClientRequestToken=secrets.token_hex(16))
 
     def batch_delete(self, keys: Iterable[dict[str, str]]) -> None:
         with self.table.batch_writer() as writer:  # groups of 25, unprocessed items retried by boto3
@@ -175,10 +231,12 @@ class DynamoTable:
     def batch_get_now(self, item_keys: list[dict[str, str]]) -> dict[tuple[str, str], dict[str, Any]]:
         found: dict[tuple[str, str], dict[str, Any]] = {}
         for start in range(0, len(item_keys), 100):
-            request: dict[str, Any] = {self.name: {"Keys": item_keys[start : start + 100], "ConsistentRead": True}}
+            keys = [_wire_values(key) for key in item_keys[start : start + 100]]
+            request: dict[str, Any] = {self.name: {"Keys": keys, "ConsistentRead": True}}
             while request:
-                response = self.resource.batch_get_item(RequestItems=request)
-                for item in response.get("Responses", {}).get(self.name, []):
+                response = self.wire.batch_get_item(RequestItems=request)
+                for wire_item in response.get("Responses", {}).get(self.name, []):
+                    item = _plain_values(wire_item)
                     found[(item["PK"], item["SK"])] = item
                 request = response.get("UnprocessedKeys") or {}
         return found
