@@ -42,3 +42,56 @@ def test_a_failing_renewal_is_not_a_lost_lease():
     with LeaseKeeper(renew, 0.02) as keeper:
         assert done.wait(1.0)
     assert not keeper.lost.is_set()
+
+
+def test_a_delivery_shorter_than_one_beat_starts_no_thread_and_is_never_renewed():
+    calls = []
+    before = {t.ident for t in threading.enumerate() if t.name == "lease-heartbeat"}
+    with LeaseKeeper(lambda: calls.append(1) or True, 0.2):
+        time.sleep(0.01)
+    time.sleep(0.35)  # past the first beat: the timer finds the keeper stopped
+    assert calls == []
+    assert {t.ident for t in threading.enumerate() if t.name == "lease-heartbeat"} <= before
+
+
+def test_a_stopped_keeper_holds_nothing_of_its_delivery():
+    """The timer remembers a keeper until its first beat would have been due; the delivery's row must not live
+    that long with it."""
+    import gc
+    import weakref
+
+    class Row:
+        payload = "x" * 1000
+
+    def renewing(held: Row):
+        return lambda: held is not None
+
+    row = Row()
+    gone = weakref.ref(row)
+    with LeaseKeeper(renewing(row), 30.0):
+        pass
+    del row
+    gc.collect()
+    assert gone() is None
+
+
+def test_many_overlapping_keepers_each_beat_on_their_own_interval():
+    counts = [0] * 40
+
+    def deliver(i: int) -> None:
+        def renew() -> bool:
+            counts[i] += 1
+            return True
+
+        with LeaseKeeper(renew, 0.05):
+            time.sleep(0.3 if i % 2 else 0.01)
+
+    threads = [threading.Thread(target=deliver, args=(i,)) for i in range(40)]
+    for t in threads:
+        t.start()
+        time.sleep(0.003)
+    for t in threads:
+        t.join()
+    time.sleep(0.1)
+    assert all(n >= 3 for n in counts[1::2])  # long deliveries: beats at ~0.05, 0.10, 0.15 ... 0.25 s
+    assert all(n == 0 for n in counts[0::2])  # short ones: none
