@@ -86,3 +86,9 @@ def test_the_wire_path_sends_expression_values_and_reports_each_failed_condition
         )
     assert not cancelled.value.failed(0) and cancelled.value.failed(1)
     assert table.get({"PK": pk, "SK": "a"})["n"] == Decimal(2)
+
+
+def test_an_action_without_its_table_is_refused_before_it_is_sent(moto_table: str) -> None:
+    table = DynamoTable(moto_table, region="us-east-1")
+    with pytest.raises(ValueError, match="TableName"):
+        table.transact_now([{"Put": {"Item": {"PK": "WIRE#x", "SK": "a"}}}])
