@@ -2,12 +2,15 @@
 
 Per route: client latency p50/p95/p99 and errors, beside the handler's own time (measured around the handler
 call in the local Lambda runtime), so the local gateway's overhead (client p50 - handler p50, and the ratio)
-is visible. Also the memory of this process and of DynamoDB Local. Numbers are printed, never asserted.
+is visible. Also the memory of this process and of DynamoDB Local, and then a soak: ``AMSG_BENCH_LOAD_SOAK``
+more requests (10,000 by default; 0 skips it) over the five routes at concurrency 8, with the memory printed
+at each quarter, so that growth per request shows. Numbers are printed, never asserted.
 """
 
 from __future__ import annotations
 
 import http.client
+import os
 import statistics
 import threading
 import time
@@ -19,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 LEVELS = (1, 8, 32)
+SOAK_CLIENTS = 8
 ROUTES = ("GET /get-user-key", "GET /capabilities", "POST /schedule-message", "GET /messages", "GET /message")
 
 
@@ -171,8 +175,55 @@ def main(levels: tuple[int, ...] = LEVELS) -> None:
                 )
             print(f"  {level:>2} {'all routes':<24} {total:>5} {sum(errors.values()):>4} -> {total / wall:.0f} req/s")
         runtime.invoke = original_invoke  # type: ignore[method-assign]
+        rss_levels = (_rss_mb(), _rss_mb(ddb_pid) if ddb_pid else float("nan"))
+        print(
+            f"  memory (RSS MB) after the levels: this process {rss_start[0]:.0f} -> {rss_levels[0]:.0f};"
+            f" DynamoDB Local {rss_start[1]:.0f} -> {rss_levels[1]:.0f}"
+        )
+        soak = int(os.environ.get("AMSG_BENCH_LOAD_SOAK", "10000"))
+        if soak:
+            _soak(users[:SOAK_CLIENTS], call, soak, ddb_pid)
         rss_end = (_rss_mb(), _rss_mb(ddb_pid) if ddb_pid else float("nan"))
         print(
             f"  memory (RSS MB)  this process {rss_start[0]:.0f} -> {rss_end[0]:.0f};"
             f" DynamoDB Local {rss_start[1]:.0f} -> {rss_end[1]:.0f}"
         )
+
+
+def _soak(clients: list[Any], call: Callable[[Any, str], int], total: int, ddb_pid: int | None) -> None:
+    """``total`` requests round the routes from ``len(clients)`` keep-alive clients; RSS at each quarter."""
+    per_client = total // len(clients)
+    done = [0] * len(clients)
+    errors = [0] * len(clients)
+
+    def worker(index: int) -> None:
+        for i in range(per_client):
+            try:
+                status = call(clients[index], ROUTES[(index + i) % len(ROUTES)])
+            except Exception:
+                status = 0
+            if status == 0 or status >= 500:
+                errors[index] += 1
+            done[index] += 1
+
+    threads = [threading.Thread(target=worker, args=(i,), daemon=True) for i in range(len(clients))]
+    started = time.perf_counter()
+    for thread in threads:
+        thread.start()
+    marks = [total * q // 4 for q in (1, 2, 3)]
+    points = []
+    while any(thread.is_alive() for thread in threads):
+        time.sleep(0.2)
+        if marks and sum(done) >= marks[0]:
+            marks.pop(0)
+            points.append((sum(done), _rss_mb(), _rss_mb(ddb_pid) if ddb_pid else float("nan")))
+    for thread in threads:
+        thread.join()
+    wall = time.perf_counter() - started
+    points.append((sum(done), _rss_mb(), _rss_mb(ddb_pid) if ddb_pid else float("nan")))
+    line = "; ".join(f"{n}: {ours:.0f} / {ddb:.0f}" for n, ours, ddb in points)
+    print(
+        f"  soak: {sum(done)} more requests at c={len(clients)} in {wall:.0f} s ({sum(done) / wall:.0f} req/s),"
+        f" {sum(errors)} errors"
+    )
+    print(f"  memory during the soak (requests: RSS MB of this process / DynamoDB Local)  {line}")
