@@ -148,7 +148,7 @@ def _consumer(env: dict[str, str], offset_ms: int, inbox: Any, batch_size: int, 
             redelivered += 1
         handled += len(bodies)
     cpu_s = time.process_time() - cpu_start if cpu_start is not None else 0.0
-    if profile is not None and profile_dir:
+    if profile is not None:
         profile.dump_stats(os.path.join(profile_dir, f"run_task-{os.getpid()}.prof"))
     results.put({"handled": handled, "redelivered": redelivered, "cpu_s": cpu_s})
 

@@ -60,6 +60,11 @@ def _rss_mb(pid: int | str = "self") -> float:
     return float("nan")
 
 
+def _memory(ddb_pid: int | None) -> tuple[float, float]:
+    """RSS in MB of this process (the whole local stack) and of DynamoDB Local (nan on the moto backend)."""
+    return _rss_mb(), _rss_mb(ddb_pid) if ddb_pid else float("nan")
+
+
 def _pct(values: list[float], p: float) -> float:
     if not values:
         return float("nan")
@@ -85,7 +90,7 @@ def main(levels: tuple[int, ...] = LEVELS) -> None:
     with FakePushService(vapid_public_key=public) as push, start_local_stack(config=config, warm=True) as stack:
         ddb_pid = stack._ddb_local.pid if stack._ddb_local is not None else None
         print(f"== load on the local stack ({stack.backend}; keep-alive clients; {stack.base_url})")
-        rss_start = (_rss_mb(), _rss_mb(ddb_pid) if ddb_pid else float("nan"))
+        rss_start = _memory(ddb_pid)
 
         handler_ms: dict[str, list[float]] = defaultdict(list)
         runtime = stack.gateway.runtime
@@ -175,7 +180,7 @@ def main(levels: tuple[int, ...] = LEVELS) -> None:
                 )
             print(f"  {level:>2} {'all routes':<24} {total:>5} {sum(errors.values()):>4} -> {total / wall:.0f} req/s")
         runtime.invoke = original_invoke  # type: ignore[method-assign]
-        rss_levels = (_rss_mb(), _rss_mb(ddb_pid) if ddb_pid else float("nan"))
+        rss_levels = _memory(ddb_pid)
         print(
             f"  memory (RSS MB) after the levels: this process {rss_start[0]:.0f} -> {rss_levels[0]:.0f};"
             f" DynamoDB Local {rss_start[1]:.0f} -> {rss_levels[1]:.0f}"
@@ -183,7 +188,7 @@ def main(levels: tuple[int, ...] = LEVELS) -> None:
         soak = int(os.environ.get("AMSG_BENCH_LOAD_SOAK", "10000"))
         if soak:
             _soak(users[:SOAK_CLIENTS], call, soak, ddb_pid)
-        rss_end = (_rss_mb(), _rss_mb(ddb_pid) if ddb_pid else float("nan"))
+        rss_end = _memory(ddb_pid)
         print(
             f"  memory (RSS MB)  this process {rss_start[0]:.0f} -> {rss_end[0]:.0f};"
             f" DynamoDB Local {rss_start[1]:.0f} -> {rss_end[1]:.0f}"
@@ -216,11 +221,11 @@ def _soak(clients: list[Any], call: Callable[[Any, str], int], total: int, ddb_p
         time.sleep(0.2)
         if marks and sum(done) >= marks[0]:
             marks.pop(0)
-            points.append((sum(done), _rss_mb(), _rss_mb(ddb_pid) if ddb_pid else float("nan")))
+            points.append((sum(done), *_memory(ddb_pid)))
     for thread in threads:
         thread.join()
     wall = time.perf_counter() - started
-    points.append((sum(done), _rss_mb(), _rss_mb(ddb_pid) if ddb_pid else float("nan")))
+    points.append((sum(done), *_memory(ddb_pid)))
     line = "; ".join(f"{n}: {ours:.0f} / {ddb:.0f}" for n, ours, ddb in points)
     print(
         f"  soak: {sum(done)} more requests at c={len(clients)} in {wall:.0f} s ({sum(done) / wall:.0f} req/s),"

@@ -3,7 +3,7 @@
 The hot calls of delivery (``TransactWriteItems`` and ``BatchGetItem``: the tick's claims, run_task's reads,
 appends and settlements) go through a plain botocore client and convert their attribute values here, field by
 field, instead of through the resource layer, which walks the whole request and response model for every call
-(about half of a transaction's client-side CPU; ``bench tick`` measures the CPU per claim). Values convert
+(~40 % of a 10-action transaction's client-side CPU; ``bench tick`` measures the CPU per claim). Values convert
 exactly as the resource layer converts them (boto3's ``TypeSerializer`` / ``TypeDeserializer``).
 
 Large values (task payloads up to ~2 MB of hex, client-state values) are cut into parts written *before*
@@ -113,9 +113,10 @@ class DynamoTable:
         """A plain botocore client (wire-typed values) shared by every thread: botocore clients are thread-safe.
 
         It skips botocore's client-side parameter validation, which walked every typed value again and was the
-        largest part of run_task's remaining client CPU (~19 % in a py-spy profile). Its requests come from two
-        methods of this class, from values ``TypeSerializer`` typed; DynamoDB validates each request on its side
-        and answers ``ValidationException``, as DynamoDB Local does in the tests that drive these paths."""
+        largest part of run_task's remaining client CPU (~19 % in a py-spy profile). Its requests come only from
+        this class's transaction and batch-read methods, from values ``TypeSerializer`` typed; DynamoDB validates
+        each request on its side and answers ``ValidationException``, as DynamoDB Local does in the tests that
+        drive these paths."""
         if self._wire is None:
             with self._lock:
                 if self._wire is None:
@@ -207,10 +208,10 @@ class DynamoTable:
     def transact_now(self, actions: list[dict[str, Any]]) -> None:
         """:meth:`transact` without a session: this transaction alone (actions carry their table name)."""
         token = secrets.token_hex(16)
-        wire_actions = [_wire_action(action) for action in actions]
+        wire_actions = [_wire_action(action) for action in actions]  # once, whatever the retries
         for attempt in range(TRANSACTION_RETRIES):
             try:
-                self.wire.transact_write_items(TransactItems=wire_actions, ClientRequestToken=token)
+                self._send_transaction(wire_actions, token)
                 return
             except ClientError as exc:
                 if exc.response["Error"]["Code"] != "TransactionCanceledException":
@@ -227,8 +228,10 @@ class DynamoTable:
     def transact_once(self, actions: list[dict[str, Any]]) -> None:
         """One ``TransactWriteItems`` attempt (actions carry their table name); a cancellation raises the
         client's ``ClientError`` for the caller to interpret."""
-        wire_actions = [_wire_action(action) for action in actions]
-        self.wire.transact_write_items(TransactItems=wire_actions, ClientRequestToken=secrets.token_hex(16))
+        self._send_transaction([_wire_action(action) for action in actions], secrets.token_hex(16))
+
+    def _send_transaction(self, wire_actions: list[dict[str, Any]], token: str) -> None:
+        self.wire.transact_write_items(TransactItems=wire_actions, ClientRequestToken=token)
 
     def batch_delete(self, keys: Iterable[dict[str, str]]) -> None:
         with self.table.batch_writer() as writer:  # groups of 25, unprocessed items retried by boto3
