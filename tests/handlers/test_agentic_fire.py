@@ -261,7 +261,7 @@ def test_total_timeout_is_checked_before_each_round(agentic):
 
 
 def test_a_fire_never_outlives_its_invocation(agentic, monkeypatch):
-    from amsg.engine import runner
+    from amsg.engine import run_task as runner
 
     engine = agentic
     build = runner.delivery_env

@@ -16,9 +16,10 @@ from typing import Any, NoReturn
 
 from amsg.context import AppContext
 from amsg.crypto import compact_json
-from amsg.engine.delivery import Cancelled, failure_info, process_occurrence
+from amsg.engine.delivery import process_occurrence
+from amsg.engine.env import Cancelled, delivery_env
 from amsg.engine.lease import LeaseKeeper
-from amsg.engine.runner import delivery_env
+from amsg.engine.outcomes import failure_info
 from amsg.observability import logger
 from amsg.ports import Settlement, TaskRow
 from amsg.timeutil import iso_from_ms

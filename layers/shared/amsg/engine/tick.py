@@ -1,77 +1,39 @@
-"""Entry points of the delivery engine (see docs/architecture.md and docs/delivery.md):
-
-* :func:`run_tick` — claim due tasks (conditional writes), settle stale ones, enqueue the rest, housekeeping,
-  then resume due cloud-data cleanup operations.
-* :func:`run_message` — what ``run_task`` does with one SQS message: adopt the tick's claim (or do nothing
-  when it is no longer current), then deliver under a heartbeat-renewed lease.
-* :func:`run_task_now` — ``runTask(uuid)``: run one task now through the same chain, claiming for itself.
-
-Instant messages (delivered inside ``POST /schedule-message``) are :mod:`amsg.engine.instant`.
-"""
+"""The tick (EventBridge Scheduler, once a minute; see docs/architecture.md): claim due tasks (conditional
+writes), settle stale ones, enqueue the rest, housekeeping, then resume due cloud-data cleanup operations. The
+tick never delivers."""
 
 from __future__ import annotations
 
 import heapq
 import itertools
-import threading
 import uuid as uuid_lib
-from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
+from collections.abc import Callable, Iterator
+from concurrent.futures import Future
 from typing import Any
 
 from amsg.context import AppContext
 from amsg.crypto import StoredPayloadUnreadable, decrypt_payload, serialize_group_value
 from amsg.engine import cleanup
-from amsg.engine.delivery import DeliveryEnv, deliver_claimed, is_stale, settle_stale
-from amsg.engine.lease import LeaseKeeper
+from amsg.engine.env import sandbox_pool
 from amsg.engine.messages import TaskMessage
+from amsg.engine.outcomes import release_claim
+from amsg.engine.stale import is_stale, settle_stale
 from amsg.engine.summary import DeliverySummary, TickSummary
 from amsg.hooks import Hooks, load_hooks, task_view
 from amsg.observability import logger
-from amsg.ports import CLAIM_ALONE, CLAIM_BATCH, ClaimWanted, DueCandidate, LlmReply, LlmRequest, Settlement, TaskRow
-from amsg.timeutil import iso_from_ms, parse_iso_ms
+from amsg.ports import CLAIM_ALONE, CLAIM_BATCH, ClaimWanted, DueCandidate, TaskRow
+from amsg.timeutil import iso_from_ms
 
 TICK_PAGE = 100
-# a record that starts with less time than this hands its claim back instead of starting a delivery it
-# could not finish (the next tick re-claims it at once; no retry is consumed)
-MIN_RUN_BUDGET_MS = 30_000
+
+
 TICK_TIME_MARGIN_MS = 8_000  # stop claiming while there is time left to enqueue and log
+
+
 RETENTION_MS = 7 * 86_400_000
+
+
 HOUSEKEEPING_LIMIT = 100
-
-
-def delivery_env(ctx: AppContext, *, remaining_ms: Callable[[], int] | None = None) -> DeliveryEnv:
-    """Collaborators for a delivery: push sender (None without VAPID), LLM client, pacing, LLM budget."""
-
-    cap_s = ctx.settings.llm_timeout_ms / 1000
-
-    def llm_timeout_s() -> float:
-        """The LLM call never outlives the invocation: remaining time minus a margin to write the outcome."""
-        if remaining_ms is None:
-            return cap_s
-        return max(1.0, min(cap_s, (remaining_ms() - 10_000) / 1000))
-
-    return DeliveryEnv(
-        push_sender=ctx.delivery.push_sender,
-        llm=_LlmOnFirstUse(ctx),
-        sleep=ctx.delivery.sleep,
-        llm_timeout_s=llm_timeout_s,
-        pacing_ms=ctx.settings.push_pacing_ms,
-    )
-
-
-class _LlmOnFirstUse:
-    """The context's LLM client, built when a delivery first needs one: a batch of fixed messages never pays
-    for the HTTP client (its TLS context alone costs milliseconds of a cold start)."""
-
-    def __init__(self, ctx: AppContext) -> None:
-        self._ctx = ctx
-
-    def complete(self, request: LlmRequest, *, timeout_s: float) -> LlmReply:
-        return self._ctx.delivery.llm.complete(request, timeout_s=timeout_s)
-
-
-# ---- tick ---------------------------------------------------------------------------------------------------
 
 
 def run_tick(
@@ -129,7 +91,7 @@ def _claim_and_enqueue(ctx: AppContext, summary: TickSummary, remaining_ms: Call
         for index, row in enumerate(pending):
             if index in failed:
                 summary.enqueue_failed += 1
-                _release(ctx, row)  # due again at once instead of after the lease
+                release_claim(ctx, row)  # due again at once instead of after the lease
             else:
                 summary.enqueued += 1
         pending.clear()
@@ -138,7 +100,7 @@ def _claim_and_enqueue(ctx: AppContext, summary: TickSummary, remaining_ms: Call
     released: set[tuple[str, str]] = set()  # (user, group key) released this tick: one per group per tick
     workers = max(1, settings.tick_claim_workers)
     source = due_in_order(ctx, max(1, settings.due_shards), lambda: iso_from_ms(ctx.now_ms()))
-    pool = _sandbox_pool("claim", workers)  # one pool per sandbox: its threads keep their DynamoDB clients
+    pool = sandbox_pool("claim", workers)  # one pool per sandbox: its threads keep their DynamoDB clients
     while True:
         if remaining_ms() < TICK_TIME_MARGIN_MS:
             summary.stopped_by = "time"
@@ -218,20 +180,6 @@ def _claim_alone(ctx: AppContext, candidate: DueCandidate, group: str | None, te
     )
 
 
-_pools: dict[tuple[str, int], ThreadPoolExecutor] = {}
-_pools_lock = threading.Lock()
-
-
-def _sandbox_pool(name: str, workers: int) -> ThreadPoolExecutor:
-    """Worker threads of this sandbox (tick claims, a batch's records), built on first use (never at import)
-    and reused by later invocations."""
-    with _pools_lock:
-        pool = _pools.get((name, workers))
-        if pool is None:
-            pool = _pools[(name, workers)] = ThreadPoolExecutor(max_workers=workers, thread_name_prefix=name)
-        return pool
-
-
 def due_in_order(ctx: AppContext, shards: int, now_iso: Callable[[], str]) -> Iterator[DueCandidate]:
     """Every shard's due candidates merged by due-index key (earliest eligible first), one page per shard at
     a time: a k-way merge, so a shard is read further only when its next candidate is the earliest."""
@@ -304,19 +252,6 @@ def _settle_stale_in_tick(ctx: AppContext, row: TaskRow, summary: TickSummary) -
     summary.failed.extend(delivery.failed)
 
 
-def _release(ctx: AppContext, row: TaskRow) -> None:
-    try:
-        ctx.claims.settle(
-            row.user_id,
-            row.uuid,
-            row.claim_version,
-            Settlement(next_send_at=row.next_send_at, retry_after=row.retry_after),
-            iso_from_ms(ctx.now_ms()),
-        )
-    except Exception as exc:  # the lease expires by itself
-        logger.warning("releasing a claim failed", extra={"error": type(exc).__name__})
-
-
 def _housekeeping(ctx: AppContext, summary: TickSummary) -> None:
     """Best-effort and isolated: housekeeping never aborts the tick or loses its summary."""
     now = ctx.now_ms()
@@ -342,140 +277,3 @@ def _resume_cleanups(ctx: AppContext, summary: TickSummary, remaining_ms: Callab
         summary.housekeeping.update(cleanup.resume_due(ctx, remaining_ms))
     except Exception as exc:
         summary.housekeeping["cleanupError"] = type(exc).__name__
-
-
-# ---- run_task (SQS consumer) ---------------------------------------------------------------------------------
-
-RECORD_WORKERS = 10  # records of one batch delivered at the same time (SQS hands at most 10 without a window)
-
-
-def run_together[T](
-    ctx: AppContext,
-    jobs: Sequence[Callable[[], T]],
-    *,
-    keys: Sequence[str | None] | None = None,
-    pool: ThreadPoolExecutor | None = None,
-) -> list[T]:
-    """Run the records of one SQS batch at the same time, each on a worker thread, inside one coalescing
-    session so that their storage calls share round trips (docs/delivery.md). Each record is delivered exactly
-    as it would be alone: claims, fencing and send-claims are per task, and two deliveries of one task (a
-    duplicate SQS message) exclude each other (a claim is adopted once). A job must not raise (the batch
-    processor catches per record).
-
-    Records with the same key (the user: they share the user's outbox counter, caps and push order) run one
-    after the other in batch order, as they were enqueued (earlier due first), on one worker. A batch with a
-    single key, or a store without coalescing, runs in this thread. ``pool`` is the sandbox's record workers
-    (its threads keep their DynamoDB clients across invocations); at most :data:`RECORD_WORKERS` at once."""
-    groups: dict[object, list[int]] = {}
-    for index in range(len(jobs)):
-        key = keys[index] if keys is not None and keys[index] is not None else ("record", index)
-        groups.setdefault(key, []).append(index)
-    results: list[Any] = [None] * len(jobs)
-
-    def run_group(indexes: list[int]) -> None:
-        for index in indexes:
-            results[index] = jobs[index]()
-
-    if len(groups) <= 1 or ctx.coalescer is None:
-        run_group(list(range(len(jobs))))
-        return results
-    pool = pool or _sandbox_pool("record", RECORD_WORKERS)
-    session = ctx.coalescer.session(min(len(groups), RECORD_WORKERS))
-
-    def take_part(indexes: list[int]) -> None:
-        with session.participant():
-            run_group(indexes)
-
-    list(pool.map(take_part, groups.values()))
-    return results
-
-
-def run_message(
-    ctx: AppContext, message: TaskMessage | None, *, remaining_ms: Callable[[], int], owner: str
-) -> dict[str, Any]:
-    """Adopt the tick's claim and deliver. A message whose claim is no longer current does nothing."""
-    if message is None:
-        return {"skipped": "malformed_message"}
-    started = ctx.now_ms()
-    env = delivery_env(ctx, remaining_ms=remaining_ms)
-    # one read: the task (is the message's claim still current?), the push subscription, the outbox counter;
-    # the claim is adopted (run lease) by the transaction that appends the batch
-    snapshot = ctx.claims.open_run(message.user_id, message.uuid, message.claim_version, message.next_send_at)
-    if snapshot is None:  # delivered, settled, cancelled, rescheduled or taken over since the tick enqueued it
-        return {"skipped": "claim_not_current", "taskUuid": message.uuid}
-    row = snapshot.row
-    if env.push_sender is None:
-        _release(ctx, row)  # without VAPID, release without consuming a retry
-        return {"skipped": "not_configured", "taskUuid": message.uuid}
-    if remaining_ms() < MIN_RUN_BUDGET_MS:
-        _release(ctx, row)  # late in a batch: let the next tick hand it to a fresh invocation
-        return {"skipped": "no_time_left", "taskUuid": message.uuid}
-    env.prefetched = (snapshot.subscription,)
-    env.prefetched_policy = (snapshot.policy,)
-    env.outbox_seq = snapshot.outbox_seq
-    env.adopt_lease = lambda: iso_from_ms(ctx.now_ms() + ctx.settings.run_lease_ms)
-    env.owner = owner
-    return _deliver_under_lease(ctx, row, env, owner, started)
-
-
-def _deliver_under_lease(ctx: AppContext, row: TaskRow, env: DeliveryEnv, owner: str, started: int) -> dict:
-    """Deliver a task whose run lease we just took (adopted or claimed), renewing it on a heartbeat."""
-    settings = ctx.settings
-
-    def renew() -> bool:
-        lease = iso_from_ms(ctx.now_ms() + settings.run_lease_ms)
-        return ctx.claims.renew_lease(row.user_id, row.uuid, row.claim_version, lease, owner)
-
-    summary = DeliverySummary(total_tasks=1)
-    with LeaseKeeper(renew, settings.heartbeat_ms / 1000) as keeper:
-        env.lease_lost = keeper.lost.is_set
-        deliver_claimed(ctx, row, summary, env)
-    result = summary.as_dict(started_ms=started, now_ms=ctx.now_ms())
-    result["taskUuid"] = row.uuid
-    logger.info("task delivered", extra={"summary": result})
-    return result
-
-
-# ---- runTask(uuid) -------------------------------------------------------------------------------------------
-
-
-def run_task_now(ctx: AppContext, task_uuid: str, *, owner: str | None = None) -> dict[str, Any]:
-    """Run one task now (CLI / in-process) with the reference's reasons when it cannot run."""
-    if not isinstance(task_uuid, str) or not task_uuid.strip():
-        raise TypeError("runTask requires a non-empty uuid")
-    env = delivery_env(ctx)
-    if env.push_sender is None:
-        return {
-            "ran": False,
-            "reason": "not_configured",
-            "detail": ctx.delivery.push_problem or "push is not configured",
-        }
-    row = ctx.tasks.find_task(task_uuid.strip())
-    if row is None:
-        return {"ran": False, "reason": "not_found"}
-    if row.status != "pending":
-        return {"ran": False, "reason": "already_settled", "status": row.status}
-    now = ctx.now_ms()
-    occurrence = parse_iso_ms(row.next_send_at)
-    if occurrence is not None and occurrence > now:
-        return {"ran": False, "reason": "not_due", "nextSendAt": row.next_send_at}
-    retry_after = parse_iso_ms(row.retry_after) if row.retry_after else None
-    if retry_after is not None and retry_after > now:
-        return {"ran": False, "reason": "retry_pending", "retryAfter": row.retry_after}
-    owner = owner or f"runTask:{uuid_lib.uuid4()}"
-    group = serialize_group(ctx, load_hooks(ctx.settings.hooks_module), row.user_id, row.uuid, None)
-    claimed = None
-    if group is not SKIP:
-        claimed = ctx.claims.claim(
-            row.user_id,
-            row.uuid,
-            expected_next_send_at=row.next_send_at,
-            now_iso=iso_from_ms(now),
-            lease_until=iso_from_ms(now + ctx.settings.run_lease_ms),
-            owner=owner,
-            group=group,  # type: ignore[arg-type]
-        )
-    if claimed is None:
-        summary = DeliverySummary(total_tasks=1, claim_skipped=1)
-        return {"ran": True, "summary": summary.as_dict(started_ms=now, now_ms=ctx.now_ms())}
-    return {"ran": True, "summary": _deliver_under_lease(ctx, claimed, env, owner, now)}
