@@ -302,13 +302,6 @@ class AgenticFire(HookServices):
                 )
         return total
 
-    def _stamp(self, push: dict[str, Any]) -> dict[str, Any]:
-        push["taskId"] = self.row.id
-        push["taskUuid"] = self.row.uuid
-        push["recurrenceType"] = self.payload.get("recurrenceType") or "none"
-        push["occurrenceMs"] = self.occurrence.occurrence_ms
-        return push
-
     # ---- receipts -------------------------------------------------------------------------------------------
 
     def _settle(self, error: BaseException | None) -> None:

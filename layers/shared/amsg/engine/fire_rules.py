@@ -146,7 +146,8 @@ def failed_tools(calls: list[dict[str, Any]], message: str) -> list[dict[str, An
 
 
 def with_tool_calls(assistant: dict[str, Any], calls: list[dict[str, Any]]) -> dict[str, Any]:
-    native = assistant.get("tool_calls") if isinstance(assistant.get("tool_calls"), list) else []
+    found = assistant.get("tool_calls")
+    native: list[Any] = found if isinstance(found, list) else []
     ids = {call.get("id") for call in native if isinstance(call, dict)}
     synthesized = [call for call in calls if call.get("id") not in ids]
     if not synthesized:

@@ -30,6 +30,7 @@ from amsg.engine.fire_rules import (
 from amsg.engine.pushes import Occurrence
 from amsg.engine.sending import resolve_subscription, send_one
 from amsg.errors import ClaimLost, CloudGuardError, TaskUuidConflict
+from amsg.hooks import EmitResult, ScheduleResult
 from amsg.observability import logger
 from amsg.ports import NewTask, OutboxAppend, TaskRow
 from amsg.timeutil import iso_from_ms, parse_iso_ms
@@ -65,6 +66,14 @@ class HookServices:
     occurrence: Occurrence
     now: int
     progress: FireProgress
+
+    def _stamp(self, push: dict[str, Any]) -> dict[str, Any]:
+        """The task fields every push of this fire carries (the outbox and a redelivery recognise them by)."""
+        push["taskId"] = self.row.id
+        push["taskUuid"] = self.row.uuid
+        push["recurrenceType"] = self.payload.get("recurrenceType") or "none"
+        push["occurrenceMs"] = self.occurrence.occurrence_ms
+        return push
 
     def is_cancelled(self) -> bool:
         return self.env.lease_lost()
@@ -107,7 +116,7 @@ class HookServices:
             raise
         return {"upserted": result.upserted, "skipped": result.skipped, "deleted": result.deleted}
 
-    def emit_result(self, payload: Mapping[str, Any]) -> dict[str, Any]:
+    def emit_result(self, payload: Mapping[str, Any]) -> EmitResult:
         if not is_plain_object(payload) or not isinstance(payload.get("resultKind"), str) or not payload["resultKind"]:
             raise TypeError("emit_result(payload) requires a dict with a non-empty resultKind")
         index = self.progress.results
@@ -164,7 +173,7 @@ class HookServices:
             self.progress.existing_ids = {row.message_id for row in rows}
         return self.progress.existing_ids
 
-    def schedule_task(self, options: Mapping[str, Any]) -> dict[str, Any]:
+    def schedule_task(self, options: Mapping[str, Any]) -> ScheduleResult:
         self.throw_if_cancelled()
         if not is_plain_object(options):
             raise TypeError("schedule_task(options) requires a dict")

@@ -49,7 +49,7 @@ def run_task_now(ctx: AppContext, task_uuid: str, *, owner: str | None = None) -
             now_iso=iso_from_ms(now),
             lease_until=iso_from_ms(now + ctx.settings.run_lease_ms),
             owner=owner,
-            group=group,  # type: ignore[arg-type]
+            group=group,
         )
     if claimed is None:
         summary = DeliverySummary(total_tasks=1, claim_skipped=1)

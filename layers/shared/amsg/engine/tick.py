@@ -4,6 +4,7 @@ tick never delivers."""
 
 from __future__ import annotations
 
+import enum
 import heapq
 import itertools
 import uuid as uuid_lib
@@ -206,12 +207,17 @@ def due_in_order(ctx: AppContext, shards: int, now_iso: Callable[[], str]) -> It
             refill(shard, after)
 
 
-SKIP = object()
+class _Skip(enum.Enum):
+    SKIP = "skip"
+
+
+SKIP = _Skip.SKIP
+"""What :func:`serialize_group` answers for a task that must wait for a later tick."""
 
 
 def serialize_group(
     ctx: AppContext, hooks: Hooks, user_id: str, task_uuid: str, released: set[tuple[str, str]] | None
-) -> object:
+) -> str | _Skip | None:
     """The stored group of a task per the host's ``serialize_by`` (an HMAC of the key under the user key, so
     group names never appear in clear), None when it takes part in no group, or SKIP when it must wait (its
     group already released a task this tick, or the hook failed). Blocked tasks are not touched."""
