@@ -228,7 +228,15 @@ def process_occurrence(
             preclaimed = index == 0 and claimed_first
             # the run's cap charges go with its first push claim (CapReached: nothing pushed, the fire waits)
             sent = send_one(
-                ctx, row, entry.push, subscription, env, preclaimed=preclaimed, previous=previous, mark=False
+                ctx,
+                row,
+                entry.push,
+                subscription,
+                env,
+                preclaimed=preclaimed,
+                previous=previous,
+                mark=False,
+                pushes_after=len(pending) - index - 1,
             )
             if sent:
                 outcome.pushed += 1

@@ -41,6 +41,8 @@ class DeliveryEnv:
     outbox_seq: int | None = None
     adopt_lease: Callable[[], str] | None = None  # the append adopts the claim with this lease
     owner: str = ""
+    # the instant path's time left to answer (ms): no push is claimed once the answer can no longer be a success
+    time_left_ms: Callable[[], int] | None = None
 
 
 @dataclass

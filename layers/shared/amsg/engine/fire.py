@@ -278,7 +278,8 @@ class AgenticFire(HookServices):
             for index, push in enumerate(pushes):
                 self.throw_if_cancelled()
                 if should_push(push, outboxed=True):
-                    if send_one(self.ctx, self.row, push, subscription, self.env):
+                    after = sum(1 for later in pushes[index + 1 :] if should_push(later, outboxed=True))
+                    if send_one(self.ctx, self.row, push, subscription, self.env, pushes_after=after):
                         progress.pushed_count += 1
                     if index < last_pushed:
                         self.env.sleep(self.env.pacing_ms / 1000)

@@ -15,6 +15,28 @@ from amsg.failures import DeliveryFailure
 from amsg.ports import OutboxAppend, TaskRow
 
 VAPID_MISSING = "VAPID configuration missing - push notifications cannot be sent"
+DEADLINE_CODE = "INSTANT_DEADLINE_EXCEEDED"
+
+
+class DeadlineExceeded(DeliveryFailure):
+    """The request's answer can no longer be a success: nothing more is pushed (see docs/delivery.md)."""
+
+    def __init__(self, pushes_left: int) -> None:
+        super().__init__(
+            f"{DEADLINE_CODE}: no time left to send {pushes_left} push(es) before the answer", code=DEADLINE_CODE
+        )
+
+
+def time_to_push(env: DeliveryEnv, pushes_after: int = 0) -> float | None:
+    """Seconds this push may take, or None without a deadline. Raises :class:`DeadlineExceeded` when the time
+    left does not cover this push and the pacing before the ``pushes_after`` still to come: a push sent then
+    would belong to an answer that is already a failure."""
+    if env.time_left_ms is None:
+        return None
+    left_ms = env.time_left_ms() - pushes_after * env.pacing_ms
+    if left_ms <= 0:
+        raise DeadlineExceeded(pushes_after + 1)
+    return left_ms / 1000
 
 
 def append_batch(ctx: AppContext, row: TaskRow, pushes: list[dict[str, Any]], user_key: str) -> None:
@@ -70,6 +92,7 @@ def send_one(
     preclaimed: bool = False,
     previous: str | None = None,
     mark: bool = True,
+    pushes_after: int = 0,
 ) -> bool:
     """Claim the row (unless the append already did), push it, mark it delivered (or leave that to the
     caller, ``mark=False``); ``previous``, a pushed row, is marked delivered with the claim. False when
@@ -78,6 +101,12 @@ def send_one(
     The run's pending cap charges (``env.cap_charges``) go into the first claim: the occurrence is counted
     against the user's caps in the same transaction, or :class:`CapReached` is raised and nothing is taken."""
     message_id = push["messageId"]
+    try:
+        timeout_s = time_to_push(env, pushes_after)
+    except DeadlineExceeded:
+        if preclaimed:  # claimed with the append: hand it back, the task's retry sends it
+            ctx.outbox.release_send(row.user_id, message_id)
+        raise
     now = ctx.now_ms()
     # the claim re-checks the task's owner in the same transaction: nothing is pushed after a retirement
     claimed = preclaimed or ctx.outbox.claim_send(
@@ -99,7 +128,10 @@ def send_one(
         return False  # another run already claimed this row for sending: never push it twice
     assert env.push_sender is not None
     try:
-        env.push_sender.send(subscription, encode_push(push))
+        if timeout_s is None:
+            env.push_sender.send(subscription, encode_push(push))
+        else:  # the push never outlives the answer
+            env.push_sender.send(subscription, encode_push(push), timeout_s=timeout_s)
     except Exception:
         ctx.outbox.release_send(row.user_id, message_id)
         raise
