@@ -16,7 +16,7 @@ nothing is pushed twice.
 from __future__ import annotations
 
 import contextlib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from amsg.context import AppContext
@@ -34,7 +34,7 @@ from amsg.engine.stale import defer_task, is_stale, settle_stale
 from amsg.engine.summary import DeliverySummary
 from amsg.errors import CloudGuardError
 from amsg.failures import ClaimTaken, DeliveryFailure, PushSendError
-from amsg.hooks import load_hooks, task_view
+from amsg.hooks import Hooks, load_hooks, task_view
 from amsg.observability import logger
 from amsg.ports import APPEND_FALLBACK, CapReached, TaskRow
 from amsg.timeutil import iso_from_ms, parse_iso_ms
@@ -52,15 +52,40 @@ def deliver_claimed(ctx: AppContext, row: TaskRow, summary: DeliverySummary, env
     Returns the outcome on success, None otherwise. Raises only for infrastructure errors that happened before
     the outcome was written (the caller then lets SQS redeliver; the fencing keeps that safe).
     """
-    now = ctx.now_ms()
     user_key = ctx.user_key(row.user_id)
+    payload = _payload_to_fire(ctx, row, user_key, summary, env)
+    if payload is None:
+        return None
     try:
-        payload: dict[str, Any] | None = decrypt_payload(row.encrypted_payload, user_key)
+        outcome = process_occurrence(ctx, row, payload, user_key, env)
+    except Exception as exc:
+        _record_failed_run(ctx, row, payload, user_key, exc, summary, env)
+        return None
+    if outcome.deferred_until is not None:
+        if _may_write(ctx, row, env, summary):
+            defer_task(ctx, row, payload, user_key, outcome.deferred_until, summary, policy=outcome.policy_deferred)
+        return None
+    if outcome.redelivered:
+        summary.redelivered.append({"taskId": row.id, "pushedCount": outcome.pushed})
+    if outcome.reasoning_error:
+        summary.reasoning_skipped.append({"taskId": row.id, "reason": outcome.reasoning_error})
+    if finalize_success(ctx, row, payload, summary, outcome.unmarked):
+        return outcome
+    return None
+
+
+def _payload_to_fire(
+    ctx: AppContext, row: TaskRow, user_key: str, summary: DeliverySummary, env: DeliveryEnv
+) -> dict[str, Any] | None:
+    """The task's payload when this occurrence may fire; None after settling a task that must not (unreadable
+    payload, retired owner, too late)."""
+    now = ctx.now_ms()
+    try:
+        payload: dict[str, Any] = decrypt_payload(row.encrypted_payload, user_key)
     except StoredPayloadUnreadable:
         if _may_write(ctx, row, env, summary):
             fail_task(ctx, row, None, user_key, DeliveryFailure("任务载荷解密失败"), summary, env)
         return None
-    assert payload is not None
     owner = row.owner
     if (
         owner is not None
@@ -74,44 +99,39 @@ def deliver_claimed(ctx: AppContext, row: TaskRow, summary: DeliverySummary, env
         if _may_write(ctx, row, env, summary):
             settle_stale(ctx, row, payload, user_key, summary)
         return None
-    try:
-        outcome = process_occurrence(ctx, row, payload, user_key, env)
-    except ClaimTaken:
+    return payload
+
+
+def _record_failed_run(
+    ctx: AppContext,
+    row: TaskRow,
+    payload: dict[str, Any],
+    user_key: str,
+    exc: Exception,
+    summary: DeliverySummary,
+    env: DeliveryEnv,
+) -> None:
+    """Write what a run that raised means for the task: nothing (another run holds it), cancelled, retired,
+    deferred by a full cap, or failed (retry or final)."""
+    if isinstance(exc, ClaimTaken):
         _skip_taken(row, summary)
-        return None
-    except Cancelled as cancelled:
-        if cancelled.status == OWNER_RETIRED:
+    elif isinstance(exc, Cancelled):
+        if exc.status == OWNER_RETIRED:
             cancel_retired(ctx, row, summary)
         else:
-            record_cancelled(ctx, row, summary, cancelled.status)
-        return None
-    except CloudGuardError:  # the owner was retired mid-fire: an outbox append or a push claim refused
+            record_cancelled(ctx, row, summary, exc.status)
+    elif isinstance(exc, CloudGuardError):  # the owner was retired mid-fire: an append or a push claim refused
         cancel_retired(ctx, row, summary)
-        return None
-    except CapReached as full:  # the first push found a cap full: nothing was pushed, the batch is outboxed
+    elif isinstance(exc, CapReached):  # the first push found a cap full: nothing was pushed, the batch is outboxed
         if _may_write(ctx, row, env, summary):
-            defer_task(ctx, row, payload, user_key, iso_from_ms(full.until_ms), summary, policy=True)
-        return None
-    except Exception as exc:
-        if env.lease_lost():
-            record_cancelled(ctx, row, summary, "cancelled_mid_delivery")
-            return None
+            defer_task(ctx, row, payload, user_key, iso_from_ms(exc.until_ms), summary, policy=True)
+    elif env.lease_lost():
+        record_cancelled(ctx, row, summary, "cancelled_mid_delivery")
+    else:
         if not isinstance(exc, (DeliveryFailure, PushSendError)):
             logger.warning("delivery step failed", extra={"error": type(exc).__name__})
         if _may_write(ctx, row, env, summary):
             fail_task(ctx, row, payload, user_key, exc, summary, env)
-        return None
-    if outcome.deferred_until is not None:
-        if _may_write(ctx, row, env, summary):
-            defer_task(ctx, row, payload, user_key, outcome.deferred_until, summary, policy=outcome.policy_deferred)
-        return None
-    if outcome.redelivered:
-        summary.redelivered.append({"taskId": row.id, "pushedCount": outcome.pushed})
-    if outcome.reasoning_error:
-        summary.reasoning_skipped.append({"taskId": row.id, "reason": outcome.reasoning_error})
-    if finalize_success(ctx, row, payload, summary, outcome.unmarked):
-        return outcome
-    return None
 
 
 def _may_write(ctx: AppContext, row: TaskRow, env: DeliveryEnv, summary: DeliverySummary) -> bool:
@@ -176,9 +196,7 @@ def process_occurrence(
         _adopt_now(ctx, row, env)
     env.cap_charges = list(policy.charges)  # counted with the first push this run claims (agentic ones too)
     outcome = Outcome(redelivered=entries is not None)
-    claimed_first = False
-    subscription: dict | None = None
-    subscription_error: Exception | None = None
+    fresh = _Fresh()
     if entries is None:
         if agentic:
             _adopt_now(ctx, row, env)  # a chain of LLM rounds and tools: hold the run lease from the start
@@ -186,36 +204,85 @@ def process_occurrence(
             fired = AgenticFire(ctx, row, payload, user_key, env, hooks).run()
             if fired is not None:
                 return fired
-        try:
-            pushes = _generate(ctx, row, payload, occurrence, env)
-        except Exception as exc:
-            if hooks.max_generation_retries is not None and not hasattr(exc, "retry_limit"):
-                view = task_view(
-                    payload, task_id=row.id, uuid=row.uuid, next_send_at=row.next_send_at, retry_count=row.retry_count
-                )
-                exc.retry_limit = generation_limit(ctx, hooks, view)  # type: ignore[attr-defined]
-            raise
-        first = next((push["messageId"] for push in pushes if should_push(push, outboxed=True)), None)
-        if first is not None and env.push_sender is not None:
-            try:
-                subscription = resolve_subscription(ctx, row, payload, user_key, env)
-            except DeliveryFailure as exc:
-                subscription_error = exc  # raised after the append: the batch still reaches the outbox
-        # the first push is claimed with the append unless the user's caps must be charged with its claim
-        claim = first if subscription is not None and not env.lease_lost() and not env.cap_charges else None
-        entries, claimed_first, outcome.redelivered = _append_new_batch(
-            ctx, row, occurrence, pushes, user_key, env, claim
-        )
+        pushes = _generate_counted(ctx, row, payload, occurrence, env, hooks)
+        fresh = _append_fresh(ctx, row, payload, user_key, occurrence, pushes, env)
+        entries, outcome.redelivered = fresh.entries, fresh.redelivered
     outcome.messages_sent = sum(1 for entry in entries if entry.push.get("messageKind") == "content")
     pending = [entry for entry in entries if not entry.done and should_push(entry.push, outboxed=True)]
     if not pending:
         return outcome
     if env.push_sender is None:
         raise DeliveryFailure(VAPID_MISSING)
-    if subscription_error is not None:
-        raise subscription_error
+    if fresh.subscription_error is not None:
+        raise fresh.subscription_error
+    subscription = fresh.subscription
     if subscription is None:
         subscription = resolve_subscription(ctx, row, payload, user_key, env)
+    _push_pending(ctx, row, pending, subscription, env, fresh.claimed_first, outcome)
+    return outcome
+
+
+@dataclass
+class _Fresh:
+    """A batch this run generated and appended, and what it found out on the way."""
+
+    entries: list[_Entry] = field(default_factory=list)
+    claimed_first: bool = False  # the append claimed the first push for sending
+    redelivered: bool = False  # the append found rows of this occurrence from an earlier run
+    subscription: dict | None = None
+    subscription_error: Exception | None = None
+
+
+def _generate_counted(
+    ctx: AppContext, row: TaskRow, payload: dict[str, Any], occurrence: Occurrence, env: DeliveryEnv, hooks: Hooks
+) -> list[dict[str, Any]]:
+    """The occurrence's pushes; a failure carries the host's ``max_generation_retries`` limit when it has one."""
+    try:
+        return _generate(ctx, row, payload, occurrence, env)
+    except Exception as exc:
+        if hooks.max_generation_retries is not None and not hasattr(exc, "retry_limit"):
+            view = task_view(
+                payload, task_id=row.id, uuid=row.uuid, next_send_at=row.next_send_at, retry_count=row.retry_count
+            )
+            exc.retry_limit = generation_limit(ctx, hooks, view)  # type: ignore[attr-defined]
+        raise
+
+
+def _append_fresh(
+    ctx: AppContext,
+    row: TaskRow,
+    payload: dict[str, Any],
+    user_key: str,
+    occurrence: Occurrence,
+    pushes: list[dict[str, Any]],
+    env: DeliveryEnv,
+) -> _Fresh:
+    fresh = _Fresh()
+    first = next((push["messageId"] for push in pushes if should_push(push, outboxed=True)), None)
+    if first is not None and env.push_sender is not None:
+        try:
+            fresh.subscription = resolve_subscription(ctx, row, payload, user_key, env)
+        except DeliveryFailure as exc:
+            fresh.subscription_error = exc  # raised after the append: the batch still reaches the outbox
+    # the first push is claimed with the append unless the user's caps must be charged with its claim
+    claim = first if fresh.subscription is not None and not env.lease_lost() and not env.cap_charges else None
+    fresh.entries, fresh.claimed_first, fresh.redelivered = _append_new_batch(
+        ctx, row, occurrence, pushes, user_key, env, claim
+    )
+    return fresh
+
+
+def _push_pending(
+    ctx: AppContext,
+    row: TaskRow,
+    pending: list[_Entry],
+    subscription: dict,
+    env: DeliveryEnv,
+    claimed_first: bool,
+    outcome: Outcome,
+) -> None:
+    """Claim and send each pending push in order, paced; the last pushed row's delivered mark is left in
+    ``outcome.unmarked`` for the settlement to carry."""
     previous: str | None = None
     unmarked: str | None = None
     try:
@@ -249,7 +316,6 @@ def process_occurrence(
                 ctx.outbox.mark_delivered(row.user_id, leftover, ctx.now_ms())
         raise
     outcome.unmarked = [unmarked] if unmarked else []
-    return outcome
 
 
 def _adopt_now(ctx: AppContext, row: TaskRow, env: DeliveryEnv) -> None:

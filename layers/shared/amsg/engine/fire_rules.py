@@ -18,7 +18,10 @@ from amsg.domain.client_state import (
     has_reserved_chars,
 )
 from amsg.domain.jsvalues import is_plain_object
+from amsg.domain.ownership import GUARD_FIELD
+from amsg.domain.timezones import canonical_tz, is_valid_tz
 from amsg.failures import DeliveryFailure
+from amsg.timeutil import iso_from_ms, parse_iso_ms
 
 MAX_DEFER_MS = 86_400_000
 
@@ -183,3 +186,81 @@ def state_entries(namespace: Any, entries: Any, now_ms: int) -> list[StateEntry]
                 raise TypeError(f"write_state: entries[{index}].{name} must be a positive integer")
         checked.append(StateEntry(index, namespace, key, value, int(updated_at), version))
     return checked
+
+
+def follow_up(options: Mapping[str, Any], parent: Mapping[str, Any], now_ms: int) -> tuple[int, str, dict[str, Any]]:
+    """Check a ``schedule_task`` call's options against the firing task's payload (``parent``, whose settings a
+    follow-up inherits) and build the follow-up's stored payload: (first send ms, message type, payload). Raises
+    the ``TypeError``/``ValueError`` the hook sees, in the order of the checks."""
+    first_ms = _follow_up_first_ms(options, now_ms)
+    message_type = _follow_up_type(options, parent)
+    recurrence = options.get("recurrenceType") or "none"
+    if recurrence not in ("none", "daily", "weekly"):
+        raise TypeError("schedule_task: recurrenceType must be none, daily or weekly")
+    tz_id = _follow_up_tz(options, parent)
+    contact_name = options["contactName"] if "contactName" in options else parent.get("contactName")
+    if not isinstance(contact_name, str) or not contact_name.strip():
+        raise TypeError("schedule_task: contactName must be a non-empty string")
+    user_message = options["userMessage"] if "userMessage" in options else parent.get("userMessage")
+    if message_type == "fixed" and (not isinstance(user_message, str) or not user_message):
+        raise TypeError("schedule_task: a fixed task needs a non-empty userMessage")
+    metadata = options["metadata"] if "metadata" in options else (parent.get("metadata") or {})
+    if not is_plain_object(metadata):
+        raise TypeError("schedule_task: metadata must be a dict")
+    refs = parent.get("credRefs") if isinstance(parent.get("credRefs"), dict) else None
+    by_ref = bool(refs and isinstance(refs.get("chat"), str) and refs["chat"])
+    stored: dict[str, Any] = {
+        "contactName": contact_name,
+        "avatarUrl": (options.get("avatarUrl") or None) if "avatarUrl" in options else parent.get("avatarUrl") or None,
+        "messageType": message_type,
+        "messageSubtype": options.get("messageSubtype") or parent.get("messageSubtype") or "chat",
+        "userMessage": user_message or None,
+        "firstSendTime": iso_from_ms(first_ms),
+        "recurrenceType": recurrence,
+        "tzId": tz_id,
+        "apiUrl": None if by_ref else parent.get("apiUrl") or None,
+        "apiKey": None if by_ref else parent.get("apiKey") or None,
+        "primaryModel": None if by_ref else parent.get("primaryModel") or None,
+        "credRefs": dict(refs) if refs else None,
+        "completePrompt": None,
+        "messages": None,
+        "maxTokens": parent.get("maxTokens"),
+        "temperature": parent.get("temperature"),
+        "splitPattern": parent.get("splitPattern"),
+        "llmExtraBody": parent.get("llmExtraBody"),
+        "metadata": metadata,
+    }
+    if GUARD_FIELD in parent:  # a follow-up is guarded by its parent's owner
+        stored[GUARD_FIELD] = parent[GUARD_FIELD]
+    return first_ms, message_type, stored
+
+
+def _follow_up_first_ms(options: Mapping[str, Any], now_ms: int) -> int:
+    first = options.get("firstSendTime")
+    first_ms = parse_iso_ms(first) if isinstance(first, str) and first.strip() else None
+    if first_ms is None:
+        raise TypeError("schedule_task: firstSendTime must be an ISO 8601 date-time string")
+    if first_ms < now_ms + MIN_FOLLOW_UP_LEAD_MS:
+        raise ValueError("schedule_task: firstSendTime must be at least 60 seconds in the future")
+    return first_ms
+
+
+def _follow_up_type(options: Mapping[str, Any], parent: Mapping[str, Any]) -> str:
+    message_type = options.get("messageType")
+    if message_type is None:
+        message_type = parent.get("messageType")
+    if message_type == "instant":
+        raise TypeError("schedule_task: messageType 'instant' cannot be scheduled from a hook")
+    if message_type not in ("auto", "prompted", "fixed"):
+        raise TypeError("schedule_task: messageType must be auto, prompted or fixed")
+    return str(message_type)
+
+
+def _follow_up_tz(options: Mapping[str, Any], parent: Mapping[str, Any]) -> Any:
+    if "tzId" not in options:
+        return parent.get("tzId")
+    if options.get("tzId") in (None, ""):
+        return None
+    if is_valid_tz(options["tzId"]):
+        return canonical_tz(options["tzId"])
+    raise TypeError("schedule_task: tzId must be a valid IANA time zone")

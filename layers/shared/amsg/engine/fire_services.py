@@ -15,9 +15,7 @@ from amsg.crypto import compact_json, decrypt_from_storage, encrypt_for_storage
 from amsg.domain.client_state import read_namespace, write_entries
 from amsg.domain.credentials import make_credential_lookup
 from amsg.domain.jsvalues import is_plain_object
-from amsg.domain.ownership import GUARD_FIELD
 from amsg.domain.projection import project_task
-from amsg.domain.timezones import canonical_tz, is_valid_tz
 from amsg.domain.validation import MAX_TASK_PAYLOAD_BYTES, payload_byte_length
 from amsg.engine.env import Cancelled, DeliveryEnv
 from amsg.engine.fire_rules import (
@@ -25,6 +23,7 @@ from amsg.engine.fire_rules import (
     MIN_FOLLOW_UP_LEAD_MS,
     config_error,
     contract_error,
+    follow_up,
     state_entries,
 )
 from amsg.engine.pushes import Occurrence
@@ -177,41 +176,8 @@ class HookServices:
         self.throw_if_cancelled()
         if not is_plain_object(options):
             raise TypeError("schedule_task(options) requires a dict")
-        parent = self.payload
         now = self.ctx.now_ms()
-        first = options.get("firstSendTime")
-        first_ms = parse_iso_ms(first) if isinstance(first, str) and first.strip() else None
-        if first_ms is None:
-            raise TypeError("schedule_task: firstSendTime must be an ISO 8601 date-time string")
-        if first_ms < now + MIN_FOLLOW_UP_LEAD_MS:
-            raise ValueError("schedule_task: firstSendTime must be at least 60 seconds in the future")
-        message_type = options.get("messageType")
-        if message_type is None:
-            message_type = parent.get("messageType")
-        if message_type == "instant":
-            raise TypeError("schedule_task: messageType 'instant' cannot be scheduled from a hook")
-        if message_type not in ("auto", "prompted", "fixed"):
-            raise TypeError("schedule_task: messageType must be auto, prompted or fixed")
-        recurrence = options.get("recurrenceType") or "none"
-        if recurrence not in ("none", "daily", "weekly"):
-            raise TypeError("schedule_task: recurrenceType must be none, daily or weekly")
-        if "tzId" not in options:
-            tz_id = parent.get("tzId")
-        elif options.get("tzId") in (None, ""):
-            tz_id = None
-        elif is_valid_tz(options["tzId"]):
-            tz_id = canonical_tz(options["tzId"])
-        else:
-            raise TypeError("schedule_task: tzId must be a valid IANA time zone")
-        contact_name = options["contactName"] if "contactName" in options else parent.get("contactName")
-        if not isinstance(contact_name, str) or not contact_name.strip():
-            raise TypeError("schedule_task: contactName must be a non-empty string")
-        user_message = options["userMessage"] if "userMessage" in options else parent.get("userMessage")
-        if message_type == "fixed" and (not isinstance(user_message, str) or not user_message):
-            raise TypeError("schedule_task: a fixed task needs a non-empty userMessage")
-        metadata = options["metadata"] if "metadata" in options else (parent.get("metadata") or {})
-        if not is_plain_object(metadata):
-            raise TypeError("schedule_task: metadata must be a dict")
+        first_ms, message_type, stored = follow_up(options, self.payload, now)
         index = self.progress.scheduled
         task_uuid = options.get("uuid")
         if task_uuid is None:
@@ -219,33 +185,6 @@ class HookServices:
             task_uuid = str(uuid_lib.uuid5(FOLLOW_UP_NAMESPACE, seed))
         if not isinstance(task_uuid, str) or not task_uuid.strip():
             raise TypeError("schedule_task: uuid must be a non-empty string")
-        refs = parent.get("credRefs") if isinstance(parent.get("credRefs"), dict) else None
-        by_ref = bool(refs and isinstance(refs.get("chat"), str) and refs["chat"])
-        stored: dict[str, Any] = {
-            "contactName": contact_name,
-            "avatarUrl": (options.get("avatarUrl") or None)
-            if "avatarUrl" in options
-            else parent.get("avatarUrl") or None,
-            "messageType": message_type,
-            "messageSubtype": options.get("messageSubtype") or parent.get("messageSubtype") or "chat",
-            "userMessage": user_message or None,
-            "firstSendTime": iso_from_ms(first_ms),
-            "recurrenceType": recurrence,
-            "tzId": tz_id,
-            "apiUrl": None if by_ref else parent.get("apiUrl") or None,
-            "apiKey": None if by_ref else parent.get("apiKey") or None,
-            "primaryModel": None if by_ref else parent.get("primaryModel") or None,
-            "credRefs": dict(refs) if refs else None,
-            "completePrompt": None,
-            "messages": None,
-            "maxTokens": parent.get("maxTokens"),
-            "temperature": parent.get("temperature"),
-            "splitPattern": parent.get("splitPattern"),
-            "llmExtraBody": parent.get("llmExtraBody"),
-            "metadata": metadata,
-        }
-        if GUARD_FIELD in parent:  # a follow-up is guarded by its parent's owner
-            stored[GUARD_FIELD] = parent[GUARD_FIELD]
         size = payload_byte_length(stored)
         if size > MAX_TASK_PAYLOAD_BYTES:
             raise contract_error("TASK_PAYLOAD_TOO_LARGE", f"the follow-up payload is {size} bytes")

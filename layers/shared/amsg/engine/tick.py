@@ -9,7 +9,7 @@ import heapq
 import itertools
 import uuid as uuid_lib
 from collections.abc import Callable, Iterator
-from concurrent.futures import Future
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 from amsg.context import AppContext
@@ -75,28 +75,7 @@ def _claim_and_enqueue(ctx: AppContext, summary: TickSummary, remaining_ms: Call
     decided one candidate at a time in that order, so "earlier due first" holds within a group across shards;
     only the independent conditional claims run in parallel."""
     settings = ctx.settings
-    queue = ctx.delivery.queue
-    pending: list[TaskRow] = []
-    tick_correlation = logger.get_correlation_id()  # for tasks created before correlation ids were stored
-
-    def flush() -> None:
-        if not pending:
-            return
-        messages = [
-            TaskMessage(
-                row.user_id, row.uuid, row.claim_version, row.next_send_at, row.correlation_id or tick_correlation
-            ).to_body()
-            for row in pending
-        ]
-        failed = set(queue.send_many(messages)) if queue is not None else set(range(len(messages)))
-        for index, row in enumerate(pending):
-            if index in failed:
-                summary.enqueue_failed += 1
-                release_claim(ctx, row)  # due again at once instead of after the lease
-            else:
-                summary.enqueued += 1
-        pending.clear()
-
+    enqueuer = _Enqueuer(ctx, summary)
     hooks = load_hooks(settings.hooks_module)
     released: set[tuple[str, str]] = set()  # (user, group key) released this tick: one per group per tick
     workers = max(1, settings.tick_claim_workers)
@@ -119,56 +98,110 @@ def _claim_and_enqueue(ctx: AppContext, summary: TickSummary, remaining_ms: Call
             "lease_until": iso_from_ms(now + settings.tick_claim_lease_ms),
             "owner": owner,
         }
-        batched: list[DueCandidate] = []
-        alone: list[tuple[DueCandidate, Future]] = []
-        for candidate in chunk:
-            summary.due += 1
-            group = serialize_group(ctx, hooks, candidate.user_id, candidate.uuid, released)
-            if group is SKIP:
-                summary.serialize_skipped += 1
-            elif group is None:
-                batched.append(candidate)
-            else:  # a grouped claim takes the group's lock in its own transaction
-                alone.append((candidate, pool.submit(_claim_alone, ctx, candidate, group, terms)))
-        batches = [
-            (part, pool.submit(ctx.claims.claim_many, [_wanted(c) for c in part], **terms))
-            for part in (batched[i : i + CLAIM_BATCH] for i in range(0, len(batched), CLAIM_BATCH))
+        outcomes = _claim_chunk(ctx, chunk, hooks, released, pool, terms, summary)
+        _take_claimed(ctx, outcomes, now, summary, enqueuer)
+        enqueuer.flush()
+    enqueuer.flush()
+
+
+class _Enqueuer:
+    """Claimed rows go to SQS in batches of ten; a row that could not be enqueued is released at once (due
+    again now instead of after its lease)."""
+
+    def __init__(self, ctx: AppContext, summary: TickSummary) -> None:
+        self.ctx = ctx
+        self.summary = summary
+        self.queue = ctx.delivery.queue
+        self.pending: list[TaskRow] = []
+        self.correlation = logger.get_correlation_id()  # for tasks created before correlation ids were stored
+
+    def add(self, row: TaskRow) -> None:
+        self.pending.append(row)
+        if len(self.pending) >= 10:
+            self.flush()
+
+    def flush(self) -> None:
+        pending = self.pending
+        if not pending:
+            return
+        messages = [
+            TaskMessage(
+                row.user_id, row.uuid, row.claim_version, row.next_send_at, row.correlation_id or self.correlation
+            ).to_body()
+            for row in pending
         ]
-        outcomes: list[tuple[DueCandidate, Any]] = []
-        for part, job in batches:
-            try:
-                rows = job.result()
-            except Exception as exc:  # the read back failed: these come back when their lease expires
-                outcomes += [(candidate, exc) for candidate in part]
-                continue
-            for candidate, row in zip(part, rows, strict=True):
-                if row is CLAIM_ALONE:  # the batch could not run: one faulty task must not hold back the rest
-                    alone.append((candidate, pool.submit(_claim_alone, ctx, candidate, None, terms)))
-                else:
-                    outcomes.append((candidate, row))
-        for candidate, job in alone:
-            try:
-                outcomes.append((candidate, job.result()))
-            except Exception as exc:  # throttled past the SDK's retries: the task stays due for the next tick
-                outcomes.append((candidate, exc))
-        for candidate, row in outcomes:
-            if isinstance(row, Exception):
-                summary.failed.append(
-                    {"taskUuid": candidate.uuid, "reason": type(row).__name__, "status": "claim_failed"}
-                )
-                continue
-            if row is None:
-                summary.claim_skipped += 1
-                continue
-            summary.claimed += 1
-            if is_stale(row, now, settings.stale_after_ms):
-                _settle_stale_in_tick(ctx, row, summary)
-                continue
-            pending.append(row)
-            if len(pending) >= 10:
-                flush()
-        flush()
-    flush()
+        failed = set(self.queue.send_many(messages)) if self.queue is not None else set(range(len(messages)))
+        for index, row in enumerate(pending):
+            if index in failed:
+                self.summary.enqueue_failed += 1
+                release_claim(self.ctx, row)  # due again at once instead of after the lease
+            else:
+                self.summary.enqueued += 1
+        pending.clear()
+
+
+def _claim_chunk(
+    ctx: AppContext,
+    chunk: list[DueCandidate],
+    hooks: Hooks,
+    released: set[tuple[str, str]],
+    pool: ThreadPoolExecutor,
+    terms: dict[str, str],
+    summary: TickSummary,
+) -> list[tuple[DueCandidate, Any]]:
+    """Claim one chunk of candidates (batched transactions, grouped or faulty ones alone); each candidate's
+    outcome is its row, None (not claimed) or the exception its claim raised."""
+    batched: list[DueCandidate] = []
+    alone: list[tuple[DueCandidate, Future]] = []
+    for candidate in chunk:
+        summary.due += 1
+        group = serialize_group(ctx, hooks, candidate.user_id, candidate.uuid, released)
+        if group is SKIP:
+            summary.serialize_skipped += 1
+        elif group is None:
+            batched.append(candidate)
+        else:  # a grouped claim takes the group's lock in its own transaction
+            alone.append((candidate, pool.submit(_claim_alone, ctx, candidate, group, terms)))
+    batches = [
+        (part, pool.submit(ctx.claims.claim_many, [_wanted(c) for c in part], **terms))
+        for part in (batched[i : i + CLAIM_BATCH] for i in range(0, len(batched), CLAIM_BATCH))
+    ]
+    outcomes: list[tuple[DueCandidate, Any]] = []
+    for part, job in batches:
+        try:
+            rows = job.result()
+        except Exception as exc:  # the read back failed: these come back when their lease expires
+            outcomes += [(candidate, exc) for candidate in part]
+            continue
+        for candidate, row in zip(part, rows, strict=True):
+            if row is CLAIM_ALONE:  # the batch could not run: one faulty task must not hold back the rest
+                alone.append((candidate, pool.submit(_claim_alone, ctx, candidate, None, terms)))
+            else:
+                outcomes.append((candidate, row))
+    for candidate, single in alone:
+        try:
+            outcomes.append((candidate, single.result()))
+        except Exception as exc:  # throttled past the SDK's retries: the task stays due for the next tick
+            outcomes.append((candidate, exc))
+    return outcomes
+
+
+def _take_claimed(
+    ctx: AppContext, outcomes: list[tuple[DueCandidate, Any]], now: int, summary: TickSummary, enqueuer: _Enqueuer
+) -> None:
+    """Count each outcome; a claimed row is settled as stale when it is too late, else enqueued."""
+    for candidate, row in outcomes:
+        if isinstance(row, Exception):
+            summary.failed.append({"taskUuid": candidate.uuid, "reason": type(row).__name__, "status": "claim_failed"})
+            continue
+        if row is None:
+            summary.claim_skipped += 1
+            continue
+        summary.claimed += 1
+        if is_stale(row, now, ctx.settings.stale_after_ms):
+            _settle_stale_in_tick(ctx, row, summary)
+            continue
+        enqueuer.add(row)
 
 
 def _wanted(candidate: DueCandidate) -> ClaimWanted:
