@@ -112,7 +112,7 @@ class EmitResult(TypedDict):
 
 
 class FireServices(Protocol):
-    """What the engine plugs into a context (implemented in :mod:`amsg.engine.fire`)."""
+    """What the engine plugs into a context (implemented in :mod:`amsg.engine.fire_services`)."""
 
     def is_cancelled(self) -> bool: ...
     def throw_if_cancelled(self) -> None: ...
