@@ -89,8 +89,6 @@ class _LlmOnFirstUse:
 
 
 _pools: dict[tuple[str, int], ThreadPoolExecutor] = {}
-
-
 _pools_lock = threading.Lock()
 
 

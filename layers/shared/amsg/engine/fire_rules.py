@@ -24,17 +24,9 @@ from amsg.failures import DeliveryFailure
 from amsg.timeutil import iso_from_ms, parse_iso_ms
 
 MAX_DEFER_MS = 86_400_000
-
-
 MIN_FOLLOW_UP_LEAD_MS = 60_000
-
-
 DECISIONS = ("finish", "tool-request", "continue", "skip-push")
-
-
 FOLLOW_UP_NAMESPACE = uuid_lib.UUID("6f1c0a52-9d8e-4b57-a3c1-5e2f7d9b0c41")
-
-
 BEFORE_FIRE_FORMS = (
     'None, {"skip": True}, {"defer": {"after_ms": n}} with 0 < n <= 86400000, a list of messages, or '
     '{"messages": [...], "max_tool_iterations"?, "total_timeout_ms"?, "tools"?, "tool_choice"?}'

@@ -19,19 +19,11 @@ from amsg.ports import Settlement, TaskRow
 from amsg.timeutil import iso_from_ms, parse_iso_ms
 
 RETRY_STEP_MS = 120_000
-
-
 OWNER_RETIRED = "owner_retired"
-
-
 PERMANENT_CODES = frozenset(
     {"PUSH_SUBSCRIPTION_MISSING", "PUSH_SUBSCRIPTION_STORE_UNSUPPORTED", "PUSH_PAYLOAD_TOO_LARGE"}
 )
-
-
 RECURRING = ("daily", "weekly")
-
-
 CANCELLED_REASON = "任务在投递期间被取消或顶替"
 
 

@@ -26,14 +26,8 @@ from amsg.ports import CLAIM_ALONE, CLAIM_BATCH, ClaimWanted, DueCandidate, Task
 from amsg.timeutil import iso_from_ms
 
 TICK_PAGE = 100
-
-
 TICK_TIME_MARGIN_MS = 8_000  # stop claiming while there is time left to enqueue and log
-
-
 RETENTION_MS = 7 * 86_400_000
-
-
 HOUSEKEEPING_LIMIT = 100
 
 
