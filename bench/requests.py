@@ -77,7 +77,8 @@ def measure(table: str, endpoint: str | None, batch_size: int = 1) -> dict[str, 
     from amsg import runtime
     from amsg.clock import FixedClock
     from amsg.engine.messages import parse_task_message
-    from amsg.engine.runner import run_message, run_tick, run_together
+    from amsg.engine.run_task import run_message, run_together
+    from amsg.engine.tick import run_tick
 
     from tests.support.ddb_engine import MemoryQueue, RecordingPushSender, with_fakes
     from tests.support.inprocess import InProcessApi

@@ -11,7 +11,7 @@ from bench import counting
 def main(tasks: int = 400) -> None:
     counting.install()
     from amsg.crypto import compact_json, encrypt_for_storage
-    from amsg.engine.runner import run_tick
+    from amsg.engine.tick import run_tick
     from amsg.ports import NewTask
     from amsg.timeutil import iso_from_ms
 

@@ -10,7 +10,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 from amsg import jsonio, runtime
 from amsg.engine.messages import parse_task_message
-from amsg.engine.runner import RECORD_WORKERS, run_message, run_together
+from amsg.engine.run_task import RECORD_WORKERS, run_message, run_together
 from amsg.observability import logger, metrics
 from amsg.timeutil import parse_iso_ms
 from aws_lambda_powertools.utilities.batch import BatchProcessor, EventType, process_partial_response

@@ -1,7 +1,7 @@
 """EventBridge Scheduler (every minute) → claim due tasks and enqueue them. Delivery is run_task's."""
 
 from amsg import runtime
-from amsg.engine.runner import run_tick
+from amsg.engine.tick import run_tick
 from amsg.hooks import report_error
 from amsg.observability import logger, metrics
 from aws_lambda_powertools.utilities.typing import LambdaContext

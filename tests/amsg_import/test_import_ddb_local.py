@@ -15,7 +15,8 @@ from amsg.adapters.dynamo import keys
 from amsg.adapters.dynamo.table import DynamoTable
 from amsg.domain.ownership import owner_ref
 from amsg.engine.messages import parse_task_message
-from amsg.engine.runner import run_message, run_tick
+from amsg.engine.run_task import run_message
+from amsg.engine.tick import run_tick
 from amsg_import.command import ImportStopped, run_import
 from amsg_import.sources import SqliteSource
 

@@ -12,7 +12,8 @@ from collections import Counter
 import pytest
 from amsg.crypto import compact_json, encrypt_for_storage
 from amsg.engine.messages import parse_task_message
-from amsg.engine.runner import run_message, run_tick
+from amsg.engine.run_task import run_message
+from amsg.engine.tick import run_tick
 from amsg.ports import LlmReply, NewTask
 from amsg.timeutil import iso_from_ms
 

@@ -22,7 +22,7 @@ from amsg.crypto import compact_json, encrypt_for_storage
 from amsg.domain.inventory import resource_id
 from amsg.domain.ownership import owner_ref
 from amsg.engine import cleanup
-from amsg.engine.runner import run_tick
+from amsg.engine.tick import run_tick
 from amsg.errors import LeaseLost
 from amsg.ports import CredentialWrite, NewTask, OutboxAppend, OwnerClaim, StateWrite
 

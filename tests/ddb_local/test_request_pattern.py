@@ -10,7 +10,8 @@ import uuid
 import pytest
 from amsg.crypto import compact_json, encrypt_for_storage
 from amsg.engine.messages import parse_task_message
-from amsg.engine.runner import run_message, run_tick
+from amsg.engine.run_task import run_message
+from amsg.engine.tick import run_tick
 from amsg.ports import NewTask
 from amsg.timeutil import iso_from_ms
 
@@ -144,7 +145,7 @@ def test_a_batch_of_five_shares_one_read_and_two_transactions(wired):
     read, one merged append, one merged settlement, every push exactly once and every row marked delivered.
     (A generous wait makes the merge deterministic here; production waits at most 20 ms for a sibling.)"""
     from amsg.adapters.dynamo.coalescing import DynamoCoalescer
-    from amsg.engine.runner import run_together
+    from amsg.engine.run_task import run_together
 
     from tests.support.aws_calls import record_aws_calls
 

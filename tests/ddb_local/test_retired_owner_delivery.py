@@ -12,7 +12,8 @@ import pytest
 from amsg.crypto import compact_json, encrypt_for_storage
 from amsg.domain.ownership import owner_ref
 from amsg.engine.messages import parse_task_message
-from amsg.engine.runner import run_message, run_tick
+from amsg.engine.run_task import run_message
+from amsg.engine.tick import run_tick
 from amsg.ports import NewTask, OwnerClaim
 from amsg.timeutil import iso_from_ms
 

@@ -261,17 +261,17 @@ def test_total_timeout_is_checked_before_each_round(agentic):
 
 
 def test_a_fire_never_outlives_its_invocation(agentic, monkeypatch):
-    from amsg.engine import runner
+    from amsg.engine import run_task
 
     engine = agentic
-    build = runner.delivery_env
+    build = run_task.delivery_env
 
     def nearly_out_of_time(ctx, **kwargs):
         env = build(ctx, **kwargs)
         env.llm_timeout_s = lambda: 1.0  # what the env reports when the invocation has ~10 s left
         return env
 
-    monkeypatch.setattr(runner, "delivery_env", nearly_out_of_time)
+    monkeypatch.setattr(run_task, "delivery_env", nearly_out_of_time)
     SCRIPT.before = lambda ctx: [{"role": "user", "content": "x"}]
     created = schedule_ai(engine, KEY)
     fire(engine)

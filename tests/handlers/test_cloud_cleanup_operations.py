@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 from amsg.engine import cleanup
-from amsg.engine.runner import run_tick
+from amsg.engine.tick import run_tick
 
 from tests.conftest import T0_MS
 from tests.handlers.test_cloud_data import ALICE, BOB, err, get, post

@@ -212,13 +212,13 @@ def test_retirement_between_outbox_append_and_push_sends_nothing(engine, monkeyp
 
     env = engine
     env.api.schedule(payload(owner=ALICE, userMessage="one。two。three"))
-    original = delivery._append_batch
+    original = delivery.append_batch
 
     def append_then_retire(ctx, row, pushes, user_key):
         original(ctx, row, pushes, user_key)
         set_owner(ctx, row.user_id, ALICE, active=False)
 
-    monkeypatch.setattr(delivery, "_append_batch", append_then_retire)
+    monkeypatch.setattr(delivery, "append_batch", append_then_retire)
     env.ctx.clock.current_ms = T0_MS + 61_000
     env.harness.tick()
     env.harness.drain()

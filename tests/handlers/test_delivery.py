@@ -210,7 +210,7 @@ def test_recurring_daily_across_dst_keeps_wall_clock(engine):
 
 
 def test_run_task_now_reasons(engine):
-    from amsg.engine.runner import run_task_now
+    from amsg.engine.run_now import run_task_now
 
     created = schedule(engine, userMessage="now")
     assert run_task_now(engine.ctx, "00000000-0000-4000-8000-000000000000") == {"ran": False, "reason": "not_found"}
@@ -375,7 +375,7 @@ def test_missing_credential_at_fire_time_is_retryable(engine):
 def test_a_claim_that_keeps_failing_is_isolated_and_retried_next_tick(engine, monkeypatch):
     """The tick claims in batches (one transaction each); when a batch cannot run, its tasks are claimed one
     by one, so a task whose claim keeps failing is reported alone and the others go out."""
-    from amsg.engine.runner import run_tick
+    from amsg.engine.tick import run_tick
     from botocore.exceptions import ClientError
 
     bad = schedule(engine, userMessage="later")
@@ -460,7 +460,7 @@ def test_a_record_started_without_enough_time_hands_its_claim_back(engine):
     import json as json_lib
 
     from amsg.engine.messages import parse_task_message
-    from amsg.engine.runner import run_message
+    from amsg.engine.run_task import run_message
 
     schedule(engine, userMessage="patience")
     due(engine)

@@ -95,7 +95,7 @@ def consume(ctx, queue: MemoryQueue, stop: threading.Event, *, duplicate: bool =
     With ``duplicate`` every message is in its batch twice, as SQS's at-least-once delivery may hand it over
     again (here at the same time, on the same sandbox: the hardest case for exactly-once)."""
     from amsg.engine.messages import parse_task_message
-    from amsg.engine.runner import run_message, run_together
+    from amsg.engine.run_task import run_message, run_together
 
     while not (stop.is_set() and queue.items.empty()):
         try:
@@ -132,7 +132,7 @@ def consume(ctx, queue: MemoryQueue, stop: threading.Event, *, duplicate: bool =
 def race(ctx, queue: MemoryQueue, *, ticks: int = 2, consumers: int = 2, duplicate: bool = True) -> list[dict]:
     """``ticks`` racing ticks feeding ``consumers`` racing consumers; returns the ticks' summaries once the
     queue is drained."""
-    from amsg.engine.runner import run_tick
+    from amsg.engine.tick import run_tick
 
     stop = threading.Event()
     summaries: list[dict] = []

@@ -586,7 +586,7 @@ def _run_task(args: argparse.Namespace) -> int:
     """``runTask(uuid)`` from the command line: prints ``{ran, reason?|summary}`` as JSON."""
     from amsg import runtime
     from amsg.config import ConfigError
-    from amsg.engine.runner import run_task_now
+    from amsg.engine.run_now import run_task_now
     from botocore.exceptions import BotoCoreError, ClientError
 
     values = {**read_env_file(args.env_file), **os.environ}

@@ -387,7 +387,7 @@ class Gateway:
     def _local_run_task(self, body: bytes) -> GatewayResponse:
         """Local-only ``runTask(uuid)``: ``{"uuid": "..."}`` → ``{ran, reason?|summary}``, then drains the queue."""
         from amsg import runtime
-        from amsg.engine.runner import run_task_now
+        from amsg.engine.run_now import run_task_now
 
         try:
             task_uuid = json.loads(body or b"{}").get("uuid")

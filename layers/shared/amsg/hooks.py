@@ -112,7 +112,7 @@ class EmitResult(TypedDict):
 
 
 class FireServices(Protocol):
-    """What the engine plugs into a context (implemented in :mod:`amsg.engine.fire`)."""
+    """What the engine plugs into a context (implemented in :mod:`amsg.engine.fire_services`)."""
 
     def is_cancelled(self) -> bool: ...
     def throw_if_cancelled(self) -> None: ...
@@ -294,7 +294,9 @@ def report_error(module_name: str | None, stage: str, error: BaseException) -> N
         logger.warning("hook failed", extra={"hook": "on_error", "error": type(exc).__name__})
 
 
-def task_view(payload: Mapping[str, Any], *, task_id: int, uuid: str, next_send_at: str, retry_count: int):
+def task_view(
+    payload: Mapping[str, Any], *, task_id: int, uuid: str, next_send_at: str, retry_count: int
+) -> MappingProxyType[str, Any]:
     """The frozen view hooks see: never the API key or a legacy push subscription."""
     view = {key: deepcopy(value) for key, value in payload.items() if key not in ("apiKey", "pushSubscription")}
     view.update({"id": task_id, "uuid": uuid, "nextSendAt": next_send_at, "retryCount": retry_count})

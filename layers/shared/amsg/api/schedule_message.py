@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from amsg.context import AppContext
@@ -73,7 +74,9 @@ def schedule_message(request: ApiRequest, ctx: AppContext) -> ApiResponse:
 
     if instant:
         superseded = created.superseded if req.supersedes_uuid is not None else None
-        return _deliver_instant(ctx, user_id, req.uuid, stored, superseded=superseded)
+        return _deliver_instant(
+            ctx, user_id, req.uuid, stored, superseded=superseded, remaining_ms=request.remaining_ms
+        )
 
     data: dict[str, Any] = {
         "id": created.id,
@@ -89,13 +92,19 @@ def schedule_message(request: ApiRequest, ctx: AppContext) -> ApiResponse:
 
 
 def _deliver_instant(
-    ctx: AppContext, user_id: str, task_uuid: str, stored: dict[str, Any], *, superseded: bool | None
+    ctx: AppContext,
+    user_id: str,
+    task_uuid: str,
+    stored: dict[str, Any],
+    *,
+    superseded: bool | None,
+    remaining_ms: Callable[[], int] | None = None,
 ) -> ApiResponse:
     """Deliver now, inside this request; the engine reports the outcome and this builds the answer."""
     from amsg.engine.instant import InstantFailed, deliver_instant  # the engine only when a request needs it
 
     try:
-        sent = deliver_instant(ctx, user_id, task_uuid, stored)
+        sent = deliver_instant(ctx, user_id, task_uuid, stored, remaining_ms=remaining_ms)
     except InstantFailed as failed:
         raise api_error("MESSAGE_SEND_FAILED", details=failed.details) from None
     data: dict[str, Any] = {

@@ -9,6 +9,8 @@ with a sanitized ``error.cause``; configuration failures → stage ``config``).
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
+from typing import Any
 
 from aws_lambda_powertools.event_handler import APIGatewayHttpResolver, Response
 
@@ -28,11 +30,14 @@ def http_app() -> APIGatewayHttpResolver:
     return APIGatewayHttpResolver(strip_prefixes=["/api/v1"])
 
 
-def handle(event: dict, endpoint: Endpoint) -> dict:
+def handle(event: dict, endpoint: Endpoint, lambda_context: Any = None) -> dict:
     """Run one endpoint for a raw v2 event and return the Lambda proxy result (used by tests too)."""
     from amsg import runtime
 
     request = ApiRequest.from_v2_event(event)
+    remaining = getattr(lambda_context, "get_remaining_time_in_millis", None)
+    if callable(remaining):
+        request = replace(request, remaining_ms=remaining)
     try:
         if request.method in BODY_METHODS:
             request = read_body(request)
@@ -59,7 +64,7 @@ def handle(event: dict, endpoint: Endpoint) -> dict:
 
 
 def serve(app: APIGatewayHttpResolver, endpoint: Endpoint) -> Response:
-    result = handle(app.current_event.raw_event, endpoint)
+    result = handle(app.current_event.raw_event, endpoint, app.lambda_context)
     return Response(
         status_code=result["statusCode"],
         content_type=result["headers"]["content-type"],

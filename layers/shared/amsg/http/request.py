@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import base64
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import parse_qsl
@@ -17,6 +17,8 @@ class ApiRequest:
     query: Mapping[str, str] = field(default_factory=dict)
     raw_body: bytes = b""
     text_body: str | None = None  # set by read_body() for POST/PUT/DELETE
+    # the Lambda's remaining time (ms), when the request runs in one: the instant path answers within it
+    remaining_ms: Callable[[], int] | None = field(default=None, compare=False, repr=False)
 
     @classmethod
     def from_v2_event(cls, event: Mapping[str, Any]) -> ApiRequest:

@@ -1,11 +1,10 @@
 """Tasks in DynamoDB, the delivery side: the due index, claims fenced by ``claim_version``, leases and their
-heartbeat, settlements, and housekeeping of settled tasks. The API side (create/read/update/delete) is
-:mod:`.tasks`; both share its item mapping.
+heartbeat. Settlements and housekeeping of settled tasks are :mod:`.settlements`; the API side
+(create/read/update/delete) is :mod:`.tasks`; all share its item mapping.
 """
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import Sequence
 from typing import Any
 
@@ -14,21 +13,19 @@ from botocore.exceptions import ClientError
 
 from amsg.adapters.dynamo import keys
 from amsg.adapters.dynamo.delivery_policy import policy_row
-from amsg.adapters.dynamo.outbox import delivered_update, fits_one_transaction, new_row_put
+from amsg.adapters.dynamo.outbox import fits_one_transaction, new_row_put
+from amsg.adapters.dynamo.settlements import DynamoSettlements
 from amsg.adapters.dynamo.subscriptions import subscription_row
-from amsg.adapters.dynamo.table import DynamoTable, TransactionCancelled, backoff, is_conditional_failure, item_int
-from amsg.adapters.dynamo.tasks import delete_with_registry, drop_parts, payload_attrs, registry_delete, task_row
+from amsg.adapters.dynamo.table import TransactionCancelled, backoff, item_int
 from amsg.failures import ClaimTaken
 from amsg.ports import (
     APPEND_FALLBACK,
     CLAIM_ALONE,
     CLAIM_BATCH,
-    KEEP,
     ClaimWanted,
     DueCandidate,
     OutboxAppend,
     RunSnapshot,
-    Settlement,
     TaskRow,
 )
 from amsg.timeutil import iso_from_ms
@@ -40,32 +37,8 @@ ADOPTABLE = "(attribute_not_exists(adopted_cv) OR adopted_cv <> :cv OR lease_unt
 ADOPTING = f"attribute_exists(lease_until) AND {ADOPTABLE}"
 
 
-class DynamoClaimStore:
-    def __init__(self, table: DynamoTable, *, due_shards: int = 1) -> None:
-        self.t = table
-        self.due_shards = due_shards
-
-    def _row(self, item: dict[str, Any]) -> TaskRow:
-        return task_row(self.t, item)
-
-    def _key(self, user_id: str, uuid: str) -> dict[str, str]:
-        return keys.task_key(user_id, uuid)
-
-    def _update_if(self, **kwargs: Any) -> dict[str, Any] | None:
-        """A conditional UpdateItem: the returned attributes, or None when the condition did not hold."""
-        try:
-            return self.t.table.update_item(**kwargs).get("Attributes") or {}
-        except ClientError as exc:
-            if is_conditional_failure(exc):
-                return None
-            raise
-
-    # ---- delivery engine --------------------------------------------------------------------------------
-    #
-    # The due index key is the task's *eligible* time: ``due_sk = <eligible>#<uuid>`` where eligible is the
-    # lease expiry while claimed, ``retry_after`` while backing off, else ``next_send_at``. A claimed task thus
-    # leaves the due window and comes back by itself if its worker dies (the lease expires): nothing is lost
-    # and the tick's query needs no filter. Tasks leave the index for good only when they stop being pending.
+class DynamoClaimStore(DynamoSettlements):
+    """Due index, claims fenced by ``claim_version``, adoption, the run's read, the batch append, leases."""
 
     def due_candidates(self, shard: int, now_iso: str, limit: int, start: Any = None) -> tuple[list[DueCandidate], Any]:
         kwargs: dict[str, Any] = {
@@ -452,193 +425,3 @@ class DynamoClaimStore:
             ExpressionAttributeValues=values,
             **extra,
         )
-
-    def settle(self, user_id: str, uuid: str, claim_version: int, settlement: Settlement, now_iso: str) -> bool:
-        if not settlement.delivered:
-            return self._settle(user_id, uuid, claim_version, settlement, now_iso)
-        marks = [
-            {"Update": delivered_update(user_id, message_id, settlement.delivered_at_ms)}
-            for message_id in dict.fromkeys(settlement.delivered)
-        ]
-        written = False
-        try:
-            if settlement.delete:
-                # one-shot success: task, registry entry and delivered marks in one transaction; ``rev`` proves the
-                # payload (and so its parts) is the one we read, else the general path reads the part token first
-                rev = settlement.payload_rev if settlement.payload_rev is not None else -1
-                try:
-                    self.t.transact(
-                        [
-                            {
-                                "Delete": {
-                                    "Key": self._key(user_id, uuid),
-                                    "ConditionExpression": "claim_version = :cv AND rev = :rev",
-                                    "ExpressionAttributeValues": {":cv": claim_version, ":rev": rev},
-                                }
-                            },
-                            registry_delete(uuid, user_id),
-                            *marks,
-                        ]
-                    )
-                except TransactionCancelled:
-                    pass
-                else:
-                    written = True
-                    if settlement.payload_token:
-                        drop_parts(self.t, user_id, uuid, settlement.payload_token)
-                    return True
-            elif settlement.encrypted_payload is None:
-                update = self._settle_update_kwargs(user_id, uuid, claim_version, settlement, now_iso)
-                try:
-                    self.t.transact([{"Update": update}, *marks])
-                except TransactionCancelled:
-                    pass
-                else:
-                    written = True
-                    return True
-            return self._settle(user_id, uuid, claim_version, settlement, now_iso)
-        finally:
-            if not written:  # the pushes went out: their rows say so whatever happened to the settlement
-                with contextlib.suppress(Exception):
-                    for mark in marks:
-                        with contextlib.suppress(ClientError):
-                            self.t.table.update_item(**mark["Update"])
-
-    def _settle(self, user_id: str, uuid: str, claim_version: int, settlement: Settlement, now_iso: str) -> bool:
-        if settlement.delete:
-            return self._delete_claimed(user_id, uuid, claim_version)
-        with_payload = settlement.encrypted_payload is not None
-        if with_payload:
-            if self._settle_update(user_id, uuid, claim_version, settlement, now_iso, rewrite_payload=True):
-                return True
-            current = self.t.get(self._key(user_id, uuid), projection="claim_version")
-            if not current or item_int(current.get("claim_version")) != claim_version:
-                return False
-            # the payload changed since the claim (an update-message): keep it, write the columns only
-        return self._settle_update(user_id, uuid, claim_version, settlement, now_iso, rewrite_payload=False)
-
-    def _settle_update_kwargs(
-        self, user_id: str, uuid: str, claim_version: int, s: Settlement, now_iso: str
-    ) -> dict[str, Any]:
-        """The fenced UpdateItem of a settlement that keeps the task (payload untouched)."""
-        kwargs, _ = self._settle_update_parts(user_id, uuid, claim_version, s, now_iso, rewrite_payload=False)
-        return kwargs
-
-    def _settle_update(
-        self, user_id: str, uuid: str, claim_version: int, s: Settlement, now_iso: str, *, rewrite_payload: bool
-    ) -> bool:
-        kwargs, blob = self._settle_update_parts(
-            user_id, uuid, claim_version, s, now_iso, rewrite_payload=rewrite_payload
-        )
-        kwargs["ReturnValues"] = "ALL_OLD"
-        try:
-            old = self.t.table.update_item(**kwargs).get("Attributes") or {}
-        except ClientError as exc:
-            if blob:
-                drop_parts(self.t, user_id, uuid, blob.token)
-            if is_conditional_failure(exc):
-                return False
-            raise
-        if rewrite_payload and old.get("payload_token"):
-            drop_parts(self.t, user_id, uuid, str(old["payload_token"]))
-        return True
-
-    def _settle_update_parts(
-        self, user_id: str, uuid: str, claim_version: int, s: Settlement, now_iso: str, *, rewrite_payload: bool
-    ) -> tuple[dict[str, Any], Any]:
-        sets = ["updated_at = :now", "next_send_at = :nsa"]
-        removes = ["lease_until", "lease_owner"]
-        values: dict[str, Any] = {":now": now_iso, ":nsa": s.next_send_at, ":cv": claim_version}
-        names: dict[str, str] = {}
-        condition = "claim_version = :cv"
-        if s.status is not None:
-            names["#st"] = "status"
-            sets += ["#st = :status", "ret_pk = :rpk", "ret_sk = :now"]
-            values[":status"] = s.status
-            values[":rpk"] = keys.done_pk(uuid, self.due_shards)
-            removes += ["due_pk", "due_sk", "retry_after"]
-        else:
-            eligible = s.retry_after or s.next_send_at
-            sets.append("due_sk = :dsk")
-            values[":dsk"] = keys.due_sk(eligible, uuid)
-            if s.retry_after:
-                sets.append("retry_after = :ra")
-                values[":ra"] = s.retry_after
-            else:
-                removes.append("retry_after")
-        if s.policy_deferred and s.retry_after and s.status is None:
-            sets.append("deferred_until = :ra")
-        else:
-            removes.append("deferred_until")
-        if s.retry_count is not KEEP:
-            sets.append("retry_count = :rc")
-            values[":rc"] = s.retry_count
-        if s.last_error is not KEEP:
-            if s.last_error is None:
-                removes.append("last_error")
-            else:
-                sets.append("last_error = :le")
-                values[":le"] = s.last_error
-        blob = None
-        if rewrite_payload and s.encrypted_payload is not None:
-            attrs, blob = payload_attrs(self.t, user_id, uuid, s.encrypted_payload)
-            for name, value in attrs.items():
-                sets.append(f"{name} = :{name}")
-                values[f":{name}"] = value
-            removes += ["payload_token", "payload_parts"] if "payload" in attrs else ["payload"]
-            sets.append("rev = rev + :one")
-            values[":one"] = 1
-            condition += " AND rev = :rev"
-            values[":rev"] = s.payload_rev if s.payload_rev is not None else -1
-        kwargs: dict[str, Any] = {
-            "Key": self._key(user_id, uuid),
-            "UpdateExpression": f"SET {', '.join(sets)} REMOVE {', '.join(removes)}",
-            "ConditionExpression": condition,
-            "ExpressionAttributeValues": values,
-        }
-        if names:
-            kwargs["ExpressionAttributeNames"] = names
-        return kwargs, blob
-
-    def _delete_claimed(self, user_id: str, uuid: str, claim_version: int) -> bool:
-        return delete_with_registry(self.t, user_id, uuid, "claim_version = :cv", {":cv": claim_version})
-
-    def delete_settled_before(self, cutoff_iso: str, *, shards: int, limit: int) -> int:
-        """Housekeeping: delete sent/failed tasks not updated since ``cutoff_iso`` (bounded per tick)."""
-        deleted = 0
-        for shard in range(shards):
-            response = self.t.table.query(
-                IndexName="retention",
-                KeyConditionExpression=Key("ret_pk").eq(keys.done_shard_pk(shard)) & Key("ret_sk").lt(cutoff_iso),
-                Limit=max(1, limit - deleted),
-            )
-            for item in response.get("Items", []):
-                user_id, uuid = keys.parse_task_key(item)
-                # the index does not project the payload token; read it so the parts go with the task
-                existing = self.t.get(self._key(user_id, uuid), projection="payload_token")
-                try:
-                    self.t.transact(
-                        [
-                            {
-                                "Delete": {
-                                    "Key": self._key(user_id, uuid),
-                                    "ConditionExpression": "#st IN (:sent, :failed) AND updated_at < :cutoff",
-                                    "ExpressionAttributeNames": {"#st": "status"},
-                                    "ExpressionAttributeValues": {
-                                        ":sent": "sent",
-                                        ":failed": "failed",
-                                        ":cutoff": cutoff_iso,
-                                    },
-                                }
-                            },
-                            registry_delete(uuid, user_id),
-                        ]
-                    )
-                    deleted += 1
-                except TransactionCancelled:
-                    continue
-                if existing and existing.get("payload_token"):
-                    drop_parts(self.t, user_id, uuid, str(existing["payload_token"]))
-            if deleted >= limit:
-                break
-        return deleted

@@ -1,0 +1,229 @@
+"""Settling what a run did (see docs/delivery.md): success (delete a one-shot, move a recurring task to its next
+occurrence), failure (retry with back-off, or settle terminally), cancellation, retirement of the owner, a claim
+handed back. Every write is fenced by the claim version."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from amsg.context import AppContext
+from amsg.crypto import compact_json, encrypt_for_storage
+from amsg.domain.recurrence import plan_next_occurrence
+from amsg.domain.redaction import sanitize_error_summary
+from amsg.engine.env import DeliveryEnv
+from amsg.engine.summary import DeliverySummary
+from amsg.failures import PushSendError, is_permanent_push_status
+from amsg.observability import logger
+from amsg.ports import Settlement, TaskRow
+from amsg.timeutil import iso_from_ms, parse_iso_ms
+
+RETRY_STEP_MS = 120_000
+OWNER_RETIRED = "owner_retired"
+PERMANENT_CODES = frozenset(
+    {"PUSH_SUBSCRIPTION_MISSING", "PUSH_SUBSCRIPTION_STORE_UNSUPPORTED", "PUSH_PAYLOAD_TOO_LARGE"}
+)
+RECURRING = ("daily", "weekly")
+CANCELLED_REASON = "任务在投递期间被取消或顶替"
+
+
+def recurrence_of(payload: dict[str, Any] | None) -> str:
+    value = (payload or {}).get("recurrenceType")
+    return value if value in RECURRING else "none"  # missing means none, on every path
+
+
+def with_last_error(payload: dict[str, Any] | None, last_error: dict[str, Any] | None, user_key: str) -> str | None:
+    if payload is None:
+        return None
+    updated = dict(payload)
+    if last_error is None:
+        if "lastError" not in updated:
+            return None
+        updated.pop("lastError")
+    else:
+        updated["lastError"] = last_error
+    return encrypt_for_storage(compact_json(updated), user_key)
+
+
+def finalize_success(
+    ctx: AppContext,
+    row: TaskRow,
+    payload: dict[str, Any],
+    summary: DeliverySummary,
+    delivered: list[str] | None = None,
+) -> bool:
+    now = ctx.now_ms()
+    now_iso = iso_from_ms(now)
+    recurrence = recurrence_of(payload)
+    if recurrence == "none":
+        settlement = Settlement(
+            next_send_at=row.next_send_at, delete=True, payload_rev=row.rev, payload_token=row.payload_token
+        )
+    else:
+        occurrence = parse_iso_ms(row.next_send_at) or now
+        next_ms = plan_next_occurrence(occurrence, recurrence, now, payload.get("tzId")).next_ms
+        user_key = ctx.user_key(row.user_id)
+        settlement = Settlement(
+            next_send_at=iso_from_ms(next_ms),
+            retry_count=0,
+            last_error=None,
+            encrypted_payload=with_last_error(payload, None, user_key),
+            payload_rev=row.rev,
+        )
+    settlement.delivered, settlement.delivered_at_ms = tuple(delivered or ()), now
+    try:
+        written = ctx.claims.settle(row.user_id, row.uuid, row.claim_version, settlement, now_iso)
+    except Exception as exc:
+        return _post_send_persistence_failure(ctx, row, recurrence, settlement, summary, exc)
+    if not written:
+        record_cancelled(ctx, row, summary, "cancelled_after_delivery")
+        return False
+    summary.success_count += 1
+    if recurrence == "none":
+        summary.deleted_once_off += 1
+    else:
+        summary.updated_recurring += 1
+    return True
+
+
+def _post_send_persistence_failure(
+    ctx: AppContext, row: TaskRow, recurrence: str, settlement: Settlement, summary: DeliverySummary, exc: Exception
+) -> bool:
+    """Pushes went out but the finalize write failed: one more, simpler write."""
+    summary.failed_count += 1
+    entry: dict[str, Any] = {"taskId": row.id, "reason": sanitize_error_summary(str(exc)), "messageDelivered": True}
+    fallback = (
+        Settlement(next_send_at=settlement.next_send_at, retry_count=0)
+        if recurrence != "none"
+        else Settlement(next_send_at=row.next_send_at, status="sent", retry_count=0)
+    )
+    try:
+        ctx.claims.settle(row.user_id, row.uuid, row.claim_version, fallback, iso_from_ms(ctx.now_ms()))
+        entry["status"] = (
+            "post_send_cleanup_failed_rescheduled" if recurrence != "none" else "post_send_cleanup_failed_marked_sent"
+        )
+    except Exception:
+        entry["status"] = "post_send_cleanup_failed"
+    summary.failed.append(entry)
+    return False
+
+
+def fail_task(
+    ctx: AppContext,
+    row: TaskRow,
+    payload: dict[str, Any] | None,
+    user_key: str,
+    exc: BaseException,
+    summary: DeliverySummary,
+    env: DeliveryEnv,
+) -> None:
+    """Retry with back-off, or settle terminally. The outcome is written before SQS is acked, so a crash redelivers."""
+    now = ctx.now_ms()
+    info = failure_info(exc, row, now)
+    reason, permanent, last_error = info.reason, info.permanent, info.last_error
+    limit = getattr(exc, "retry_limit", None)
+    if not isinstance(limit, int):
+        limit = env.max_retries if env.max_retries is not None else ctx.settings.max_delivery_retries
+    raw_last_error = {**last_error, "reason": reason}
+    recurrence = recurrence_of(payload)
+    summary.failed_count += 1
+    entry: dict[str, Any] = {"taskId": row.id, "reason": last_error["reason"]}
+    if permanent or row.retry_count >= limit:
+        if recurrence != "none":
+            occurrence = parse_iso_ms(row.next_send_at) or now
+            next_iso = iso_from_ms(
+                plan_next_occurrence(occurrence, recurrence, now, (payload or {}).get("tzId")).next_ms
+            )
+            settlement = Settlement(next_send_at=next_iso, retry_count=0, last_error=compact_json(last_error))
+            entry.update({"retryCount": row.retry_count, "status": "occurrence_skipped", "nextSendAt": next_iso})
+        else:
+            settlement = Settlement(next_send_at=row.next_send_at, status="failed", last_error=compact_json(last_error))
+            entry.update({"retryCount": row.retry_count, "status": "permanently_failed"})
+        if permanent:
+            entry["permanent"] = True
+        settlement.encrypted_payload = with_last_error(payload, raw_last_error, user_key)
+        settlement.payload_rev = row.rev
+    else:
+        retry_at = iso_from_ms(now + (row.retry_count + 1) * RETRY_STEP_MS)
+        settlement = Settlement(
+            next_send_at=row.next_send_at,
+            retry_after=retry_at,
+            retry_count=row.retry_count + 1,
+            last_error=compact_json(last_error),
+        )
+        entry.update({"retryCount": row.retry_count + 1, "nextRetryAt": retry_at})
+    try:
+        written = ctx.claims.settle(row.user_id, row.uuid, row.claim_version, settlement, iso_from_ms(now))
+    except Exception as write_error:
+        entry.update({"status": "retry_update_failed", "updateError": sanitize_error_summary(str(write_error))})
+        summary.failed.append(entry)
+        raise
+    if not written:
+        summary.failed_count -= 1
+        record_cancelled(ctx, row, summary, "cancelled_mid_delivery")
+        return
+    summary.failed.append(entry)
+
+
+@dataclass
+class FailureInfo:
+    reason: str
+    code: str | None
+    push_status: int | None
+    permanent: bool
+    last_error: dict[str, Any]
+
+
+def failure_info(exc: BaseException, row: TaskRow, now_ms: int) -> FailureInfo:
+    """Classify a failed attempt and build the sanitized ``last_error`` (no secret in it)."""
+    reason = str(getattr(exc, "message", None) or exc) or type(exc).__name__
+    code = getattr(exc, "code", None)
+    code = code if isinstance(code, str) and code else None
+    push_status = exc.status if isinstance(exc, PushSendError) else None
+    permanent = (
+        getattr(exc, "permanent", False) is True or code in PERMANENT_CODES or is_permanent_push_status(push_status)
+    )
+    last_error: dict[str, Any] = {
+        "at": iso_from_ms(now_ms),
+        "occurrence": row.next_send_at,
+        "reason": sanitize_error_summary(reason),
+    }
+    if code:
+        last_error["errorCode"] = code[:64]
+    if push_status is not None:
+        last_error["pushStatus"] = push_status
+    return FailureInfo(reason, code, push_status, permanent, last_error)
+
+
+def cancel_retired(ctx: AppContext, row: TaskRow, summary: DeliverySummary) -> None:
+    """The task's owner was retired: the task fails without a retry (out of the due index, so it never fires
+    again; a restore does not revive it) and its unsent outbox rows are discarded. Its cleanup deletes it."""
+    last_error = {"reason": "owner retired", "errorCode": "CLOUD_OWNER_RETIRED", "at": iso_from_ms(ctx.now_ms())}
+    settlement = Settlement(next_send_at=row.next_send_at, status="failed", last_error=compact_json(last_error))
+    try:
+        ctx.claims.settle(row.user_id, row.uuid, row.claim_version, settlement, iso_from_ms(ctx.now_ms()))
+    except Exception as exc:  # the claim lease expires; the next run finds the owner retired again
+        logger.warning("retired task settle failed", extra={"error": type(exc).__name__})
+    record_cancelled(ctx, row, summary, OWNER_RETIRED)
+
+
+def record_cancelled(ctx: AppContext, row: TaskRow, summary: DeliverySummary, status: str) -> None:
+    summary.cancelled.append({"taskId": row.id, "reason": CANCELLED_REASON, "status": status})
+    logger.info("delivery cancelled", extra={"taskUuid": row.uuid, "status": status})
+    try:
+        ctx.outbox.discard_undelivered_for_task(row.user_id, row.uuid)
+    except Exception as exc:
+        logger.warning("outbox discard failed", extra={"error": type(exc).__name__})
+
+
+def release_claim(ctx: AppContext, row: TaskRow) -> None:
+    try:
+        ctx.claims.settle(
+            row.user_id,
+            row.uuid,
+            row.claim_version,
+            Settlement(next_send_at=row.next_send_at, retry_after=row.retry_after),
+            iso_from_ms(ctx.now_ms()),
+        )
+    except Exception as exc:  # the lease expires by itself
+        logger.warning("releasing a claim failed", extra={"error": type(exc).__name__})

@@ -1,0 +1,140 @@
+"""Sending, shared by the delivery chain and the agentic fire (see docs/delivery.md): append a batch to the
+outbox, resolve the user's push subscription, claim and send one push (never twice: the claim is a conditional
+write fenced by the task claim)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from amsg import jsonio
+from amsg.context import AppContext
+from amsg.crypto import DecryptError, compact_json, decrypt_from_storage, encrypt_for_storage
+from amsg.engine.env import Cancelled, DeliveryEnv
+from amsg.engine.pushes import encode_push
+from amsg.failures import DeliveryFailure
+from amsg.ports import OutboxAppend, TaskRow
+
+VAPID_MISSING = "VAPID configuration missing - push notifications cannot be sent"
+DEADLINE_CODE = "INSTANT_DEADLINE_EXCEEDED"
+
+
+class DeadlineExceeded(DeliveryFailure):
+    """The request's answer can no longer be a success: nothing more is pushed (see docs/delivery.md)."""
+
+    def __init__(self, pushes_left: int) -> None:
+        super().__init__(
+            f"{DEADLINE_CODE}: no time left to send {pushes_left} push(es) before the answer", code=DEADLINE_CODE
+        )
+
+
+def time_to_push(env: DeliveryEnv, pushes_after: int = 0) -> float | None:
+    """Seconds this push may take, or None without a deadline. Raises :class:`DeadlineExceeded` when the time
+    left does not cover this push and the pacing before the ``pushes_after`` still to come: a push sent then
+    would belong to an answer that is already a failure."""
+    if env.time_left_ms is None:
+        return None
+    left_ms = env.time_left_ms() - pushes_after * env.pacing_ms
+    if left_ms <= 0:
+        raise DeadlineExceeded(pushes_after + 1)
+    return left_ms / 1000
+
+
+def append_batch(ctx: AppContext, row: TaskRow, pushes: list[dict[str, Any]], user_key: str) -> None:
+    ctx.outbox.append(row.user_id, outbox_rows(ctx, row, pushes, user_key))
+
+
+def outbox_rows(ctx: AppContext, row: TaskRow, pushes: list[dict[str, Any]], user_key: str) -> list[OutboxAppend]:
+    now = ctx.now_ms()
+    return [
+        OutboxAppend(
+            message_id=push["messageId"],
+            task_uuid=row.uuid,
+            session_id=push.get("sessionId"),
+            message_index=push.get("messageIndex"),
+            total_messages=push.get("totalMessages"),
+            encrypted_push=encrypt_for_storage(compact_json(push), user_key),
+            created_at=now,
+            owner=row.owner,
+        )
+        for push in pushes
+    ]
+
+
+def resolve_subscription(
+    ctx: AppContext, row: TaskRow, payload: dict[str, Any], user_key: str, env: DeliveryEnv | None = None
+) -> dict:
+    if env is not None and env.prefetched is not None:
+        stored = env.prefetched[0]  # read together with the task
+    else:
+        stored = ctx.subscriptions.get_push_subscription(row.user_id)
+    if stored is not None:
+        try:
+            value = jsonio.loads(decrypt_from_storage(stored.encrypted_subscription, user_key))
+        except (DecryptError, ValueError) as exc:
+            raise DeliveryFailure("stored push subscription cannot be decrypted") from exc
+        if isinstance(value, dict):
+            return value
+    legacy = payload.get("pushSubscription")
+    if isinstance(legacy, dict) and isinstance(legacy.get("endpoint"), str) and legacy["endpoint"].strip():
+        return legacy
+    raise DeliveryFailure(
+        "PUSH_SUBSCRIPTION_MISSING: 该用户还没有登记推送订阅", code="PUSH_SUBSCRIPTION_MISSING", permanent=True
+    )
+
+
+def send_one(
+    ctx: AppContext,
+    row: TaskRow,
+    push: dict[str, Any],
+    subscription: dict,
+    env: DeliveryEnv,
+    *,
+    preclaimed: bool = False,
+    previous: str | None = None,
+    mark: bool = True,
+    pushes_after: int = 0,
+) -> bool:
+    """Claim the row (unless the append already did), push it, mark it delivered (or leave that to the
+    caller, ``mark=False``); ``previous``, a pushed row, is marked delivered with the claim. False when
+    another run already claimed the row.
+
+    The run's pending cap charges (``env.cap_charges``) go into the first claim: the occurrence is counted
+    against the user's caps in the same transaction, or :class:`CapReached` is raised and nothing is taken."""
+    message_id = push["messageId"]
+    try:
+        timeout_s = time_to_push(env, pushes_after)
+    except DeadlineExceeded:
+        if preclaimed:  # claimed with the append: hand it back, the task's retry sends it
+            ctx.outbox.release_send(row.user_id, message_id)
+        raise
+    now = ctx.now_ms()
+    # the claim re-checks the task's owner in the same transaction: nothing is pushed after a retirement
+    claimed = preclaimed or ctx.outbox.claim_send(
+        row.user_id,
+        message_id,
+        task_uuid=row.uuid,
+        claim_version=row.claim_version,
+        now_ms=now,
+        owner=row.owner,
+        caps=env.cap_charges,
+        delivered=previous,
+    )
+    if claimed:
+        env.cap_charges = []
+    if not claimed:
+        current = ctx.tasks.get_task(row.user_id, row.uuid)
+        if current is None or current.claim_version != row.claim_version or current.status != "pending":
+            raise Cancelled("cancelled_mid_delivery")
+        return False  # another run already claimed this row for sending: never push it twice
+    assert env.push_sender is not None
+    try:
+        if timeout_s is None:
+            env.push_sender.send(subscription, encode_push(push))
+        else:  # the push never outlives the answer
+            env.push_sender.send(subscription, encode_push(push), timeout_s=timeout_s)
+    except Exception:
+        ctx.outbox.release_send(row.user_id, message_id)
+        raise
+    if mark:
+        ctx.outbox.mark_delivered(row.user_id, [message_id], ctx.now_ms())
+    return True

@@ -1,0 +1,312 @@
+"""The tick (EventBridge Scheduler, once a minute; see docs/architecture.md): claim due tasks (conditional
+writes), settle stale ones, enqueue the rest, housekeeping, then resume due cloud-data cleanup operations. The
+tick never delivers."""
+
+from __future__ import annotations
+
+import enum
+import heapq
+import itertools
+import uuid as uuid_lib
+from collections.abc import Callable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Any
+
+from amsg.context import AppContext
+from amsg.crypto import StoredPayloadUnreadable, decrypt_payload, serialize_group_value
+from amsg.engine import cleanup
+from amsg.engine.env import sandbox_pool
+from amsg.engine.messages import TaskMessage
+from amsg.engine.outcomes import release_claim
+from amsg.engine.stale import is_stale, settle_stale
+from amsg.engine.summary import DeliverySummary, TickSummary
+from amsg.hooks import Hooks, load_hooks, task_view
+from amsg.observability import logger
+from amsg.ports import CLAIM_ALONE, CLAIM_BATCH, ClaimWanted, DueCandidate, TaskRow
+from amsg.timeutil import iso_from_ms
+
+TICK_PAGE = 100
+TICK_TIME_MARGIN_MS = 8_000  # stop claiming while there is time left to enqueue and log
+RETENTION_MS = 7 * 86_400_000
+HOUSEKEEPING_LIMIT = 100
+
+
+def run_tick(
+    ctx: AppContext,
+    *,
+    scheduled_time: str | None = None,
+    remaining_ms: Callable[[], int] = lambda: 60_000,
+    owner: str | None = None,
+) -> dict[str, Any]:
+    started = ctx.now_ms()
+    summary = TickSummary(scheduled_time=scheduled_time)
+    owner = owner or f"tick:{uuid_lib.uuid4()}"
+    if ctx.delivery.push_sender is None:
+        summary.stopped_by = "vapid"  # claim nothing without VAPID: no push could be sent
+    else:
+        _claim_and_enqueue(ctx, summary, remaining_ms, owner)
+    _housekeeping(ctx, summary)
+    _resume_cleanups(ctx, summary, remaining_ms)
+    result = summary.as_dict(started_ms=started, now_ms=ctx.now_ms())
+    busy = (
+        summary.due
+        or summary.stale
+        or summary.failed
+        or summary.stopped_by
+        or summary.housekeeping.get("deletedSettledTasks")
+        or summary.housekeeping.get("cleanupOperationsAdvanced")
+    )
+    # an idle minute is not worth a log line (1,440 a day); anything that happened is
+    (logger.info if busy else logger.debug)("tick finished", extra={"summary": result})
+    return result
+
+
+def _claim_and_enqueue(ctx: AppContext, summary: TickSummary, remaining_ms: Callable[[], int], owner: str) -> None:
+    """Claim due tasks in due order across every shard, up to ``tick_claim_workers`` claims in flight, and
+    enqueue them in batches of ten; stop when the time margin or the claim limit is reached.
+
+    Candidates are merged from all shards by their due-index key (eligible time), and serialize groups are
+    decided one candidate at a time in that order, so "earlier due first" holds within a group across shards;
+    only the independent conditional claims run in parallel."""
+    settings = ctx.settings
+    enqueuer = _Enqueuer(ctx, summary)
+    hooks = load_hooks(settings.hooks_module)
+    released: set[tuple[str, str]] = set()  # (user, group key) released this tick: one per group per tick
+    workers = max(1, settings.tick_claim_workers)
+    source = due_in_order(ctx, max(1, settings.due_shards), lambda: iso_from_ms(ctx.now_ms()))
+    pool = sandbox_pool("claim", workers)  # one pool per sandbox: its threads keep their DynamoDB clients
+    while True:
+        if remaining_ms() < TICK_TIME_MARGIN_MS:
+            summary.stopped_by = "time"
+            break
+        room = settings.tick_claim_limit - summary.claimed
+        if room <= 0:
+            summary.stopped_by = "limit"
+            break
+        chunk = list(itertools.islice(source, min(room, workers * CLAIM_BATCH)))
+        if not chunk:
+            break
+        now = ctx.now_ms()
+        terms = {
+            "now_iso": iso_from_ms(now),
+            "lease_until": iso_from_ms(now + settings.tick_claim_lease_ms),
+            "owner": owner,
+        }
+        outcomes = _claim_chunk(ctx, chunk, hooks, released, pool, terms, summary)
+        _take_claimed(ctx, outcomes, now, summary, enqueuer)
+        enqueuer.flush()
+    enqueuer.flush()
+
+
+class _Enqueuer:
+    """Claimed rows go to SQS in batches of ten; a row that could not be enqueued is released at once (due
+    again now instead of after its lease)."""
+
+    def __init__(self, ctx: AppContext, summary: TickSummary) -> None:
+        self.ctx = ctx
+        self.summary = summary
+        self.queue = ctx.delivery.queue
+        self.pending: list[TaskRow] = []
+        self.correlation = logger.get_correlation_id()  # for tasks created before correlation ids were stored
+
+    def add(self, row: TaskRow) -> None:
+        self.pending.append(row)
+        if len(self.pending) >= 10:
+            self.flush()
+
+    def flush(self) -> None:
+        pending = self.pending
+        if not pending:
+            return
+        messages = [
+            TaskMessage(
+                row.user_id, row.uuid, row.claim_version, row.next_send_at, row.correlation_id or self.correlation
+            ).to_body()
+            for row in pending
+        ]
+        failed = set(self.queue.send_many(messages)) if self.queue is not None else set(range(len(messages)))
+        for index, row in enumerate(pending):
+            if index in failed:
+                self.summary.enqueue_failed += 1
+                release_claim(self.ctx, row)  # due again at once instead of after the lease
+            else:
+                self.summary.enqueued += 1
+        pending.clear()
+
+
+def _claim_chunk(
+    ctx: AppContext,
+    chunk: list[DueCandidate],
+    hooks: Hooks,
+    released: set[tuple[str, str]],
+    pool: ThreadPoolExecutor,
+    terms: dict[str, str],
+    summary: TickSummary,
+) -> list[tuple[DueCandidate, Any]]:
+    """Claim one chunk of candidates (batched transactions, grouped or faulty ones alone); each candidate's
+    outcome is its row, None (not claimed) or the exception its claim raised."""
+    batched: list[DueCandidate] = []
+    alone: list[tuple[DueCandidate, Future]] = []
+    for candidate in chunk:
+        summary.due += 1
+        group = serialize_group(ctx, hooks, candidate.user_id, candidate.uuid, released)
+        if group is SKIP:
+            summary.serialize_skipped += 1
+        elif group is None:
+            batched.append(candidate)
+        else:  # a grouped claim takes the group's lock in its own transaction
+            alone.append((candidate, pool.submit(_claim_alone, ctx, candidate, group, terms)))
+    batches = [
+        (part, pool.submit(ctx.claims.claim_many, [_wanted(c) for c in part], **terms))
+        for part in (batched[i : i + CLAIM_BATCH] for i in range(0, len(batched), CLAIM_BATCH))
+    ]
+    outcomes: list[tuple[DueCandidate, Any]] = []
+    for part, job in batches:
+        try:
+            rows = job.result()
+        except Exception as exc:  # the read back failed: these come back when their lease expires
+            outcomes += [(candidate, exc) for candidate in part]
+            continue
+        for candidate, row in zip(part, rows, strict=True):
+            if row is CLAIM_ALONE:  # the batch could not run: one faulty task must not hold back the rest
+                alone.append((candidate, pool.submit(_claim_alone, ctx, candidate, None, terms)))
+            else:
+                outcomes.append((candidate, row))
+    for candidate, single in alone:
+        try:
+            outcomes.append((candidate, single.result()))
+        except Exception as exc:  # throttled past the SDK's retries: the task stays due for the next tick
+            outcomes.append((candidate, exc))
+    return outcomes
+
+
+def _take_claimed(
+    ctx: AppContext, outcomes: list[tuple[DueCandidate, Any]], now: int, summary: TickSummary, enqueuer: _Enqueuer
+) -> None:
+    """Count each outcome; a claimed row is settled as stale when it is too late, else enqueued."""
+    for candidate, row in outcomes:
+        if isinstance(row, Exception):
+            summary.failed.append({"taskUuid": candidate.uuid, "reason": type(row).__name__, "status": "claim_failed"})
+            continue
+        if row is None:
+            summary.claim_skipped += 1
+            continue
+        summary.claimed += 1
+        if is_stale(row, now, ctx.settings.stale_after_ms):
+            _settle_stale_in_tick(ctx, row, summary)
+            continue
+        enqueuer.add(row)
+
+
+def _wanted(candidate: DueCandidate) -> ClaimWanted:
+    return ClaimWanted(candidate.user_id, candidate.uuid, candidate.next_send_at)
+
+
+def _claim_alone(ctx: AppContext, candidate: DueCandidate, group: str | None, terms: dict[str, str]) -> TaskRow | None:
+    return ctx.claims.claim(
+        candidate.user_id, candidate.uuid, expected_next_send_at=candidate.next_send_at, group=group, **terms
+    )
+
+
+def due_in_order(ctx: AppContext, shards: int, now_iso: Callable[[], str]) -> Iterator[DueCandidate]:
+    """Every shard's due candidates merged by due-index key (earliest eligible first), one page per shard at
+    a time: a k-way merge, so a shard is read further only when its next candidate is the earliest."""
+    heap: list[tuple[str, int, int, DueCandidate]] = []
+    pages: dict[int, tuple[list[DueCandidate], Any]] = {}
+    counter = itertools.count()
+
+    def refill(shard: int, start: Any) -> None:
+        candidates, after = ctx.claims.due_candidates(shard, now_iso(), TICK_PAGE, start)
+        pages[shard] = (candidates[1:], after)
+        if candidates:
+            heapq.heappush(heap, (candidates[0].due_key, next(counter), shard, candidates[0]))  # type: ignore[misc]
+
+    for shard in range(shards):
+        refill(shard, None)
+    while heap:
+        _, _, shard, candidate = heapq.heappop(heap)  # type: ignore[misc]
+        yield candidate
+        rest, after = pages[shard]
+        if rest:
+            pages[shard] = (rest[1:], after)
+            heapq.heappush(heap, (rest[0].due_key, next(counter), shard, rest[0]))  # type: ignore[misc]
+        elif after:
+            refill(shard, after)
+
+
+class _Skip(enum.Enum):
+    SKIP = "skip"
+
+
+SKIP = _Skip.SKIP
+"""What :func:`serialize_group` answers for a task that must wait for a later tick."""
+
+
+def serialize_group(
+    ctx: AppContext, hooks: Hooks, user_id: str, task_uuid: str, released: set[tuple[str, str]] | None
+) -> str | _Skip | None:
+    """The stored group of a task per the host's ``serialize_by`` (an HMAC of the key under the user key, so
+    group names never appear in clear), None when it takes part in no group, or SKIP when it must wait (its
+    group already released a task this tick, or the hook failed). Blocked tasks are not touched."""
+    if hooks.serialize_by is None:
+        return None
+    row = ctx.tasks.get_task(user_id, task_uuid)
+    if row is None or row.status != "pending":
+        return None  # the claim will fail by itself
+    user_key = ctx.user_key(user_id)
+    try:
+        payload = decrypt_payload(row.encrypted_payload, user_key)
+    except StoredPayloadUnreadable:
+        return None  # delivery records the decrypt failure
+    view = task_view(payload, task_id=row.id, uuid=row.uuid, next_send_at=row.next_send_at, retry_count=row.retry_count)
+    try:
+        key = hooks.serialize_by(view)
+    except Exception as exc:
+        logger.warning("serialize_by failed; the task waits for a later tick", extra={"error": type(exc).__name__})
+        return SKIP
+    if not isinstance(key, str) or not key:
+        return None
+    if released is not None:
+        if (user_id, key) in released:
+            return SKIP
+        released.add((user_id, key))
+    return serialize_group_value(user_key, key)
+
+
+def _settle_stale_in_tick(ctx: AppContext, row: TaskRow, summary: TickSummary) -> None:
+    user_key = ctx.user_key(row.user_id)
+    try:
+        payload = decrypt_payload(row.encrypted_payload, user_key)
+    except StoredPayloadUnreadable:
+        payload = {}
+    delivery = DeliverySummary()
+    settle_stale(ctx, row, payload, user_key, delivery)
+    summary.stale.extend(delivery.stale)
+    summary.failed.extend(delivery.failed)
+
+
+def _housekeeping(ctx: AppContext, summary: TickSummary) -> None:
+    """Best-effort and isolated: housekeeping never aborts the tick or loses its summary."""
+    now = ctx.now_ms()
+    cutoff = iso_from_ms(now - RETENTION_MS)
+    try:
+        summary.housekeeping["deletedSettledTasks"] = ctx.claims.delete_settled_before(
+            cutoff, shards=max(1, ctx.settings.due_shards), limit=HOUSEKEEPING_LIMIT
+        )
+    except Exception as exc:
+        summary.housekeeping["settledTasksError"] = type(exc).__name__
+    ttl = ctx.settings.client_state_ttl_days
+    cleanup = getattr(ctx.client_state, "cleanup_expired", None)
+    if ttl and cleanup is not None:
+        try:
+            summary.housekeeping["expiredStateEntries"] = cleanup(ttl, now, limit=HOUSEKEEPING_LIMIT)
+        except Exception as exc:
+            summary.housekeeping["clientStateError"] = type(exc).__name__
+
+
+def _resume_cleanups(ctx: AppContext, summary: TickSummary, remaining_ms: Callable[[], int]) -> None:
+    """Cloud-data cleanup operations continue here, after delivery and housekeeping, isolated like them."""
+    try:
+        summary.housekeeping.update(cleanup.resume_due(ctx, remaining_ms))
+    except Exception as exc:
+        summary.housekeeping["cleanupError"] = type(exc).__name__

@@ -1,0 +1,147 @@
+"""Claims, leases and settlements of due tasks (see docs/delivery.md)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from amsg.ports.delivery_policy import DeliveryPolicyRow
+from amsg.ports.outbox import OutboxAppend
+from amsg.ports.tasks import PushSubscriptionRow, TaskRow
+
+
+class ClaimStore(Protocol):
+    """The delivery side of the tasks: tick claims, run_task adopts; every write after a claim is fenced."""
+
+    def due_candidates(self, shard: int, now_iso: str, limit: int, start: Any = None) -> tuple[list[DueCandidate], Any]:
+        """One page of the due index (eligible time <= now); returns (candidates, next page token or None)."""
+        ...
+
+    def claim(
+        self,
+        user_id: str,
+        uuid: str,
+        *,
+        expected_next_send_at: str,
+        now_iso: str,
+        lease_until: str,
+        owner: str,
+        group: str | None = None,
+    ) -> TaskRow | None:
+        """Conditional claim (pending, occurrence as read, lease free, retry due); bumps ``claim_version``.
+        With a serialize ``group`` the claim also takes the group's lock in the same transaction."""
+        ...
+
+    def claim_many(
+        self, wanted: Sequence[ClaimWanted], *, now_iso: str, lease_until: str, owner: str
+    ) -> list[TaskRow | object | None]:
+        """:meth:`claim` for up to ``CLAIM_BATCH`` ungrouped tasks in one round trip (and one read back): per task, the
+        claimed row, None when its condition failed, or ``CLAIM_ALONE`` when the batch could not run (the
+        caller claims that task alone, so one faulty task never holds back the others)."""
+        ...
+
+    def adopt_claim(
+        self, user_id: str, uuid: str, claim_version: int, next_send_at: str, lease_until: str, owner: str, now_iso: str
+    ) -> TaskRow | None:
+        """Take over the tick's claim if it is still current, switching to the run lease, in one write. A claim
+        is adopted once: while the run that adopted it holds its lease, raises ``amsg.failures.ClaimTaken``."""
+        ...
+
+    def open_run(self, user_id: str, uuid: str, claim_version: int, next_send_at: str) -> RunSnapshot | None:
+        """run_task's one read: the task (None unless the message's claim is still current), the user's push
+        subscription, outbox counter and delivery policy, in one round trip. Adoption happens in
+        :meth:`append_batch`."""
+        ...
+
+    def append_batch(
+        self,
+        row: TaskRow,
+        rows: Sequence[OutboxAppend],
+        *,
+        now_ms: int,
+        lease_until: str | None,
+        owner: str,
+        claim_first: str | None = None,
+        outbox_seq: int | None = None,
+    ) -> list[int] | object | None:
+        """Append a new occurrence's batch in one transaction that also adopts the claim (fenced by
+        ``claim_version``, lease unexpired; ``lease_until`` becomes the lease) and records the occurrence on
+        the task, optionally claiming row ``claim_first`` for sending. Returns the row ids, None when the claim
+        is no longer ours, or :data:`APPEND_FALLBACK` when the batch does not fit one transaction or rows of
+        these ids already exist (the caller then uses the outbox's general append)."""
+        ...
+
+    def renew_lease(self, user_id: str, uuid: str, claim_version: int, lease_until: str, owner: str) -> bool: ...
+
+    def settle(self, user_id: str, uuid: str, claim_version: int, settlement: Settlement, now_iso: str) -> bool:
+        """Apply a settlement if the claim is still ours; False means the row is gone or was taken over."""
+        ...
+
+    def delete_settled_before(self, cutoff_iso: str, *, shards: int, limit: int) -> int: ...
+
+
+KEEP = object()
+"""Sentinel: leave this attribute as it is."""
+
+APPEND_FALLBACK = object()
+"""Sentinel of :meth:`ClaimStore.append_batch`: not appended, use the outbox's general append."""
+
+CLAIM_BATCH = 25
+"""Most claims per :meth:`ClaimStore.claim_many` call (DynamoDB allows 100 per transaction; a smaller batch loses
+less to a conflict and the tick keeps every claim worker busy)."""
+
+CLAIM_ALONE = object()
+"""Sentinel of :meth:`ClaimStore.claim_many`: the batch could not run for this task; claim it alone."""
+
+
+@dataclass(frozen=True)
+class ClaimWanted:
+    """A due candidate the tick wants to claim: the task and the occurrence it read from the due index."""
+
+    user_id: str
+    uuid: str
+    expected_next_send_at: str
+
+
+@dataclass
+class RunSnapshot:
+    row: TaskRow
+    subscription: PushSubscriptionRow | None
+    outbox_seq: int
+    policy: DeliveryPolicyRow | None = None
+
+
+@dataclass
+class Settlement:
+    """What a fenced write after a claim does to the task (see docs/delivery.md).
+
+    ``delete`` removes the task (one-shot success). ``status`` 'failed'/'sent' takes it out of the due index.
+    Otherwise the task stays pending and becomes due again at ``retry_after`` or ``next_send_at``. Every
+    settlement releases the lease unless ``keep_lease``.
+    """
+
+    next_send_at: str
+    delete: bool = False
+    status: str | None = None
+    retry_after: str | None = None
+    retry_count: object = KEEP
+    last_error: object = KEEP  # JSON text; None clears it
+    encrypted_payload: str | None = None  # rewritten only if the payload is unchanged since the claim
+    payload_rev: int | None = None
+    policy_deferred: bool = False  # ``retry_after`` is a delivery-policy deferral (kept as ``deferred_until``)
+    # outbox rows pushed by this run and not yet marked delivered: marked in the same write when possible,
+    # and marked in any case (whether or not the settlement itself applies)
+    delivered: tuple[str, ...] = ()
+    delivered_at_ms: int = 0
+    payload_token: str | None = None  # the claimed row's split-payload token (its parts go with a delete)
+
+
+@dataclass
+class DueCandidate:
+    user_id: str
+    uuid: str
+    next_send_at: str
+    retry_count: int = 0
+    retry_after: str | None = None
+    due_key: str = ""  # its key in the due index (eligible time, then uuid): the order "earlier due first"

@@ -1,0 +1,131 @@
+"""The message outbox (see docs/delivery.md)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from amsg.ports.delivery_policy import CapCharge
+from amsg.ports.tasks import OwnerClaim
+
+# ---- message outbox (see docs/delivery.md) ---------------------------------------------------------------
+
+
+@dataclass
+class OutboxAppend:
+    """One finalized push to record **before** sending it (outbox first).
+
+    ``encrypted_push`` is the storage ciphertext (``iv:tag:ct`` hex, :func:`amsg.crypto.encrypt_for_storage`
+    under the user key) of the compact push JSON; the store never sees plaintext. ``created_at`` is epoch ms.
+    """
+
+    message_id: str
+    encrypted_push: str = field(repr=False)
+    created_at: int
+    task_uuid: str | None = None
+    session_id: str | None = None
+    message_index: int | None = None
+    total_messages: int | None = None
+    owner: OwnerClaim | None = None  # inherited from the firing task: the append commits only while it holds
+
+
+@dataclass
+class OutboxRow:
+    """A stored outbox row. ``encrypted_push`` is None when a split payload lost a part (read as undecryptable)."""
+
+    id: int
+    message_id: str
+    encrypted_push: str | None = field(repr=False)
+    created_at: int
+    task_uuid: str | None = None
+    session_id: str | None = None
+    message_index: int | None = None
+    total_messages: int | None = None
+    delivered_at: int | None = None
+    acked_at: int | None = None
+    sending_at: int | None = None  # set by claim_send: some run took this row to push it
+
+
+class OutboxStore(Protocol):
+    """The per-user outbox. Every method is scoped to one user partition.
+
+    Ids are positive integers, strictly increasing per user in commit order (a per-user counter compare-and-set
+    inside the append transaction), never reused, never changed; a row's id is the ``GET /outbox`` cursor.
+    Retention is TTL-driven (28 d after ``created_at``; after an ack min(that, ack + 7 d)); readers that the
+    client observes (:meth:`list_unacked`, :meth:`ack`, :meth:`delete` counts) treat expired rows as absent.
+    """
+
+    # -- engine-facing ------------------------------------------------------------------------------------
+
+    def append(self, user_id: str, rows: Sequence[OutboxAppend]) -> list[int]:
+        """Upsert on ``(user_id, message_id)``; returns the row id of each input row, in input order.
+
+        * new message id: inserted with the next per-user id (allocated in the same transaction);
+        * existing, not acked: updated in place (same id): payload and ``created_at`` replaced,
+          ``delivered_at`` and ``sending_at`` cleared (a retry of the same occurrence re-delivers it);
+        * existing, acked: untouched — ack is final, an acked row is never revived (its id is still returned).
+
+        Duplicate message ids inside ``rows`` collapse to the last one (same id for both). Batches of up to 99
+        rows (and ~3 MB) commit atomically; bigger batches are split into several transactions. Raises on
+        storage failure (the engine then treats the batch as not outboxed).
+        """
+        ...
+
+    def claim_send(
+        self,
+        user_id: str,
+        message_id: str,
+        *,
+        task_uuid: str,
+        claim_version: int,
+        now_ms: int,
+        owner: OwnerClaim | None = None,
+        caps: Sequence[CapCharge] = (),
+        delivered: str | None = None,
+    ) -> bool:
+        """Take one row for pushing, atomically with a check that the task is still pending under
+        ``claim_version`` (fencing) and, for an owned task, that its owner holds (``CloudGuardError``
+        otherwise). False when the row is gone, acked, delivered or already taken, or the task claim moved
+        on. A taken row is never pushed by another run (exactly-once pushes). ``delivered`` names the
+        previous row of the batch, marked delivered in the same write.
+
+        ``caps`` are counted in the same transaction; when one is full nothing is written and
+        :class:`CapReached` is raised."""
+        ...
+
+    def release_send(self, user_id: str, message_id: str) -> None:
+        """Undo :meth:`claim_send` after a failed push so a retry may send the row again."""
+        ...
+
+    def mark_delivered(self, user_id: str, message_ids: Sequence[str], at_ms: int) -> int:
+        """Set ``delivered_at = at_ms`` on the existing rows (whatever their ack state); returns rows touched."""
+        ...
+
+    def discard_undelivered(self, user_id: str, message_ids: Sequence[str]) -> int:
+        """Delete the given rows that were neither delivered nor acked (cancellation mid-batch); count."""
+        ...
+
+    def discard_undelivered_for_task(self, user_id: str, task_uuid: str) -> int:
+        """Delete the task's rows that were neither delivered nor acked (cancel, supersede); count."""
+        ...
+
+    def list_for_task(self, user_id: str, task_uuid: str, *, since_ms: int = 0, limit: int = 500) -> list[OutboxRow]:
+        """The task's rows with ``created_at >= since_ms`` in any state, ordered by (created_at, id), at most
+        ``limit`` (strongly consistent; used to redeliver a committed batch)."""
+        ...
+
+    # -- API-facing ---------------------------------------------------------------------------------------
+
+    def list_unacked(self, user_id: str, since: int, limit: int, now_ms: int) -> list[OutboxRow]:
+        """Unacked, unexpired rows with ``id > since`` in id order, up to ``limit`` (strongly consistent)."""
+        ...
+
+    def ack(self, user_id: str, message_ids: Sequence[str], now_ms: int) -> int:
+        """Mark rows acked (idempotent, final); returns how many rows were newly acked."""
+        ...
+
+    def delete(self, user_id: str, message_ids: Sequence[str] | None, now_ms: int | None = None) -> int:
+        """Hard delete regardless of state; ``None`` = every row of the user. Returns rows deleted (rows already
+        past retention at ``now_ms`` are removed but not counted)."""
+        ...

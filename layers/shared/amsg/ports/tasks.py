@@ -1,0 +1,143 @@
+"""Tasks, push subscriptions and the schema check (see docs/data-model.md).
+
+Rows are plain dataclasses; payloads stay encrypted (storage format) until the domain decrypts them with the
+user's key, so an adapter never sees plaintext task content.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+
+@dataclass(frozen=True)
+class OwnerClaim:
+    """The cloud-data owner a write asserts (see :mod:`amsg.domain.ownership`).
+
+    ``ref`` names the owner item (sha256 of ``[type, id]``); the write commits only while that owner is active at
+    ``generation``. ``meta`` is the encrypted ownership record stored on the item (None: keep the stored one).
+    """
+
+    ref: str
+    generation: int
+    meta: str | None = field(default=None, repr=False)
+
+
+@dataclass
+class TaskRow:
+    """One task (the reference's columns plus our DynamoDB fencing fields; see docs/data-model.md)."""
+
+    user_id: str
+    uuid: str
+    id: int
+    encrypted_payload: str
+    message_type: str
+    next_send_at: str
+    status: str = "pending"
+    retry_count: int = 0
+    last_error: str | None = None
+    created_at: str = ""
+    updated_at: str = ""
+    lease_until: str | None = None
+    retry_after: str | None = None
+    serialize_group: str | None = None
+    claim_version: int = 0
+    rev: int = 0
+    payload_token: str | None = None  # set when the payload is split across part items
+    outbox_occurrence: str | None = None  # the occurrence whose push batch is already in the outbox
+    correlation_id: str | None = None  # id of the API request that created the task (carried into run_task logs)
+    owner: OwnerClaim | None = None  # the cloud-data owner the task (and all it derives) is guarded by
+    deferred_until: str | None = None  # the delivery policy moved this occurrence (quiet hours or a cap) to then
+
+
+@dataclass
+class NewTask:
+    user_id: str
+    uuid: str
+    encrypted_payload: str
+    message_type: str
+    next_send_at: str
+    now_iso: str
+    correlation_id: str | None = None  # the creating API request's id (logs only)
+    owner: OwnerClaim | None = None
+
+
+@dataclass
+class CreatePrep:
+    subscription: PushSubscriptionRow | None
+    hint: Any = None  # adapter-private: what the create may reuse from the same read
+
+
+@dataclass
+class CreatedTask:
+    id: int
+    superseded: bool
+
+
+@dataclass
+class PushSubscriptionRow:
+    encrypted_subscription: str
+    updated_at: int
+
+
+@dataclass
+class SchemaReport:
+    """What ``POST /init-tenant`` reports: one entry per required table/index/TTL setting."""
+
+    ok: bool
+    items: list[dict[str, Any]] = field(default_factory=list)
+    missing: list[str] = field(default_factory=list)
+    error: str | None = None
+
+
+class TaskStore(Protocol):
+    def prepare_create(self, user_id: str, supersedes_uuid: str | None = None) -> CreatePrep:
+        """One read before a create: the user's push subscription (scheduling requires one) together with
+        what :meth:`create_task` would otherwise read itself (the id counter, the superseded task)."""
+        ...
+
+    def create_task(
+        self, task: NewTask, supersedes_uuid: str | None = None, *, prepared: CreatePrep | None = None
+    ) -> CreatedTask:
+        """Allocate the per-user id and insert atomically; raises TaskUuidConflict on a taken uuid. With
+        ``prepared`` (same user and superseded uuid) the first attempt reuses what was read."""
+        ...
+
+    def get_task(self, user_id: str, uuid: str) -> TaskRow | None: ...
+
+    def list_tasks(self, user_id: str) -> list[TaskRow]: ...
+
+    def update_pending_task(
+        self,
+        user_id: str,
+        uuid: str,
+        *,
+        encrypted_payload: str,
+        next_send_at: str | None,
+        now_iso: str,
+        expected_rev: int,
+        owner: OwnerClaim | None = None,
+        keep_deferral: bool = False,
+    ) -> str | None:
+        """Conditional on status pending (+ no live lease when moving next_send_at) and, for an owned task, on its
+        owner holding (``CloudGuardError`` otherwise); returns updated_at or None. Clears the retry state and a
+        delivery-policy deferral, unless ``keep_deferral`` and the occurrence does not move."""
+        ...
+
+    def delete_task(self, user_id: str, uuid: str) -> bool: ...
+
+    def find_task(self, uuid: str) -> TaskRow | None:
+        """Any user's task by uuid (runTask); uses the deployment-wide uuid registry."""
+        ...
+
+
+class PushSubscriptionStore(Protocol):
+    def get_push_subscription(self, user_id: str) -> PushSubscriptionRow | None: ...
+
+    def put_push_subscription(self, user_id: str, encrypted: str, updated_at: int) -> None: ...
+
+    def delete_push_subscription(self, user_id: str) -> bool: ...
+
+
+class SchemaInspector(Protocol):
+    def check_schema(self, now_ms: int) -> SchemaReport: ...
