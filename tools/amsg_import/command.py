@@ -247,6 +247,7 @@ def run_import(
     report = Report(dry_run=dry_run, source=reader.describe())
     report.key_check = check_master_key(reader)
     report.counters = {name: reader.id_floor(name) for name in ("tasks", "outbox") if reader.has(name)}
+    dispatch: Callable[[str, Record], Outcome]
     if dry_run:
         dispatch = DryRunWriter(now).dispatch
     else:

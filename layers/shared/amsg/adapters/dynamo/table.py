@@ -243,7 +243,7 @@ class DynamoTable:
         (merged with the siblings' reads in a thread bound to a coalescing session)."""
         session = getattr(self._local, "coalescing", None)
         if session is not None:
-            return session.call("batch_get", item_keys)  # type: ignore[no-any-return]
+            return session.call("batch_get", item_keys)
         return self.batch_get_now(item_keys)
 
     def batch_get_now(self, item_keys: list[dict[str, str]]) -> dict[tuple[str, str], dict[str, Any]]:
