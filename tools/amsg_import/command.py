@@ -328,7 +328,7 @@ def _table(values: Mapping[str, str], args: argparse.Namespace) -> Any:
 def main(args: argparse.Namespace) -> int:
     from amsg.config import ConfigError
     from amsg.runtime import secrets_from_env
-    from amsg_local.cli import read_env_file
+    from amsg_local.envfile import read_env_file
 
     values = {**read_env_file(args.env_file), **os.environ}
     source: Source | None = None
