@@ -11,7 +11,7 @@ PORT ?= 3000
 TICK ?= 5
 PYTEST_ARGS ?=
 
-.PHONY: help run test check lint bench ci venv dynamodb-local tools clean deploy api-url fuzz
+.PHONY: help run test check lint typecheck bench ci venv dynamodb-local tools clean deploy api-url fuzz
 .DEFAULT_GOAL := help
 
 help: ## this list
@@ -34,10 +34,14 @@ FUZZ_EXAMPLES ?= 5000
 fuzz: venv ## the route fuzzer with many more examples than the suite (FUZZ_EXAMPLES=n; a new random seed each run)
 	AMSG_FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) .venv/bin/pytest -q -p no:cacheprovider --timeout=0 tests/handlers/test_fuzz_routes.py
 
-lint: venv ## ruff, and the layer requirements against the lock
+lint: venv ## ruff (with complexity <= 15), mypy, and the layer requirements against the lock
 	.venv/bin/ruff check .
 	.venv/bin/ruff format --check .
+	.venv/bin/mypy
 	scripts/sync-layer-requirements --check
+
+typecheck: venv ## mypy over the layer, the handlers and the tools (files and strictness in pyproject.toml)
+	.venv/bin/mypy
 
 tools: ## SAM CLI and cfn-lint in their own venv
 	@scripts/install-tools >/dev/null

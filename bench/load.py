@@ -120,65 +120,14 @@ def main(levels: tuple[int, ...] = LEVELS) -> None:
             )
             known[client.user_id] = made.data["uuid"]
 
-        def call(client: WireClient, route: str) -> int:
-            if route == "GET /get-user-key":
-                return client.request("GET", "/get-user-key").status
-            if route == "GET /capabilities":
-                return client.request("GET", "/capabilities").status
-            if route == "POST /schedule-message":
-                body = {"contactName": "Rei", "messageType": "fixed", "userMessage": "hi", "firstSendTime": first}
-                return client.schedule(body).status
-            if route == "GET /messages":
-                return client.list_messages(limit=20).status
-            return client.get_message(known[client.user_id]).status
-
+        call = _caller(first, known)
         print(
             f"  {'c':>2} {'route':<24} {'n':>5} {'err':>4} {'p50 ms':>8} {'p95':>8} {'p99':>8}"
             f" {'handler p50':>11} {'p95':>7} {'overhead p50':>12} {'ratio':>6} {'req/s':>7}"
         )
         for level in levels:
-            per_route = max(60, 20 * level)
-            latencies: dict[str, list[float]] = defaultdict(list)
-            errors: dict[str, int] = defaultdict(int)
             handler_ms.clear()
-            lock = threading.Lock()
-
-            def worker(index: int, level: int = level, per_route: int = per_route) -> None:
-                client = users[index]
-                mine = [ROUTES[(index + i) % len(ROUTES)] for i in range(per_route * len(ROUTES) // level)]
-                for route in mine:
-                    started = time.perf_counter()
-                    try:
-                        status = call(client, route)
-                    except Exception:
-                        status = 0
-                    elapsed = (time.perf_counter() - started) * 1000
-                    with lock:
-                        latencies[route].append(elapsed)
-                        if status == 0 or status >= 500:
-                            errors[route] += 1
-
-            threads = [threading.Thread(target=worker, args=(i,)) for i in range(level)]
-            started = time.perf_counter()
-            for thread in threads:
-                thread.start()
-            for thread in threads:
-                thread.join()
-            wall = time.perf_counter() - started
-            total = sum(len(v) for v in latencies.values())
-            for route in ROUTES:
-                got = latencies[route]
-                handler = handler_ms.get(route, [])
-                client_p50, handler_p50 = (
-                    statistics.median(got),
-                    statistics.median(handler) if handler else float("nan"),
-                )
-                print(
-                    f"  {level:>2} {route:<24} {len(got):>5} {errors[route]:>4} {client_p50:>8.2f}"
-                    f" {_pct(got, 95):>8.2f} {_pct(got, 99):>8.2f} {handler_p50:>11.2f} {_pct(handler, 95):>7.2f}"
-                    f" {client_p50 - handler_p50:>12.2f} {client_p50 / handler_p50:>6.2f} {len(got) / wall:>7.0f}"
-                )
-            print(f"  {level:>2} {'all routes':<24} {total:>5} {sum(errors.values()):>4} -> {total / wall:.0f} req/s")
+            _level(users, call, level, handler_ms)
         runtime.invoke = original_invoke  # type: ignore[method-assign]
         rss_levels = _memory(ddb_pid)
         print(
@@ -193,6 +142,62 @@ def main(levels: tuple[int, ...] = LEVELS) -> None:
             f"  memory (RSS MB)  this process {rss_start[0]:.0f} -> {rss_end[0]:.0f};"
             f" DynamoDB Local {rss_start[1]:.0f} -> {rss_end[1]:.0f}"
         )
+
+
+def _caller(first: str, known: dict[str, str]) -> Callable[[Any, str], int]:
+    """One request of ``route`` by a client, answering its status; the scheduled task is due at ``first``."""
+    body = {"contactName": "Rei", "messageType": "fixed", "userMessage": "hi", "firstSendTime": first}
+    requests: dict[str, Callable[[Any], int]] = {
+        "GET /get-user-key": lambda client: client.request("GET", "/get-user-key").status,
+        "GET /capabilities": lambda client: client.request("GET", "/capabilities").status,
+        "POST /schedule-message": lambda client: client.schedule(body).status,
+        "GET /messages": lambda client: client.list_messages(limit=20).status,
+        "GET /message": lambda client: client.get_message(known[client.user_id]).status,
+    }
+    return lambda client, route: requests[route](client)
+
+
+def _level(users: list[Any], call: Callable[[Any, str], int], level: int, handler_ms: dict[str, list[float]]) -> None:
+    """``level`` clients at once, each round the routes; one line per route and one for all."""
+    per_route = max(60, 20 * level)
+    latencies: dict[str, list[float]] = defaultdict(list)
+    errors: dict[str, int] = defaultdict(int)
+    lock = threading.Lock()
+
+    def worker(index: int) -> None:
+        client = users[index]
+        mine = [ROUTES[(index + i) % len(ROUTES)] for i in range(per_route * len(ROUTES) // level)]
+        for route in mine:
+            started = time.perf_counter()
+            try:
+                status = call(client, route)
+            except Exception:
+                status = 0
+            elapsed = (time.perf_counter() - started) * 1000
+            with lock:
+                latencies[route].append(elapsed)
+                if status == 0 or status >= 500:
+                    errors[route] += 1
+
+    threads = [threading.Thread(target=worker, args=(i,)) for i in range(level)]
+    started = time.perf_counter()
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    wall = time.perf_counter() - started
+    total = sum(len(v) for v in latencies.values())
+    for route in ROUTES:
+        got = latencies[route]
+        handler = handler_ms.get(route, [])
+        client_p50 = statistics.median(got)
+        handler_p50 = statistics.median(handler) if handler else float("nan")
+        print(
+            f"  {level:>2} {route:<24} {len(got):>5} {errors[route]:>4} {client_p50:>8.2f}"
+            f" {_pct(got, 95):>8.2f} {_pct(got, 99):>8.2f} {handler_p50:>11.2f} {_pct(handler, 95):>7.2f}"
+            f" {client_p50 - handler_p50:>12.2f} {client_p50 / handler_p50:>6.2f} {len(got) / wall:>7.0f}"
+        )
+    print(f"  {level:>2} {'all routes':<24} {total:>5} {sum(errors.values()):>4} -> {total / wall:.0f} req/s")
 
 
 def _soak(clients: list[Any], call: Callable[[Any, str], int], total: int, ddb_pid: int | None) -> None:

@@ -14,6 +14,7 @@ from amsg.engine.run_task import RECORD_WORKERS, run_message, run_together
 from amsg.observability import logger, metrics
 from amsg.timeutil import parse_iso_ms
 from aws_lambda_powertools.utilities.batch import BatchProcessor, EventType, process_partial_response
+from aws_lambda_powertools.utilities.batch.types import PartialItemFailureResponse
 from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
@@ -73,5 +74,5 @@ def record_handler(record: SQSRecord, lambda_context: LambdaContext) -> dict:
 
 @metrics.log_metrics
 @logger.inject_lambda_context(log_event=False)
-def handler(event: dict, context: LambdaContext) -> dict:
+def handler(event: dict, context: LambdaContext) -> PartialItemFailureResponse:
     return process_partial_response(event=event, record_handler=record_handler, processor=processor, context=context)

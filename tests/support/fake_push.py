@@ -196,24 +196,7 @@ def verify_vapid(
         return VapidCheck(False, "vapid t= or k= missing")
     check = VapidCheck(False, token=token, public_key=key)
     try:
-        pieces = token.split(".")
-        if len(pieces) != 3:
-            raise ValueError("JWT must have three parts")
-        check.jwt_header = json.loads(unb64url(pieces[0]))
-        check.claims = json.loads(unb64url(pieces[1]))
-        if not isinstance(check.jwt_header, dict) or check.jwt_header.get("alg") != "ES256":
-            raise ValueError("JWT alg is not ES256")
-        if check.jwt_header.get("typ", "JWT") != "JWT":
-            raise ValueError("JWT typ is not JWT")
-        raw_key = unb64url(key)
-        if len(raw_key) != 65 or raw_key[0] != 0x04:
-            raise ValueError("k is not an uncompressed P-256 point")
-        public = ec.EllipticCurvePublicKey.from_encoded_point(ec.SECP256R1(), raw_key)
-        signature = unb64url(pieces[2])
-        if len(signature) != 64:
-            raise ValueError("signature is not 64 bytes (r||s)")
-        der = encode_dss_signature(int.from_bytes(signature[:32], "big"), int.from_bytes(signature[32:], "big"))
-        public.verify(der, f"{pieces[0]}.{pieces[1]}".encode("ascii"), ec.ECDSA(hashes.SHA256()))
+        _verify_jwt(check, token, key)
     except InvalidSignature:
         check.error = "JWT signature does not verify with k"
         return check
@@ -222,23 +205,54 @@ def verify_vapid(
         return check
     claims = check.claims if isinstance(check.claims, dict) else {}
     now = time.time() if now_s is None else now_s
+    check.error = _claims_error(claims, audience, now) or _key_error(key, expected_public_key)
+    check.ok = check.error is None
+    return check
+
+
+def _verify_jwt(check: VapidCheck, token: str, key: str) -> None:
+    """Parse the ES256 JWT into ``check`` and verify its signature with ``k``; raises when it is not one."""
+    pieces = token.split(".")
+    if len(pieces) != 3:
+        raise ValueError("JWT must have three parts")
+    check.jwt_header = json.loads(unb64url(pieces[0]))
+    check.claims = json.loads(unb64url(pieces[1]))
+    if not isinstance(check.jwt_header, dict) or check.jwt_header.get("alg") != "ES256":
+        raise ValueError("JWT alg is not ES256")
+    if check.jwt_header.get("typ", "JWT") != "JWT":
+        raise ValueError("JWT typ is not JWT")
+    raw_key = unb64url(key)
+    if len(raw_key) != 65 or raw_key[0] != 0x04:
+        raise ValueError("k is not an uncompressed P-256 point")
+    public = ec.EllipticCurvePublicKey.from_encoded_point(ec.SECP256R1(), raw_key)
+    signature = unb64url(pieces[2])
+    if len(signature) != 64:
+        raise ValueError("signature is not 64 bytes (r||s)")
+    der = encode_dss_signature(int.from_bytes(signature[:32], "big"), int.from_bytes(signature[32:], "big"))
+    public.verify(der, f"{pieces[0]}.{pieces[1]}".encode("ascii"), ec.ECDSA(hashes.SHA256()))
+
+
+def _claims_error(claims: dict[str, Any], audience: str, now: float) -> str | None:
+    """The first RFC 8292 claim a push service would refuse (aud, exp within 24 h, sub), or None."""
     exp = claims.get("exp")
     sub = claims.get("sub")
     if claims.get("aud") != audience:
-        check.error = f"aud {claims.get('aud')!r} != {audience!r}"
-    elif not isinstance(exp, int) or isinstance(exp, bool):
-        check.error = "exp missing or not an integer"
-    elif exp <= now:
-        check.error = "exp is in the past"
-    elif exp > now + MAX_VAPID_EXP_S:
-        check.error = "exp is more than 24 h ahead"
-    elif not isinstance(sub, str) or not sub.lower().startswith(("mailto:", "https:")):
-        check.error = "sub is not a mailto: (or https:) URI"
-    elif expected_public_key is not None and unb64url(key) != unb64url(expected_public_key):
-        check.error = "k is not the expected application server key"
-    else:
-        check.ok = True
-    return check
+        return f"aud {claims.get('aud')!r} != {audience!r}"
+    if not isinstance(exp, int) or isinstance(exp, bool):
+        return "exp missing or not an integer"
+    if exp <= now:
+        return "exp is in the past"
+    if exp > now + MAX_VAPID_EXP_S:
+        return "exp is more than 24 h ahead"
+    if not isinstance(sub, str) or not sub.lower().startswith(("mailto:", "https:")):
+        return "sub is not a mailto: (or https:) URI"
+    return None
+
+
+def _key_error(key: str, expected_public_key: str | None) -> str | None:
+    if expected_public_key is not None and unb64url(key) != unb64url(expected_public_key):
+        return "k is not the expected application server key"
+    return None
 
 
 # ---- the service --------------------------------------------------------------------------------------------

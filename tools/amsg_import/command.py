@@ -247,6 +247,7 @@ def run_import(
     report = Report(dry_run=dry_run, source=reader.describe())
     report.key_check = check_master_key(reader)
     report.counters = {name: reader.id_floor(name) for name in ("tasks", "outbox") if reader.has(name)}
+    dispatch: Callable[[str, Record], Outcome]
     if dry_run:
         dispatch = DryRunWriter(now).dispatch
     else:
@@ -327,7 +328,7 @@ def _table(values: Mapping[str, str], args: argparse.Namespace) -> Any:
 def main(args: argparse.Namespace) -> int:
     from amsg.config import ConfigError
     from amsg.runtime import secrets_from_env
-    from amsg_local.cli import read_env_file
+    from amsg_local.envfile import read_env_file
 
     values = {**read_env_file(args.env_file), **os.environ}
     source: Source | None = None

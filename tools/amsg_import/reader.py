@@ -15,7 +15,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from decimal import Decimal
-from typing import Any
+from typing import Any, TypeGuard
 
 from amsg import jsonio
 from amsg.crypto import DecryptError, decrypt_from_storage, derive_user_key, encrypt_for_storage
@@ -232,7 +232,7 @@ def derived_task_uuid(user_id: str, task_id: int) -> str:
     return str(uuid_lib.uuid5(uuid_lib.NAMESPACE_URL, f"amsg-import:{user_id}:{task_id}"))
 
 
-def looks_like_ciphertext(value: Any) -> bool:
+def looks_like_ciphertext(value: Any) -> TypeGuard[str]:
     if not isinstance(value, str):
         return False
     parts = value.split(":")

@@ -195,7 +195,7 @@ class PostgresSource(_SqlSource):
     def connect(cls, url: str, connect: Callable[[str], Any] | None = None) -> PostgresSource:
         if connect is None:
             try:
-                import psycopg  # type: ignore[import-not-found]  # optional: only this source needs it
+                import psycopg  # optional: only this source needs it
             except ImportError:
                 raise SourceError(
                     "reading Postgres needs the `postgres` extra: "

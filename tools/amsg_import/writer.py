@@ -471,7 +471,8 @@ class TargetWriter:
         target = self.sidecar_target(rec)
         if target is None:
             return _skipped("unknown resource key")
-        update, values = "SET cloud_meta = :m", {":m": rec.encrypted_value}
+        update = "SET cloud_meta = :m"
+        values: dict[str, Any] = {":m": rec.encrypted_value}
         if rec.owner_ref is not None:  # the owner reference our own owned writes store next to the record
             update += ", owner_ref = :r, owner_gen = :g"
             values.update({":r": rec.owner_ref, ":g": rec.owner_gen})

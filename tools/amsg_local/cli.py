@@ -36,6 +36,7 @@ from amsg_local.dynamodb_local import (
     start_dynamodb_local,
 )
 from amsg_local.embedded import EmbeddedMoto
+from amsg_local.envfile import read_env_file
 from amsg_local.gateway import Gateway
 from amsg_local.lambda_runtime import LambdaRuntime
 from amsg_local.tables import LocalQueue, create_queue_from_template, create_tables_from_template
@@ -78,26 +79,6 @@ _MANAGED_ENV = (
 
 
 # --------------------------------------------------------------------------------------------- configuration
-
-
-def read_env_file(path: Path) -> dict[str, str]:
-    """Minimal ``.env`` reader: ``KEY=VALUE`` lines, optional ``export``, quotes, ``#`` comments."""
-    values: dict[str, str] = {}
-    if not path.is_file():
-        return values
-    for line in path.read_text(encoding="utf-8").splitlines():
-        stripped = line.strip()
-        if not stripped or stripped.startswith("#") or "=" not in stripped:
-            continue
-        key, _, value = stripped.removeprefix("export ").partition("=")
-        key, value = key.strip(), value.strip()
-        if len(value) >= 2 and value[0] == value[-1] and value[0] in "'\"":
-            value = value[1:-1]
-        else:
-            value = value.split(" #", 1)[0].strip()
-        if key:
-            values[key] = value
-    return values
 
 
 @dataclass(frozen=True)

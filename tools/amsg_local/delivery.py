@@ -230,7 +230,7 @@ class LocalDelivery:
         """
         assert self.consumer_function is not None
         consumer = self.consumer_function
-        totals = {"function": consumer, "batches": 0, "received": 0, "deleted": 0, "failed": 0}
+        totals: dict[str, Any] = {"function": consumer, "batches": 0, "received": 0, "deleted": 0, "failed": 0}
         errors: list[dict[str, Any]] = []
         results: list[Any] = []
         lock = threading.Lock()

@@ -603,7 +603,7 @@ def _make_handler(gateway: Gateway) -> type[BaseHTTPRequestHandler]:
             return self.rfile.read(length)
 
         def _read_chunked(self) -> bytes:
-            chunks = []
+            chunks: list[bytes] = []
             total = 0
             while True:
                 size = int(self.rfile.readline(65537).split(b";", 1)[0].strip() or b"0", 16)

@@ -11,7 +11,7 @@ and becomes a readable placeholder string.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -178,41 +178,60 @@ def _resolve(value: Any, scope: _Scope) -> Any:
         return value
     if len(value) == 1:
         ((key, arg),) = value.items()
-        if key == "Ref":
-            return _ref(arg, scope)
-        if key == "Condition":
-            return scope.conditions.get(arg, False)
-        if key == "Fn::If":
-            name, when_true, when_false = arg
-            return _resolve(when_true if scope.conditions.get(name, False) else when_false, scope)
-        if key == "Fn::Equals":
-            left, right = (_resolve(item, scope) for item in arg)
-            return _normalise(left) == _normalise(right)
-        if key == "Fn::Not":
-            return not _resolve(arg[0], scope)
-        if key == "Fn::And":
-            return all(_resolve(item, scope) for item in arg)
-        if key == "Fn::Or":
-            return any(_resolve(item, scope) for item in arg)
-        if key == "Fn::Join":
-            delimiter, items = arg
-            items = _resolve(items, scope)
-            return str(delimiter).join(str(item) for item in (items if isinstance(items, list) else [items]))
-        if key == "Fn::Select":
-            index, items = arg
-            return _resolve(items, scope)[int(_resolve(index, scope))]
-        if key == "Fn::Split":
-            delimiter, text = arg
-            return str(_resolve(text, scope)).split(delimiter)
-        if key == "Fn::Sub":
-            return _sub(arg, scope)
-        if key == "Fn::GetAtt":
-            resource, attribute = arg if isinstance(arg, list) else str(arg).split(".", 1)
-            return f"{resource}.{attribute}"
-        if key == "Fn::ImportValue":
-            return f"import:{_resolve(arg, scope)}"
+        intrinsic = _INTRINSICS.get(key)
+        if intrinsic is not None:
+            return intrinsic(arg, scope)
     resolved = {key: _resolve(item, scope) for key, item in value.items()}
     return {key: item for key, item in resolved.items() if item is not NO_VALUE}
+
+
+def _if(arg: Any, scope: _Scope) -> Any:
+    name, when_true, when_false = arg
+    return _resolve(when_true if scope.conditions.get(name, False) else when_false, scope)
+
+
+def _equals(arg: Any, scope: _Scope) -> bool:
+    left, right = (_resolve(item, scope) for item in arg)
+    return bool(_normalise(left) == _normalise(right))
+
+
+def _join(arg: Any, scope: _Scope) -> str:
+    delimiter, items = arg
+    items = _resolve(items, scope)
+    return str(delimiter).join(str(item) for item in (items if isinstance(items, list) else [items]))
+
+
+def _select(arg: Any, scope: _Scope) -> Any:
+    index, items = arg
+    return _resolve(items, scope)[int(_resolve(index, scope))]
+
+
+def _split(arg: Any, scope: _Scope) -> list[str]:
+    delimiter, text = arg
+    return str(_resolve(text, scope)).split(delimiter)
+
+
+def _get_att(arg: Any, scope: _Scope) -> str:
+    resource, attribute = arg if isinstance(arg, list) else str(arg).split(".", 1)
+    return f"{resource}.{attribute}"
+
+
+# The intrinsic functions the template uses, by their one key; any other single-key mapping is plain data.
+_INTRINSICS: dict[str, Callable[[Any, _Scope], Any]] = {
+    "Ref": lambda arg, scope: _ref(arg, scope),
+    "Condition": lambda arg, scope: scope.conditions.get(arg, False),
+    "Fn::If": _if,
+    "Fn::Equals": _equals,
+    "Fn::Not": lambda arg, scope: not _resolve(arg[0], scope),
+    "Fn::And": lambda arg, scope: all(_resolve(item, scope) for item in arg),
+    "Fn::Or": lambda arg, scope: any(_resolve(item, scope) for item in arg),
+    "Fn::Join": _join,
+    "Fn::Select": _select,
+    "Fn::Split": _split,
+    "Fn::Sub": lambda arg, scope: _sub(arg, scope),
+    "Fn::GetAtt": _get_att,
+    "Fn::ImportValue": lambda arg, scope: f"import:{_resolve(arg, scope)}",
+}
 
 
 def _normalise(value: Any) -> Any:

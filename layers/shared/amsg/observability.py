@@ -36,13 +36,13 @@ def emit_metric(name: str, unit: str, value: float, **dimensions: str) -> None:
     For metrics raised inside adapters, which also run in API functions that never flush ``metrics``.
     Dimensions must stay low-cardinality (a status class, an outcome), never a user, task or URL.
     """
-    from aws_lambda_powertools.metrics import single_metric
+    from aws_lambda_powertools.metrics import MetricUnit, single_metric
     from aws_lambda_powertools.metrics.functions import is_metrics_disabled
 
     if is_metrics_disabled():  # POWERTOOLS_METRICS_DISABLED (the local stack): single_metric would print anyway
         return
     with single_metric(
-        name=name, unit=unit, value=value, namespace="amsg", default_dimensions={"service": "amsg"}
+        name=name, unit=MetricUnit(unit), value=value, namespace="amsg", default_dimensions={"service": "amsg"}
     ) as metric:
         for key, item in dimensions.items():
             metric.add_dimension(name=key, value=item)

@@ -195,7 +195,7 @@ def _load(stored: str, user_key: str) -> dict[str, Any]:
 
 def _owners(ctx: AppContext, user_id: str) -> dict[str, Any]:
     assert ctx.owners is not None
-    owners = [
+    owners: list[dict[str, Any]] = [
         {
             "owner": {"type": s.owner_type, "id": s.owner_id},
             "retired": not s.active,

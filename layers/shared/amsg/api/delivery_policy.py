@@ -4,6 +4,8 @@ scheduled fire (``instant`` messages are exempt)."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from amsg import jsonio
 from amsg.context import AppContext
 from amsg.crypto import DecryptError, compact_json, decrypt_from_storage, encrypt_for_storage
@@ -17,7 +19,7 @@ from amsg.ports import DeliveryPolicyStore
 
 from .common import authenticate, open_encrypted_body
 
-EMPTY = {"quietHours": None, "caps": []}
+EMPTY: dict[str, Any] = {"quietHours": None, "caps": []}
 
 
 def put_delivery_policy(request: ApiRequest, ctx: AppContext) -> ApiResponse:

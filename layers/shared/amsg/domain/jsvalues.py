@@ -9,7 +9,7 @@ so every rule that mirrors the reference goes through these helpers.
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, TypeGuard
 
 # ECMAScript WhiteSpace + LineTerminator: what String.prototype.trim removes and what \s matches.
 JS_WHITESPACE = (
@@ -43,7 +43,7 @@ def js_trim(text: str) -> str:
     return text.strip(JS_WHITESPACE)
 
 
-def is_plain_object(value: Any) -> bool:
+def is_plain_object(value: Any) -> TypeGuard[dict[str, Any]]:
     """A decoded JSON object (``typeof === 'object'``, not null, not an array)."""
     return isinstance(value, dict)
 
@@ -63,7 +63,7 @@ def is_finite_number(value: Any) -> bool:
         return False
 
 
-def is_positive_integer(value: Any) -> bool:
+def is_positive_integer(value: Any) -> TypeGuard[int | float]:
     """``Number.isInteger(v) && v > 0`` (``5.0`` qualifies, ``true`` does not)."""
     if not is_finite_number(value):
         return False

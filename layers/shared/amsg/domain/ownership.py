@@ -15,7 +15,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeGuard
 
 from amsg.crypto import compact_json, encrypt_for_storage
 from amsg.domain.jsvalues import is_plain_object
@@ -49,7 +49,7 @@ def valid_owner(owner: Any) -> bool:
     )
 
 
-def valid_cloud_owner(owner: Any) -> bool:
+def valid_cloud_owner(owner: Any) -> TypeGuard[dict[str, Any]]:
     """The management-route rule: the same lengths, non-empty but not trimmed (a blank id passes)."""
     if not is_plain_object(owner):
         return False

@@ -113,6 +113,42 @@ class _Group:
     indexes: list[int] = field(default_factory=list)
 
 
+@dataclass
+class _Attempt:
+    """One read-decide-write round of a part: its actions, and what it supersedes if it commits."""
+
+    guards: GuardSet
+    actions: list[dict[str, Any]] = field(default_factory=list)
+    replaced: list[tuple[_Group, str]] = field(default_factory=list)  # (key, blob token) of superseded values
+    used: set[str] = field(default_factory=set)  # blob tokens the actions reference
+    decided: dict[int, bool] = field(default_factory=dict)  # write index -> won
+
+
+def _decide_group(
+    group: _Group,
+    current: dict[str, Any] | None,
+    stored_ref: str | None,
+    writes: list[StateWrite],
+    now_ms: int,
+    plan: _Attempt,
+) -> int | None:
+    """Last-writer-wins over the key's entries in order, against the stored root; the index of the entry that
+    ends up written, or None when every entry lost."""
+    state: int | None = item_int(current.get("updated_at")) if current else None
+    final: int | None = None
+    for index in group.indexes:
+        write = writes[index]
+        wins = state is None or state <= write.guard or state > now_ms
+        plan.decided[index] = wins
+        if wins:
+            owner = effective_owner(write.owner, write.generation, stored_ref)
+            if owner is not None:
+                plan.guards.add(owner.ref, owner.generation)
+            final = index
+            state = write.guard if write.value is not None else None
+    return final
+
+
 class DynamoClientStateStore:
     def __init__(self, table: DynamoTable) -> None:
         self.t = table
@@ -204,71 +240,13 @@ class DynamoClientStateStore:
         kept: set[str] = set()
         try:
             for attempt in range(WRITE_ATTEMPTS):
-                stored = self._read_roots(pk, [group.sk for group in part])
-                actions: list[dict[str, Any]] = []
-                replaced: list[tuple[_Group, str]] = []  # (key, blob token) superseded if this attempt commits
-                used: set[str] = set()
-                decided: dict[int, bool] = {}
-                guards = GuardSet()
-                if inherit is not None:
-                    guards.add(inherit.ref, inherit.generation)
-                for group in part:
-                    current = stored.get(group.sk)
-                    stored_ref = str(current["owner_ref"]) if current and current.get("owner_ref") else None
-                    state: int | None = item_int(current.get("updated_at")) if current else None
-                    final: int | None = None
-                    for index in group.indexes:
-                        write = writes[index]
-                        wins = state is None or state <= write.guard or state > now_ms
-                        decided[index] = wins
-                        if wins:
-                            owner = effective_owner(write.owner, write.generation, stored_ref)
-                            if owner is not None:
-                                guards.add(owner.ref, owner.generation)
-                            final = index
-                            state = write.guard if write.value is not None else None
-                    if final is None:
-                        continue  # every entry lost: the consistent read is the linearization point
-                    write = writes[final]
-                    if write.value is None:
-                        if current is None:
-                            continue  # deleting an absent key: nothing to do, counts as deleted
-                        actions.append({"Delete": {"Key": {"PK": pk, "SK": group.sk}, **_cas(current)}})
-                    else:
-                        blob = self._blob_for(pk, group, final, write, new_blobs)
-                        if blob is not None:
-                            used.add(blob.token)
-                        item = self._root_item(pk, group, write, current, blob)
-                        owner = effective_owner(write.owner, write.generation, stored_ref)
-                        item.update(owner_sets(owner))
-                        if owner is not None and owner.meta is None and current and current.get("cloud_meta"):
-                            item["cloud_meta"] = current["cloud_meta"]  # inherited: the record stays as it was
-                        actions.append({"Put": {"Item": item, **_cas(current)}})
-                    if current is not None and current.get("blob_token"):
-                        replaced.append((group, str(current["blob_token"])))
-                if actions:
-                    data_actions = len(actions)
-                    actions += guards.actions(pk[len(keys.USER_PREFIX) :])
-                    if check is not None:
-                        actions.append(check)
-                    if len(actions) > TX_MAX_ACTIONS and len(part) > 1:
-                        raise _TooManyActions
-                    try:
-                        self.t.transact(actions)
-                    except TransactionCancelled as exc:
-                        if check is not None and exc.failed(len(actions) - 1):
-                            raise ClaimLost("the task claim fencing this write is gone") from exc
-                        raise_if_guard_failed(exc, data_actions, len(guards))
-                        if "ConditionalCheckFailed" in exc.reasons and attempt < WRITE_ATTEMPTS - 1:
-                            backoff(attempt + 1, base_s=0.01, cap_s=0.2)
-                            continue  # a concurrent write changed a root since the read: decide again
-                        if "ConditionalCheckFailed" in exc.reasons:
-                            raise StoreUnavailable("client state write kept conflicting") from exc
-                        raise
-                kept = used
-                for index, wins in decided.items():
+                plan = self._plan_attempt(pk, part, writes, now_ms, inherit, new_blobs)
+                if plan.actions and not self._commit(pk, part, plan, check, attempt):
+                    continue  # a concurrent write changed a root since the read: decide again
+                kept = plan.used
+                for index, wins in plan.decided.items():
                     outcomes[index] = wins
-                for group, token in replaced:
+                for group, token in plan.replaced:
                     self._delete_parts(pk, group.namespace, group.key, token)
                 return
         finally:
@@ -276,6 +254,82 @@ class DynamoClientStateStore:
                 if blob.token not in kept:
                     write = writes[index]
                     self._delete_parts(pk, write.namespace, write.key, blob.token)
+
+    def _plan_attempt(
+        self,
+        pk: str,
+        part: list[_Group],
+        writes: list[StateWrite],
+        now_ms: int,
+        inherit: OwnerClaim | None,
+        new_blobs: dict[int, BlobRef],
+    ) -> _Attempt:
+        """Read the part's roots (consistently: the linearization point) and decide every entry against them."""
+        stored = self._read_roots(pk, [group.sk for group in part])
+        plan = _Attempt(GuardSet())
+        if inherit is not None:
+            plan.guards.add(inherit.ref, inherit.generation)
+        for group in part:
+            current = stored.get(group.sk)
+            stored_ref = str(current["owner_ref"]) if current and current.get("owner_ref") else None
+            final = _decide_group(group, current, stored_ref, writes, now_ms, plan)
+            if final is None:
+                continue  # every entry lost
+            action = self._root_action(pk, group, final, writes[final], current, stored_ref, new_blobs, plan)
+            if action is not None:
+                plan.actions.append(action)
+            if current is not None and current.get("blob_token"):
+                plan.replaced.append((group, str(current["blob_token"])))
+        return plan
+
+    def _root_action(
+        self,
+        pk: str,
+        group: _Group,
+        index: int,
+        write: StateWrite,
+        current: dict[str, Any] | None,
+        stored_ref: str | None,
+        new_blobs: dict[int, BlobRef],
+        plan: _Attempt,
+    ) -> dict[str, Any] | None:
+        """The key's transaction action for its winning entry; None when deleting an absent key (a no-op that
+        still counts as deleted)."""
+        if write.value is None:
+            if current is None:
+                return None
+            return {"Delete": {"Key": {"PK": pk, "SK": group.sk}, **_cas(current)}}
+        blob = self._blob_for(pk, group, index, write, new_blobs)
+        if blob is not None:
+            plan.used.add(blob.token)
+        item = self._root_item(pk, group, write, current, blob)
+        owner = effective_owner(write.owner, write.generation, stored_ref)
+        item.update(owner_sets(owner))
+        if owner is not None and owner.meta is None and current and current.get("cloud_meta"):
+            item["cloud_meta"] = current["cloud_meta"]  # inherited: the record stays as it was
+        return {"Put": {"Item": item, **_cas(current)}}
+
+    def _commit(self, pk: str, part: list[_Group], plan: _Attempt, check: dict[str, Any] | None, attempt: int) -> bool:
+        """Send the attempt's transaction (with its owner guards and the fencing check); False: decide again."""
+        data_actions = len(plan.actions)
+        actions = plan.actions + plan.guards.actions(pk[len(keys.USER_PREFIX) :])
+        if check is not None:
+            actions.append(check)
+        if len(actions) > TX_MAX_ACTIONS and len(part) > 1:
+            raise _TooManyActions
+        try:
+            self.t.transact(actions)
+        except TransactionCancelled as exc:
+            if check is not None and exc.failed(len(actions) - 1):
+                raise ClaimLost("the task claim fencing this write is gone") from exc
+            raise_if_guard_failed(exc, data_actions, len(plan.guards))
+            if "ConditionalCheckFailed" not in exc.reasons:
+                raise
+            if attempt >= WRITE_ATTEMPTS - 1:
+                raise StoreUnavailable("client state write kept conflicting") from exc
+            backoff(attempt + 1, base_s=0.01, cap_s=0.2)
+            return False
+        return True
 
     def _blob_for(
         self, pk: str, group: _Group, index: int, write: StateWrite, new_blobs: dict[int, BlobRef]

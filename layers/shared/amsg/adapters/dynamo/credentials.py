@@ -24,6 +24,10 @@ from amsg.ports import CredentialWrite
 
 MAX_BATCH = 100  # one transaction
 
+# The store's `list` method (the CredentialStore port's name) shadows the built-in inside the class body, so the
+# annotations there name the item list through this module-level alias.
+Items = list[dict[str, Any]]
+
 
 def _distinct(ids: Iterable[str]) -> list[str]:
     return list(dict.fromkeys(i for i in ids if isinstance(i, str) and i))
@@ -151,10 +155,10 @@ class DynamoCredentialStore:
     def existing_cred_ids(self, user_id: str, cred_ids: Sequence[str]) -> set[str]:
         return {str(item["cred_id"]) for item in self._batch_get(user_id, cred_ids, "cred_id")}
 
-    def _batch_get(self, user_id: str, cred_ids: Sequence[str], projection: str) -> list[dict[str, Any]]:
+    def _batch_get(self, user_id: str, cred_ids: Sequence[str], projection: str) -> Items:
         """Consistent BatchGetItem, ≤ 100 keys per call, unprocessed keys retried. Read errors propagate."""
         wanted = _distinct(cred_ids)
-        found: list[dict[str, Any]] = []
+        found: Items = []
         for start in range(0, len(wanted), 100):
             request: dict[str, Any] = {
                 self.t.name: {

@@ -24,6 +24,7 @@ from __future__ import annotations
 import contextlib
 import secrets
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 from boto3.dynamodb.conditions import Attr, Key
@@ -130,6 +131,27 @@ def fits_one_transaction(rows: Sequence[OutboxAppend]) -> bool:
     )
 
 
+@dataclass
+class _AppendPlan:
+    """One read-decide round of an append: the transaction's actions and what it supersedes if it commits."""
+
+    actions: list[dict[str, Any]] = field(default_factory=list)
+    ids: dict[str, int] = field(default_factory=dict)  # message id -> row id
+    replaced: list[dict[str, Any]] = field(default_factory=list)  # unacked rows whose payload parts go
+    used: set[str] = field(default_factory=set)  # message ids whose new parts the actions reference
+
+
+def _counter_update(counter_key: dict[str, str], current: int, next_id: int) -> dict[str, Any]:
+    return {
+        "Update": {
+            "Key": counter_key,
+            "UpdateExpression": "SET n = :new",
+            "ConditionExpression": "attribute_not_exists(n) OR n = :cur",
+            "ExpressionAttributeValues": {":new": next_id, ":cur": current},
+        }
+    }
+
+
 class DynamoOutboxStore:
     def __init__(self, table: DynamoTable) -> None:
         self.t = table
@@ -210,7 +232,6 @@ class DynamoOutboxStore:
 
     def _append_chunk(self, user_id: str, chunk: list[OutboxAppend]) -> dict[str, int]:
         pk = keys.user_pk(user_id)
-        counter_key = keys.counter_key(user_id, "outbox")
         blobs: dict[str, BlobRef] = {}
         for row in chunk:
             if len(row.encrypted_push) > INLINE_PAYLOAD_CHARS:
@@ -220,71 +241,71 @@ class DynamoOutboxStore:
         for attempt in range(APPEND_ATTEMPTS):
             if attempt:
                 backoff(attempt)  # the per-user counter moved under us: jittered back-off, then read again
-            existing = self._batch_get([keys.outbox_key(user_id, row.message_id) for row in chunk])
-            counter = self.t.get(counter_key)
-            current = item_int(counter.get("n")) if counter else 0
-            next_id = current
-            actions: list[dict[str, Any]] = []
-            ids: dict[str, int] = {}
-            replaced: list[dict[str, Any]] = []
-            used: set[str] = set()
-            for row in chunk:
-                key = keys.outbox_key(user_id, row.message_id)
-                old = existing.get(key["SK"])
-                blob = blobs.get(row.message_id)
-                if old is None:
-                    next_id += 1
-                    ids[row.message_id] = next_id
-                    actions.append({"Put": self._put_new(key, row, next_id, blob)})
-                elif old.get("acked_at") is not None:
-                    ids[row.message_id] = item_int(old.get("id"))  # final: never revived
-                    continue
-                else:
-                    ids[row.message_id] = item_int(old.get("id"))
-                    actions.append({"Update": self._update_unacked(key, row, old, blob)})
-                    if old.get("payload_token"):
-                        replaced.append(old)
-                if blob is not None:
-                    used.add(row.message_id)
-            if next_id > current:
-                actions.insert(
-                    0,
-                    {
-                        "Update": {
-                            "Key": counter_key,
-                            "UpdateExpression": "SET n = :new",
-                            "ConditionExpression": "attribute_not_exists(n) OR n = :cur",
-                            "ExpressionAttributeValues": {":new": next_id, ":cur": current},
-                        }
-                    },
-                )
-            if actions:
-                guards = GuardSet()
-                for row in chunk:
-                    if row.owner is not None:  # rows of an owned task commit only while its owner holds
-                        guards.add(row.owner.ref, row.owner.generation)
-                data_actions = len(actions)
-                actions += guards.actions(user_id)
-                try:
-                    self.t.transact(actions)
-                except TransactionCancelled as cancelled:
-                    try:
-                        raise_if_guard_failed(cancelled, data_actions, len(guards))
-                    except CloudGuardError:
-                        for message_id, blob in blobs.items():
-                            self._drop_parts(pk, message_id, blob.token)
-                        raise
-                    continue  # the counter moved or a row changed under us: read again
-            for old in replaced:
+            plan = self._plan_append(user_id, chunk, blobs)
+            if plan.actions and not self._commit_append(user_id, chunk, plan.actions, blobs):
+                continue  # the counter moved or a row changed under us: read again
+            for old in plan.replaced:
                 self._drop_parts_of(old)
             for message_id, blob in blobs.items():
-                if message_id not in used:
+                if message_id not in plan.used:
                     self._drop_parts(pk, message_id, blob.token)
-            return ids
+            return plan.ids
         # nothing of this chunk committed; parts written for it are unreferenced (their ttl would also get them)
         for message_id, blob in blobs.items():
             self._drop_parts(pk, message_id, blob.token)
         raise StoreUnavailable("outbox append kept conflicting")
+
+    def _plan_append(self, user_id: str, chunk: list[OutboxAppend], blobs: dict[str, BlobRef]) -> _AppendPlan:
+        """Read the rows and the per-user id counter, then the actions: new rows take the next ids, unacked
+        rows are replaced in place, acked rows are final; the counter moves only if it still holds what was read."""
+        counter_key = keys.counter_key(user_id, "outbox")
+        existing = self._batch_get([keys.outbox_key(user_id, row.message_id) for row in chunk])
+        counter = self.t.get(counter_key)
+        current = item_int(counter.get("n")) if counter else 0
+        next_id = current
+        plan = _AppendPlan()
+        for row in chunk:
+            key = keys.outbox_key(user_id, row.message_id)
+            old = existing.get(key["SK"])
+            blob = blobs.get(row.message_id)
+            if old is None:
+                next_id += 1
+                plan.ids[row.message_id] = next_id
+                plan.actions.append({"Put": self._put_new(key, row, next_id, blob)})
+            elif old.get("acked_at") is not None:
+                plan.ids[row.message_id] = item_int(old.get("id"))  # final: never revived
+                continue
+            else:
+                plan.ids[row.message_id] = item_int(old.get("id"))
+                plan.actions.append({"Update": self._update_unacked(key, row, old, blob)})
+                if old.get("payload_token"):
+                    plan.replaced.append(old)
+            if blob is not None:
+                plan.used.add(row.message_id)
+        if next_id > current:
+            plan.actions.insert(0, _counter_update(counter_key, current, next_id))
+        return plan
+
+    def _commit_append(
+        self, user_id: str, chunk: list[OutboxAppend], actions: list[dict[str, Any]], blobs: dict[str, BlobRef]
+    ) -> bool:
+        """One transaction with the owners' guards; False when a condition failed (read again). A failed guard
+        drops the chunk's parts and raises."""
+        guards = GuardSet()
+        for row in chunk:
+            if row.owner is not None:  # rows of an owned task commit only while its owner holds
+                guards.add(row.owner.ref, row.owner.generation)
+        try:
+            self.t.transact(actions + guards.actions(user_id))
+        except TransactionCancelled as cancelled:
+            try:
+                raise_if_guard_failed(cancelled, len(actions), len(guards))
+            except CloudGuardError:
+                for message_id, blob in blobs.items():
+                    self._drop_parts(keys.user_pk(user_id), message_id, blob.token)
+                raise
+            return False
+        return True
 
     def _payload_attrs(self, row: OutboxAppend, blob: BlobRef | None) -> dict[str, Any]:
         return _payload_attrs(row, blob)

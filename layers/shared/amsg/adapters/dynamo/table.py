@@ -19,16 +19,13 @@ import time
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from decimal import Decimal
-from typing import TYPE_CHECKING, Any, overload
+from typing import Any, Protocol, overload
 
 import boto3
 from boto3.dynamodb.conditions import Key
 from boto3.dynamodb.types import TypeDeserializer, TypeSerializer
 from botocore.config import Config
 from botocore.exceptions import ClientError
-
-if TYPE_CHECKING:
-    from amsg.adapters.dynamo.coalescing import CoalescingSession
 
 # Keep items well below DynamoDB's 400 KB item limit (attribute names and other attributes count too).
 PART_CHARS = 350_000
@@ -59,6 +56,13 @@ def _wire_action(action: dict[str, Any]) -> dict[str, Any]:
         if field in wire:
             wire[field] = _wire_values(wire[field])
     return {operation: wire}
+
+
+class BoundSession(Protocol):
+    """Where a thread's transactions and batch reads go while it is bound (coalescing.py's session). Declared
+    here so that the table does not depend on the module that depends on it."""
+
+    def call(self, kind: str, payload: list[dict[str, Any]]) -> Any: ...
 
 
 class TransactionCancelled(Exception):
@@ -185,7 +189,7 @@ class DynamoTable:
 
     # ---- writes -----------------------------------------------------------------------------------------
 
-    def bind_session(self, session: CoalescingSession | None) -> None:
+    def bind_session(self, session: BoundSession | None) -> None:
         """Route this thread's transactions and batch reads through ``session`` (None: send them directly)."""
         self._local.coalescing = session
 
@@ -199,7 +203,7 @@ class DynamoTable:
         for action in actions:
             for body in action.values():
                 body.setdefault("TableName", self.name)
-        session = getattr(self._local, "coalescing", None)
+        session: BoundSession | None = getattr(self._local, "coalescing", None)
         if session is not None:
             session.call("transact", actions)
             return
@@ -241,9 +245,9 @@ class DynamoTable:
     def batch_get(self, item_keys: list[dict[str, str]]) -> dict[tuple[str, str], dict[str, Any]]:
         """Consistent BatchGetItem keyed by (PK, SK): at most 100 keys per request, unprocessed keys retried
         (merged with the siblings' reads in a thread bound to a coalescing session)."""
-        session = getattr(self._local, "coalescing", None)
+        session: BoundSession | None = getattr(self._local, "coalescing", None)
         if session is not None:
-            return session.call("batch_get", item_keys)  # type: ignore[no-any-return]
+            return session.call("batch_get", item_keys)
         return self.batch_get_now(item_keys)
 
     def batch_get_now(self, item_keys: list[dict[str, str]]) -> dict[tuple[str, str], dict[str, Any]]:
