@@ -26,7 +26,9 @@ from typing import Any
 # at which Python's parser, encoder and our recursive helpers would fail.
 MAX_DEPTH = 64
 
-_STRING_RE = re.compile(r'"(?:[^"\\]|\\.)*"', re.DOTALL)
+# A string literal, its closing quote optional: an unterminated string then runs to the end in one match instead
+# of every later quote starting a new failing scan (quadratic on `"\\"\\"...`). Unrolled, so it never backtracks.
+_STRING_RE = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"?', re.DOTALL)
 _NON_BRACKET_RE = re.compile(r"[^\[\]{}]+")
 _DEPTH_STEP = {"[": 1, "{": 1, "]": -1, "}": -1}
 _LONE_SURROGATE = re.compile("[\ud800-\udfff]")
