@@ -10,8 +10,10 @@ from amsg.domain.jsvalues import is_finite_number, is_plain_object, is_positive_
 from amsg.domain.timezones import canonical_tz
 from amsg.domain.urls import avatar_url_error
 from amsg.domain.validation import (
+    API_KEY_HEADER_MESSAGE,
     INLINE_CREDENTIAL_FIELDS,
     RECURRENCE_TYPES,
+    api_key_error,
     cred_refs_error,
     distinct_cred_ids,
     normalize_int,
@@ -149,6 +151,9 @@ def validate_update_patch(patch: dict[str, Any]) -> UpdatePatch:
                 ["credRefs", *INLINE_CREDENTIAL_FIELDS],
                 "credRefs 与内联 apiUrl / apiKey / primaryModel 不能同时更新（二选一）",
             )
+
+    if api_key_error(u.get("apiKey")):
+        raise invalid_update(["apiKey"], API_KEY_HEADER_MESSAGE)
 
     changes = _update_changes(u, tz_id=tz_id, avatar_ok=avatar_ok)
     return UpdatePatch(

@@ -19,6 +19,7 @@ from amsg.crypto import compact_json
 from amsg.domain.jsvalues import (
     has_control_chars,
     is_finite_number,
+    is_header_safe,
     is_plain_object,
     is_positive_integer,
     is_well_formed,
@@ -187,6 +188,14 @@ def validate_split_pattern(value: Any) -> bool:
     return split_pattern_error(value) is None
 
 
+API_KEY_HEADER_MESSAGE = "apiKey 只能包含可打印 ASCII 字符（它作为 HTTP 头发送）"
+
+
+def api_key_error(value: Any) -> bool:
+    """An inline ``apiKey`` that could never be sent: not a string, or not a valid HTTP header value."""
+    return js_truthy(value) and not (isinstance(value, str) and is_header_safe(value))
+
+
 # ---- size gate ---------------------------------------------------------------------------------------------------
 
 
@@ -254,6 +263,13 @@ class ScheduleRequest:
     @property
     def has_chat_cred_ref(self) -> bool:
         return self.cred_refs is not None and has_chat_cred_ref({"credRefs": self.cred_refs})
+
+    @property
+    def uses_llm(self) -> bool:
+        """Whether delivery asks an LLM for the text (a prompt and credentials) instead of sending ``userMessage``."""
+        has_prompt = js_truthy(self.complete_prompt) or bool(self.messages)
+        all_inline = all(js_truthy(v) for v in (self.api_url, self.api_key, self.primary_model))
+        return has_prompt and (self.has_chat_cred_ref or all_inline)
 
     def effective_send_ms(self, now_ms: int) -> int:
         """``now`` for ``immediate`` tasks, else the validated ``firstSendTime``."""
@@ -454,6 +470,9 @@ def validate_schedule_payload(
     extra_body = p.get("llmExtraBody")
     if extra_body is not None and not is_plain_object(extra_body):
         raise _params_error(["llmExtraBody"], "llmExtraBody 必须是普通对象")
+
+    if api_key_error(inline["apiKey"]):
+        raise _params_error(["apiKey"], API_KEY_HEADER_MESSAGE)
 
     metadata = p.get("metadata")
     return ScheduleRequest(
