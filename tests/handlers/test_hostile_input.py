@@ -237,3 +237,43 @@ def test_a_user_id_header_sent_twice_with_one_value_is_that_value(strict):
 def test_a_user_id_header_sent_twice_with_two_values_is_refused(strict):
     resp = strict.request("GET", "/messages", headers={"X-User-Id": f"{strict.user_id},{uuid.uuid4()}"})
     assert (resp.status, resp.code) == (400, "INVALID_USER_ID_FORMAT")
+
+
+# ---- fire time: a pattern that cannot split is a permanent failure, never a stalled or retried sandbox ----------
+
+
+def fire_with_pattern(engine, monkeypatch, pattern: str, text: str) -> dict:
+    """A task whose stored pattern validation would refuse (as if written around the API), fired once."""
+    from amsg.domain import validation
+
+    from tests.handlers.test_delivery import due, schedule
+
+    monkeypatch.setattr(validation, "split_pattern_error", lambda value: None)
+    created = schedule(engine, userMessage=text, splitPattern=pattern)
+    due(engine)
+    start = time.perf_counter()
+    engine.harness.tick_and_drain()
+    assert time.perf_counter() - start < 10  # the fuzzer's n = 26 held the tick 3.1 s; exponential beyond
+    resp = engine.api.get_message(created["uuid"])
+    assert resp.status == 409 and resp.code == "TASK_ALREADY_COMPLETED", resp.text
+    return resp.body["error"]["details"]
+
+
+def test_a_stored_catastrophic_pattern_fails_permanently_at_fire_time(engine, monkeypatch):
+    details = fire_with_pattern(engine, monkeypatch, "(?:a+)+b", "a" * 30 + "!")
+    assert details["status"] == "failed"
+    assert details["lastError"]["errorCode"] == "SPLIT_PATTERN_FAILED"
+    assert engine.push.received == []
+
+
+def test_a_match_over_the_cpu_budget_fails_permanently_at_fire_time(engine, monkeypatch):
+    import regex
+    from amsg.domain import splitting
+
+    # a pattern the static check would refuse, compiled unguarded: only the budget stops it
+    monkeypatch.setattr(splitting, "compile_js_pattern", lambda source: regex.compile("(a|aa)+$"))
+    details = fire_with_pattern(engine, monkeypatch, "(a|aa)+$", "a" * 60 + "!")
+    assert details["status"] == "failed"
+    assert details["lastError"]["errorCode"] == "SPLIT_PATTERN_FAILED"
+    assert "CPU time" in details["lastError"]["reason"]
+    assert engine.push.received == []
