@@ -140,7 +140,8 @@ def check_response(req: FuzzRequest, status: int, raw: bytes) -> None:
 
 def test_no_input_reaches_a_500_and_the_control_user_is_untouched(fuzz_env):
     control, control_tasks, fuzzer, fuzz_tasks, push = fuzz_env
-    before = scan_user(control.user_id, control_tasks)
+    # the control's instant task is gone once delivered: its uuid is free for anyone (the fuzzer may take it)
+    before = scan_user(control.user_id, control_tasks[:1])
     transport = fuzzer.transport
     uuid_pool = [*fuzz_tasks, *control_tasks, str(uuid.uuid4()), fuzz_tasks[0].upper()]
     wrong_keys = [control.user_key, "b" * 64]
@@ -171,7 +172,7 @@ def test_no_input_reaches_a_500_and_the_control_user_is_untouched(fuzz_env):
     if os.environ.get("AMSG_FUZZ_STATS"):
         for key, count in sorted(seen.items()):
             print(*key, count)
-    assert scan_user(control.user_id, control_tasks) == before
+    assert scan_user(control.user_id, control_tasks[:1]) == before
     for payload in push.sent:
         assert isinstance(payload, dict)
 
