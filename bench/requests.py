@@ -82,7 +82,7 @@ def measure(table: str, endpoint: str | None, batch_size: int = 1) -> dict[str, 
 
     from tests.support.ddb_engine import MemoryQueue, RecordingPushSender, with_fakes
     from tests.support.inprocess import InProcessApi
-    from tests.support.wire_client import WireClient
+    from tests.support.wire_client import WireClient, dummy_subscription
 
     results: dict[str, dict[str, Any]] = {}
     for name, fields in SCENARIOS.items():
@@ -96,7 +96,7 @@ def measure(table: str, endpoint: str | None, batch_size: int = 1) -> dict[str, 
         for _ in range(USERS):
             client = WireClient(transport, str(uuid.uuid4()))
             client.init()
-            client.put_subscription({"endpoint": "https://push.invalid/x", "keys": {"p256dh": "x", "auth": "y"}})
+            client.put_subscription(dummy_subscription("https://push.invalid/x"))
             if "_policy" in fields:
                 assert client.put_delivery_policy(fields["_policy"]).status == 200
             clients.append(client)

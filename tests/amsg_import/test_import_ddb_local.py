@@ -23,7 +23,7 @@ from amsg_import.sources import SqliteSource
 from tests.support.ddb_engine import MASTER_KEY, T0_MS, MemoryQueue, RecordingPushSender, ddb_context, with_fakes
 from tests.support.inprocess import InProcessApi
 from tests.support.reference_db import ReferenceDb
-from tests.support.wire_client import WireClient
+from tests.support.wire_client import DUMMY_AUTH, DUMMY_P256DH, WireClient
 
 pytestmark = pytest.mark.ddb_local
 
@@ -33,7 +33,7 @@ VERSIONS = ["tasks-only", "client-state", "leases", "outbox", "cloud-data"]
 
 
 def subscription_for(user: str) -> dict[str, Any]:
-    return {"endpoint": f"https://push.example.test/{user}", "keys": {"p256dh": "BPk", "auth": "au"}}
+    return {"endpoint": f"https://push.example.test/{user}", "keys": {"p256dh": DUMMY_P256DH, "auth": DUMMY_AUTH}}
 
 
 def populate(db: ReferenceDb) -> dict[str, Any]:

@@ -89,6 +89,8 @@ CLOUD_DATA_PATHS = [
     ("POST", "/cloud-data/cleanup-plans"),
     ("GET", "/cloud-data/cleanup-operations"),
     ("GET", "/cloud-data/cleanup-operations/x"),
+    ("GET", "/cloud-data/cleanup-operations/" + "a" * 2000),
+    ("POST", "/cloud-data/cleanup-operations"),
     ("GET", "/cloud-data/nope"),
 ]
 CLOUD_DATA_STATUSES = {200, 400, 401, 404, 409, 501} | BODY_ERRORS
@@ -156,6 +158,39 @@ deep_texts = st.one_of(
 )
 
 
+# ---- hostile classes: backtracking patterns, oversize nested fields, hostile bodies ------------------------------
+
+# the fuzzer's reproducers and generated nestings of a repeat inside a repeat / ambiguous repeated alternations
+BACKTRACKING_PATTERNS = ["(?:a+)+b", "(a+)+b", "(a|aa)+$", "(.*a){20}", "(x+x+)+y", "(\\w|_)*!"]
+backtracking_patterns = st.one_of(
+    st.sampled_from(BACKTRACKING_PATTERNS),
+    st.tuples(
+        st.sampled_from(["a+", "a*", ".*a", "\\s+", "[ab]{2,}", "(?:ab)+"]),
+        st.sampled_from(["(?:{})+", "({})*", "(?:{}){{2,}}", "({}){{20}}", "(?:c|{})+"]),
+    ).map(lambda parts: parts[1].format(parts[0])),
+)
+OVERSIZE = ["字" * 70_000, "A" * 200_000, "x" * 1100]
+oversize_subscriptions = st.one_of(
+    st.sampled_from(OVERSIZE).map(lambda v: {"endpoint": "https://push.example.test/x", "expirationTime": v}),
+    st.sampled_from(OVERSIZE).map(lambda v: {"endpoint": "https://push.example.test/x", "keys": {"auth": v}}),
+    st.sampled_from(OVERSIZE).map(lambda v: {"endpoint": "https://push.example.test/x", "keys": {"p256dh": v}}),
+    st.sampled_from(OVERSIZE).map(lambda v: {"endpoint": "https://push.example.test/x", "extra": v}),
+    st.sampled_from(OVERSIZE).map(lambda v: {"endpoint": "https://push.example.test/" + v}),
+)
+
+
+def hostile_body(shape: tuple[str, str], size: int) -> bytes:
+    prefix, unit = shape
+    return (prefix + unit * max(1, (size - len(prefix)) // len(unit))).encode()
+
+
+hostile_bodies = st.builds(
+    hostile_body,
+    st.sampled_from([("[" * 70 + '"', '\\"'), ("", '"\\"'), ("", "["), ("", '{"a":'), ("[" * 70, '"x\\\\",')]),
+    st.integers(min_value=1_000, max_value=64_000),
+)
+
+
 # ---- route-shaped payloads: a valid base, then a few mutations ------------------------------------------------
 
 FUTURE = "2030-01-01T00:00:00.000Z"
@@ -186,19 +221,36 @@ def _bases(uuid_pool: tuple[str, ...]) -> dict[str, st.SearchStrategy[Any]]:
         fresh.map(lambda u: {**PROMPTED, "uuid": u, "messageType": "instant"}),
         fresh.map(lambda u: {**PROMPTED, "uuid": u}),
         st.sampled_from(uuid_pool).map(lambda u: {**FIXED, "uuid": str(uuid.uuid4()), "supersedesUuid": u}),
+        st.sampled_from(uuid_pool).map(lambda u: {**FIXED, "uuid": u.upper()}),
+        backtracking_patterns.map(
+            lambda p: {**FIXED, "messageType": "instant", "userMessage": "a" * 30 + "!", "splitPattern": p}
+        ),
+        backtracking_patterns.map(lambda p: {**FIXED, "uuid": str(uuid.uuid4()), "splitPattern": [",", p]}),
+        st.sampled_from(["字" * 2000, "x" * 5000]).map(lambda t: {**FIXED, "messageType": "instant", "userMessage": t}),
+        st.sampled_from(["sk-键", "sk-\nx"]).map(lambda k: {**PROMPTED, "uuid": str(uuid.uuid4()), "apiKey": k}),
     )
-    update = st.sampled_from(
-        [{"userMessage": "new"}, {"firstSendTime": "2030-02-01T00:00:00.000Z"}, {"metadata": {"a": [1]}}, {}]
+    update = st.one_of(
+        st.sampled_from(
+            [{"userMessage": "new"}, {"firstSendTime": "2030-02-01T00:00:00.000Z"}, {"metadata": {"a": [1]}}, {}]
+        ),
+        backtracking_patterns.map(lambda p: {"splitPattern": p}),
+        st.just({"nextSendAt": "２０３１-01-01T00:00:00Z"}),
     )
     state = st.fixed_dictionaries({"namespace": st.sampled_from(["ns", "n2"]), "key": st.sampled_from(["k", "k2"])})
     return {
         "/schedule-message": schedule,
         "/update-message": update,
-        "/push-subscription": st.just({"subscription": {"endpoint": "https://push.example.test/x"}, "updatedAt": 5}),
+        "/push-subscription": st.one_of(
+            st.just({"subscription": {"endpoint": "https://push.example.test/x"}, "updatedAt": 5}),
+            oversize_subscriptions.map(lambda sub: {"subscription": sub}),
+        ),
         "/client-state": st.lists(state, min_size=1, max_size=3).map(
             lambda entries: {"entries": [{**e, "value": "v", "updatedAt": 7} for e in entries]}
         ),
         "/outbox/ack": st.just({"messageIds": ["m1"]}),
+        "/cloud-data/cleanup-operations": st.sampled_from(["a" * 1100, "é" * 600, str(uuid.uuid4())]).map(
+            lambda plan: {"planId": plan, "idempotencyKey": "k"}
+        ),
         "/delivery-policy": st.just(
             {
                 "quietHours": {"start": "22:00", "end": "07:00", "tzId": "Asia/Shanghai"},
@@ -228,6 +280,7 @@ def _field_names(route: str) -> list[str]:
         "/push-subscription": ["subscription", "updatedAt"],
         "/client-state": ["entries"],
         "/outbox/ack": ["messageIds"],
+        "/cloud-data/cleanup-operations": ["planId", "idempotencyKey"],
         "/outbox": ["messageIds", "all"],
         "/delivery-policy": ["quietHours", "caps"],
         "/llm-credentials": ["credentials", "credIds", "credIdPrefix", "all"],
@@ -287,7 +340,7 @@ class FuzzRequest:
         return f"FuzzRequest({self.method} {self.path!r} headers={self.headers!r} body={body!r})"
 
 
-BODY_FAULTS = ["none", "raw", "deep", "json", "bad-envelope"]
+BODY_FAULTS = ["none", "raw", "deep", "json", "bad-envelope", "hostile"]
 ENCODING_FAULTS = ["gzip-plain", "br", "identity"]
 FAULTS: list[Any] = [
     ("X-User-Id", None),
@@ -358,6 +411,8 @@ def requests(draw: st.DrawFn, *, user_id: str, user_key: str, wrong_keys: list[s
         body = draw(st.binary(max_size=100))
     elif body_kind == "deep":
         body = draw(deep_texts).encode()
+    elif body_kind == "hostile":
+        body = draw(hostile_bodies)
     elif body_kind == "json":
         body = to_json_text(draw(json_values)).encode("utf-8", errors="surrogatepass")
     else:

@@ -246,9 +246,14 @@ class WireClient:
         return self.send_encrypted("DELETE", "/llm-credentials", body)
 
 
+# a real (unused) P-256 point and a 16-byte secret: PUT /push-subscription checks the key formats
+DUMMY_P256DH = "BOS1K5pAW-niLZ0cEqbHNNCS8NjBQzgSnFKjqTUFrNhcAq7ouT5T6PiSqIQJy7ay9B5ZYUxyARdkZ9EMg__64i8"
+DUMMY_AUTH = "MDEyMzQ1Njc4OWFiY2RlZg"
+
+
 def dummy_subscription(endpoint: str = "https://push.example.test/sub/1") -> dict[str, Any]:
     return {
         "endpoint": endpoint,
         "expirationTime": None,
-        "keys": {"p256dh": "BExampleKeyNotUsedForSending", "auth": "c2VjcmV0YXV0aA"},
+        "keys": {"p256dh": DUMMY_P256DH, "auth": DUMMY_AUTH},
     }

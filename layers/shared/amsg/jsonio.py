@@ -26,8 +26,9 @@ from typing import Any
 # at which Python's parser, encoder and our recursive helpers would fail.
 MAX_DEPTH = 64
 
-_STRING_RE = re.compile(r'"(?:[^"\\]|\\.)*"', re.DOTALL)
-_NON_BRACKET_RE = re.compile(r"[^\[\]{}]+")
+_PLAIN_STRING_RE = re.compile(r'"[^"]*"')
+_NON_BRACKET_BYTES = bytes(b for b in range(256) if b not in b"[]{}")
+_INNERMOST_PAIR_RE = re.compile(r"\[\]|\{\}")
 _DEPTH_STEP = {"[": 1, "{": 1, "]": -1, "}": -1}
 _LONE_SURROGATE = re.compile("[\ud800-\udfff]")
 # 1.7976931348623157e308 has 309 digits: a shorter integer literal always fits a double
@@ -63,12 +64,37 @@ def _float_or_inf(text: str) -> float:
         return math.inf
 
 
+def _brackets(text: str) -> str:
+    """The array/object brackets of a JSON text outside its strings, in order.
+
+    Each pass is linear: drop escape pairs (``\\\\`` first, so ``\\\\"`` still ends a string), then string
+    literals, which no longer contain a quote. (A regex over literals with escapes rescanned the rest of the text
+    from every quote of an unterminated string: quadratic.)
+    """
+    unescaped = text.replace("\\\\", "").replace('\\"', "")
+    outside = _PLAIN_STRING_RE.sub("", unescaped).encode("utf-8", errors="surrogatepass")
+    # UTF-8 multi-byte sequences hold no ASCII byte, so deleting every other byte keeps exactly the brackets
+    return outside.translate(None, _NON_BRACKET_BYTES).decode("ascii")
+
+
 def nesting_depth(text: str) -> int:
     """Deepest array/object nesting of a JSON text (strings skipped), computed without recursion."""
-    brackets = _NON_BRACKET_RE.sub("", _STRING_RE.sub("", text))
+    brackets = _brackets(text)
     if len(brackets) <= 1:
         return len(brackets)
-    return max(accumulate(_DEPTH_STEP[char] for char in brackets))
+    return max(accumulate(map(_DEPTH_STEP.__getitem__, brackets)))
+
+
+def _nested_deeper_than(text: str, max_depth: int) -> bool:
+    """Whether the nesting exceeds ``max_depth``: peel innermost ``[]``/``{}`` pairs at most ``max_depth`` times
+    (C-speed passes; a wide body empties in one). What is left was deeper, or unbalanced (not JSON either way)."""
+    brackets = _brackets(text)
+    for _ in range(max_depth):
+        peeled = _INNERMOST_PAIR_RE.sub("", brackets)  # one level per pass: a new pair is not rematched
+        if peeled == brackets:
+            break
+        brackets = peeled
+    return bool(brackets)
 
 
 def loads(text: str | bytes, *, max_depth: int = MAX_DEPTH) -> Any:
@@ -78,7 +104,7 @@ def loads(text: str | bytes, *, max_depth: int = MAX_DEPTH) -> Any:
             text = text.decode("utf-8")
         except UnicodeDecodeError:
             raise JsonError("not UTF-8") from None
-    if text.count("[") + text.count("{") > max_depth and nesting_depth(text) > max_depth:
+    if text.count("[") + text.count("{") > max_depth and _nested_deeper_than(text, max_depth):
         raise JsonError("nested too deeply")
     try:
         return json.loads(text, parse_constant=_reject_constant, parse_float=_finite_float, parse_int=_bounded_int)

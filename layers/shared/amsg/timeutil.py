@@ -11,7 +11,8 @@ from datetime import UTC, datetime, timedelta
 _ISO_RE = re.compile(
     r"^(?P<y>[+-]\d{6}|\d{4})-(?P<mo>\d{2})-(?P<d>\d{2})"
     r"(?:[T ](?P<h>\d{2}):(?P<mi>\d{2})(?::(?P<s>\d{2})(?:[.,](?P<f>\d+))?)?"
-    r"(?P<tz>Z|z|[+-]\d{2}(?::?\d{2})?)?)?$"
+    r"(?P<tz>Z|z|[+-]\d{2}(?::?\d{2})?)?)?$",
+    re.ASCII,  # ASCII digits only: JavaScript's Date parser refuses fullwidth or other Unicode digits
 )
 
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from amsg.context import AppContext
-from amsg.domain.limits import can_be_task_uuid
+from amsg.domain.limits import can_be_task_uuid, canonical_task_uuid
 from amsg.errors import api_error
 from amsg.http.gates import require_query_id, require_user_id
 from amsg.http.request import ApiRequest
@@ -16,7 +16,7 @@ from .common import authenticate
 
 def cancel_message(request: ApiRequest, ctx: AppContext) -> ApiResponse:
     authenticate(request, ctx)
-    task_uuid = require_query_id(request)
+    task_uuid = canonical_task_uuid(require_query_id(request))
     user_id = require_user_id(request)
     if not can_be_task_uuid(task_uuid) or not ctx.tasks.delete_task(user_id, task_uuid):
         raise api_error("TASK_NOT_FOUND")

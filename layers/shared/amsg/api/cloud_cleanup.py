@@ -19,6 +19,7 @@ from amsg import jsonio
 from amsg.context import AppContext
 from amsg.crypto import compact_json, decrypt_from_storage, encrypt_for_storage
 from amsg.domain.inventory import RESOURCE_TYPES, resource_id
+from amsg.domain.limits import can_be_record_id
 from amsg.domain.ownership import owner_ref, valid_cloud_owner
 from amsg.engine import cleanup
 from amsg.engine.cleanup import deletion_order, inventory, owned_by
@@ -50,6 +51,8 @@ def _save(ctx: AppContext, user_id: str, user_key: str, kind: str, record: dict[
 
 def _load(ctx: AppContext, user_id: str, user_key: str, kind: str, record_id: str) -> dict[str, Any]:
     assert ctx.cloud_data is not None
+    if not can_be_record_id(record_id):  # over a sort key's size: names nothing, and DynamoDB would refuse it
+        raise api_error("CLOUD_RECORD_NOT_FOUND")
     stored = ctx.cloud_data.get_record(user_id, kind, record_id, now_ms=ctx.now_ms())
     if stored is None:
         raise api_error("CLOUD_RECORD_NOT_FOUND")

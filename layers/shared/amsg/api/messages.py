@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from amsg.context import AppContext
 from amsg.crypto import decrypt_payload
-from amsg.domain.limits import can_be_task_uuid
+from amsg.domain.limits import can_be_task_uuid, canonical_task_uuid
 from amsg.domain.projection import parse_last_error, project_task
 from amsg.errors import api_error, invalid_parameters
 from amsg.http.gates import page_limit, parse_strict_int, require_query_id, require_user_id
@@ -49,7 +49,7 @@ def list_messages(request: ApiRequest, ctx: AppContext) -> ApiResponse:
 def get_message(request: ApiRequest, ctx: AppContext) -> ApiResponse:
     authenticate(request, ctx)
     user_id = require_user_id(request)
-    task_uuid = require_query_id(request)
+    task_uuid = canonical_task_uuid(require_query_id(request))
     row = ctx.tasks.get_task(user_id, task_uuid) if can_be_task_uuid(task_uuid) else None
     if row is None:
         raise api_error("TASK_NOT_FOUND")

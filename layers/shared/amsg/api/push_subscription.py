@@ -8,6 +8,7 @@ from amsg import jsonio
 from amsg.context import AppContext
 from amsg.crypto import DecryptError, compact_json, decrypt_from_storage, encrypt_for_storage
 from amsg.domain.limits import is_epoch_ms
+from amsg.domain.subscription import normalize_subscription
 from amsg.errors import api_error
 from amsg.http.gates import (
     require_user_id,
@@ -27,10 +28,7 @@ def _positive_int(value: Any) -> int | None:
 def put_push_subscription(request: ApiRequest, ctx: AppContext) -> ApiResponse:
     opened = open_encrypted_body(request, ctx)
     user_id, user_key, body = opened.user_id, opened.user_key, opened.body
-    subscription = body.get("subscription")
-    endpoint = subscription.get("endpoint") if isinstance(subscription, dict) else None
-    if not isinstance(endpoint, str) or not endpoint.strip():
-        raise api_error("INVALID_PUSH_SUBSCRIPTION")
+    subscription = normalize_subscription(body.get("subscription"))
     updated_at = ctx.now_ms()
     if body.get("updatedAt") is not None:
         given = _positive_int(body["updatedAt"])

@@ -7,9 +7,15 @@ from typing import Any
 
 from amsg.context import AppContext
 from amsg.crypto import compact_json, encrypt_for_storage
+from amsg.domain.limits import canonical_task_uuid
 from amsg.domain.ownership import GUARD_FIELD, ownership_of
-from amsg.domain.validation import MAX_TASK_PAYLOAD_BYTES, payload_too_large_error, validate_schedule_payload
-from amsg.errors import TaskUuidConflict, api_error
+from amsg.domain.validation import (
+    MAX_TASK_PAYLOAD_BYTES,
+    ScheduleRequest,
+    payload_too_large_error,
+    validate_schedule_payload,
+)
+from amsg.errors import TaskUuidConflict, api_error, invalid_parameters
 from amsg.http.request import ApiRequest
 from amsg.http.responses import ApiResponse, ok
 from amsg.observability import logger
@@ -18,6 +24,7 @@ from amsg.timeutil import iso_from_ms
 
 from .common import open_encrypted_body
 from .credentials_check import require_credentials_exist
+from .instant_budget import check_instant_text
 
 
 def schedule_message(request: ApiRequest, ctx: AppContext) -> ApiResponse:
@@ -25,6 +32,7 @@ def schedule_message(request: ApiRequest, ctx: AppContext) -> ApiResponse:
     user_id, user_key, payload = opened.user_id, opened.user_key, opened.body
     now_ms = ctx.now_ms()
     req = validate_schedule_payload(payload, now_ms=now_ms)
+    _canonical_uuids(req)
 
     try:
         prepared = ctx.tasks.prepare_create(user_id, req.supersedes_uuid)  # one read, reused by the create
@@ -48,6 +56,8 @@ def schedule_message(request: ApiRequest, ctx: AppContext) -> ApiResponse:
         raise payload_too_large_error(size)
 
     instant = req.message_type == "instant"
+    if instant and not req.uses_llm:
+        check_instant_text(stored, task_uuid=req.uuid, send_ms=req.next_send_at_ms, now_ms=now_ms)
     if instant:
         missing = _missing_vapid(ctx)
         if missing:
@@ -120,6 +130,16 @@ def _deliver_instant(
     if superseded is not None:
         data["superseded"] = superseded
     return ok(data)
+
+
+def _canonical_uuids(req: ScheduleRequest) -> None:
+    """Task uuids are stored and looked up lower-case (see ``canonical_task_uuid``); a task cannot supersede
+    itself under another spelling."""
+    req.uuid = canonical_task_uuid(req.uuid)
+    if req.supersedes_uuid is not None:
+        req.supersedes_uuid = canonical_task_uuid(req.supersedes_uuid)
+        if req.supersedes_uuid == req.uuid:
+            raise invalid_parameters(invalid=["supersedesUuid"], message="supersedesUuid 不能与本条任务的 uuid 相同")
 
 
 def _missing_vapid(ctx: AppContext) -> list[str]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from amsg.context import AppContext
 from amsg.crypto import compact_json, decrypt_payload, encrypt_for_storage
-from amsg.domain.limits import can_be_task_uuid
+from amsg.domain.limits import can_be_task_uuid, canonical_task_uuid
 from amsg.domain.update_validation import validate_update_patch
 from amsg.domain.validation import MAX_TASK_PAYLOAD_BYTES, payload_too_large_error
 from amsg.errors import api_error
@@ -29,7 +29,7 @@ MERGE_ATTEMPTS = 3
 
 def update_message(request: ApiRequest, ctx: AppContext) -> ApiResponse:
     authenticate(request, ctx)
-    task_uuid = require_query_id(request)
+    task_uuid = canonical_task_uuid(require_query_id(request))
     user_id = require_user_id(request)
     require_payload_encrypted(request)
     require_encryption_version(request)

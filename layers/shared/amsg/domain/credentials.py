@@ -11,7 +11,7 @@ from typing import Any, Protocol
 
 from amsg import jsonio
 from amsg.crypto import DecryptError, compact_json, decrypt_from_storage, encrypt_for_storage
-from amsg.domain.jsvalues import is_plain_object, utf16_len
+from amsg.domain.jsvalues import is_header_safe, is_plain_object, utf16_len
 
 CRED_VALUE_FIELDS = ("apiUrl", "apiKey", "primaryModel")
 CRED_VALUE_FIELD_MAX_LENGTH = 2048
@@ -29,6 +29,8 @@ def cred_value_error(value: Any) -> str | None:
             return f"value.{name} 必须是非空字符串"
         if utf16_len(field) > CRED_VALUE_FIELD_MAX_LENGTH:
             return f"value.{name} 不能超过 {CRED_VALUE_FIELD_MAX_LENGTH} 字符"
+    if not is_header_safe(value["apiKey"]):  # sent as an Authorization header: anything else never goes out
+        return "value.apiKey 只能包含可打印 ASCII 字符（它作为 HTTP 头发送）"
     return None
 
 

@@ -56,6 +56,21 @@ from __future__ import annotations
 import functools
 import re
 
+import regex
+
+from amsg.domain.jsregex_ast import (
+    Alt,
+    Assert,
+    BackRef,
+    Char,
+    Class,
+    Group,
+    Node,
+    Quant,
+    check_repeat,
+)
+from amsg.domain.regex_safety import check_backtracking
+
 __all__ = ["compile_js_pattern", "translate_js_pattern"]
 
 _MAX_CP = 0x10FFFF
@@ -110,70 +125,6 @@ _CLASS_ESCAPES: dict[str, _Ranges] = {
     "S": _complement(_SPACE),
 }
 _DOT: _Ranges = _complement(_LINE_TERMINATORS)
-
-
-# --- AST ---------------------------------------------------------------------------------------------------
-# Plain slotted classes rather than dataclasses: building dataclasses costs milliseconds of cold start.
-
-
-class _Char:
-    __slots__ = ("cp",)
-
-    def __init__(self, cp: int) -> None:
-        self.cp = cp
-
-
-class _Class:
-    __slots__ = ("negated", "ranges")
-
-    def __init__(self, ranges: _Ranges, negated: bool = False) -> None:
-        self.ranges = ranges
-        self.negated = negated
-
-
-class _Assert:
-    __slots__ = ("kind",)
-
-    def __init__(self, kind: str) -> None:
-        self.kind = kind  # "start" | "end" | "b" | "B"
-
-
-class _Alt:
-    __slots__ = ("branches",)
-
-    def __init__(self, branches: list[list[_Node]]) -> None:
-        self.branches = branches
-
-
-class _Group:
-    __slots__ = ("body", "index", "kind", "name")
-
-    def __init__(self, kind: str, body: _Alt, index: int = 0, name: str | None = None) -> None:
-        self.kind = kind  # "cap" | "nc" | "la" | "nla" | "lb" | "nlb"
-        self.body = body
-        self.index = index
-        self.name = name
-
-
-class _BackRef:
-    __slots__ = ("index", "settable")
-
-    def __init__(self, index: int, settable: bool) -> None:
-        self.index = index
-        self.settable = settable  # False: the group closes after the reference, so JS always sees it unset
-
-
-class _Quant:
-    __slots__ = ("atom", "hi", "lazy", "lo")
-
-    def __init__(self, atom: _Node, lo: int, hi: int | None, lazy: bool) -> None:
-        self.atom = atom
-        self.lo = lo
-        self.hi = hi
-        self.lazy = lazy
-
-
-_Node = _Char | _Class | _Assert | _Alt | _Group | _BackRef | _Quant
 
 
 class _Prescan:
@@ -240,38 +191,38 @@ class _Parser:
     def _error(self, what: str) -> ValueError:
         return ValueError(f"{what} at position {self.pos}")
 
-    def parse(self) -> _Alt:
+    def parse(self) -> Alt:
         alt = self._disjunction()
         if self.pos < len(self.src):
             raise self._error("unmatched ')'")
         return alt
 
-    def _disjunction(self) -> _Alt:
+    def _disjunction(self) -> Alt:
         branches = [self._alternative()]
         while self._peek() == "|":
             self.pos += 1
             branches.append(self._alternative())
-        return _Alt(branches)
+        return Alt(branches)
 
-    def _alternative(self) -> list[_Node]:
-        items: list[_Node] = []
+    def _alternative(self) -> list[Node]:
+        items: list[Node] = []
         while self.pos < len(self.src) and self._peek() not in "|)":
             items.append(self._term())
         return items
 
-    def _term(self) -> _Node:
+    def _term(self) -> Node:
         ch = self._peek()
         quantifiable = True
-        atom: _Node
+        atom: Node
         if ch == "^":
             self.pos += 1
-            atom, quantifiable = _Assert("start"), False
+            atom, quantifiable = Assert("start"), False
         elif ch == "$":
             self.pos += 1
-            atom, quantifiable = _Assert("end"), False
+            atom, quantifiable = Assert("end"), False
         elif ch == "\\" and self._peek(1) in ("b", "B"):
             self.pos += 2
-            atom, quantifiable = _Assert(self.src[self.pos - 1]), False
+            atom, quantifiable = Assert(self.src[self.pos - 1]), False
         elif ch == "(":
             atom = self._group()
             if atom.kind in ("lb", "nlb"):
@@ -292,7 +243,7 @@ class _Parser:
         ch = self._peek()
         return ch in ("*", "+", "?") or (ch == "{" and _BRACED_QUANTIFIER.match(self.src, self.pos) is not None)
 
-    def _quantifier(self, atom: _Node) -> _Quant | None:
+    def _quantifier(self, atom: Node) -> Quant | None:
         ch = self._peek()
         if ch == "*":
             lo, hi = 0, None
@@ -317,9 +268,9 @@ class _Parser:
         lazy = self._peek() == "?"
         if lazy:
             self.pos += 1
-        return _Quant(atom, lo, hi, lazy)
+        return Quant(atom, lo, hi, lazy)
 
-    def _group(self) -> _Group:
+    def _group(self) -> Group:
         start = self.pos
         self.pos += 1  # (
         kind, name = "cap", None
@@ -361,9 +312,9 @@ class _Parser:
         self.pos += 1
         if kind == "cap":
             self.closed.add(index)
-        return _Group(kind, body, index, name)
+        return Group(kind, body, index, name)
 
-    def _atom(self) -> _Node:
+    def _atom(self) -> Node:
         ch = self._peek()
         if ch in ("*", "+", "?"):
             raise self._error("nothing to repeat")
@@ -371,13 +322,13 @@ class _Parser:
             raise self._error("nothing to repeat")
         if ch == ".":
             self.pos += 1
-            return _Class(_DOT)
+            return Class(_DOT)
         if ch == "[":
             return self._class()
         if ch == "\\":
             return self._atom_escape()
         self.pos += 1
-        return _Char(self._literal_cp(ch))
+        return Char(self._literal_cp(ch))
 
     def _literal_cp(self, ch: str) -> int:
         cp = ord(ch)
@@ -385,14 +336,14 @@ class _Parser:
             raise self._error("lone surrogate in pattern")
         return cp
 
-    def _atom_escape(self) -> _Node:
+    def _atom_escape(self) -> Node:
         self.pos += 1  # backslash
         ch = self._peek()
         if not ch:
             raise self._error("\\ at end of pattern")
         if ch in _CLASS_ESCAPES:
             self.pos += 1
-            return _Class(_CLASS_ESCAPES[ch])
+            return Class(_CLASS_ESCAPES[ch])
         if ch in "123456789":
             m = _DECIMAL.match(self.src, self.pos)
             assert m is not None
@@ -411,16 +362,16 @@ class _Parser:
             letter = self._peek(1)
             if letter and letter in _ASCII_LETTERS:
                 self.pos += 2
-                return _Char(ord(letter) % 32)
-            return _Char(0x5C)  # Annex B: `\c` without a letter is a backslash; `c` is read next
-        return _Char(self._character_escape(in_class=False))
+                return Char(ord(letter) % 32)
+            return Char(0x5C)  # Annex B: `\c` without a letter is a backslash; `c` is read next
+        return Char(self._character_escape(in_class=False))
 
-    def _backref(self, index: int) -> _BackRef:
+    def _backref(self, index: int) -> BackRef:
         if self.lookbehind_depth:
             raise self._error("backreference inside a lookbehind is not supported")
         if index > _PY_MAX_BACKREF:
             raise self._error("backreference to a group above 99 is not supported")
-        return _BackRef(index, settable=index in self.closed)
+        return BackRef(index, settable=index in self.closed)
 
     def _character_escape(self, *, in_class: bool) -> int:
         """Escapes shared by atoms and classes; ``self.pos`` is on the character after the backslash."""
@@ -483,7 +434,7 @@ class _Parser:
             raise self._error("lone surrogate escape")
         return unit
 
-    def _class(self) -> _Class:
+    def _class(self) -> Class:
         start = self.pos
         self.pos += 1  # [
         negated = self._peek() == "^"
@@ -497,7 +448,7 @@ class _Parser:
                 raise self._error("unterminated character class")
             if ch == "]":
                 self.pos += 1
-                return _Class(ranges, negated)
+                return Class(ranges, negated)
             first = self._class_atom()
             if self._peek() == "-" and self._peek(1) not in ("]", ""):
                 self.pos += 1
@@ -540,59 +491,6 @@ class _Parser:
         return self._character_escape(in_class=True)
 
 
-# --- analysis ------------------------------------------------------------------------------------------------
-
-
-def _nullable(node: _Node) -> bool:
-    match node:
-        case _Char() | _Class():
-            return False
-        case _Assert() | _BackRef():
-            return True
-        case _Quant():
-            return node.lo == 0 or _nullable(node.atom)
-        case _Alt():
-            return any(all(_nullable(item) for item in branch) for branch in node.branches)
-        case _Group():
-            return node.kind not in ("cap", "nc") or _nullable(node.body)
-    return True
-
-
-def _has_capture(node: _Node) -> bool:
-    match node:
-        case _Group():
-            return node.kind == "cap" or _has_capture(node.body)
-        case _Alt():
-            return any(_has_capture(item) for branch in node.branches for item in branch)
-        case _Quant():
-            return _has_capture(node.atom)
-    return False
-
-
-def _conditional_capture(node: _Node, conditional: bool) -> bool:
-    """Whether some capture inside ``node`` may stay unset while ``node`` itself matches."""
-    match node:
-        case _Group():
-            if node.kind == "cap" and conditional:
-                return True
-            inner = conditional or node.kind in ("nla", "nlb")
-            return _conditional_capture(node.body, inner)
-        case _Alt():
-            inner = conditional or len(node.branches) > 1
-            return any(_conditional_capture(item, inner) for branch in node.branches for item in branch)
-        case _Quant():
-            return _conditional_capture(node.atom, conditional or node.lo == 0)
-    return False
-
-
-def _check_repeat(quant: _Quant) -> None:
-    if (quant.hi is None or quant.hi > 1) and _has_capture(quant.atom):
-        if _nullable(quant.atom):
-            raise ValueError("a repeated group that can match empty must not contain captures")
-        if _conditional_capture(quant.atom, False):
-            raise ValueError("a repeated group must not contain optional captures (JS resets them per iteration)")
-
-
 # --- emission ------------------------------------------------------------------------------------------------
 
 
@@ -617,28 +515,28 @@ def _class_text(ranges: _Ranges, negated: bool) -> str:
 _GROUP_OPEN = {"nc": "(?:", "la": "(?=", "nla": "(?!", "lb": "(?<=", "nlb": "(?<!"}
 
 
-def _emit(node: _Node) -> str:
+def _emit(node: Node) -> str:
     match node:
-        case _Char():
+        case Char():
             return _cp_text(node.cp)
-        case _Class():
+        case Class():
             return _class_text(node.ranges, node.negated)
-        case _Assert():
+        case Assert():
             return {"start": "\\A", "end": "\\Z", "b": _WORD_BOUNDARY, "B": _NOT_WORD_BOUNDARY}[node.kind]
-        case _Alt():
+        case Alt():
             return "|".join("".join(_emit(item) for item in branch) for branch in node.branches)
-        case _Group():
+        case Group():
             if node.kind == "cap":
                 opener = f"(?P<{node.name}>" if node.name and node.name.isidentifier() else "("
             else:
                 opener = _GROUP_OPEN[node.kind]
             return opener + _emit(node.body) + ")"
-        case _BackRef():
+        case BackRef():
             return f"(?:(?({node.index})\\{node.index}))" if node.settable else "(?:)"
-        case _Quant():
-            _check_repeat(node)
+        case Quant():
+            check_repeat(node)
             inner = _emit(node.atom)
-            if not isinstance(node.atom, _Char | _Class | _Group):
+            if not isinstance(node.atom, Char | Class | Group):
                 inner = f"(?:{inner})"
             if (node.lo, node.hi) == (0, None):
                 suffix = "*"
@@ -656,24 +554,37 @@ def _emit(node: _Node) -> str:
     raise AssertionError(f"unknown node {node!r}")
 
 
-def translate_js_pattern(source: str) -> str:
-    """Python ``re`` source equivalent to the JavaScript regex ``source`` (no flags); ``ValueError`` if none."""
+def _parse(source: str) -> Alt:
     if not isinstance(source, str):
         raise ValueError("pattern source must be a string")
     try:
-        return _emit(_Parser(source).parse())
+        return _Parser(source).parse()
+    except RecursionError as exc:
+        raise ValueError("pattern nests too deeply") from exc
+
+
+def translate_js_pattern(source: str) -> str:
+    """Python ``re`` source equivalent to the JavaScript regex ``source`` (no flags); ``ValueError`` if none."""
+    tree = _parse(source)
+    try:
+        return _emit(tree)
     except RecursionError as exc:
         raise ValueError("pattern nests too deeply") from exc
 
 
 @functools.lru_cache(maxsize=256)
-def compile_js_pattern(source: str) -> re.Pattern[str]:
-    """Compile a JavaScript regex source (no flags) to an equivalent Python pattern, or raise ``ValueError``.
+def compile_js_pattern(source: str) -> regex.Pattern[str]:
+    """Compile a JavaScript regex source (no flags) to an equivalent pattern, or raise ``ValueError``.
 
+    Patterns that backtrack catastrophically are refused (:mod:`amsg.domain.regex_safety`). The result is a
+    ``regex`` pattern (``re``-compatible syntax) so every match can run under a CPU budget (``timeout=``).
     Cached: the same stored patterns are compiled at validation time and again at every fire.
     """
+    tree = _parse(source)
+    check_backtracking(tree)
     translated = translate_js_pattern(source)
     try:
-        return re.compile(translated)
-    except (re.error, OverflowError, RecursionError) as exc:
+        re.compile(translated)  # keeps the accepted set that of `re` (e.g. no variable-width lookbehind)
+        return regex.compile(translated)
+    except (regex.error, re.error, OverflowError, RecursionError) as exc:
         raise ValueError(f"pattern cannot be compiled: {exc}") from exc

@@ -83,3 +83,9 @@ def is_well_formed(text: str) -> bool:
 def has_control_chars(text: str) -> bool:
     """Whether ``text`` contains U+0000–U+001F or U+007F (the credId / purpose rule)."""
     return any(ord(ch) < 0x20 or ord(ch) == 0x7F for ch in text)
+
+
+def is_header_safe(text: str) -> bool:
+    """Whether ``text`` can travel in an HTTP header value as is: printable ASCII, space and tab only (an API key
+    with anything else is accepted by nobody's HTTP stack, so it could never be sent)."""
+    return text.isascii() and all(ch == "\t" or " " <= ch <= "~" for ch in text)

@@ -17,6 +17,19 @@ MAX_TIME_MS = 8_640_000_000_000_000
 # Number.MAX_SAFE_INTEGER: the largest counter/cursor a JavaScript client can send back exactly
 MAX_SAFE_INTEGER = 2**53 - 1
 MAX_SORT_KEY_BYTES = 1024
+# Ids the server mints (plans, operations) are UUIDs; a client-sent id longer than this names nothing stored,
+# and stays far below the sort-key limit once prefixed.
+MAX_RECORD_ID_BYTES = 256
+
+
+def utf8_size(value: str) -> int:
+    """Bytes DynamoDB counts for ``value`` (a lone surrogate counted as the 3 bytes it is replaced by)."""
+    return len(value.encode("utf-8", errors="surrogatepass"))
+
+
+def can_be_record_id(value: str) -> bool:
+    """Whether a client-sent id of a server-minted record could name one (bounded, so it fits a key)."""
+    return len(value) <= MAX_RECORD_ID_BYTES and utf8_size(value) <= MAX_RECORD_ID_BYTES
 
 
 def is_epoch_ms(value: Any) -> bool:
@@ -31,6 +44,12 @@ def is_epoch_ms(value: Any) -> bool:
 def can_be_task_uuid(value: str) -> bool:
     """Task uuids are UUIDs (schedule-message accepts nothing else), so anything else names no task."""
     return is_valid_uuid(value)
+
+
+def canonical_task_uuid(value: str) -> str:
+    """Task uuids compare case-insensitively (lower-case is canonical, what ``crypto.randomUUID()`` mints), so
+    one user's uuid upper-cased can neither be registered by another user nor miss its own task on lookup."""
+    return value.lower() if is_valid_uuid(value) else value
 
 
 def bounded_cursor(value: int) -> int:

@@ -6,35 +6,69 @@ end. Each piece is the trimmed text plus every participating capture of the sepa
 captured separator (the default punctuation) stays with its sentence, an uncaptured one vanishes, and a
 group that did not take part adds nothing. A list of patterns is a cascade: every chunk produced by pattern
 k is split again by pattern k+1.
+
+Every match runs under one CPU budget per message (:data:`SPLIT_BUDGET_S`): a pattern that exhausts it — or a
+stored pattern the translator now refuses — fails the delivery *permanently* (:class:`SplitPatternFailure`), since
+retrying the same text with the same pattern cannot succeed (docs/decisions.md, "User-supplied regexes").
 """
 
 from __future__ import annotations
 
-import re
+import time
+from typing import Any
 
 from amsg.domain.jsregex import compile_js_pattern
 from amsg.domain.jsvalues import js_trim
+from amsg.failures import DeliveryFailure
 
-__all__ = ["DEFAULT_SPLIT_PATTERN", "js_split", "split_message"]
+__all__ = ["DEFAULT_SPLIT_PATTERN", "SPLIT_BUDGET_S", "SplitPatternFailure", "js_split", "split_message"]
+
+# CPU time all matches of one message may take: a linear pattern splits megabytes in far less.
+SPLIT_BUDGET_S = 0.5
+SPLIT_PATTERN_FAILED = "SPLIT_PATTERN_FAILED"
+
+
+class SplitPatternFailure(DeliveryFailure, ValueError):
+    """The message's ``splitPattern`` cannot split it: over the CPU budget, or not a pattern we accept."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, code=SPLIT_PATTERN_FAILED, permanent=True)
+
+
+class _Deadline:
+    __slots__ = ("at",)
+
+    def __init__(self, budget_s: float) -> None:
+        self.at = time.monotonic() + budget_s
+
+    def remaining(self) -> float:
+        left = self.at - time.monotonic()
+        if left <= 0:
+            raise TimeoutError("splitPattern budget exhausted")
+        return left
+
 
 # Runs of sentence-ending punctuation, captured so each run stays with the sentence before it.
 DEFAULT_SPLIT_PATTERN = "([。！？!?]+)"
 
 
-def js_split(text: str, pattern: re.Pattern[str]) -> list[str | None]:
+def js_split(text: str, pattern: Any, deadline: _Deadline | None = None) -> list[str | None]:
     """``text.split(regex)`` as JavaScript computes it (no limit); ``None`` stands for ``undefined``.
 
     Captures of each separator are inserted after the piece before it. An empty match never splits at the
     position where the current piece starts (so never at index 0) and a match at the very end is never tried.
+    ``pattern`` is a compiled ``regex`` pattern; with a ``deadline`` every match runs under its remaining budget
+    (``TimeoutError`` when spent).
     """
+    deadline = deadline or _Deadline(SPLIT_BUDGET_S)
     size = len(text)
     if size == 0:
-        return [] if pattern.match(text) else [text]
+        return [] if pattern.match(text, timeout=deadline.remaining()) else [text]
     parts: list[str | None] = []
     start = 0  # where the current piece begins (JS `p`)
     pos = 0  # where the next match is tried (JS `q`)
     while pos < size:
-        m = pattern.search(text, pos)
+        m = pattern.search(text, pos, timeout=deadline.remaining())
         if m is None or m.start() >= size:
             break
         if m.end() == start:
@@ -48,8 +82,8 @@ def js_split(text: str, pattern: re.Pattern[str]) -> list[str | None]:
     return parts
 
 
-def _split_step(chunk: str, pattern: re.Pattern[str]) -> list[str]:
-    parts = js_split(chunk, pattern)
+def _split_step(chunk: str, pattern: Any, deadline: _Deadline) -> list[str]:
+    parts = js_split(chunk, pattern, deadline)
     stride = pattern.groups + 1
     out: list[str] = []
     for i in range(0, len(parts), stride):
@@ -76,14 +110,24 @@ def _sources(split_pattern: str | list[str] | None) -> list[str]:
     raise ValueError("splitPattern must be a string, a list of strings or null")
 
 
-def split_message(text: str, split_pattern: str | list[str] | None) -> list[str]:
+def split_message(text: str, split_pattern: str | list[str] | None, *, budget_s: float = SPLIT_BUDGET_S) -> list[str]:
     """Segments to push for ``text``; ``split_pattern`` None or ``[]`` means the default punctuation split.
 
-    Raises ``ValueError`` for a pattern the translator rejects; validation refuses such patterns at
-    schedule/update time, so this only happens for data written around the API.
+    Raises :class:`SplitPatternFailure` (a permanent delivery failure, also a ``ValueError``) for a pattern the
+    translator refuses — validation refuses those at schedule/update time, so only data written around the API —
+    and for matching that exceeds ``budget_s`` of CPU time.
     """
-    patterns = [compile_js_pattern(source) for source in _sources(split_pattern)]
+    try:
+        patterns = [compile_js_pattern(source) for source in _sources(split_pattern)]
+    except ValueError as exc:
+        raise SplitPatternFailure(f"{SPLIT_PATTERN_FAILED}: splitPattern is not a pattern this server runs") from exc
+    deadline = _Deadline(budget_s)
     chunks = [text]
-    for pattern in patterns:
-        chunks = [segment for chunk in chunks for segment in _split_step(chunk, pattern)]
+    try:
+        for pattern in patterns:
+            chunks = [segment for chunk in chunks for segment in _split_step(chunk, pattern, deadline)]
+    except TimeoutError:
+        raise SplitPatternFailure(
+            f"{SPLIT_PATTERN_FAILED}: splitPattern took more than {budget_s:g} s of CPU time on this message"
+        ) from None
     return chunks or [text]

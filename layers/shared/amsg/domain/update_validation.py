@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -10,8 +10,10 @@ from amsg.domain.jsvalues import is_finite_number, is_plain_object, is_positive_
 from amsg.domain.timezones import canonical_tz
 from amsg.domain.urls import avatar_url_error
 from amsg.domain.validation import (
+    API_KEY_HEADER_MESSAGE,
     INLINE_CREDENTIAL_FIELDS,
     RECURRENCE_TYPES,
+    api_key_error,
     cred_refs_error,
     distinct_cred_ids,
     normalize_int,
@@ -75,88 +77,145 @@ class UpdatePatch:
         return merged, self.applied_keys()
 
 
-def validate_update_patch(patch: dict[str, Any]) -> UpdatePatch:
-    """Validate a decrypted update body in the reference's order; raise the first error."""
-    if not is_plain_object(patch):
-        raise api_error("INVALID_UPDATE_DATA")
-    u = patch
+@dataclass
+class _Update:
+    """What the rules of one update request have established so far."""
 
+    u: dict[str, Any]
     next_send_at_ms: int | None = None
-    if js_truthy(u.get("nextSendAt")):
-        next_send_at_ms = parse_iso_ms(u["nextSendAt"])
-        if next_send_at_ms is None:
+    tz_id: str | None = None
+    avatar_ok: bool = False
+
+
+def _rule_next_send_at(s: _Update) -> None:
+    if js_truthy(s.u.get("nextSendAt")):
+        s.next_send_at_ms = parse_iso_ms(s.u["nextSendAt"])
+        if s.next_send_at_ms is None:
             raise invalid_update(["nextSendAt"])
 
-    if "contactName" in u and (not isinstance(u["contactName"], str) or not js_trim(u["contactName"])):
+
+def _rule_contact_name(s: _Update) -> None:
+    if "contactName" in s.u and (not isinstance(s.u["contactName"], str) or not js_trim(s.u["contactName"])):
         raise invalid_update(["contactName"], "contactName 必须是非空字符串")
 
-    if u.get("userMessage") is not None and not isinstance(u["userMessage"], str):
-        raise invalid_update(["userMessage"], "userMessage 必须是字符串")
 
-    if u.get("messageSubtype") is not None and not isinstance(u["messageSubtype"], str):
-        raise invalid_update(["messageSubtype"], "messageSubtype 必须是字符串")
+def _rule_strings(s: _Update) -> None:
+    for key in ("userMessage", "messageSubtype"):
+        if s.u.get(key) is not None and not isinstance(s.u[key], str):
+            raise invalid_update([key], f"{key} 必须是字符串")
 
-    if u.get("llmExtraBody") is not None and not is_plain_object(u["llmExtraBody"]):
+
+def _rule_extra_body(s: _Update) -> None:
+    if s.u.get("llmExtraBody") is not None and not is_plain_object(s.u["llmExtraBody"]):
         raise invalid_update(["llmExtraBody"], "llmExtraBody 必须是普通对象")
 
-    recurrence = u.get("recurrenceType")
+
+def _rule_recurrence(s: _Update) -> None:
+    recurrence = s.u.get("recurrenceType")
     if js_truthy(recurrence) and (not isinstance(recurrence, str) or recurrence not in RECURRENCE_TYPES):
         raise invalid_update(["recurrenceType"])
 
-    tz_id: str | None = None
-    if u.get("tzId") is not None:
-        tz_id = canonical_tz(u["tzId"])
-        if tz_id is None:
+
+def _rule_tz(s: _Update) -> None:
+    if s.u.get("tzId") is not None:
+        s.tz_id = canonical_tz(s.u["tzId"])
+        if s.tz_id is None:
             raise invalid_update(["tzId"], "tzId 必须是可用的 IANA 时区 id（如 Asia/Tokyo），或 null 表示按 UTC 推进")
 
-    if u.get("maxTokens") is not None and not is_positive_integer(u["maxTokens"]):
+
+def _rule_max_tokens(s: _Update) -> None:
+    if s.u.get("maxTokens") is not None and not is_positive_integer(s.u["maxTokens"]):
         raise invalid_update(["maxTokens"])
 
-    complete_prompt = u.get("completePrompt")
-    messages = u.get("messages")
-    if js_truthy(complete_prompt) and messages is not None:
+
+def _rule_prompt(s: _Update) -> None:
+    messages = s.u.get("messages")
+    if js_truthy(s.u.get("completePrompt")) and messages is not None:
         raise invalid_update(["completePrompt", "messages"], "completePrompt 与 messages 不能同时更新（二选一）")
     if messages is not None:
         messages_error = validate_messages_array(messages)
         if messages_error:
             raise invalid_update(["messages"], messages_error)
 
-    if u.get("temperature") is not None and not is_finite_number(u["temperature"]):
+
+def _rule_temperature(s: _Update) -> None:
+    if s.u.get("temperature") is not None and not is_finite_number(s.u["temperature"]):
         raise invalid_update(["temperature"])
 
-    if "splitPattern" in u:
-        split_error = split_pattern_error(u["splitPattern"])
+
+def _rule_split_pattern(s: _Update) -> None:
+    if "splitPattern" in s.u:
+        split_error = split_pattern_error(s.u["splitPattern"])
         if split_error:
             raise invalid_update(["splitPattern"], split_error)
 
-    # A bad avatar is dropped from the patch (old avatar kept), never an error (the reference's soft strip).
-    avatar_ok = "avatarUrl" in u and avatar_url_error(u["avatarUrl"]) is None
 
-    if "pushSubscription" in u:
+def _rule_avatar(s: _Update) -> None:
+    # A bad avatar is dropped from the patch (old avatar kept), never an error (the reference's soft strip).
+    s.avatar_ok = "avatarUrl" in s.u and avatar_url_error(s.u["avatarUrl"]) is None
+
+
+def _rule_no_push_subscription(s: _Update) -> None:
+    if "pushSubscription" in s.u:
         raise api_error(
             "PUSH_SUBSCRIPTION_NOT_ACCEPTED",
             "pushSubscription 不再随任务更新，改用 PUT /push-subscription 覆盖用户级订阅",
             {"invalidFields": ["pushSubscription"]},
         )
 
-    cred_refs = u.get("credRefs")
-    if cred_refs is not None:
-        refs_error = cred_refs_error(cred_refs)
-        if refs_error:
-            raise invalid_update(["credRefs"], refs_error)
-        if any(js_truthy(u.get(name)) for name in INLINE_CREDENTIAL_FIELDS):
-            raise invalid_update(
-                ["credRefs", *INLINE_CREDENTIAL_FIELDS],
-                "credRefs 与内联 apiUrl / apiKey / primaryModel 不能同时更新（二选一）",
-            )
 
-    changes = _update_changes(u, tz_id=tz_id, avatar_ok=avatar_ok)
+def _rule_cred_refs(s: _Update) -> None:
+    cred_refs = s.u.get("credRefs")
+    if cred_refs is None:
+        return
+    refs_error = cred_refs_error(cred_refs)
+    if refs_error:
+        raise invalid_update(["credRefs"], refs_error)
+    if any(js_truthy(s.u.get(name)) for name in INLINE_CREDENTIAL_FIELDS):
+        raise invalid_update(
+            ["credRefs", *INLINE_CREDENTIAL_FIELDS],
+            "credRefs 与内联 apiUrl / apiKey / primaryModel 不能同时更新（二选一）",
+        )
+
+
+def _rule_api_key(s: _Update) -> None:
+    if api_key_error(s.u.get("apiKey")):
+        raise invalid_update(["apiKey"], API_KEY_HEADER_MESSAGE)
+
+
+# The reference's order (the first failing rule answers); the apiKey header check is ours and comes last.
+UPDATE_RULES: tuple[Callable[[_Update], None], ...] = (
+    _rule_next_send_at,
+    _rule_contact_name,
+    _rule_strings,
+    _rule_extra_body,
+    _rule_recurrence,
+    _rule_tz,
+    _rule_max_tokens,
+    _rule_prompt,
+    _rule_temperature,
+    _rule_split_pattern,
+    _rule_avatar,
+    _rule_no_push_subscription,
+    _rule_cred_refs,
+    _rule_api_key,
+)
+
+
+def validate_update_patch(patch: dict[str, Any]) -> UpdatePatch:
+    """Validate a decrypted update body in the reference's order; raise the first error."""
+    if not is_plain_object(patch):
+        raise api_error("INVALID_UPDATE_DATA")
+    state = _Update(patch)
+    for rule in UPDATE_RULES:
+        rule(state)
+    u = patch
     return UpdatePatch(
         request_keys=list(u.keys()),
-        changes=changes,
-        next_send_at_ms=next_send_at_ms,
+        changes=_update_changes(u, tz_id=state.tz_id, avatar_ok=state.avatar_ok),
+        next_send_at_ms=state.next_send_at_ms,
         inline_credential_keys=[k for k in u if k in INLINE_CREDENTIAL_FIELDS and js_truthy(u[k])],
-        cred_ref_ids=distinct_cred_ids(cred_refs),
+        cred_ref_ids=distinct_cred_ids(u.get("credRefs")),
     )
 
 

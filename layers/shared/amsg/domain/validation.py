@@ -19,12 +19,14 @@ from amsg.crypto import compact_json
 from amsg.domain.jsvalues import (
     has_control_chars,
     is_finite_number,
+    is_header_safe,
     is_plain_object,
     is_positive_integer,
     is_well_formed,
     js_truthy,
     utf16_len,
 )
+from amsg.domain.llm_messages import validate_messages_array
 from amsg.domain.timezones import canonical_tz
 from amsg.domain.urls import avatar_url_error
 from amsg.errors import ApiError, api_error, invalid_parameters
@@ -34,7 +36,6 @@ from amsg.timeutil import iso_from_ms, parse_iso_ms
 
 MESSAGE_TYPES = ("fixed", "prompted", "auto", "instant")
 RECURRENCE_TYPES = ("none", "daily", "weekly")
-LLM_MESSAGE_ROLES = ("system", "user", "assistant", "tool")
 
 # floor((2_000_000 - 4_096 - 66) / 2) - 2_048: the reference's D1 row budget; kept for wire parity.
 MAX_TASK_PAYLOAD_BYTES = 995_871
@@ -103,50 +104,6 @@ def distinct_cred_ids(cred_refs: Any) -> list[str]:
     return list(dict.fromkeys(v for v in cred_refs.values() if isinstance(v, str)))
 
 
-def validate_messages_array(value: Any) -> str | None:
-    """The push-subscription shape rules; returns the reference's English message for the first problem, or None."""
-    if not isinstance(value, list) or not value:
-        return "messages must be a non-empty array"
-    for i, message in enumerate(value):
-        if not is_plain_object(message):
-            return f"messages[{i}] must be an object"
-        role = message.get("role")
-        if not isinstance(role, str) or role not in LLM_MESSAGE_ROLES:
-            return f"messages[{i}].role must be one of system / user / assistant / tool"
-        tool_calls = message.get("tool_calls")
-        if role == "assistant" and isinstance(tool_calls, list) and tool_calls:
-            # An assistant turn that carries tool calls may have empty content (agentic replay).
-            for j, call in enumerate(tool_calls):
-                if (
-                    not is_plain_object(call)
-                    or not isinstance(call.get("id"), str)
-                    or not js_truthy(call.get("function"))
-                ):
-                    return (
-                        f"messages[{i}].tool_calls[{j}] is malformed "
-                        "(expected { id, type:'function', function:{ name, arguments } })"
-                    )
-            continue
-        content = message.get("content")
-        if role == "tool":
-            # Empty tool output is legitimate (a search with no hits), but the reference id is mandatory.
-            if not isinstance(content, str | list):
-                return f"messages[{i}].content (tool) must be a string or an array"
-            call_id = message.get("tool_call_id")
-            if not isinstance(call_id, str) or not call_id:
-                return f"messages[{i}].tool_call_id is required (tool messages must reference a prior tool_call)"
-            continue
-        if isinstance(content, str):
-            if not content:
-                return f"messages[{i}].content must be a non-empty string"
-        elif isinstance(content, list):
-            if not content:
-                return f"messages[{i}].content array must be non-empty"
-        else:
-            return f"messages[{i}].content must be a non-empty string or a non-empty array"
-    return None
-
-
 def _pattern_compiles(source: str) -> bool:
     # Imported lazily: the JS→Python regex translator is its own module and only needed here.
     from amsg.domain.jsregex import compile_js_pattern
@@ -185,6 +142,14 @@ def split_pattern_error(value: Any) -> str | None:
 def validate_split_pattern(value: Any) -> bool:
     """Whether ``value`` is an acceptable ``splitPattern`` (≤10 items × ≤200 UTF-16 units, each compiles)."""
     return split_pattern_error(value) is None
+
+
+API_KEY_HEADER_MESSAGE = "apiKey 只能包含可打印 ASCII 字符（它作为 HTTP 头发送）"
+
+
+def api_key_error(value: Any) -> bool:
+    """An inline ``apiKey`` that could never be sent: not a string, or not a valid HTTP header value."""
+    return js_truthy(value) and not (isinstance(value, str) and is_header_safe(value))
 
 
 # ---- size gate ---------------------------------------------------------------------------------------------------
@@ -255,6 +220,13 @@ class ScheduleRequest:
     def has_chat_cred_ref(self) -> bool:
         return self.cred_refs is not None and has_chat_cred_ref({"credRefs": self.cred_refs})
 
+    @property
+    def uses_llm(self) -> bool:
+        """Whether delivery asks an LLM for the text (a prompt and credentials) instead of sending ``userMessage``."""
+        has_prompt = js_truthy(self.complete_prompt) or bool(self.messages)
+        all_inline = all(js_truthy(v) for v in (self.api_url, self.api_key, self.primary_model))
+        return has_prompt and (self.has_chat_cred_ref or all_inline)
+
     def effective_send_ms(self, now_ms: int) -> int:
         """``now`` for ``immediate`` tasks, else the validated ``firstSendTime``."""
         return now_ms if self.immediate else self.next_send_at_ms
@@ -294,90 +266,115 @@ def _params_error(invalid: list[str], message: str = DEFAULT_PARAMS_MESSAGE) -> 
     return invalid_parameters(invalid=invalid, message=message)
 
 
-def validate_schedule_payload(
-    payload: dict[str, Any],
-    *,
-    now_ms: int,
-    new_uuid: Callable[[], str] = _new_uuid,
-) -> ScheduleRequest:
-    """Validate a decrypted schedule request in the reference's order; raise the first error."""
-    if not is_plain_object(payload):
-        raise api_error("INVALID_PAYLOAD_FORMAT")
-    p = payload
+@dataclass
+class _Schedule:
+    """What the rules of one schedule request have established so far (later rules read earlier results)."""
 
-    contact_name = p.get("contactName")
+    p: dict[str, Any]
+    now_ms: int
+    message_type: str = ""
+    immediate: bool = False
+    next_send_at_ms: int = 0
+    recurrence_type: str = "none"
+    tz_id: str | None = None
+    has_prompt: bool = False
+    has_chat_ref: bool = False
+    inline: dict[str, Any] = field(default_factory=dict)
+    avatar_url: str | None = None
+
+
+def _rule_contact_name(s: _Schedule) -> None:
+    contact_name = s.p.get("contactName")
     if not js_truthy(contact_name) or not isinstance(contact_name, str):
         raise invalid_parameters(missing=["contactName"], message=DEFAULT_PARAMS_MESSAGE)
 
-    message_type = p.get("messageType")
+
+def _rule_message_type(s: _Schedule) -> None:
+    message_type = s.p.get("messageType")
     if not isinstance(message_type, str) or message_type not in MESSAGE_TYPES:
         details: dict[str, Any] = {}
-        if "messageType" in p:  # JSON.stringify drops an undefined providedType
+        if "messageType" in s.p:  # JSON.stringify drops an undefined providedType
             details["providedType"] = message_type
         details["allowedTypes"] = list(MESSAGE_TYPES)
         raise api_error("INVALID_MESSAGE_TYPE", "消息类型无效", details)
+    s.message_type = message_type
 
-    if "immediate" in p and not isinstance(p["immediate"], bool):
+
+def _rule_immediate(s: _Schedule) -> None:
+    if "immediate" in s.p and not isinstance(s.p["immediate"], bool):
         raise _params_error(["immediate"], "immediate 必须是布尔值")
-    immediate = p.get("immediate") is True
-    if immediate and message_type == "instant":
+    s.immediate = s.p.get("immediate") is True
+    if s.immediate and s.message_type == "instant":
         raise _params_error(["immediate"], "messageType 'instant' 本就立即投递，不能再带 immediate")
 
-    first_send = p.get("firstSendTime")
-    if immediate:
+
+def _rule_first_send_time(s: _Schedule) -> None:
+    first_send = s.p.get("firstSendTime")
+    if s.immediate:
         # Only the format is checked: the client's local wish, not a schedule.
         if first_send is not None and parse_iso_ms(first_send) is None:
             raise api_error("INVALID_TIMESTAMP", "时间格式无效", {"field": "firstSendTime"})
-        next_send_at_ms = now_ms
-    else:
-        parsed = parse_iso_ms(first_send) if js_truthy(first_send) else None
-        if parsed is None:
-            raise api_error("INVALID_TIMESTAMP", "时间格式无效", {"field": "firstSendTime"})
-        if parsed <= now_ms:
-            raise api_error(
-                "INVALID_TIMESTAMP",
-                "时间必须在未来",
-                {"field": "firstSendTime", "reason": "must be in the future"},
-            )
-        next_send_at_ms = parsed
+        s.next_send_at_ms = s.now_ms
+        return
+    parsed = parse_iso_ms(first_send) if js_truthy(first_send) else None
+    if parsed is None:
+        raise api_error("INVALID_TIMESTAMP", "时间格式无效", {"field": "firstSendTime"})
+    if parsed <= s.now_ms:
+        raise api_error(
+            "INVALID_TIMESTAMP", "时间必须在未来", {"field": "firstSendTime", "reason": "must be in the future"}
+        )
+    s.next_send_at_ms = parsed
 
-    supersedes = p.get("supersedesUuid")
-    if supersedes is not None:
-        if not is_valid_uuid(supersedes):
-            raise _params_error(["supersedesUuid"], "supersedesUuid 必须是合法 UUID")
-        if js_truthy(p.get("uuid")) and supersedes == p.get("uuid"):
-            raise _params_error(["supersedesUuid"], "supersedesUuid 不能与本条任务的 uuid 相同")
 
-    if "pushSubscription" in p:
+def _rule_supersedes(s: _Schedule) -> None:
+    supersedes = s.p.get("supersedesUuid")
+    if supersedes is None:
+        return
+    if not is_valid_uuid(supersedes):
+        raise _params_error(["supersedesUuid"], "supersedesUuid 必须是合法 UUID")
+    if js_truthy(s.p.get("uuid")) and supersedes == s.p.get("uuid"):
+        raise _params_error(["supersedesUuid"], "supersedesUuid 不能与本条任务的 uuid 相同")
+
+
+def _rule_no_push_subscription(s: _Schedule) -> None:
+    if "pushSubscription" in s.p:
         raise api_error(
             "PUSH_SUBSCRIPTION_NOT_ACCEPTED",
             "pushSubscription 不再随任务提交，改用 PUT /push-subscription 登记一份用户级订阅",
             {"invalidFields": ["pushSubscription"]},
         )
 
-    recurrence = p.get("recurrenceType")
+
+def _rule_recurrence(s: _Schedule) -> None:
+    recurrence = s.p.get("recurrenceType")
     if js_truthy(recurrence) and (not isinstance(recurrence, str) or recurrence not in RECURRENCE_TYPES):
         raise _params_error(["recurrenceType"])
-    recurrence_type = recurrence if js_truthy(recurrence) else "none"  # missing means none, on every path
+    s.recurrence_type = recurrence if js_truthy(recurrence) else "none"  # missing means none, on every path
 
-    tz_id: str | None = None
-    if p.get("tzId") is not None:
-        tz_id = canonical_tz(p["tzId"])
-        if tz_id is None:
+
+def _rule_tz(s: _Schedule) -> None:
+    if s.p.get("tzId") is not None:
+        s.tz_id = canonical_tz(s.p["tzId"])
+        if s.tz_id is None:
             raise _params_error(["tzId"], "tzId 必须是可用的 IANA 时区 id（如 Asia/Tokyo）")
 
-    max_tokens = p.get("maxTokens")
+
+def _rule_max_tokens(s: _Schedule) -> None:
+    max_tokens = s.p.get("maxTokens")
     if max_tokens is not None and not is_positive_integer(max_tokens):
         raise _params_error(["maxTokens"])
 
-    user_message = p.get("userMessage")
+
+def _rule_user_message(s: _Schedule) -> None:
+    user_message = s.p.get("userMessage")
     if user_message is not None and not isinstance(user_message, str):
         raise _params_error(["userMessage (must be a string)"])
-    if message_type == "fixed" and not js_truthy(user_message):
+    if s.message_type == "fixed" and not js_truthy(user_message):
         raise invalid_parameters(missing=["userMessage (required for fixed type)"], message=DEFAULT_PARAMS_MESSAGE)
 
-    complete_prompt = p.get("completePrompt")
-    messages = p.get("messages")
+
+def _rule_prompt(s: _Schedule) -> None:
+    complete_prompt, messages = s.p.get("completePrompt"), s.p.get("messages")
     has_complete_prompt = complete_prompt is not None and complete_prompt != ""
     has_messages = messages is not None
     if has_complete_prompt and has_messages:
@@ -389,97 +386,169 @@ def validate_schedule_payload(
         messages_error = validate_messages_array(messages)
         if messages_error:
             raise _params_error(["messages"], messages_error)
-    has_prompt = has_complete_prompt or has_messages
+    s.has_prompt = has_complete_prompt or has_messages
 
-    cred_refs = p.get("credRefs")
+
+def _rule_credentials(s: _Schedule) -> None:
+    cred_refs = s.p.get("credRefs")
     if cred_refs is not None:
         refs_error = cred_refs_error(cred_refs)
         if refs_error:
             raise _params_error(["credRefs"], refs_error)
-    has_chat_ref = has_chat_cred_ref(p)
-    inline = {name: p.get(name) for name in INLINE_CREDENTIAL_FIELDS}
-    any_inline = any(js_truthy(v) for v in inline.values())
-    all_inline = all(js_truthy(v) for v in inline.values())
-    if has_chat_ref and any_inline:
+    s.has_chat_ref = has_chat_cred_ref(s.p)
+    s.inline = {name: s.p.get(name) for name in INLINE_CREDENTIAL_FIELDS}
+    if s.has_chat_ref and any(js_truthy(v) for v in s.inline.values()):
         raise _params_error(
             ["credRefs.chat", *INLINE_CREDENTIAL_FIELDS],
             "credRefs.chat 与内联 apiUrl / apiKey / primaryModel 不能同时提供（二选一）",
         )
 
-    if message_type in ("prompted", "auto"):
-        missing: list[str] = []
-        if not has_prompt:
-            missing.append("completePrompt or messages")
-        if not has_chat_ref:
-            if not any_inline:
-                missing.append("credRefs.chat or (apiUrl + apiKey + primaryModel)")
-            else:
-                missing.extend(name for name, v in inline.items() if not js_truthy(v))
-        if missing:
-            raise invalid_parameters(missing=missing, message=DEFAULT_PARAMS_MESSAGE)
 
-    if message_type == "instant":
-        if js_truthy(recurrence) and recurrence != "none":
-            raise _params_error(
-                ['recurrenceType (must be "none" for instant type)'], "instant 类型的 recurrenceType 必须为 none"
-            )
-        has_ai_config = has_prompt and (has_chat_ref or all_inline)
-        if not has_ai_config and not js_truthy(user_message):
-            raise invalid_parameters(
-                missing=[
-                    "userMessage or ((completePrompt | messages) + (credRefs.chat | apiUrl + apiKey + primaryModel))"
-                ],
-                message="instant 类型必须提供 userMessage 或完整的 AI 配置",
-            )
+def _rule_ai_config(s: _Schedule) -> None:
+    if s.message_type not in ("prompted", "auto"):
+        return
+    missing: list[str] = []
+    if not s.has_prompt:
+        missing.append("completePrompt or messages")
+    if not s.has_chat_ref:
+        if not any(js_truthy(v) for v in s.inline.values()):
+            missing.append("credRefs.chat or (apiUrl + apiKey + primaryModel)")
+        else:
+            missing.extend(name for name, v in s.inline.items() if not js_truthy(v))
+    if missing:
+        raise invalid_parameters(missing=missing, message=DEFAULT_PARAMS_MESSAGE)
 
-    temperature = p.get("temperature")
+
+def _rule_instant(s: _Schedule) -> None:
+    if s.message_type != "instant":
+        return
+    recurrence = s.p.get("recurrenceType")
+    if js_truthy(recurrence) and recurrence != "none":
+        raise _params_error(
+            ['recurrenceType (must be "none" for instant type)'], "instant 类型的 recurrenceType 必须为 none"
+        )
+    has_ai_config = s.has_prompt and (s.has_chat_ref or all(js_truthy(v) for v in s.inline.values()))
+    if not has_ai_config and not js_truthy(s.p.get("userMessage")):
+        raise invalid_parameters(
+            missing=["userMessage or ((completePrompt | messages) + (credRefs.chat | apiUrl + apiKey + primaryModel))"],
+            message="instant 类型必须提供 userMessage 或完整的 AI 配置",
+        )
+
+
+def _rule_temperature(s: _Schedule) -> None:
+    temperature = s.p.get("temperature")
     if temperature is not None and not is_finite_number(temperature):
         raise _params_error(["temperature (must be a finite number)"])
 
-    avatar = p.get("avatarUrl")
-    avatar_url = avatar if avatar_url_error(avatar) is None and js_truthy(avatar) else None  # soft strip
 
-    given_uuid = p.get("uuid")
-    if js_truthy(given_uuid) and not (is_valid_uuid(given_uuid) and utf16_len(given_uuid) <= TASK_UUID_MAX_LENGTH):
+def _rule_avatar(s: _Schedule) -> None:
+    avatar = s.p.get("avatarUrl")
+    s.avatar_url = avatar if avatar_url_error(avatar) is None and js_truthy(avatar) else None  # soft strip
+
+
+def _rule_uuid(s: _Schedule) -> None:
+    given = s.p.get("uuid")
+    if js_truthy(given) and not (is_valid_uuid(given) and utf16_len(given) <= TASK_UUID_MAX_LENGTH):
         raise _params_error(["uuid (invalid UUID format)"])
 
-    subtype = p.get("messageSubtype")
+
+def _rule_subtype(s: _Schedule) -> None:
+    subtype = s.p.get("messageSubtype")
     if subtype is not None and not isinstance(subtype, str):
         raise _params_error(["messageSubtype"])
 
-    split_error = split_pattern_error(p.get("splitPattern"))
+
+def _rule_split_pattern(s: _Schedule) -> None:
+    split_error = split_pattern_error(s.p.get("splitPattern"))
     if split_error:
         raise _params_error(["splitPattern"], split_error)
 
-    extra_body = p.get("llmExtraBody")
+
+def _rule_extra_body(s: _Schedule) -> None:
+    extra_body = s.p.get("llmExtraBody")
     if extra_body is not None and not is_plain_object(extra_body):
         raise _params_error(["llmExtraBody"], "llmExtraBody 必须是普通对象")
 
-    metadata = p.get("metadata")
+
+def _rule_api_key(s: _Schedule) -> None:
+    if api_key_error(s.inline.get("apiKey")):
+        raise _params_error(["apiKey"], API_KEY_HEADER_MESSAGE)
+
+
+# The reference's order: clients observe which error wins when several fields are bad. Rules past the reference's
+# (the apiKey header check) come last so they never change which error an existing request gets.
+SCHEDULE_RULES: tuple[Callable[[_Schedule], None], ...] = (
+    _rule_contact_name,
+    _rule_message_type,
+    _rule_immediate,
+    _rule_first_send_time,
+    _rule_supersedes,
+    _rule_no_push_subscription,
+    _rule_recurrence,
+    _rule_tz,
+    _rule_max_tokens,
+    _rule_user_message,
+    _rule_prompt,
+    _rule_credentials,
+    _rule_ai_config,
+    _rule_instant,
+    _rule_temperature,
+    _rule_avatar,
+    _rule_uuid,
+    _rule_subtype,
+    _rule_split_pattern,
+    _rule_extra_body,
+    _rule_api_key,
+)
+
+
+def validate_schedule_payload(
+    payload: dict[str, Any],
+    *,
+    now_ms: int,
+    new_uuid: Callable[[], str] = _new_uuid,
+) -> ScheduleRequest:
+    """Validate a decrypted schedule request in the reference's order; raise the first error."""
+    if not is_plain_object(payload):
+        raise api_error("INVALID_PAYLOAD_FORMAT")
+    state = _Schedule(payload, now_ms)
+    for rule in SCHEDULE_RULES:
+        rule(state)
+    return _schedule_request(state, new_uuid)
+
+
+def _truthy_or_none(value: Any) -> Any:
+    return value if js_truthy(value) else None
+
+
+def _schedule_request(s: _Schedule, new_uuid: Callable[[], str]) -> ScheduleRequest:
+    p, inline = s.p, s.inline
+    given_uuid, messages, metadata = p.get("uuid"), p.get("messages"), p.get("metadata")
+    cred_refs = p.get("credRefs")
     return ScheduleRequest(
         uuid=given_uuid if js_truthy(given_uuid) else new_uuid(),
         uuid_given=js_truthy(given_uuid),
-        supersedes_uuid=supersedes if js_truthy(supersedes) else None,
-        message_type=message_type,
-        next_send_at_ms=next_send_at_ms,
-        immediate=immediate,
+        supersedes_uuid=_truthy_or_none(p.get("supersedesUuid")),
+        message_type=s.message_type,
+        next_send_at_ms=s.next_send_at_ms,
+        immediate=s.immediate,
         cred_ref_ids=distinct_cred_ids(cred_refs),
-        contact_name=contact_name,
-        avatar_url=avatar_url,
-        message_subtype=subtype if js_truthy(subtype) else "chat",
-        user_message=user_message if js_truthy(user_message) else None,
-        recurrence_type=recurrence_type,
-        tz_id=tz_id,
-        api_url=inline["apiUrl"] if js_truthy(inline["apiUrl"]) else None,
-        api_key=inline["apiKey"] if js_truthy(inline["apiKey"]) else None,
-        primary_model=inline["primaryModel"] if js_truthy(inline["primaryModel"]) else None,
+        contact_name=p["contactName"],
+        avatar_url=s.avatar_url,
+        message_subtype=p.get("messageSubtype") if js_truthy(p.get("messageSubtype")) else "chat",
+        user_message=_truthy_or_none(p.get("userMessage")),
+        recurrence_type=s.recurrence_type,
+        tz_id=s.tz_id,
+        api_url=_truthy_or_none(inline["apiUrl"]),
+        api_key=_truthy_or_none(inline["apiKey"]),
+        primary_model=_truthy_or_none(inline["primaryModel"]),
         cred_refs=cred_refs,
-        complete_prompt=complete_prompt if js_truthy(complete_prompt) else None,
+        complete_prompt=_truthy_or_none(p.get("completePrompt")),
         messages=messages if isinstance(messages, list) else None,
-        max_tokens=normalize_int(max_tokens),
-        temperature=temperature,
+        max_tokens=normalize_int(p.get("maxTokens")),
+        temperature=p.get("temperature"),
         split_pattern=p.get("splitPattern"),
-        llm_extra_body=extra_body,
+        llm_extra_body=p.get("llmExtraBody"),
         ownership={key: p[key] for key in ("owner", "kind", "ownerGeneration") if key in p},
         metadata=metadata if js_truthy(metadata) else {},
     )

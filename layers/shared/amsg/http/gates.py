@@ -16,17 +16,29 @@ from amsg.http.request import ApiRequest
 UUID_V4_RE = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$", re.IGNORECASE)
 
 
+def repeated_header_value(value: str | None) -> str | None:
+    """One value for a header sent more than once. API Gateway (like Node) joins repeats with commas; repeats
+    that all carry the same value are that value, anything else stays as joined (and fails its check), since
+    we cannot tell which copy the client meant (see docs/compatibility.md)."""
+    if value is None or "," not in value:
+        return value
+    parts = {part.strip() for part in value.split(",")}
+    return parts.pop() if len(parts) == 1 else value
+
+
 def require_client_token(request: ApiRequest, expected: str | None) -> None:
     """Single-user shared secret; open when no token is configured. Always the first check."""
     if not expected:
         return
     given = request.header("x-client-token") or ""
-    if not constant_time_equals(given, expected):
+    if constant_time_equals(given, expected):  # first as sent: a token may itself contain a comma
+        return
+    if not constant_time_equals(repeated_header_value(given) or "", expected):
         raise api_error("INVALID_CLIENT_TOKEN")
 
 
 def require_user_id(request: ApiRequest) -> str:
-    user_id = request.header("x-user-id")
+    user_id = repeated_header_value(request.header("x-user-id"))
     if not user_id:
         raise api_error("USER_ID_REQUIRED")
     if not UUID_V4_RE.match(user_id):

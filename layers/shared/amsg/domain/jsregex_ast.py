@@ -1,0 +1,125 @@
+"""The syntax tree of a JavaScript regex source and the analyses run on it (see :mod:`amsg.domain.jsregex`).
+
+Kept apart from the parser/emitter so both stay small, and so :mod:`amsg.domain.regex_safety` can walk the
+same tree.
+"""
+
+from __future__ import annotations
+
+_Ranges = list[tuple[int, int]]
+
+# --- AST ---------------------------------------------------------------------------------------------------
+# Plain slotted classes rather than dataclasses: building dataclasses costs milliseconds of cold start.
+
+
+class Char:
+    __slots__ = ("cp",)
+
+    def __init__(self, cp: int) -> None:
+        self.cp = cp
+
+
+class Class:
+    __slots__ = ("negated", "ranges")
+
+    def __init__(self, ranges: _Ranges, negated: bool = False) -> None:
+        self.ranges = ranges
+        self.negated = negated
+
+
+class Assert:
+    __slots__ = ("kind",)
+
+    def __init__(self, kind: str) -> None:
+        self.kind = kind  # "start" | "end" | "b" | "B"
+
+
+class Alt:
+    __slots__ = ("branches",)
+
+    def __init__(self, branches: list[list[Node]]) -> None:
+        self.branches = branches
+
+
+class Group:
+    __slots__ = ("body", "index", "kind", "name")
+
+    def __init__(self, kind: str, body: Alt, index: int = 0, name: str | None = None) -> None:
+        self.kind = kind  # "cap" | "nc" | "la" | "nla" | "lb" | "nlb"
+        self.body = body
+        self.index = index
+        self.name = name
+
+
+class BackRef:
+    __slots__ = ("index", "settable")
+
+    def __init__(self, index: int, settable: bool) -> None:
+        self.index = index
+        self.settable = settable  # False: the group closes after the reference, so JS always sees it unset
+
+
+class Quant:
+    __slots__ = ("atom", "hi", "lazy", "lo")
+
+    def __init__(self, atom: Node, lo: int, hi: int | None, lazy: bool) -> None:
+        self.atom = atom
+        self.lo = lo
+        self.hi = hi
+        self.lazy = lazy
+
+
+Node = Char | Class | Assert | Alt | Group | BackRef | Quant
+
+
+# --- analysis ------------------------------------------------------------------------------------------------
+
+
+def nullable(node: Node) -> bool:
+    match node:
+        case Char() | Class():
+            return False
+        case Assert() | BackRef():
+            return True
+        case Quant():
+            return node.lo == 0 or nullable(node.atom)
+        case Alt():
+            return any(all(nullable(item) for item in branch) for branch in node.branches)
+        case Group():
+            return node.kind not in ("cap", "nc") or nullable(node.body)
+    return True
+
+
+def has_capture(node: Node) -> bool:
+    match node:
+        case Group():
+            return node.kind == "cap" or has_capture(node.body)
+        case Alt():
+            return any(has_capture(item) for branch in node.branches for item in branch)
+        case Quant():
+            return has_capture(node.atom)
+    return False
+
+
+def conditional_capture(node: Node, conditional: bool) -> bool:
+    """Whether some capture inside ``node`` may stay unset while ``node`` itself matches."""
+    match node:
+        case Group():
+            if node.kind == "cap" and conditional:
+                return True
+            inner = conditional or node.kind in ("nla", "nlb")
+            return conditional_capture(node.body, inner)
+        case Alt():
+            inner = conditional or len(node.branches) > 1
+            return any(conditional_capture(item, inner) for branch in node.branches for item in branch)
+        case Quant():
+            return conditional_capture(node.atom, conditional or node.lo == 0)
+    return False
+
+
+def check_repeat(quant: Quant) -> None:
+    if (quant.hi is None or quant.hi > 1) and has_capture(quant.atom):
+        if nullable(quant.atom):
+            raise ValueError("a repeated group that can match empty must not contain captures")
+        if conditional_capture(quant.atom, False):
+            raise ValueError("a repeated group must not contain optional captures (JS resets them per iteration)")
