@@ -13,8 +13,13 @@ from typing import Any
 
 from aws_lambda_powertools import Logger, Metrics
 
+from amsg import snapstart
+
 logger = Logger(service="amsg")
 metrics = Metrics(namespace="amsg", service="amsg")
+# every handler imports this module at init: the one place that registers the SnapStart hooks (a no-op
+# unless Lambda initialises this sandbox for a snapshot)
+snapstart.install()
 
 _tracer: list[Any] = []
 
