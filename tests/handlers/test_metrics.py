@@ -52,8 +52,10 @@ def test_delivery_emits_the_dashboard_metrics(engine, capsys):
     assert by_name["TasksClaimed"] == [("Count", {"service": "amsg"}, [2.0])]
     assert by_name["EnqueueFailures"] == [("Count", {"service": "amsg"}, [0.0])]
     assert [v for _, _, values in by_name["TasksDelivered"] for v in values] == [1.0, 1.0]
-    ((unit, dims, latencies),) = by_name["DeliveryLatency"]
-    assert unit == "Milliseconds" and dims == {"service": "amsg"}
+    assert {(unit, tuple(dims.items())) for unit, dims, _ in by_name["DeliveryLatency"]} == {
+        ("Milliseconds", (("service", "amsg"),))
+    }
+    latencies = [v for _, _, values in by_name["DeliveryLatency"] for v in values]
     assert latencies == [6_000.0, 6_000.0]  # due at +60 s, delivered at +66 s on the test clock
     ((unit, dims, llm),) = by_name["LlmLatency"]
     assert unit == "Milliseconds" and dims == {"service": "amsg", "Outcome": "ok"} and llm[0] > 0

@@ -41,7 +41,7 @@ from amsg.engine.summary import DeliverySummary
 from amsg.errors import CloudGuardError
 from amsg.failures import ClaimTaken, DeliveryFailure, PushSendError, is_permanent_push_status
 from amsg.hooks import HookContext, call_hook, load_hooks, task_view
-from amsg.observability import logger
+from amsg.observability import logger, record_delivery_latency
 from amsg.ports import (
     APPEND_FALLBACK,
     CapCharge,
@@ -179,6 +179,7 @@ def deliver_claimed(ctx: AppContext, row: TaskRow, summary: DeliverySummary, env
     if outcome.reasoning_error:
         summary.reasoning_skipped.append({"taskId": row.id, "reason": outcome.reasoning_error})
     if _finalize_success(ctx, row, payload, summary, outcome.unmarked):
+        record_delivery_latency(row.next_send_at, row.deferred_until, ctx.now_ms(), outcome.pushed)
         return outcome
     return None
 
