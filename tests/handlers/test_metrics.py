@@ -90,3 +90,24 @@ def test_metrics_are_not_printed_when_disabled(engine, capsys, monkeypatch):
 
     emit_metric("PushFailures", "Count", 1, StatusClass="5xx")
     assert '"_aws"' not in capsys.readouterr().out
+
+
+def test_the_service_dimension_is_the_stacks_name():
+    """template.yaml sets POWERTOOLS_SERVICE_NAME to the stack's name: its metrics are its own."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    probe = (
+        "from amsg.observability import emit_metric, logger, metrics\n"
+        "emit_metric('PushFailures', 'Count', 1, StatusClass='5xx')\n"
+        "metrics.add_metric(name='TasksDue', unit='Count', value=1)\n"
+        "metrics.flush_metrics()\n"
+    )
+    root = Path(__file__).resolve().parents[2]
+    env = {**os.environ, "PYTHONPATH": str(root / "layers" / "shared"), "POWERTOOLS_SERVICE_NAME": "amsg-staging"}
+    env.pop("POWERTOOLS_METRICS_DISABLED", None)
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, env=env, check=True).stdout
+    found = {(name, dims["service"]) for name, _, dims, _ in emitted(out)}
+    assert found == {("PushFailures", "amsg-staging"), ("TasksDue", "amsg-staging")}

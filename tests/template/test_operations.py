@@ -13,19 +13,21 @@ from tests.support.template import function_property, project_template, ref_targ
 
 TOPIC_ACTIONS = {"Fn::If": ["HasAlarmTopic", [{"Ref": "AlarmTopicArn"}], {"Ref": "AWS::NoValue"}]}
 
-# What the code emits (tests/handlers/test_metrics.py proves names, units and dimensions): name -> dimensions
+# What the code emits (tests/handlers/test_metrics.py proves names, units and dimensions): name -> dimensions.
+# The service dimension is the stack's name (POWERTOOLS_SERVICE_NAME), "<AWS::StackName>" in the dashboard body.
+STACK = "<AWS::StackName>"
 EMITTED = {
-    "TasksDue": {"service": {"amsg"}},
-    "TasksClaimed": {"service": {"amsg"}},
-    "TasksEnqueued": {"service": {"amsg"}},
-    "ClaimsSkipped": {"service": {"amsg"}},
-    "EnqueueFailures": {"service": {"amsg"}},
-    "TasksDelivered": {"service": {"amsg"}},
-    "DeliveryFailures": {"service": {"amsg"}},
-    "DeliveryLatency": {"service": {"amsg"}},
-    "PushLatency": {"service": {"amsg"}},
-    "LlmLatency": {"service": {"amsg"}, "Outcome": {"ok", "timeout", "network", "2xx", "4xx", "5xx"}},
-    "PushFailures": {"service": {"amsg"}, "StatusClass": {"timeout", "network", "4xx", "5xx"}},
+    "TasksDue": {"service": {STACK}},
+    "TasksClaimed": {"service": {STACK}},
+    "TasksEnqueued": {"service": {STACK}},
+    "ClaimsSkipped": {"service": {STACK}},
+    "EnqueueFailures": {"service": {STACK}},
+    "TasksDelivered": {"service": {STACK}},
+    "DeliveryFailures": {"service": {STACK}},
+    "DeliveryLatency": {"service": {STACK}},
+    "PushLatency": {"service": {STACK}},
+    "LlmLatency": {"service": {STACK}, "Outcome": {"ok", "timeout", "network", "2xx", "4xx", "5xx"}},
+    "PushFailures": {"service": {STACK}, "StatusClass": {"timeout", "network", "4xx", "5xx"}},
 }
 
 
@@ -266,7 +268,7 @@ def test_late_deliveries_alarm_on_the_p99_of_delivery_latency(tpl):
     props = delivery_latency_alarm(tpl)
     ((query_id, (namespace, name, dims)),) = _math_metrics(props).items()
     assert (namespace, name) == ("amsg", "DeliveryLatency")
-    assert set(dims) == set(EMITTED[name]) and all(v in EMITTED[name][k] for k, v in dims.items())
+    assert dims == {"service": {"Ref": "AWS::StackName"}}  # this stack's deliveries only
     (stat,) = [q["MetricStat"] for q in props["Metrics"] if q["Id"] == query_id]
     assert stat["Stat"] in {"p99", "Maximum"} and stat["Unit"] == "Milliseconds"
     assert props["Threshold"] == {"Ref": "DeliveryLatencyThresholdSeconds"}
@@ -282,3 +284,11 @@ def test_a_few_5xx_alarm_whatever_the_traffic(tpl):
     assert props["Threshold"] == {"Ref": "Api5xxCountThreshold"}
     assert 1 <= tpl["Parameters"]["Api5xxCountThreshold"]["Default"] <= 5
     assert props["Period"] * props["EvaluationPeriods"] <= 900
+
+
+def test_the_metrics_service_dimension_is_the_stack(tpl):
+    """Two stacks in one account emit into the same namespace: the service dimension keeps them apart."""
+    env = tpl["Globals"]["Function"]["Environment"]["Variables"]
+    assert env["POWERTOOLS_SERVICE_NAME"] == {"Ref": "AWS::StackName"}
+    body = tpl["Resources"]["Dashboard"]["Properties"]["DashboardBody"]["Fn::Sub"]
+    assert '"service", "amsg"' not in body and '"service", "${AWS::StackName}"' in body

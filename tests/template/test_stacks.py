@@ -41,8 +41,9 @@ NAME_PROPERTIES: dict[str, tuple[str, ...]] = {
     "AWS::SSM::Parameter": ("Name",),
     "AWS::SNS::Topic": ("TopicName",),
 }
-# the secrets a stack reads are account-wide SSM names too, although the stack does not create them
-SECRET_VARIABLES = ("AMSG_MASTER_KEY_PARAM", "AMSG_VAPID_PRIVATE_KEY_PARAM")
+# account-wide names a stack uses without creating them: the SSM secrets it reads, and the service dimension
+# of its custom metrics (the namespace is shared; the dashboard and DeliveryLatencyAlarm read this dimension)
+ACCOUNT_WIDE_VARIABLES = ("AMSG_MASTER_KEY_PARAM", "AMSG_VAPID_PRIVATE_KEY_PARAM", "POWERTOOLS_SERVICE_NAME")
 
 
 @pytest.fixture(scope="module")
@@ -70,7 +71,7 @@ def physical_names(template: dict[str, Any], stack: str) -> dict[str, str]:
         for event_id, event in (props.get("Events") or {}).items() if kind == "AWS::Serverless::Function" else ():
             names.update(_event_names(template, stack, logical_id, event_id, event))
     env = resolve_in_stack(template["Globals"]["Function"]["Environment"]["Variables"], template, stack)
-    names.update({f"SSM {variable}": env[variable] for variable in SECRET_VARIABLES})
+    names.update({f"env {variable}": env[variable] for variable in ACCOUNT_WIDE_VARIABLES})
     return names
 
 
@@ -89,7 +90,7 @@ def _event_names(template: dict[str, Any], stack: str, function: str, event_id: 
 def test_two_stacks_in_one_account_share_no_physical_name(tpl):
     first, second = (physical_names(tpl, stack) for stack in STACKS)
     assert first.keys() == second.keys()
-    assert "SSM AMSG_MASTER_KEY_PARAM" in first  # the secrets are part of what must not collide
+    assert "env AMSG_MASTER_KEY_PARAM" in first  # the secrets are part of what must not collide
     collisions = {key: first[key] for key in first if first[key] == second[key]}
     assert collisions == {}, f"the same name in two stacks: {collisions}"
     assert len(set(first.values())) == len(first), "two resources of one stack share a name"

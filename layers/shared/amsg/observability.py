@@ -4,10 +4,15 @@ Tracing is off unless the stack is deployed with ``Tracing=Active`` (``AMSG_TRAC
 Powertools Tracer built, on the first request, and the X-Ray SDK imported (~70 ms of cold start otherwise
 spent for nothing). It patches boto3/botocore and httpx, so every DynamoDB, SSM, SQS, LLM and push call is a
 subsegment of the function's trace.
+
+The ``service`` (log field and metric dimension) is the stack's name (``POWERTOOLS_SERVICE_NAME``, set by
+template.yaml), so two stacks in one account keep their metrics, dashboards and alarms apart; ``amsg`` when
+unset (tests, the local stack).
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
 from typing import Any
 
@@ -15,8 +20,9 @@ from aws_lambda_powertools import Logger, Metrics
 
 from amsg import snapstart
 
-logger = Logger(service="amsg")
-metrics = Metrics(namespace="amsg", service="amsg")
+SERVICE = os.environ.get("POWERTOOLS_SERVICE_NAME", "").strip() or "amsg"
+logger = Logger(service=SERVICE)
+metrics = Metrics(namespace="amsg", service=SERVICE)
 # every handler imports this module at init: the one place that registers the SnapStart hooks (a no-op
 # unless Lambda initialises this sandbox for a snapshot)
 snapstart.install()
@@ -31,7 +37,7 @@ def start_tracing(env: Mapping[str, str]) -> Any | None:
     if not _tracer:
         from aws_lambda_powertools import Tracer
 
-        _tracer.append(Tracer(service="amsg", auto_patch=True, patch_modules=("boto3", "botocore", "httpx")))
+        _tracer.append(Tracer(service=SERVICE, auto_patch=True, patch_modules=("boto3", "botocore", "httpx")))
     return _tracer[0]
 
 
@@ -47,7 +53,7 @@ def emit_metric(name: str, unit: str, value: float, **dimensions: str) -> None:
     if is_metrics_disabled():  # POWERTOOLS_METRICS_DISABLED (the local stack): single_metric would print anyway
         return
     with single_metric(
-        name=name, unit=unit, value=value, namespace="amsg", default_dimensions={"service": "amsg"}
+        name=name, unit=unit, value=value, namespace="amsg", default_dimensions={"service": SERVICE}
     ) as metric:
         for key, item in dimensions.items():
             metric.add_dimension(name=key, value=item)
