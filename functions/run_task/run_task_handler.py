@@ -12,7 +12,6 @@ from amsg import jsonio, runtime
 from amsg.engine.messages import parse_task_message
 from amsg.engine.run_task import RECORD_WORKERS, run_message, run_together
 from amsg.observability import logger, metrics
-from amsg.timeutil import parse_iso_ms
 from aws_lambda_powertools.utilities.batch import BatchProcessor, EventType, process_partial_response
 from aws_lambda_powertools.utilities.batch.types import PartialItemFailureResponse
 from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
@@ -63,12 +62,9 @@ def record_handler(record: SQSRecord, lambda_context: LambdaContext) -> dict:
         )
     finally:
         logger.thread_safe_remove_keys(["correlation_id"])
-    due_ms = parse_iso_ms(message.next_send_at) if message is not None else None
-    with _metrics_lock:
+    with _metrics_lock:  # DeliveryLatency is the engine's (amsg.observability.record_delivery_latency)
         metrics.add_metric(name="TasksDelivered", unit="Count", value=summary.get("successCount", 0))
         metrics.add_metric(name="DeliveryFailures", unit="Count", value=summary.get("failedCount", 0))
-        if summary.get("successCount") and due_ms is not None:  # due → pushed, queue wait and generation included
-            metrics.add_metric(name="DeliveryLatency", unit="Milliseconds", value=max(0, ctx.now_ms() - due_ms))
     return summary
 
 

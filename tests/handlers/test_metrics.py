@@ -52,8 +52,10 @@ def test_delivery_emits_the_dashboard_metrics(engine, capsys):
     assert by_name["TasksClaimed"] == [("Count", {"service": "amsg"}, [2.0])]
     assert by_name["EnqueueFailures"] == [("Count", {"service": "amsg"}, [0.0])]
     assert [v for _, _, values in by_name["TasksDelivered"] for v in values] == [1.0, 1.0]
-    ((unit, dims, latencies),) = by_name["DeliveryLatency"]
-    assert unit == "Milliseconds" and dims == {"service": "amsg"}
+    assert {(unit, tuple(dims.items())) for unit, dims, _ in by_name["DeliveryLatency"]} == {
+        ("Milliseconds", (("service", "amsg"),))
+    }
+    latencies = [v for _, _, values in by_name["DeliveryLatency"] for v in values]
     assert latencies == [6_000.0, 6_000.0]  # due at +60 s, delivered at +66 s on the test clock
     ((unit, dims, llm),) = by_name["LlmLatency"]
     assert unit == "Milliseconds" and dims == {"service": "amsg", "Outcome": "ok"} and llm[0] > 0
@@ -88,3 +90,24 @@ def test_metrics_are_not_printed_when_disabled(engine, capsys, monkeypatch):
 
     emit_metric("PushFailures", "Count", 1, StatusClass="5xx")
     assert '"_aws"' not in capsys.readouterr().out
+
+
+def test_the_service_dimension_is_the_stacks_name():
+    """template.yaml sets POWERTOOLS_SERVICE_NAME to the stack's name: its metrics are its own."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    probe = (
+        "from amsg.observability import emit_metric, logger, metrics\n"
+        "emit_metric('PushFailures', 'Count', 1, StatusClass='5xx')\n"
+        "metrics.add_metric(name='TasksDue', unit='Count', value=1)\n"
+        "metrics.flush_metrics()\n"
+    )
+    root = Path(__file__).resolve().parents[2]
+    env = {**os.environ, "PYTHONPATH": str(root / "layers" / "shared"), "POWERTOOLS_SERVICE_NAME": "amsg-staging"}
+    env.pop("POWERTOOLS_METRICS_DISABLED", None)
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, env=env, check=True).stdout
+    found = {(name, dims["service"]) for name, _, dims, _ in emitted(out)}
+    assert found == {("PushFailures", "amsg-staging"), ("TasksDue", "amsg-staging")}

@@ -12,7 +12,8 @@ from tests.support.template import REPO_ROOT, project_template
 
 
 def _deploy(**env: str) -> subprocess.CompletedProcess[str]:
-    base = {k: v for k, v in os.environ.items() if k not in ("VAPID_EMAIL", "REGION", "CLIENT_TOKEN_PARAM")}
+    unset = ("VAPID_EMAIL", "REGION", "CLIENT_TOKEN_PARAM", "STACK", "CONFIG_ENV", "SNAP_START", "MASTER_KEY_PARAM")
+    base = {k: v for k, v in os.environ.items() if k not in unset and k != "VAPID_PRIVATE_KEY_PARAM"}
     return subprocess.run(
         [str(REPO_ROOT / "scripts" / "deploy")],
         env={**base, "DRY_RUN": "1", "SAM": "/bin/true", **env},
@@ -39,6 +40,7 @@ def test_deploy_saves_its_answers_and_never_asks():
     args = deploy.split()
     assert args[:2] == ["/bin/true", "deploy"]
     assert {"--save-params", "--no-confirm-changeset", "--resolve-s3"} <= set(args)
+    assert args[args.index("--stack-name") + 1] == "amsg" and args[args.index("--config-env") + 1] == "default"
     overrides = args[args.index("--parameter-overrides") + 1 : args.index("--save-params")]
     assert overrides == [
         "VapidPublicKey=BPublic",
@@ -61,3 +63,32 @@ def test_env_vars_sample_only_sets_declared_variables():
     declared = set(project_template()["Globals"]["Function"]["Environment"]["Variables"])
     assert set(sample) == {"Parameters"}
     assert set(sample["Parameters"]) <= declared
+
+
+def test_a_second_stack_saves_its_answers_apart_and_can_name_its_secrets():
+    result = _deploy(
+        VAPID_EMAIL="ops@example.com",
+        REGION="eu-west-1",
+        VAPID_PUBLIC_KEY="BPublic",
+        STACK="amsg-staging",
+        SNAP_START="PublishedVersions",
+        MASTER_KEY_PARAM="/staging/mk",
+        VAPID_PRIVATE_KEY_PARAM="/staging/vapid",
+    )
+    assert result.returncode == 0, result.stderr
+    args = result.stdout.strip().splitlines()[1].split()
+    assert args[args.index("--stack-name") + 1] == "amsg-staging"
+    assert args[args.index("--config-env") + 1] == "amsg-staging"  # never the first stack's saved answers
+    overrides = args[args.index("--parameter-overrides") + 1 : args.index("--save-params")]
+    assert overrides[-3:] == [
+        "SnapStart=PublishedVersions",
+        "MasterKeyParameterName=/staging/mk",
+        "VapidPrivateKeyParameterName=/staging/vapid",
+    ]
+    assert {o.split("=", 1)[0] for o in overrides} <= set(project_template()["Parameters"])
+
+
+def test_without_given_names_the_template_decides_them():
+    result = _deploy(VAPID_EMAIL="ops@example.com", REGION="eu-west-1", VAPID_PUBLIC_KEY="BPublic", STACK="b")
+    assert result.returncode == 0, result.stderr
+    assert "ParameterName=" not in result.stdout  # a new stack derives /amsg/b/...; an existing one keeps its own

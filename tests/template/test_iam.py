@@ -474,6 +474,14 @@ def _resource(value: Any) -> str:
         prefix = "arn:${AWS::Partition}:ssm:${AWS::Region}:${AWS::AccountId}:parameter${"
         if text.startswith(prefix) and text.endswith("}"):
             return SECRET_PARAMETERS[text.removeprefix(prefix)[:-1]]
+    if isinstance(value, dict) and isinstance(value.get("Fn::Sub"), list):
+        # a secret whose name is the parameter, or the stack's own name when the parameter is empty
+        text, variables = value["Fn::Sub"]
+        name = variables.get("Name") if text.endswith(":parameter${Name}") else None
+        if isinstance(name, dict) and "Fn::If" in name:
+            given = name["Fn::If"][1]
+            if isinstance(given, dict) and given.get("Ref") in SECRET_PARAMETERS:
+                return SECRET_PARAMETERS[given["Ref"]]
     return f"<unrecognised resource {value!r}>"
 
 

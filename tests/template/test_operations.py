@@ -13,19 +13,21 @@ from tests.support.template import function_property, project_template, ref_targ
 
 TOPIC_ACTIONS = {"Fn::If": ["HasAlarmTopic", [{"Ref": "AlarmTopicArn"}], {"Ref": "AWS::NoValue"}]}
 
-# What the code emits (tests/handlers/test_metrics.py proves names, units and dimensions): name -> dimensions
+# What the code emits (tests/handlers/test_metrics.py proves names, units and dimensions): name -> dimensions.
+# The service dimension is the stack's name (POWERTOOLS_SERVICE_NAME), "<AWS::StackName>" in the dashboard body.
+STACK = "<AWS::StackName>"
 EMITTED = {
-    "TasksDue": {"service": {"amsg"}},
-    "TasksClaimed": {"service": {"amsg"}},
-    "TasksEnqueued": {"service": {"amsg"}},
-    "ClaimsSkipped": {"service": {"amsg"}},
-    "EnqueueFailures": {"service": {"amsg"}},
-    "TasksDelivered": {"service": {"amsg"}},
-    "DeliveryFailures": {"service": {"amsg"}},
-    "DeliveryLatency": {"service": {"amsg"}},
-    "PushLatency": {"service": {"amsg"}},
-    "LlmLatency": {"service": {"amsg"}, "Outcome": {"ok", "timeout", "network", "2xx", "4xx", "5xx"}},
-    "PushFailures": {"service": {"amsg"}, "StatusClass": {"timeout", "network", "4xx", "5xx"}},
+    "TasksDue": {"service": {STACK}},
+    "TasksClaimed": {"service": {STACK}},
+    "TasksEnqueued": {"service": {STACK}},
+    "ClaimsSkipped": {"service": {STACK}},
+    "EnqueueFailures": {"service": {STACK}},
+    "TasksDelivered": {"service": {STACK}},
+    "DeliveryFailures": {"service": {STACK}},
+    "DeliveryLatency": {"service": {STACK}},
+    "PushLatency": {"service": {STACK}},
+    "LlmLatency": {"service": {STACK}, "Outcome": {"ok", "timeout", "network", "2xx", "4xx", "5xx"}},
+    "PushFailures": {"service": {STACK}, "StatusClass": {"timeout", "network", "4xx", "5xx"}},
 }
 
 
@@ -63,7 +65,9 @@ def test_every_alarm_notifies_the_optional_topic(tpl):
     for name, props in alarms.items():
         assert props["AlarmActions"] == TOPIC_ACTIONS, name
         assert props["OKActions"] == TOPIC_ACTIONS, name
-        assert props["TreatMissingData"] == "notBreaching", name
+        # only a stopped tick is told by missing data; everything else is quiet when there is no traffic
+        expected = "breaching" if name == "TickHeartbeatAlarm" else "notBreaching"
+        assert props["TreatMissingData"] == expected, name
         assert props.get("AlarmDescription"), name
 
 
@@ -192,3 +196,99 @@ def test_tracing_is_a_parameter_off_by_default(tpl):
     env = tpl["Globals"]["Function"]["Environment"]["Variables"]
     assert env["AMSG_TRACING"] == {"Fn::If": ["TracingEnabled", "true", "false"]}
     assert tpl["Conditions"]["TracingEnabled"] == {"Fn::Equals": [{"Ref": "Tracing"}, "Active"]}
+
+
+# ---- alarms for what users feel ----------------------------------------------------------------------------
+
+
+def _tick_schedule(tpl: dict[str, Any]) -> dict[str, Any]:
+    (event,) = [
+        e["Properties"]
+        for e in tpl["Resources"]["TickFunction"]["Properties"]["Events"].values()
+        if e["Type"] == "ScheduleV2"
+    ]
+    return event
+
+
+def test_a_stopped_tick_alarms_through_missing_data(tpl):
+    props = _find(tpl, "AWS/Lambda", "Invocations", FunctionName="TickFunction")
+    assert props["TreatMissingData"] == "breaching"  # a tick that never runs publishes no datapoint at all
+    assert (props["Statistic"], props["ComparisonOperator"], props["Threshold"]) == ("Sum", "LessThanThreshold", 1)
+    assert props["DatapointsToAlarm"] == props["EvaluationPeriods"]  # every minute of the window silent
+    assert props["Period"] * props["EvaluationPeriods"] <= 600  # told within 10 minutes
+
+
+def test_the_schedulers_failed_invocations_alarm_for_this_stacks_group_only(tpl):
+    schedule = _tick_schedule(tpl)
+    assert schedule["GroupName"] == {"Ref": "TickScheduleGroup"}
+    (props,) = [
+        p
+        for p in _alarms(tpl).values()
+        if "Metrics" in p and any(m[0] == "AWS/Scheduler" for m in _math_metrics(p).values())
+    ]
+    metrics = _math_metrics(props)
+    assert {m[1] for m in metrics.values()} == {"TargetErrorCount", "InvocationDroppedCount"}
+    assert all(m[2] == {"ScheduleGroup": {"Ref": "TickScheduleGroup"}} for m in metrics.values())
+    (result,) = [q for q in props["Metrics"] if q.get("ReturnData")]
+    assert all(f"FILL({query_id}, 0)" in result["Expression"] for query_id in metrics)
+    assert (props["ComparisonOperator"], props["Threshold"]) == ("GreaterThanThreshold", 0)
+
+
+def test_the_schedule_dead_letters_and_that_alarms(tpl):
+    schedule = _tick_schedule(tpl)
+    assert ref_target(schedule["DeadLetterConfig"]["Arn"]) == "TickScheduleDeadLetterQueue"
+    props = _find(tpl, "AWS/SQS", "ApproximateNumberOfMessagesVisible", QueueName="TickScheduleDeadLetterQueue")
+    assert (props["ComparisonOperator"], props["Threshold"]) == ("GreaterThanThreshold", 0)
+
+
+def delivery_latency_alarm(tpl: dict[str, Any]) -> dict[str, Any]:
+    (props,) = [
+        p
+        for p in _alarms(tpl).values()
+        if "Metrics" in p and any(m[1] == "DeliveryLatency" for m in _math_metrics(p).values())
+    ]
+    return props
+
+
+def alarm_value(props: dict[str, Any], stat_values: dict[str, float]) -> float:
+    """The value a metric-math alarm compares with its threshold, given each query's statistic: evaluates the
+    returned expression (CloudWatch's arithmetic subset: ids, numbers, + - * / and parentheses)."""
+    (result,) = [q for q in props["Metrics"] if q.get("ReturnData")]
+    expression = result["Expression"]
+    assert re.fullmatch(r"[A-Za-z0-9_ .+\-*/()]+", expression), expression
+    return float(eval(expression, {"__builtins__": {}}, dict(stat_values)))
+
+
+def alarm_threshold(tpl: dict[str, Any], props: dict[str, Any]) -> float:
+    threshold = props["Threshold"]
+    return float(tpl["Parameters"][ref_target(threshold)]["Default"] if isinstance(threshold, dict) else threshold)
+
+
+def test_late_deliveries_alarm_on_the_p99_of_delivery_latency(tpl):
+    props = delivery_latency_alarm(tpl)
+    ((query_id, (namespace, name, dims)),) = _math_metrics(props).items()
+    assert (namespace, name) == ("amsg", "DeliveryLatency")
+    assert dims == {"service": {"Ref": "AWS::StackName"}}  # this stack's deliveries only
+    (stat,) = [q["MetricStat"] for q in props["Metrics"] if q["Id"] == query_id]
+    assert stat["Stat"] in {"p99", "Maximum"} and stat["Unit"] == "Milliseconds"
+    assert props["Threshold"] == {"Ref": "DeliveryLatencyThresholdSeconds"}
+    assert tpl["Parameters"]["DeliveryLatencyThresholdSeconds"]["Default"] == 120
+    assert props["ComparisonOperator"] == "GreaterThanThreshold"
+    # the metric is in milliseconds and the threshold in seconds: the expression converts
+    assert alarm_value(props, {query_id: 120_000}) == 120 == alarm_threshold(tpl, props)
+
+
+def test_a_few_5xx_alarm_whatever_the_traffic(tpl):
+    props = _find(tpl, "AWS/ApiGateway", "5xx", ApiId="HttpApi", Stage="$default")
+    assert props["Statistic"] == "Sum" and props["ComparisonOperator"] == "GreaterThanOrEqualToThreshold"
+    assert props["Threshold"] == {"Ref": "Api5xxCountThreshold"}
+    assert 1 <= tpl["Parameters"]["Api5xxCountThreshold"]["Default"] <= 5
+    assert props["Period"] * props["EvaluationPeriods"] <= 900
+
+
+def test_the_metrics_service_dimension_is_the_stack(tpl):
+    """Two stacks in one account emit into the same namespace: the service dimension keeps them apart."""
+    env = tpl["Globals"]["Function"]["Environment"]["Variables"]
+    assert env["POWERTOOLS_SERVICE_NAME"] == {"Ref": "AWS::StackName"}
+    body = tpl["Resources"]["Dashboard"]["Properties"]["DashboardBody"]["Fn::Sub"]
+    assert '"service", "amsg"' not in body and '"service", "${AWS::StackName}"' in body

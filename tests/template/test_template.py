@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from amsg_local.template import global_environment
 
 from tests.support.template import (
     NO_VALUE,
@@ -417,21 +418,40 @@ def test_layer_requirements_match_the_lock():
     assert result.returncode == 0, result.stderr or result.stdout
 
 
-def test_ssm_parameter_arns_match_fully_qualified_names(tpl):
-    """A name "/amsg/master-key" has the ARN "...:parameter/amsg/master-key"; "parameter/${Name}" would
-    produce "parameter//amsg/..." and GetParameter would be denied at runtime."""
-    subs = [
-        res["Fn::Sub"]
+SECRET_NAME_PARAMETERS = {
+    "MasterKeyParameterName": "AMSG_MASTER_KEY_PARAM",
+    "VapidPrivateKeyParameterName": "AMSG_VAPID_PRIVATE_KEY_PARAM",
+}
+
+
+def _ssm_resources(tpl: dict[str, Any], parameters: dict[str, str]) -> set[str]:
+    return {
+        arn
         for _, st in _policy_statements(tpl)
         if any(str(a).startswith("ssm:") for a in _as_list(st.get("Action")))
-        for res in _as_list(st.get("Resource"))
-        for res in (_as_list(res["Fn::If"][1]) if isinstance(res, dict) and "Fn::If" in res else [res])
-        if isinstance(res, dict) and "Fn::Sub" in res
-    ]
-    assert subs, "no SSM resource ARNs found"
-    for arn in subs:
-        (name,) = re.findall(r":parameter\$\{(\w+)\}$", arn) or [None]
-        assert name, f"expected ...:parameter${{<NameParameter>}}, got {arn}"
-        spec = tpl["Parameters"][name]
-        assert not re.fullmatch(spec["AllowedPattern"], "amsg/master-key"), f"{name} must require a leading /"
-        assert re.fullmatch(spec["AllowedPattern"], str(spec["Default"])), name
+        for arn in _as_list(resolve(st.get("Resource"), tpl, parameters))
+    }
+
+
+@pytest.mark.parametrize(
+    "parameters",
+    [{}, {"MasterKeyParameterName": "/prod/mk", "VapidPrivateKeyParameterName": "/prod/vapid"}],
+    ids=["stack-derived names", "explicit names"],
+)
+def test_ssm_parameter_arns_match_the_names_the_functions_read(tpl, parameters):
+    """A name "/amsg/x/master-key" has the ARN "...:parameter/amsg/x/master-key"; "parameter/${Name}" would
+    produce "parameter//amsg/..." and GetParameter would be denied at runtime. The policies and the
+    environment derive the same name, given or not."""
+    env = global_environment(tpl, parameters)
+    arns = _ssm_resources(tpl, parameters)
+    for parameter, variable in SECRET_NAME_PARAMETERS.items():
+        name = env[variable]
+        assert name.startswith("/") and "//" not in name
+        assert f"arn:aws:ssm:us-east-1:123456789012:parameter{name}" in arns, (variable, name, arns)
+        if parameter in parameters:
+            assert name == parameters[parameter]
+        else:
+            assert name.startswith("/amsg/amsg-local/")  # the stack's own name
+        spec = tpl["Parameters"][parameter]
+        assert not re.fullmatch(spec["AllowedPattern"], "amsg/master-key"), f"{parameter} must require a leading /"
+        assert re.fullmatch(spec["AllowedPattern"], str(spec["Default"])), parameter

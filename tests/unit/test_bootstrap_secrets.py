@@ -27,39 +27,39 @@ def test_a_new_stack_gets_a_master_key_and_a_vapid_pair(ssm):
     from amsg.vapid import public_key_from_private
 
     result = bootstrap(ssm)
-    assert result.created == ["/amsg/master-key", "/amsg/vapid-private-key"]
+    assert result.created == ["/amsg/amsg/master-key", "/amsg/amsg/vapid-private-key"]
     for name in result.created:
         assert ssm.get_parameter(Name=name)["Parameter"]["Type"] == "SecureString"
-    assert re.fullmatch(r"[0-9a-f]{64}", _value(ssm, "/amsg/master-key"))
-    assert public_key_from_private(_value(ssm, "/amsg/vapid-private-key")) == result.vapid_public_key
+    assert re.fullmatch(r"[0-9a-f]{64}", _value(ssm, "/amsg/amsg/master-key"))
+    assert public_key_from_private(_value(ssm, "/amsg/amsg/vapid-private-key")) == result.vapid_public_key
     assert result.parameter_overrides == {
         "VapidPublicKey": result.vapid_public_key,
-        "MasterKeyParameterName": "/amsg/master-key",
-        "VapidPrivateKeyParameterName": "/amsg/vapid-private-key",
+        "MasterKeyParameterName": "/amsg/amsg/master-key",
+        "VapidPrivateKeyParameterName": "/amsg/amsg/vapid-private-key",
     }
     assert result.client_token is None
 
 
 def test_running_again_keeps_everything(ssm):
     first = bootstrap(ssm, client_token_param="/amsg/client-token")
-    master, token = _value(ssm, "/amsg/master-key"), _value(ssm, "/amsg/client-token")
+    master, token = _value(ssm, "/amsg/amsg/master-key"), _value(ssm, "/amsg/client-token")
     again = bootstrap(ssm, client_token_param="/amsg/client-token")
     assert again.created == [] and again.rotated == []
-    assert again.kept == ["/amsg/master-key", "/amsg/vapid-private-key", "/amsg/client-token"]
+    assert again.kept == ["/amsg/amsg/master-key", "/amsg/amsg/vapid-private-key", "/amsg/client-token"]
     assert again.vapid_public_key == first.vapid_public_key  # derived from the stored private key
     assert again.client_token is None  # an existing token is never printed again
-    assert (_value(ssm, "/amsg/master-key"), _value(ssm, "/amsg/client-token")) == (master, token)
+    assert (_value(ssm, "/amsg/amsg/master-key"), _value(ssm, "/amsg/client-token")) == (master, token)
 
 
 def test_rotation_replaces_vapid_and_token_but_never_the_master_key(ssm):
     first = bootstrap(ssm, client_token_param="/amsg/client-token")
-    master = _value(ssm, "/amsg/master-key")
+    master = _value(ssm, "/amsg/amsg/master-key")
     rotated = bootstrap(ssm, client_token_param="/amsg/client-token", rotate=("vapid", "client-token"))
-    assert rotated.rotated == ["/amsg/vapid-private-key", "/amsg/client-token"]
+    assert rotated.rotated == ["/amsg/amsg/vapid-private-key", "/amsg/client-token"]
     assert rotated.vapid_public_key != first.vapid_public_key
     assert rotated.client_token and rotated.client_token != first.client_token
     assert _value(ssm, "/amsg/client-token") == rotated.client_token
-    assert _value(ssm, "/amsg/master-key") == master
+    assert _value(ssm, "/amsg/amsg/master-key") == master
 
 
 def test_what_it_writes_is_what_the_runtime_reads(ssm):
@@ -69,8 +69,8 @@ def test_what_it_writes_is_what_the_runtime_reads(ssm):
     ctx = runtime.build_context(
         {
             "AMSG_TABLE_NAME": "t",
-            "AMSG_MASTER_KEY_PARAM": "/amsg/master-key",
-            "AMSG_VAPID_PRIVATE_KEY_PARAM": "/amsg/vapid-private-key",
+            "AMSG_MASTER_KEY_PARAM": "/amsg/amsg/master-key",
+            "AMSG_VAPID_PRIVATE_KEY_PARAM": "/amsg/amsg/vapid-private-key",
             "AMSG_CLIENT_TOKEN_PARAM": "/amsg/client-token",
             "AMSG_VAPID_PUBLIC_KEY": result.vapid_public_key,
             "AMSG_VAPID_EMAIL": "ops@example.test",
@@ -87,7 +87,7 @@ def test_the_amsg_command_prints_the_public_key_and_the_overrides(ssm, capsys):
     public = re.search(r"VAPID public key: (\S+)", out).group(1)
     assert f"sam deploy --parameter-overrides VapidPublicKey={public} " in out
     assert "ClientTokenParameterName=/x/token" in out
-    assert _value(ssm, "/amsg/master-key") not in out  # the master key is never printed
+    assert _value(ssm, "/amsg/amsg/master-key") not in out  # the master key is never printed
     assert main(["bootstrap-secrets", "--region", "us-east-1", "--json"]) == 0
     report = json.loads(capsys.readouterr().out)
     assert report["vapidPublicKey"] == public and report["created"] == [] and "clientToken" not in report
@@ -96,3 +96,55 @@ def test_the_amsg_command_prints_the_public_key_and_the_overrides(ssm, capsys):
 def test_parameter_names_must_be_fully_qualified(ssm, capsys):
     assert main(["bootstrap-secrets", "--master-key-param", "amsg/master-key"]) == 2
     assert "must start with /" in capsys.readouterr().out
+
+
+# ---- one stack's secrets, not another's ----------------------------------------------------------------------
+
+
+def test_a_second_stack_gets_secrets_of_its_own(ssm, capsys):
+    assert main(["bootstrap-secrets", "--region", "us-east-1", "--json"]) == 0
+    first = json.loads(capsys.readouterr().out)
+    assert main(["bootstrap-secrets", "--region", "us-east-1", "--stack", "amsg-staging", "--json"]) == 0
+    second = json.loads(capsys.readouterr().out)
+    assert second["created"] == ["/amsg/amsg-staging/master-key", "/amsg/amsg-staging/vapid-private-key"]
+    assert second["vapidPublicKey"] != first["vapidPublicKey"]
+    assert _value(ssm, "/amsg/amsg-staging/master-key") != _value(ssm, "/amsg/amsg/master-key")
+
+
+def test_an_existing_stack_keeps_the_names_it_was_deployed_with(ssm, capsys):
+    """A stack deployed before names were per stack read /amsg/master-key: that is the key its data needs."""
+    ssm.put_parameter(Name="/amsg/master-key", Value="b" * 64, Type="SecureString")
+    template = {
+        "Parameters": {
+            "MasterKeyParameterName": {"Type": "String"},
+            "VapidPrivateKeyParameterName": {"Type": "String"},
+        },
+        "Resources": {"Queue": {"Type": "AWS::SQS::Queue"}},
+    }
+    boto3.client("cloudformation", region_name="us-east-1").create_stack(
+        StackName="old",
+        TemplateBody=json.dumps(template),
+        Parameters=[
+            {"ParameterKey": "MasterKeyParameterName", "ParameterValue": "/amsg/master-key"},
+            {"ParameterKey": "VapidPrivateKeyParameterName", "ParameterValue": "/amsg/vapid-private-key"},
+        ],
+    )
+    assert main(["bootstrap-secrets", "--region", "us-east-1", "--stack", "old", "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["kept"] == ["/amsg/master-key"] and report["created"] == ["/amsg/vapid-private-key"]
+    assert _value(ssm, "/amsg/master-key") == "b" * 64
+    given = ["--master-key-param", "/x/mk", "--vapid-private-key-param", "/x/vapid"]
+    assert main(["bootstrap-secrets", "--region", "us-east-1", "--stack", "old", "--json", *given]) == 0
+    assert json.loads(capsys.readouterr().out)["created"] == ["/x/mk", "/x/vapid"]  # given names win
+
+
+@pytest.mark.parametrize("stack", ["amsg", "amsg-staging"])
+def test_the_names_are_the_ones_the_template_derives_for_the_stack(stack):
+    from amsg_local.bootstrap_secrets import stack_secret_names
+
+    from tests.support.template import project_template
+    from tests.template.test_stacks import resolve_in_stack
+
+    tpl = project_template()
+    env = resolve_in_stack(tpl["Globals"]["Function"]["Environment"]["Variables"], tpl, stack)
+    assert stack_secret_names(stack) == (env["AMSG_MASTER_KEY_PARAM"], env["AMSG_VAPID_PRIVATE_KEY_PARAM"])

@@ -9,6 +9,10 @@
 
 Existing parameters are kept, so running it again is safe. ``--rotate vapid`` / ``--rotate client-token``
 replace those two on purpose (see docs/operations.md for what clients see).
+
+The names are the stack's (``--stack``, default ``amsg``): those an existing stack was deployed with, else the
+ones template.yaml derives when its name parameters are empty (``/amsg/<stack>/master-key``), so a second stack
+in the account gets keys of its own. ``--master-key-param`` / ``--vapid-private-key-param`` override them.
 """
 
 from __future__ import annotations
@@ -20,8 +24,42 @@ import sys
 from dataclasses import dataclass, field
 from typing import Any
 
-DEFAULT_MASTER_KEY_PARAM = "/amsg/master-key"
-DEFAULT_VAPID_PRIVATE_KEY_PARAM = "/amsg/vapid-private-key"
+DEFAULT_STACK = "amsg"
+MASTER_KEY_NAME_PARAMETER = "MasterKeyParameterName"  # the template parameters that name the secrets
+VAPID_NAME_PARAMETER = "VapidPrivateKeyParameterName"
+
+
+def stack_secret_names(stack: str) -> tuple[str, str]:
+    """The names template.yaml gives the secrets of stack ``stack`` when its name parameters are empty."""
+    return f"/amsg/{stack}/master-key", f"/amsg/{stack}/vapid-private-key"
+
+
+DEFAULT_MASTER_KEY_PARAM, DEFAULT_VAPID_PRIVATE_KEY_PARAM = stack_secret_names(DEFAULT_STACK)
+
+
+def deployed_secret_names(cloudformation: Any, stack: str) -> dict[str, str]:
+    """The non-empty secret-name parameters an existing stack was deployed with ({} when there is no stack)."""
+    from botocore.exceptions import ClientError
+
+    try:
+        stacks = cloudformation.describe_stacks(StackName=stack)["Stacks"]
+    except ClientError as exc:
+        if "does not exist" in str(exc):
+            return {}
+        raise
+    values = {item["ParameterKey"]: item.get("ParameterValue", "") for item in stacks[0].get("Parameters", [])}
+    return {key: values[key] for key in (MASTER_KEY_NAME_PARAMETER, VAPID_NAME_PARAMETER) if values.get(key)}
+
+
+def secret_names(
+    stack: str, deployed: dict[str, str], master_key_param: str | None, vapid_private_key_param: str | None
+) -> tuple[str, str]:
+    """Given names win, then the deployed stack's, then the stack's own (what the template derives)."""
+    own_master, own_vapid = stack_secret_names(stack)
+    return (
+        master_key_param or deployed.get(MASTER_KEY_NAME_PARAMETER) or own_master,
+        vapid_private_key_param or deployed.get(VAPID_NAME_PARAMETER) or own_vapid,
+    )
 
 
 @dataclass
@@ -113,8 +151,14 @@ def add_parser(commands: Any) -> None:
         help="create the SSM SecureString parameters of a new stack (master key, VAPID pair, optional client "
         "token) and print the VAPID public key and the sam deploy parameter overrides",
     )
-    parser.add_argument("--master-key-param", default=DEFAULT_MASTER_KEY_PARAM, metavar="NAME")
-    parser.add_argument("--vapid-private-key-param", default=DEFAULT_VAPID_PRIVATE_KEY_PARAM, metavar="NAME")
+    parser.add_argument(
+        "--stack",
+        default=DEFAULT_STACK,
+        help="the stack whose secrets these are: the names it was deployed with, else /amsg/<stack>/... "
+        f"(default {DEFAULT_STACK})",
+    )
+    parser.add_argument("--master-key-param", metavar="NAME", help="default: the stack's (see --stack)")
+    parser.add_argument("--vapid-private-key-param", metavar="NAME", help="default: the stack's (see --stack)")
     parser.add_argument("--client-token-param", metavar="NAME", help="also create a shared X-Client-Token here")
     parser.add_argument(
         "--rotate",
@@ -135,12 +179,19 @@ def main(args: argparse.Namespace) -> int:
         if name is not None and not name.startswith("/"):
             print(f"amsg bootstrap-secrets: {name}: parameter names must start with / (the template needs it)")
             return 2
+    region = {"region_name": args.region} if args.region else {}
     try:
-        ssm = boto3.client("ssm", region_name=args.region) if args.region else boto3.client("ssm")
+        ssm = boto3.client("ssm", **region)
+        deployed = {}
+        if args.master_key_param is None or args.vapid_private_key_param is None:
+            deployed = deployed_secret_names(boto3.client("cloudformation", **region), args.stack)
+        master_key_param, vapid_private_key_param = secret_names(
+            args.stack, deployed, args.master_key_param, args.vapid_private_key_param
+        )
         result = bootstrap(
             ssm,
-            master_key_param=args.master_key_param,
-            vapid_private_key_param=args.vapid_private_key_param,
+            master_key_param=master_key_param,
+            vapid_private_key_param=vapid_private_key_param,
             client_token_param=args.client_token_param,
             rotate=tuple(args.rotate),
         )

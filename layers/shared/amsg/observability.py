@@ -4,17 +4,28 @@ Tracing is off unless the stack is deployed with ``Tracing=Active`` (``AMSG_TRAC
 Powertools Tracer built, on the first request, and the X-Ray SDK imported (~70 ms of cold start otherwise
 spent for nothing). It patches boto3/botocore and httpx, so every DynamoDB, SSM, SQS, LLM and push call is a
 subsegment of the function's trace.
+
+The ``service`` (log field and metric dimension) is the stack's name (``POWERTOOLS_SERVICE_NAME``, set by
+template.yaml), so two stacks in one account keep their metrics, dashboards and alarms apart; ``amsg`` when
+unset (tests, the local stack).
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
 from typing import Any
 
 from aws_lambda_powertools import Logger, Metrics
 
-logger = Logger(service="amsg")
-metrics = Metrics(namespace="amsg", service="amsg")
+from amsg import snapstart
+
+SERVICE = os.environ.get("POWERTOOLS_SERVICE_NAME", "").strip() or "amsg"
+logger = Logger(service=SERVICE)
+metrics = Metrics(namespace="amsg", service=SERVICE)
+# every handler imports this module at init: the one place that registers the SnapStart hooks (a no-op
+# unless Lambda initialises this sandbox for a snapshot)
+snapstart.install()
 
 _tracer: list[Any] = []
 
@@ -26,7 +37,7 @@ def start_tracing(env: Mapping[str, str]) -> Any | None:
     if not _tracer:
         from aws_lambda_powertools import Tracer
 
-        _tracer.append(Tracer(service="amsg", auto_patch=True, patch_modules=("boto3", "botocore", "httpx")))
+        _tracer.append(Tracer(service=SERVICE, auto_patch=True, patch_modules=("boto3", "botocore", "httpx")))
     return _tracer[0]
 
 
@@ -42,7 +53,7 @@ def emit_metric(name: str, unit: str, value: float, **dimensions: str) -> None:
     if is_metrics_disabled():  # POWERTOOLS_METRICS_DISABLED (the local stack): single_metric would print anyway
         return
     with single_metric(
-        name=name, unit=MetricUnit(unit), value=value, namespace="amsg", default_dimensions={"service": "amsg"}
+        name=name, unit=MetricUnit(unit), value=value, namespace="amsg", default_dimensions={"service": SERVICE}
     ) as metric:
         for key, item in dimensions.items():
             metric.add_dimension(name=key, value=item)
@@ -51,3 +62,24 @@ def emit_metric(name: str, unit: str, value: float, **dimensions: str) -> None:
 def status_class(status: int | None) -> str:
     """``2xx``/``4xx``/``5xx`` for an HTTP status, ``network`` when the upstream never answered."""
     return f"{status // 100}xx" if isinstance(status, int) and 100 <= status < 600 else "network"
+
+
+def delivery_latency_ms(occurrence: str | None, deferred_until: str | None, delivered_ms: int) -> int | None:
+    """Due to pushed, in ms: from the occurrence, or from the end of a delivery-policy deferral (quiet hours,
+    a full cap) when one moved it, since the user asked for that wait. Retries and a host hook's deferral
+    count as lateness: the user waits for them. None when the occurrence is unreadable."""
+    from amsg.timeutil import parse_iso_ms
+
+    due = parse_iso_ms(occurrence) if occurrence else None
+    if due is None:
+        return None
+    deferred = parse_iso_ms(deferred_until) if deferred_until else None
+    return max(0, delivered_ms - max(due, deferred or due))
+
+
+def record_delivery_latency(occurrence: str | None, deferred_until: str | None, delivered_ms: int, pushed: int) -> None:
+    """``DeliveryLatency`` for one scheduled delivery that pushed at least once (what DeliveryLatencyAlarm reads;
+    docs/operations.md). Emitted at once: run_task flushes its metric set per batch, ``amsg run-task`` never."""
+    latency = delivery_latency_ms(occurrence, deferred_until, delivered_ms) if pushed else None
+    if latency is not None:
+        emit_metric("DeliveryLatency", "Milliseconds", latency)

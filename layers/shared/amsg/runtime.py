@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 
+from amsg import snapstart
 from amsg.clock import SystemClock
 from amsg.config import ConfigError, Secrets, Settings
 from amsg.context import AppContext, DeliveryPorts
@@ -36,6 +37,9 @@ def use(context: AppContext | None) -> None:
     """Install (or with None, forget) the process-wide context."""
     global _current
     _current = context
+
+
+snapstart.on_reset(lambda: use(None))  # a restored sandbox builds its own context (docs/operations.md)
 
 
 def _int_env(env: Mapping[str, str], name: str, default: int) -> int:

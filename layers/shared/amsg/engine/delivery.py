@@ -35,7 +35,7 @@ from amsg.engine.summary import DeliverySummary
 from amsg.errors import CloudGuardError
 from amsg.failures import ClaimTaken, DeliveryFailure, PushSendError
 from amsg.hooks import Hooks, load_hooks, task_view
-from amsg.observability import logger
+from amsg.observability import logger, record_delivery_latency
 from amsg.ports import APPEND_FALLBACK, CapReached, TaskRow
 from amsg.timeutil import iso_from_ms, parse_iso_ms
 
@@ -70,6 +70,7 @@ def deliver_claimed(ctx: AppContext, row: TaskRow, summary: DeliverySummary, env
     if outcome.reasoning_error:
         summary.reasoning_skipped.append({"taskId": row.id, "reason": outcome.reasoning_error})
     if finalize_success(ctx, row, payload, summary, outcome.unmarked):
+        record_delivery_latency(row.next_send_at, row.deferred_until, ctx.now_ms(), outcome.pushed)
         return outcome
     return None
 
