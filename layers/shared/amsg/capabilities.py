@@ -96,7 +96,7 @@ FEATURES: list[tuple[str, Callable[[AppContext], bool]]] = [
     ("before-fire-defer", _agentic),
     ("cloud-data-management", lambda ctx: ctx.settings.cloud_data_management),
     # our own features, after the reference's
-    ("delivery-policy", lambda ctx: ctx.policies is not None),
+    ("delivery-policy", lambda ctx: ctx.provides("policies")),  # asked without building the storage
 ]
 
 

@@ -10,7 +10,7 @@ from collections.abc import Mapping
 
 from amsg.clock import SystemClock
 from amsg.config import ConfigError, Secrets, Settings
-from amsg.context import AppContext, DeliveryPorts
+from amsg.context import AppContext, DeliveryPorts, StoragePorts
 from amsg.domain.client_state import parse_ttl_config
 from amsg.observability import logger, start_tracing
 from amsg.ports import Clock, LlmClient, PushSender, TaskQueue
@@ -95,7 +95,27 @@ def secrets_from_env(env: Mapping[str, str]) -> Secrets:
 
 
 def build_context(env: Mapping[str, str], *, clock: Clock | None = None) -> AppContext:
-    """The context of one deployment; ``clock`` defaults to the wall clock (the local stack injects its own)."""
+    """The context of one deployment; ``clock`` defaults to the wall clock (the local stack injects its own).
+
+    Only settings and the secret resolver are built here; the table's ports are built on the first access
+    and the delivery ports on theirs, so a route pays only for what it uses (docs/cold-start.md)."""
+    settings = settings_from_env(env)
+    secrets = secrets_from_env(env)
+    # boto3 reads AWS_ENDPOINT_URL_DYNAMODB from the process environment by itself; an explicit value in the
+    # mapping wins (tests and tools build contexts for other endpoints without touching os.environ)
+    endpoint_url = env.get("AWS_ENDPOINT_URL_DYNAMODB") or None
+    return AppContext(
+        settings=settings,
+        secrets=secrets,
+        clock=clock or SystemClock(),
+        delivery=delivery_ports(settings, secrets),
+        storage=lambda: storage_ports(settings, endpoint_url),
+        optional_ports=frozenset({"owners", "policies", "cloud_data", "coalescer"}),
+    )
+
+
+def storage_ports(settings: Settings, endpoint_url: str | None) -> StoragePorts:
+    """The DynamoDB adapters of every storage port, sharing one table client."""
     from amsg.adapters.dynamo.claims import DynamoClaimStore
     from amsg.adapters.dynamo.client_state import DynamoClientStateStore
     from amsg.adapters.dynamo.cloud_data import DynamoCloudDataStore
@@ -109,15 +129,8 @@ def build_context(env: Mapping[str, str], *, clock: Clock | None = None) -> AppC
     from amsg.adapters.dynamo.table import DynamoTable
     from amsg.adapters.dynamo.tasks import DynamoTaskStore
 
-    settings = settings_from_env(env)
-    # boto3 reads AWS_ENDPOINT_URL_DYNAMODB from the process environment by itself; an explicit value in the
-    # mapping wins (tests and tools build contexts for other endpoints without touching os.environ)
-    table = DynamoTable(settings.table_name, endpoint_url=env.get("AWS_ENDPOINT_URL_DYNAMODB") or None)
-    secrets = secrets_from_env(env)
-    context = AppContext(
-        settings=settings,
-        secrets=secrets,
-        clock=clock or SystemClock(),
+    table = DynamoTable(settings.table_name, endpoint_url=endpoint_url)
+    return StoragePorts(
         tasks=DynamoTaskStore(table, due_shards=settings.due_shards),
         claims=DynamoClaimStore(table, due_shards=settings.due_shards),
         subscriptions=DynamoPushSubscriptionStore(table),
@@ -125,13 +138,11 @@ def build_context(env: Mapping[str, str], *, clock: Clock | None = None) -> AppC
         schema=DynamoSchemaInspector(table),
         credentials=DynamoCredentialStore(table),
         client_state=DynamoClientStateStore(table),
-        delivery=delivery_ports(settings, secrets),
         owners=DynamoOwnerStore(table),
         policies=DynamoDeliveryPolicyStore(table),
         cloud_data=DynamoCloudDataStore(table),
         coalescer=DynamoCoalescer(table),
     )
-    return context
 
 
 def delivery_ports(settings: Settings, secrets: Secrets) -> DeliveryPorts:
