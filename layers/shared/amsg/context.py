@@ -6,26 +6,29 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cached_property
+from typing import TYPE_CHECKING
 
 from amsg.config import Secrets, Settings
 from amsg.crypto import derive_user_key
-from amsg.ports import (
-    CallCoalescer,
-    ClaimStore,
-    ClientStateStore,
-    Clock,
-    CloudDataStore,
-    CredentialStore,
-    DeliveryPolicyStore,
-    LlmClient,
-    OutboxStore,
-    OwnerStore,
-    PushSender,
-    PushSubscriptionStore,
-    SchemaInspector,
-    TaskQueue,
-    TaskStore,
-)
+
+if TYPE_CHECKING:  # annotations only: routes that touch no port never import amsg.ports (docs/cold-start.md)
+    from amsg.ports import (
+        CallCoalescer,
+        ClaimStore,
+        ClientStateStore,
+        Clock,
+        CloudDataStore,
+        CredentialStore,
+        DeliveryPolicyStore,
+        LlmClient,
+        OutboxStore,
+        OwnerStore,
+        PushSender,
+        PushSubscriptionStore,
+        SchemaInspector,
+        TaskQueue,
+        TaskStore,
+    )
 
 
 @dataclass

@@ -7,13 +7,16 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
+from typing import TYPE_CHECKING
 
 from amsg.clock import SystemClock
 from amsg.config import ConfigError, Secrets, Settings
 from amsg.context import AppContext, DeliveryPorts, StoragePorts
-from amsg.domain.client_state import parse_ttl_config
 from amsg.observability import logger, start_tracing
-from amsg.ports import Clock, LlmClient, PushSender, TaskQueue
+
+if TYPE_CHECKING:  # annotations only (docs/cold-start.md)
+    from amsg.adapters.ssm import SsmSecretReader
+    from amsg.ports import Clock, LlmClient, PushSender, TaskQueue
 
 _current: AppContext | None = None
 
@@ -48,6 +51,14 @@ def _int_env(env: Mapping[str, str], name: str, default: int) -> int:
         raise ConfigError(f"{name} must be an integer") from None
 
 
+def _ttl_config(raw: str | None) -> dict[str, float]:
+    if not raw or not raw.strip():
+        return {}  # the default: the client-state rules (and amsg.ports with them) load when a route needs them
+    from amsg.domain.client_state import parse_ttl_config
+
+    return parse_ttl_config(raw)
+
+
 def settings_from_env(env: Mapping[str, str]) -> Settings:
     table = env.get("AMSG_TABLE_NAME", "").strip()
     if not table:
@@ -70,7 +81,7 @@ def settings_from_env(env: Mapping[str, str]) -> Settings:
         push_pacing_ms=_int_env(env, "AMSG_PUSH_PACING_MS", 1500),
         llm_timeout_ms=_int_env(env, "AMSG_LLM_TIMEOUT_MS", 300_000),
         push_timeout_ms=_int_env(env, "AMSG_PUSH_TIMEOUT_MS", 10_000),
-        client_state_ttl_days=parse_ttl_config(env.get("AMSG_CLIENT_STATE_TTL")),
+        client_state_ttl_days=_ttl_config(env.get("AMSG_CLIENT_STATE_TTL")),
         max_tool_iterations=_int_env(env, "AMSG_MAX_TOOL_ITERATIONS", 5),
         total_timeout_ms=_int_env(env, "AMSG_TOTAL_TIMEOUT_MS", 240_000),
         max_scheduled_tasks_per_fire=_int_env(env, "AMSG_MAX_SCHEDULED_TASKS_PER_FIRE", 2),
@@ -79,16 +90,19 @@ def settings_from_env(env: Mapping[str, str]) -> Settings:
 
 
 def secrets_from_env(env: Mapping[str, str]) -> Secrets:
-    from amsg.adapters.ssm import SsmSecretReader
-
-    reader = SsmSecretReader(max_age_s=_int_env(env, "AMSG_SECRETS_MAX_AGE_S", 300))
+    max_age_s = _int_env(env, "AMSG_SECRETS_MAX_AGE_S", 300)
+    readers: list[SsmSecretReader] = []  # one reader (one SSM client and cache), built on the first SSM read
 
     def resolve(name: str) -> str | None:
         direct, param = SECRET_ENV[name]
         if env.get(direct):
             return env[direct]
         if env.get(param):
-            return reader.read(env[param])
+            if not readers:
+                from amsg.adapters.ssm import SsmSecretReader
+
+                readers.append(SsmSecretReader(max_age_s=max_age_s))
+            return readers[0].read(env[param])
         return None
 
     return Secrets(resolve)
