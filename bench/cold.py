@@ -107,7 +107,7 @@ def _ro_prefix(path: Path) -> list[str]:
     return ["unshare", "-m", "sh", "-c", script, str(path)]
 
 
-def lambda_env(art: Artefact, function: str, endpoint: str | None) -> dict[str, str]:
+def lambda_env(art: Artefact, function: str, endpoint: str | None, *, init: bool = False) -> dict[str, str]:
     env = {
         "PATH": "/usr/bin:/bin",
         "LANG": "C.UTF-8",
@@ -131,6 +131,8 @@ def lambda_env(art: Artefact, function: str, endpoint: str | None) -> dict[str, 
     }
     if endpoint:
         env["AWS_ENDPOINT_URL_DYNAMODB"] = endpoint
+    if init:  # as Lambda sets it: the handler module's runtime.prepare() does its init-phase work
+        env["AWS_LAMBDA_INITIALIZATION_TYPE"] = "on-demand"
     return env
 
 
@@ -164,40 +166,68 @@ def dominant(importtime: str, top: int = 4) -> str:
     return f"all {sum(totals.values()):.0f}: " + ", ".join(f"{name} {ms:.0f}" for name, ms in ranked)
 
 
-def measure(art: Artefact, work: Path, endpoint: str | None, runs: int) -> list[dict]:
+def _medians(samples: list[dict], has_event: bool) -> dict:
+    def median(key: str) -> float | None:
+        return statistics.median(s[key] for s in samples) if has_event or key.startswith("import") else None
+
+    keys = ("import_ms", "first_ms", "import_cpu_ms", "first_cpu_ms")
+    return {key: median(key) for key in keys} | {"status": samples[-1]["status"], "loaded": samples[-1]["loaded"]}
+
+
+def prepares_storage(source: Path, function: str) -> bool:
+    return "storage=True" in (source / "functions" / function / f"{function}_handler.py").read_text()
+
+
+def measure(art: Artefact, work: Path, endpoint: str | None, runs: int, source: Path) -> list[dict]:
+    """Per function: imported as in a test (work on first use), and, for a function whose module prepares its
+    storage, as in a Lambda init (``init`` = import + that preparation, then the first invoke)."""
     rows = []
     for function, event, needs in FUNCTIONS:
         env = lambda_env(art, function, endpoint if needs == "DynamoDB read" else None)
-        samples = [run_once(art, work, function, event, env) for _ in range(runs)]
-        profile = run_once(art, work, function, event, env, "-X", "importtime")
-        rows.append(
-            {
-                "function": function,
-                "needs": needs,
-                "import_ms": statistics.median(s["import_ms"] for s in samples),
-                "first_ms": statistics.median(s["first_ms"] for s in samples) if event else None,
-                "import_cpu_ms": statistics.median(s["import_cpu_ms"] for s in samples),
-                "first_cpu_ms": statistics.median(s["first_cpu_ms"] for s in samples) if event else None,
-                "status": samples[-1]["status"],
-                "loaded": samples[-1]["loaded"],
-                "dominant": dominant(profile["importtime"]),
-            }
+        row = {"function": function, "needs": needs} | _medians(
+            [run_once(art, work, function, event, env) for _ in range(runs)], event is not None
         )
+        row["dominant"] = dominant(run_once(art, work, function, event, env, "-X", "importtime")["importtime"])
+        if prepares_storage(source, function):
+            env = lambda_env(art, function, endpoint if needs == "DynamoDB read" else None, init=True)
+            row["init"] = _medians([run_once(art, work, function, event, env) for _ in range(runs)], event is not None)
+        rows.append(row)
     return rows
+
+
+VCPU_512MB = 512 / 1769  # Lambda's CPU share at 512 MB (1,769 MB = one vCPU); init runs with a full vCPU
+
+
+def aws_model_ms(import_cpu: float, first_cpu: float) -> float:
+    """What the CPU work would take on Lambda at 512 MB: the module's import (init) at full speed, the rest of
+    the first request at the invocation's CPU share. A model: network time and the runtime's own start are out."""
+    return import_cpu + (first_cpu - import_cpu) / VCPU_512MB
 
 
 def print_rows(rows: list[dict], runs: int, bytecode: bool) -> None:
     layout = "layer with bytecode" if bytecode else "layer WITHOUT bytecode"
     print(f"== cold start on the built artefact ({layout}; median of {runs} fresh interpreters; ms, wall / CPU)")
-    print(f"  {'function':18s} {'first request':14s} {'import':>11s} {'import+invoke':>14s}  status")
+    print("   work on first use: the module imported as tests do, everything else built by the first request")
+    print("   init-phase: AWS_LAMBDA_INITIALIZATION_TYPE set, runtime.prepare() builds the clients during import")
+    print("   AWS model: CPU ms on Lambda 512 MB if init runs at a full vCPU and the invoke at 512/1769 of one")
+    print(f"  {'function':17s} {'first request':14s} {'import':>11s} {'import+invoke':>13s} {'AWS model':>9s}  status")
     for row in rows:
-        first = f"{row['first_ms']:6.0f} / {row['first_cpu_ms']:<5.0f}" if row["first_ms"] is not None else "-"
-        imported = f"{row['import_ms']:4.0f} / {row['import_cpu_ms']:<4.0f}"
-        status = str(row["status"] or "-")
-        print(f"  {row['function']:18s} {row['needs']:14s} {imported:>11s} {first:>14s}  {status}")
-        print(f"  {'':18s} imports (self ms, one run) {row['dominant']}")
-        print(f"  {'':18s} loaded: {', '.join(row['loaded']) or '-'}")
+        _print_row(row["function"], row["needs"], row)
+        print(f"  {'':17s} imports (self ms, one run) {row['dominant']}")
+        print(f"  {'':17s} loaded: {', '.join(row['loaded']) or '-'}")
+        if "init" in row:
+            _print_row("  init-phase", "", row["init"])
     print(f"  (load average while measuring: {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs)")
+
+
+def _print_row(label: str, needs: str, m: dict) -> None:
+    imported = f"{m['import_ms']:4.0f} / {m['import_cpu_ms']:<4.0f}"
+    if m["first_ms"] is None:
+        first, model = "-", f"{m['import_cpu_ms']:9.0f}"
+    else:
+        first = f"{m['first_ms']:5.0f} / {m['first_cpu_ms']:<5.0f}"
+        model = f"{aws_model_ms(m['import_cpu_ms'], m['first_cpu_ms']):9.0f}"
+    print(f"  {label:17s} {needs:14s} {imported:>11s} {first:>13s} {model}  {m['status'] or '-'}")
 
 
 def main() -> None:
@@ -213,7 +243,7 @@ def main() -> None:
         print(f"artefact: {work} ({mode}, PYTHONDONTWRITEBYTECODE=1, source {source})")
         with dynamodb_local_table(TABLE) as endpoint:
             _warm_up(endpoint)
-            rows = measure(art, work, endpoint, runs)
+            rows = measure(art, work, endpoint, runs, source)
         print_rows(rows, runs, bytecode)
     finally:
         if os.environ.get("AMSG_BENCH_COLD_KEEP") == "1":

@@ -77,6 +77,7 @@ class StoragePorts:
     policies: DeliveryPolicyStore | None = None  # quiet hours and frequency caps (None: no policy applies)
     cloud_data: CloudDataStore | None = None  # the /cloud-data inventory and its records
     coalescer: CallCoalescer | None = None  # a batch's concurrent records share storage round trips
+    prepare: Callable[[], None] = lambda: None  # build the table's client now (init-phase work), send nothing
 
 
 class AppContext:

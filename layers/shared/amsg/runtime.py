@@ -35,6 +35,25 @@ def app_context() -> AppContext:
     return _current
 
 
+def prepare(*, storage: bool = False, secrets: tuple[str, ...] = ()) -> None:
+    """Init-phase work of a handler module: import and build, at module level, what its first request will
+    need (the table's client, the SSM client), reading and sending nothing.
+
+    Only inside a Lambda init (``AWS_LAMBDA_INITIALIZATION_TYPE`` is set): Lambda runs init with a full CPU
+    burst while a 512 MB invocation gets ~0.3 vCPU, so this work costs a user less here than on first use
+    (docs/decisions.md, figures in docs/cold-start.md). Tests and the local stack import handlers without it.
+    Never fatal: what fails here fails again on the first request, which reports it as usual."""
+    if not os.environ.get("AWS_LAMBDA_INITIALIZATION_TYPE"):
+        return
+    try:
+        context = app_context()
+        context.secrets.prepare(secrets)
+        if storage:
+            context.storage.prepare()
+    except Exception as exc:
+        logger.warning("init-phase preparation failed; the first request builds it", extra={"error": repr(exc)})
+
+
 def use(context: AppContext | None) -> None:
     """Install (or with None, forget) the process-wide context."""
     global _current
@@ -93,19 +112,26 @@ def secrets_from_env(env: Mapping[str, str]) -> Secrets:
     max_age_s = _int_env(env, "AMSG_SECRETS_MAX_AGE_S", 300)
     readers: list[SsmSecretReader] = []  # one reader (one SSM client and cache), built on the first SSM read
 
+    def reader() -> SsmSecretReader:
+        if not readers:
+            from amsg.adapters.ssm import SsmSecretReader
+
+            readers.append(SsmSecretReader(max_age_s=max_age_s))
+        return readers[0]
+
     def resolve(name: str) -> str | None:
         direct, param = SECRET_ENV[name]
         if env.get(direct):
             return env[direct]
         if env.get(param):
-            if not readers:
-                from amsg.adapters.ssm import SsmSecretReader
-
-                readers.append(SsmSecretReader(max_age_s=max_age_s))
-            return readers[0].read(env[param])
+            return reader().read(env[param])
         return None
 
-    return Secrets(resolve)
+    def prepare(names: tuple[str, ...]) -> None:
+        if any(env.get(SECRET_ENV[name][1]) and not env.get(SECRET_ENV[name][0]) for name in names):
+            _ = reader().provider  # the SSM client; the values are read on first use (rotation stays live)
+
+    return Secrets(resolve, prepare)
 
 
 def build_context(env: Mapping[str, str], *, clock: Clock | None = None) -> AppContext:
@@ -144,7 +170,12 @@ def storage_ports(settings: Settings, endpoint_url: str | None) -> StoragePorts:
     from amsg.adapters.dynamo.tasks import DynamoTaskStore
 
     table = DynamoTable(settings.table_name, endpoint_url=endpoint_url)
+
+    def prepare() -> None:
+        _ = table.table  # this thread's boto3 resource and Table object: service model loaded, no request sent
+
     return StoragePorts(
+        prepare=prepare,
         tasks=DynamoTaskStore(table, due_shards=settings.due_shards),
         claims=DynamoClaimStore(table, due_shards=settings.due_shards),
         subscriptions=DynamoPushSubscriptionStore(table),
