@@ -1,4 +1,4 @@
-"""Cold start on the built artefact, in Lambda's layout: ``python -m bench cold`` (``make bench-cold``).
+"""Cold start on the built artefact, in Lambda's layout: ``python -m bench cold`` (also part of ``make bench``).
 
 The layer is built by its own build step (``layers/shared/Makefile``, the one ``sam build`` runs) for this
 machine's platform (its arm64 twin cannot be imported on x86_64), bytecode included; the function code is a
