@@ -1,5 +1,6 @@
-"""Cold-start proxy: the import time of each Lambda handler in fresh interpreters (median of 5), and which
-heavy modules each one pulls in (API functions must never load the push/LLM stack)."""
+"""Import time of each Lambda handler from the dev venv (median of 5 fresh interpreters, bytecode cached), and
+which heavy modules each one pulls in (API functions must never load the push/LLM stack). A quick proxy only:
+the cold start a user meets is measured on the built artefact by ``python -m bench cold`` (docs/cold-start.md)."""
 
 from __future__ import annotations
 

@@ -17,6 +17,8 @@ from aws_lambda_powertools.utilities.batch.types import PartialItemFailureRespon
 from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
+runtime.prepare(storage=True, secrets=("master_key", "vapid_private_key"))  # init-phase work (docs/decisions.md)
+
 
 class ConcurrentBatchProcessor(BatchProcessor):
     """Partial batch responses as usual; the records run together, on this sandbox's own worker threads."""

@@ -6,6 +6,8 @@ from amsg.hooks import report_error
 from amsg.observability import logger, metrics
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
+runtime.prepare(storage=True, secrets=("master_key", "vapid_private_key"))  # init-phase work (docs/decisions.md)
+
 
 @metrics.log_metrics
 @logger.inject_lambda_context(log_event=False, correlation_id_path="executionId")  # the scheduler's execution

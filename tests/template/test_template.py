@@ -183,7 +183,9 @@ def test_shared_layer_build_settings(tpl):
     layers = resources_of_type(tpl, "AWS::Serverless::LayerVersion")
     assert list(layers) == ["SharedLayer"], layers
     layer = layers["SharedLayer"]
-    assert layer["Metadata"]["BuildMethod"] == "python3.12"
+    # the layer's Makefile installs the arm64 wheels and compiles the bytecode Lambda's read-only /opt needs
+    assert layer["Metadata"]["BuildMethod"] == "makefile"
+    assert "build-SharedLayer:" in (REPO_ROOT / "layers" / "shared" / "Makefile").read_text()
     # without BuildArchitecture sam build installs x86_64 wheels into an arm64 layer
     assert layer["Metadata"]["BuildArchitecture"] == "arm64"
     props = layer["Properties"]

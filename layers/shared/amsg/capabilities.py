@@ -13,6 +13,8 @@ def _hook(*names: str, agentic: bool = False) -> Callable[[AppContext], bool]:
     features, the fire hooks themselves); the delivery engine honours them."""
 
     def enabled(ctx: AppContext) -> bool:
+        if not ctx.settings.hooks_module:
+            return False  # no hooks: not even amsg.hooks is imported (asyncio with it; docs/cold-start.md)
         from amsg.hooks import load_hooks
 
         try:
@@ -96,7 +98,7 @@ FEATURES: list[tuple[str, Callable[[AppContext], bool]]] = [
     ("before-fire-defer", _agentic),
     ("cloud-data-management", lambda ctx: ctx.settings.cloud_data_management),
     # our own features, after the reference's
-    ("delivery-policy", lambda ctx: ctx.policies is not None),
+    ("delivery-policy", lambda ctx: ctx.provides("policies")),  # asked without building the storage
 ]
 
 

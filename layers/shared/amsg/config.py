@@ -49,6 +49,8 @@ class Secrets:
     redeploy (see ``amsg.adapters.ssm``)."""
 
     resolve: Callable[[str], str | None] = field(repr=False)
+    # builds what reading the named secrets will need (the SSM client), reading nothing: init-phase work
+    prepare: Callable[[tuple[str, ...]], None] = field(default=lambda names: None, repr=False)
 
     @property
     def master_key(self) -> str:

@@ -6,26 +6,29 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cached_property
+from typing import TYPE_CHECKING
 
 from amsg.config import Secrets, Settings
 from amsg.crypto import derive_user_key
-from amsg.ports import (
-    CallCoalescer,
-    ClaimStore,
-    ClientStateStore,
-    Clock,
-    CloudDataStore,
-    CredentialStore,
-    DeliveryPolicyStore,
-    LlmClient,
-    OutboxStore,
-    OwnerStore,
-    PushSender,
-    PushSubscriptionStore,
-    SchemaInspector,
-    TaskQueue,
-    TaskStore,
-)
+
+if TYPE_CHECKING:  # annotations only: routes that touch no port never import amsg.ports (docs/cold-start.md)
+    from amsg.ports import (
+        CallCoalescer,
+        ClaimStore,
+        ClientStateStore,
+        Clock,
+        CloudDataStore,
+        CredentialStore,
+        DeliveryPolicyStore,
+        LlmClient,
+        OutboxStore,
+        OwnerStore,
+        PushSender,
+        PushSubscriptionStore,
+        SchemaInspector,
+        TaskQueue,
+        TaskStore,
+    )
 
 
 @dataclass
@@ -60,10 +63,9 @@ class DeliveryPorts:
 
 
 @dataclass
-class AppContext:
-    settings: Settings
-    secrets: Secrets
-    clock: Clock
+class StoragePorts:
+    """Everything backed by the table, built together (one table client) the first time a route needs any."""
+
     tasks: TaskStore
     claims: ClaimStore
     subscriptions: PushSubscriptionStore
@@ -71,11 +73,87 @@ class AppContext:
     schema: SchemaInspector
     credentials: CredentialStore
     client_state: ClientStateStore
-    delivery: DeliveryPorts
     owners: OwnerStore | None = None  # cloud-data owners and their guards
     policies: DeliveryPolicyStore | None = None  # quiet hours and frequency caps (None: no policy applies)
     cloud_data: CloudDataStore | None = None  # the /cloud-data inventory and its records
     coalescer: CallCoalescer | None = None  # a batch's concurrent records share storage round trips
+    prepare: Callable[[], None] = lambda: None  # build the table's client now (init-phase work), send nothing
+
+
+class AppContext:
+    """Settings, secrets, clock and ports. The storage ports are built on first use, so a route that never
+    touches the table (capabilities, vapid-public-key, get-user-key) never imports boto3 or builds a client:
+    see docs/cold-start.md. Each port can be replaced by assignment (tests do)."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        secrets: Secrets,
+        clock: Clock,
+        delivery: DeliveryPorts,
+        storage: Callable[[], StoragePorts],
+        *,
+        optional_ports: frozenset[str] = frozenset(),
+    ) -> None:
+        self.settings = settings
+        self.secrets = secrets
+        self.clock = clock
+        self.delivery = delivery
+        self._make_storage = storage
+        self._optional_ports = optional_ports
+
+    @cached_property
+    def storage(self) -> StoragePorts:
+        return self._make_storage()
+
+    def provides(self, port: str) -> bool:
+        """Whether an optional port (``owners``, ``policies``, ``cloud_data``, ``coalescer``) is configured,
+        answered without building the storage."""
+        return port in self._optional_ports
+
+    @cached_property
+    def tasks(self) -> TaskStore:
+        return self.storage.tasks
+
+    @cached_property
+    def claims(self) -> ClaimStore:
+        return self.storage.claims
+
+    @cached_property
+    def subscriptions(self) -> PushSubscriptionStore:
+        return self.storage.subscriptions
+
+    @cached_property
+    def outbox(self) -> OutboxStore:
+        return self.storage.outbox
+
+    @cached_property
+    def schema(self) -> SchemaInspector:
+        return self.storage.schema
+
+    @cached_property
+    def credentials(self) -> CredentialStore:
+        return self.storage.credentials
+
+    @cached_property
+    def client_state(self) -> ClientStateStore:
+        return self.storage.client_state
+
+    @cached_property
+    def owners(self) -> OwnerStore | None:
+        return self.storage.owners
+
+    @cached_property
+    def policies(self) -> DeliveryPolicyStore | None:
+        return self.storage.policies
+
+    @cached_property
+    def cloud_data(self) -> CloudDataStore | None:
+        return self.storage.cloud_data
+
+    @cached_property
+    def coalescer(self) -> CallCoalescer | None:
+        return self.storage.coalescer
 
     def user_key(self, user_id: str) -> str:
         return derive_user_key(self.secrets.master_key, user_id)

@@ -14,10 +14,6 @@ import hmac
 import secrets
 from typing import Any
 
-from cryptography.exceptions import InvalidTag
-from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
-from cryptography.hazmat.primitives.ciphers.aead import AESGCM
-
 from amsg.jsonio import dumps as compact_json  # the one JSON writer, re-exported for the codecs' callers
 from amsg.jsonio import loads
 
@@ -43,7 +39,14 @@ def _b64decode_lenient(text: str) -> bytes:
         raise DecryptError("invalid base64") from exc
 
 
+# cryptography is imported by the functions that cipher, not at import: routes that never cipher
+# (capabilities, vapid-public-key, get-user-key) skip its load at cold start (docs/cold-start.md)
+
+
 def _gcm_decrypt(key: bytes, iv: bytes, tag: bytes, ciphertext: bytes) -> bytes:
+    from cryptography.exceptions import InvalidTag
+    from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+
     if not 12 <= len(tag) <= 16:
         raise DecryptError("invalid tag length")
     if not iv:
@@ -60,11 +63,16 @@ def _gcm_decrypt(key: bytes, iv: bytes, tag: bytes, ciphertext: bytes) -> bytes:
 
 def _gcm_any(key: bytes, iv: bytes, tag: bytes, ciphertext: bytes) -> bytes:
     """GCM with any IV length and a 12..16-byte (possibly truncated) tag."""
+    from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
+
     decryptor = Cipher(algorithms.AES(key), modes.GCM(iv, tag, min_tag_length=len(tag))).decryptor()
     return decryptor.update(ciphertext) + decryptor.finalize()
 
 
 def _gcm_encrypt(key: bytes, iv: bytes, plaintext: bytes) -> tuple[bytes, bytes]:
+    from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
+    from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+
     if len(iv) == 12:
         sealed = AESGCM(key).encrypt(iv, plaintext, None)
         return sealed[:-16], sealed[-16:]

@@ -7,14 +7,17 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
+from typing import TYPE_CHECKING
 
 from amsg import snapstart
 from amsg.clock import SystemClock
 from amsg.config import ConfigError, Secrets, Settings
-from amsg.context import AppContext, DeliveryPorts
-from amsg.domain.client_state import parse_ttl_config
+from amsg.context import AppContext, DeliveryPorts, StoragePorts
 from amsg.observability import logger, start_tracing
-from amsg.ports import Clock, LlmClient, PushSender, TaskQueue
+
+if TYPE_CHECKING:  # annotations only (docs/cold-start.md)
+    from amsg.adapters.ssm import SsmSecretReader
+    from amsg.ports import Clock, LlmClient, PushSender, TaskQueue
 
 _current: AppContext | None = None
 
@@ -31,6 +34,25 @@ def app_context() -> AppContext:
         start_tracing(os.environ)
         _current = build_context(os.environ)
     return _current
+
+
+def prepare(*, storage: bool = False, secrets: tuple[str, ...] = ()) -> None:
+    """Init-phase work of a handler module: import and build, at module level, what its first request will
+    need (the table's client, the SSM client), reading and sending nothing.
+
+    Only inside a Lambda init (``AWS_LAMBDA_INITIALIZATION_TYPE`` is set): Lambda runs init with a full CPU
+    burst while a 512 MB invocation gets ~0.3 vCPU, so this work costs a user less here than on first use
+    (docs/decisions.md, figures in docs/cold-start.md). Tests and the local stack import handlers without it.
+    Never fatal: what fails here fails again on the first request, which reports it as usual."""
+    if not os.environ.get("AWS_LAMBDA_INITIALIZATION_TYPE"):
+        return
+    try:
+        context = app_context()
+        context.secrets.prepare(secrets)
+        if storage:
+            context.storage.prepare()
+    except Exception as exc:
+        logger.warning("init-phase preparation failed; the first request builds it", extra={"error": repr(exc)})
 
 
 def use(context: AppContext | None) -> None:
@@ -50,6 +72,14 @@ def _int_env(env: Mapping[str, str], name: str, default: int) -> int:
         return int(raw)
     except ValueError:
         raise ConfigError(f"{name} must be an integer") from None
+
+
+def _ttl_config(raw: str | None) -> dict[str, float]:
+    if not raw or not raw.strip():
+        return {}  # the default: the client-state rules (and amsg.ports with them) load when a route needs them
+    from amsg.domain.client_state import parse_ttl_config
+
+    return parse_ttl_config(raw)
 
 
 def settings_from_env(env: Mapping[str, str]) -> Settings:
@@ -74,7 +104,7 @@ def settings_from_env(env: Mapping[str, str]) -> Settings:
         push_pacing_ms=_int_env(env, "AMSG_PUSH_PACING_MS", 1500),
         llm_timeout_ms=_int_env(env, "AMSG_LLM_TIMEOUT_MS", 300_000),
         push_timeout_ms=_int_env(env, "AMSG_PUSH_TIMEOUT_MS", 10_000),
-        client_state_ttl_days=parse_ttl_config(env.get("AMSG_CLIENT_STATE_TTL")),
+        client_state_ttl_days=_ttl_config(env.get("AMSG_CLIENT_STATE_TTL")),
         max_tool_iterations=_int_env(env, "AMSG_MAX_TOOL_ITERATIONS", 5),
         total_timeout_ms=_int_env(env, "AMSG_TOTAL_TIMEOUT_MS", 240_000),
         max_scheduled_tasks_per_fire=_int_env(env, "AMSG_MAX_SCHEDULED_TASKS_PER_FIRE", 2),
@@ -83,23 +113,53 @@ def settings_from_env(env: Mapping[str, str]) -> Settings:
 
 
 def secrets_from_env(env: Mapping[str, str]) -> Secrets:
-    from amsg.adapters.ssm import SsmSecretReader
+    max_age_s = _int_env(env, "AMSG_SECRETS_MAX_AGE_S", 300)
+    readers: list[SsmSecretReader] = []  # one reader (one SSM client and cache), built on the first SSM read
 
-    reader = SsmSecretReader(max_age_s=_int_env(env, "AMSG_SECRETS_MAX_AGE_S", 300))
+    def reader() -> SsmSecretReader:
+        if not readers:
+            from amsg.adapters.ssm import SsmSecretReader
+
+            readers.append(SsmSecretReader(max_age_s=max_age_s))
+        return readers[0]
 
     def resolve(name: str) -> str | None:
         direct, param = SECRET_ENV[name]
         if env.get(direct):
             return env[direct]
         if env.get(param):
-            return reader.read(env[param])
+            return reader().read(env[param])
         return None
 
-    return Secrets(resolve)
+    def prepare(names: tuple[str, ...]) -> None:
+        if any(env.get(SECRET_ENV[name][1]) and not env.get(SECRET_ENV[name][0]) for name in names):
+            _ = reader().provider  # the SSM client; the values are read on first use (rotation stays live)
+
+    return Secrets(resolve, prepare)
 
 
 def build_context(env: Mapping[str, str], *, clock: Clock | None = None) -> AppContext:
-    """The context of one deployment; ``clock`` defaults to the wall clock (the local stack injects its own)."""
+    """The context of one deployment; ``clock`` defaults to the wall clock (the local stack injects its own).
+
+    Only settings and the secret resolver are built here; the table's ports are built on the first access
+    and the delivery ports on theirs, so a route pays only for what it uses (docs/cold-start.md)."""
+    settings = settings_from_env(env)
+    secrets = secrets_from_env(env)
+    # boto3 reads AWS_ENDPOINT_URL_DYNAMODB from the process environment by itself; an explicit value in the
+    # mapping wins (tests and tools build contexts for other endpoints without touching os.environ)
+    endpoint_url = env.get("AWS_ENDPOINT_URL_DYNAMODB") or None
+    return AppContext(
+        settings=settings,
+        secrets=secrets,
+        clock=clock or SystemClock(),
+        delivery=delivery_ports(settings, secrets),
+        storage=lambda: storage_ports(settings, endpoint_url),
+        optional_ports=frozenset({"owners", "policies", "cloud_data", "coalescer"}),
+    )
+
+
+def storage_ports(settings: Settings, endpoint_url: str | None) -> StoragePorts:
+    """The DynamoDB adapters of every storage port, sharing one table client."""
     from amsg.adapters.dynamo.claims import DynamoClaimStore
     from amsg.adapters.dynamo.client_state import DynamoClientStateStore
     from amsg.adapters.dynamo.cloud_data import DynamoCloudDataStore
@@ -113,15 +173,13 @@ def build_context(env: Mapping[str, str], *, clock: Clock | None = None) -> AppC
     from amsg.adapters.dynamo.table import DynamoTable
     from amsg.adapters.dynamo.tasks import DynamoTaskStore
 
-    settings = settings_from_env(env)
-    # boto3 reads AWS_ENDPOINT_URL_DYNAMODB from the process environment by itself; an explicit value in the
-    # mapping wins (tests and tools build contexts for other endpoints without touching os.environ)
-    table = DynamoTable(settings.table_name, endpoint_url=env.get("AWS_ENDPOINT_URL_DYNAMODB") or None)
-    secrets = secrets_from_env(env)
-    context = AppContext(
-        settings=settings,
-        secrets=secrets,
-        clock=clock or SystemClock(),
+    table = DynamoTable(settings.table_name, endpoint_url=endpoint_url)
+
+    def prepare() -> None:
+        _ = table.table  # this thread's boto3 resource and Table object: service model loaded, no request sent
+
+    return StoragePorts(
+        prepare=prepare,
         tasks=DynamoTaskStore(table, due_shards=settings.due_shards),
         claims=DynamoClaimStore(table, due_shards=settings.due_shards),
         subscriptions=DynamoPushSubscriptionStore(table),
@@ -129,13 +187,11 @@ def build_context(env: Mapping[str, str], *, clock: Clock | None = None) -> AppC
         schema=DynamoSchemaInspector(table),
         credentials=DynamoCredentialStore(table),
         client_state=DynamoClientStateStore(table),
-        delivery=delivery_ports(settings, secrets),
         owners=DynamoOwnerStore(table),
         policies=DynamoDeliveryPolicyStore(table),
         cloud_data=DynamoCloudDataStore(table),
         coalescer=DynamoCoalescer(table),
     )
-    return context
 
 
 def delivery_ports(settings: Settings, secrets: Secrets) -> DeliveryPorts:

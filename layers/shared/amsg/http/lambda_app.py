@@ -1,4 +1,8 @@
-"""Glue between Powertools' HTTP resolver and our API functions (the only Lambda-aware part of the API).
+"""Glue between API Gateway's v2 events and our API functions (the only Lambda-aware part of the API).
+
+Each function serves one route (one path, one to three methods) that API Gateway has already selected, so the
+routing here is a dictionary lookup: Powertools' resolver would cost its whole event-handler package at every
+cold start (~60 % of an API handler's import, docs/cold-start.md) for nothing we use.
 
 Every route handler is ``serve(app, endpoint)``: build the request from the v2 event, read the body for
 POST/PUT/DELETE before anything else (the reference reads bodies before routing), build the context, run the
@@ -8,26 +12,93 @@ with a sanitized ``error.cause``; configuration failures → stage ``config``).
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 from dataclasses import replace
-from typing import Any
-
-from aws_lambda_powertools.event_handler import APIGatewayHttpResolver, Response
+from typing import Any, TypeVar
 
 from amsg.context import AppContext
-from amsg.errors import ApiError, CloudGuardError, StoreUnavailable
+from amsg.errors import ApiError, CloudGuardError, StoreUnavailable, api_error
 from amsg.http.body import read_body
 from amsg.http.request import ApiRequest
 from amsg.http.responses import ApiResponse, from_error, internal_error, to_lambda_result
 from amsg.observability import logger
 
 Endpoint = Callable[[ApiRequest, AppContext], ApiResponse]
+Route = Callable[..., dict[str, Any]]
+R = TypeVar("R", bound=Route)
 BODY_METHODS = frozenset({"POST", "PUT", "DELETE"})
+PREFIX = "/api/v1"  # routes are served both at ``/`` and under ``/api/v1/`` (both client setups)
 
 
-def http_app() -> APIGatewayHttpResolver:
-    """One resolver per function; routes are served both at ``/`` and under ``/api/v1/`` (both client setups)."""
-    return APIGatewayHttpResolver(strip_prefixes=["/api/v1"])
+class CurrentEvent:
+    def __init__(self, raw_event: dict[str, Any], lambda_context: object = None) -> None:
+        self.raw_event = raw_event
+        self.lambda_context = lambda_context
+
+
+class HttpApp:
+    """The routes of one function: ``@app.get(path)`` (and post/put/delete), ``@app.not_found``, then
+    ``app.resolve(event, context)``. A request no route takes answers the reference's 404 envelope."""
+
+    def __init__(self) -> None:
+        self._routes: dict[tuple[str, str], Route] = {}
+        self._not_found: Callable[[Exception | None], dict[str, Any]] | None = None
+        self._local = threading.local()  # the event being resolved, per thread (the local stack runs threads)
+
+    def route(self, path: str, method: str) -> Callable[[R], R]:
+        def register(function: R) -> R:
+            self._routes[(method, path)] = function
+            return function
+
+        return register
+
+    def get(self, path: str) -> Callable[[R], R]:
+        return self.route(path, "GET")
+
+    def post(self, path: str) -> Callable[[R], R]:
+        return self.route(path, "POST")
+
+    def put(self, path: str) -> Callable[[R], R]:
+        return self.route(path, "PUT")
+
+    def delete(self, path: str) -> Callable[[R], R]:
+        return self.route(path, "DELETE")
+
+    def not_found(self, function: Callable[[Exception | None], dict[str, Any]]) -> Callable[..., dict[str, Any]]:
+        self._not_found = function
+        return function
+
+    @property
+    def current_event(self) -> CurrentEvent:
+        event: CurrentEvent | None = getattr(self._local, "event", None)
+        assert event is not None, "current_event is only set while resolve() runs"
+        return event
+
+    def resolve(self, event: dict[str, Any], context: object = None) -> dict[str, Any]:
+        path = str(event.get("rawPath") or "/")
+        if path == PREFIX or path.startswith(PREFIX + "/"):
+            path = path[len(PREFIX) :] or "/"
+        method = str(((event.get("requestContext") or {}).get("http") or {}).get("method") or "").upper()
+        route = self._routes.get((method, path))
+        self._local.event = CurrentEvent(event, context)
+        try:
+            if route is not None:
+                return route()
+            if self._not_found is not None:
+                return self._not_found(None)
+            return handle(event, _unknown_route)
+        finally:
+            self._local.event = None
+
+
+def http_app() -> HttpApp:
+    """One app per function (module level, so the routes are registered once per sandbox)."""
+    return HttpApp()
+
+
+def _unknown_route(request: ApiRequest, context: AppContext) -> ApiResponse:
+    raise api_error("NOT_FOUND")  # the $default route's answer
 
 
 def handle(event: dict, endpoint: Endpoint, lambda_context: Any = None) -> dict:
@@ -63,10 +134,7 @@ def handle(event: dict, endpoint: Endpoint, lambda_context: Any = None) -> dict:
     return to_lambda_result(response)
 
 
-def serve(app: APIGatewayHttpResolver, endpoint: Endpoint) -> Response:
-    result = handle(app.current_event.raw_event, endpoint, app.lambda_context)
-    return Response(
-        status_code=result["statusCode"],
-        content_type=result["headers"]["content-type"],
-        body=result["body"],
-    )
+def serve(app: HttpApp, endpoint: Endpoint) -> dict[str, Any]:
+    """The Lambda proxy result of ``endpoint`` for the event ``app`` is resolving."""
+    current = app.current_event
+    return handle(current.raw_event, endpoint, current.lambda_context)
