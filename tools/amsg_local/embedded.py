@@ -6,6 +6,13 @@ server therefore runs one request at a time (a process-wide lock around moto's W
 every request atomic with respect to every other, as on DynamoDB. Accepted sockets get ``TCP_NODELAY``
 (werkzeug writes the status line, headers and body separately; without it each response waits for the
 client's delayed ACK, ~40 ms).
+
+Memory: moto's ``BaseModel.__new__`` appends every model object it ever creates (every DynamoDB item, every
+SQS message) to a class-level list that only its dashboard (``/moto-api/data.json``) reads and only a reset
+empties. A ``TransactWriteItems`` deep-copies each table it touches (moto's rollback copy), so every
+transaction added a copy of the whole table to that list: memory grew by megabytes per write and never came
+down. :func:`stop_instance_tracking` turns that list off for the process (the dashboard then lists nothing);
+what remains is the data itself (see ``tools/amsg_local/README.md``).
 """
 
 from __future__ import annotations
@@ -17,9 +24,28 @@ import urllib.request
 from collections.abc import Callable, Iterable
 from typing import Any
 
-__all__ = ["EmbeddedMoto", "SerializedApp"]
+__all__ = ["EmbeddedMoto", "SerializedApp", "stop_instance_tracking"]
 
 log = logging.getLogger("local_stack.embedded")
+
+
+def _untracked_new(cls: type, *args: Any, **kwargs: Any) -> Any:
+    return object.__new__(cls)
+
+
+def stop_instance_tracking() -> None:
+    """Make moto's models stop recording every instance (idempotent; process-wide, as moto's backends are).
+
+    The emulated data is unaffected: moto's backends hold their objects themselves; the tracking list only
+    feeds moto's dashboard. Objects already tracked are dropped too.
+    """
+    from moto.core.common_models import BaseModel
+    from moto.core.model_instances import reset_model_data
+
+    current = BaseModel.__dict__.get("__new__")
+    if getattr(current, "__func__", None) is not _untracked_new:
+        BaseModel.__new__ = staticmethod(_untracked_new)  # type: ignore[method-assign,assignment]
+    reset_model_data()
 
 
 class SerializedApp:
@@ -62,6 +88,8 @@ class EmbeddedMoto:
     def start(self) -> EmbeddedMoto:
         from moto.moto_server.werkzeug_app import DomainDispatcherApplication, MotoRequestHandler, create_backend_app
         from werkzeug.serving import make_server
+
+        stop_instance_tracking()
 
         class NoDelayHandler(MotoRequestHandler):
             def setup(self) -> None:
