@@ -1,4 +1,4 @@
-"""``python -m bench [imports|tick|requests|capacity|e2e|load|migration]`` — all by default.
+"""``python -m bench [imports|tick|requests|capacity|e2e|load|migration|moto-memory]`` — all but moto-memory by default.
 
 Numbers are printed, never asserted."""
 
@@ -17,7 +17,7 @@ for _key, _value in {
 }.items():
     os.environ.setdefault(_key, _value)
 
-from bench import capacity, e2e, imports, load, migration, requests, tick  # noqa: E402
+from bench import capacity, e2e, imports, load, migration, moto_memory, requests, tick  # noqa: E402
 
 
 def main(argv: list[str]) -> int:
@@ -25,6 +25,7 @@ def main(argv: list[str]) -> int:
     for name in chosen:
         runners = {"imports": imports, "tick": tick, "requests": requests, "e2e": e2e, "load": load}
         runners.update(capacity=capacity, migration=migration)
+        runners["moto-memory"] = moto_memory
         runners[name].main()
     return 0
 
