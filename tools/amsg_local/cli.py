@@ -472,7 +472,7 @@ def start_local_stack(
 
 MOTO_LIMITS = (
     "                 limits: one request at a time (atomic, slower under load); data in memory, gone on stop;\n"
-    "                 memory grows with the data only (~15 MB per 1,000 writes; tools/amsg_local/README.md);\n"
+    "                 memory grows with the data only (< 10 MB per 1,000 writes; tools/amsg_local/README.md);\n"
     "                 with Java installed the default is DynamoDB Local (AWS's own engine)"
 )
 
