@@ -251,6 +251,11 @@ def test_clock_moves_within_its_range(gw: Gateway) -> None:
     assert status == 200 and payload["offsetMs"] == 0
     status, payload = post_local(gw, "/_local/clock", b"")
     assert status == 200 and payload["offsetMs"] == 0
+    assert gw.clock is not None
+    gw.clock.set_now(CLOCK_MAX_MS + 5)  # put just inside the range, the clock has run on past its end
+    assert post_local(gw, "/_local/clock", b'{"advanceMs": 0}')[0] == 200  # reading it still works
+    assert post_local(gw, "/_local/clock", b'{"advanceMs": -60000}')[0] == 200  # and so does moving back
+    gw.clock.reset()
 
 
 _json_numbers = st.one_of(
@@ -273,7 +278,10 @@ def test_fuzzed_clock_bodies_answer_200_in_range_or_400(gw: Gateway, fields: dic
     status, payload = post_local(gw, "/_local/clock", body.encode())
     assert status in (200, 400), payload
     assert payload["success"] is (status == 200)
-    assert 0 <= gw.clock.now_ms() < CLOCK_MAX_MS
+    assert 0 <= gw.clock.now_ms() < CLOCK_MAX_MS + 60_000  # put inside the range; it runs on from there
+    if status == 200 and "nowMs" in fields:
+        assert 0 <= int(float(fields["nowMs"])) < CLOCK_MAX_MS
+        assert abs(payload["nowMs"] - int(float(fields["nowMs"]))) < 60_000
     if status == 400:
         assert payload["error"]["code"] == "INVALID_PARAMETERS" and payload["error"]["message"]
 

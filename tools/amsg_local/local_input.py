@@ -6,7 +6,8 @@ millisecond, strings where numbers belong, bodies that are not JSON objects, unk
 
 The clock is confined to ``[1970-01-01T00:00:00Z, 9000-01-01T00:00:00Z)``: the engine turns "now" into
 datetimes, ISO strings and next occurrences (a yearly recurrence adds a year), and Python's datetimes end in
-year 9999; 1970 keeps times non-negative. A tick therefore never meets a time it cannot represent.
+year 9999; 1970 keeps times non-negative. The clock runs on from where it is put (it may pass the end by the
+time that has run since), so a tick never meets a time it cannot represent.
 """
 
 from __future__ import annotations
@@ -82,7 +83,10 @@ def clock_target(request: dict[str, Any], now_ms: int) -> int | None:
     if "nowMs" in request:
         target = _millis(request["nowMs"], "nowMs")
     else:
-        target = now_ms + _millis(request.get("advanceMs", 0), "advanceMs")
+        advance = _millis(request.get("advanceMs", 0), "advanceMs")
+        if advance == 0:
+            return now_ms  # a read: the clock runs on from where it was put, maybe a little past the end
+        target = now_ms + advance
     if not CLOCK_MIN_MS <= target < CLOCK_MAX_MS:
         raise BadLocalRequest(f"the clock must stay within {_CLOCK_RANGE}")
     return target
