@@ -1,4 +1,5 @@
-"""``python -m bench [imports|cold|tick|requests|capacity|e2e|load|migration|hostile]`` — all by default.
+"""``python -m bench [NAME ...]``: imports, cold, tick, requests, capacity, e2e, load, migration and hostile
+(all by default), moto-memory on request.
 
 Numbers are printed, never asserted."""
 
@@ -17,7 +18,7 @@ for _key, _value in {
 }.items():
     os.environ.setdefault(_key, _value)
 
-from bench import capacity, cold, e2e, hostile, imports, load, migration, requests, tick  # noqa: E402
+from bench import capacity, cold, e2e, hostile, imports, load, migration, moto_memory, requests, tick  # noqa: E402
 
 
 def main(argv: list[str]) -> int:
@@ -25,6 +26,7 @@ def main(argv: list[str]) -> int:
     for name in chosen:
         runners = {"imports": imports, "tick": tick, "requests": requests, "e2e": e2e, "load": load}
         runners.update(capacity=capacity, migration=migration, cold=cold, hostile=hostile)
+        runners["moto-memory"] = moto_memory
         runners[name].main()
     return 0
 

@@ -14,8 +14,9 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import pytest
-from amsg_local.gateway import LISTEN_BACKLOG, Gateway, _IPv4Server
+from amsg_local.gateway import LISTEN_BACKLOG, Gateway
 from amsg_local.template import load_template
+from amsg_local.transport import IPv4Server as _IPv4Server
 
 from tests.support.tiny_stack import write_tiny_project
 
@@ -157,7 +158,7 @@ def test_idle_keep_alive_connection_is_closed(gw: Gateway) -> None:
             "Request Header Fields Too Large",
         ),
         (b"GARBAGE\r\n\r\n", 400, "Bad Request"),
-        (b"GET /whoami HTTP/7.0\r\n\r\n", 505, "HTTP Version Not Supported"),
+        (b"GET /whoami HTTP/7.0\r\n\r\n", 400, "Bad Request"),  # API Gateway: 400, not 505
         (b"POST /whoami HTTP/1.1\r\nHost: l\r\nContent-Length: abc\r\n\r\n", 400, "Bad Request"),
         (b"POST /whoami HTTP/1.1\r\nHost: l\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n", 400, "Bad Request"),
         (b"GET /" + b"a" * 70000 + b" HTTP/1.1\r\n\r\n", 414, "Request-URI Too Long"),

@@ -2,7 +2,8 @@
 
 Modules: ``template`` (read template.yaml), ``tables`` (create its table/queue on an emulator), ``embedded``
 (moto server), ``dynamodb_local`` (the DynamoDB Local jar), ``lambda_runtime`` (in-process handlers),
-``gateway`` (API Gateway HTTP API imitation), ``delivery`` (tick + SQS consumer), ``cli``.
+``gateway`` (API Gateway HTTP API imitation) with ``transport`` (its HTTP server), ``framing`` (request-line
+checks) and ``local_input`` (``/_local/*`` input checks), ``delivery`` (tick + SQS consumer), ``cli``.
 """
 
 from __future__ import annotations

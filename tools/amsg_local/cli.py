@@ -451,6 +451,26 @@ def start_local_stack(
 # --------------------------------------------------------------------------------------------- CLI
 
 
+MOTO_LIMITS = (
+    "                 limits: one request at a time (atomic, slower under load); data in memory, gone on stop;\n"
+    "                 memory grows with the data only (< 10 MB per 1,000 writes; tools/amsg_local/README.md);\n"
+    "                 with Java installed the default is DynamoDB Local (AWS's own engine)"
+)
+
+
+def backend_description(stack: LocalStack) -> str:
+    """The banner's DynamoDB entry: what plays DynamoDB and, for the moto fallback, its limits."""
+    if stack.backend == "dynamodb-local":
+        isolated = stack._ddb_local is not None and stack._ddb_local.isolated
+        where = "own network namespace, loopback relay" if isolated else "listens on every interface"
+        return f"DynamoDB Local {stack.dynamodb_endpoint} ({where})"
+    if stack.backend == "aws":
+        return f"AWS ({stack.region})"
+    if stack.backend == "endpoint":
+        return f"{stack.dynamodb_endpoint} (given)"
+    return f"{stack.dynamodb_endpoint} (embedded moto: no Java, or --moto)\n{MOTO_LIMITS}"
+
+
 def _banner(
     stack: LocalStack,
     *,
@@ -615,16 +635,7 @@ def _serve(args: argparse.Namespace) -> int:
             print(f"amsg local: {exc}", file=sys.stderr)
             return 2
         with stack:
-            if stack.backend == "dynamodb-local":
-                isolated = stack._ddb_local is not None and stack._ddb_local.isolated
-                where = "own network namespace, loopback relay" if isolated else "listens on every interface"
-                backend = f"DynamoDB Local {stack.dynamodb_endpoint} ({where})"
-            elif stack.backend == "aws":
-                backend = f"AWS ({stack.region})"
-            elif stack.backend == "endpoint":
-                backend = f"{stack.dynamodb_endpoint} (given)"
-            else:
-                backend = f"{stack.dynamodb_endpoint} (embedded moto, one request at a time)"
+            backend = backend_description(stack)
             tick_fn = stack.gateway.ticks.tick_then_drain
             missing = tick_fn.missing() if isinstance(tick_fn, LocalDelivery) else None
             saved_to = args.env_file if args.save_keys and save_generated_keys(stack.settings, args.env_file) else None

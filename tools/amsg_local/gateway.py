@@ -24,33 +24,36 @@ they will see on AWS:
   :data:`LISTEN_BACKLOG` so bursts of connections are queued instead of reset, a read timeout
   (:data:`READ_TIMEOUT_S`) for idle keep-alive connections and bodies that stall (408), and errors found before
   routing (too many or too long headers, bad framing) answered as API Gateway does, in JSON
-  ``{"message": ...}``, never as an HTML page.
+  ``{"message": ...}``, never as an HTML page;
+* methods and framing: every method that is a valid token is routed (unknown ones reach ``$default``); a
+  request line that is not ``METHOD target HTTP/1.x`` is a 400 (see ``framing.py``); an error inside the
+  gateway is a 500 ``{"message":"Internal Server Error"}``, never a dropped connection.
 
-Local-only: ``POST /_local/tick`` runs one tick and drains the task queue (501 when not available).
+Local-only: ``POST /_local/tick`` runs one tick and drains the task queue (501 when not available),
+``/_local/clock`` and ``/_local/run-task`` (their input checks and the clock's range: ``local_input.py``).
+Their errors never carry exception text (it goes to the log).
 """
 
 from __future__ import annotations
 
 import base64
-import contextlib
 import errno
 import json
 import logging
 import re
 import secrets
-import socket
 import threading
-import time
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import ThreadingHTTPServer
 from typing import Any, Protocol
 from urllib.parse import parse_qsl, urlsplit
 
 from amsg_local.delivery import TickNotConfigured, TickRunner, TickThenDrain
 from amsg_local.lambda_runtime import LAMBDA_SYNC_PAYLOAD_LIMIT, LambdaRuntime
+from amsg_local.local_input import BadLocalRequest, clock_target, parse_object, task_uuid
 from amsg_local.template import CorsConfig, Route, http_routes
 
 __all__ = [
@@ -289,6 +292,7 @@ class Gateway:
         self.lambda_payload_limit = lambda_payload_limit
         self._server: ThreadingHTTPServer | None = None
         self._thread: threading.Thread | None = None
+        self._clock_lock = threading.Lock()  # a clock move is checked against the range and applied at once
 
     # ------------------------------------------------------------------ request handling
 
@@ -305,7 +309,6 @@ class Gateway:
         """Answer one request (``target`` is the raw request target: path plus optional query)."""
         headers = fold_headers(header_pairs)
         origin = headers.get("origin")
-        method = method.upper()
         if len(body) > self.payload_limit:
             return self._with_cors(GatewayResponse.message(413, "Request Entity Too Large"), origin)
         if self.cors is not None and method == "OPTIONS" and origin and "access-control-request-method" in headers:
@@ -386,51 +389,47 @@ class Gateway:
 
     def _local_run_task(self, body: bytes) -> GatewayResponse:
         """Local-only ``runTask(uuid)``: ``{"uuid": "..."}`` → ``{ran, reason?|summary}``, then drains the queue."""
+        try:
+            wanted = task_uuid(parse_object(body, frozenset({"uuid"})))
+        except BadLocalRequest as exc:
+            return _local_error(400, "INVALID_PARAMETERS", str(exc))
         from amsg import runtime
         from amsg.engine.run_now import run_task_now
 
         try:
-            task_uuid = json.loads(body or b"{}").get("uuid")
-            result = run_task_now(runtime.app_context(), task_uuid)
-        except (ValueError, TypeError, AttributeError) as exc:
-            payload = {"success": False, "error": {"code": "INVALID_PARAMETERS", "message": str(exc)}}
-            return GatewayResponse(400, [("content-type", "application/json; charset=utf-8")], _json_body(payload))
-        payload = {"success": True, **result}
-        return GatewayResponse(200, [("content-type", "application/json; charset=utf-8")], _json_body(payload))
+            result = run_task_now(runtime.app_context(), wanted)
+        except Exception:
+            log.exception("local run-task failed")
+            return _local_error(500, "LOCAL_RUN_TASK_FAILED", "runTask failed; the stack's log has the error")
+        return _local_ok({"success": True, **result})
 
     def _local_clock(self, body: bytes) -> GatewayResponse:
         """Local-only time travel on the injected clock: ``{"advanceMs": n}``, ``{"nowMs": n}``, ``{"reset": true}``."""
         clock = self.clock
         if clock is None:
-            payload = {"success": False, "error": {"code": "NOT_IMPLEMENTED", "message": "this stack has no clock"}}
-            return GatewayResponse(501, [("content-type", "application/json; charset=utf-8")], _json_body(payload))
+            return _local_error(501, "NOT_IMPLEMENTED", "this stack has no clock")
         try:
-            request = json.loads(body or b"{}")
-            if request.get("reset"):
-                clock.reset()
-            elif "nowMs" in request:
-                clock.set_now(int(request["nowMs"]))
-            else:
-                clock.advance(int(request.get("advanceMs", 0)))
-        except (ValueError, TypeError, AttributeError) as exc:
-            payload = {"success": False, "error": {"code": "INVALID_PARAMETERS", "message": str(exc)}}
-            return GatewayResponse(400, [("content-type", "application/json; charset=utf-8")], _json_body(payload))
-        payload = {"success": True, "nowMs": clock.now_ms(), "offsetMs": clock.offset_ms}
-        return GatewayResponse(200, [("content-type", "application/json; charset=utf-8")], _json_body(payload))
+            request = parse_object(body, frozenset({"advanceMs", "nowMs", "reset"}))
+            with self._clock_lock:
+                current = clock.now_ms()
+                target = clock_target(request, current)
+                if target is None:
+                    clock.reset()
+                else:
+                    clock.advance(target - current)  # exactly advanceMs; nowMs up to the time between reads
+        except BadLocalRequest as exc:
+            return _local_error(400, "INVALID_PARAMETERS", str(exc))
+        return _local_ok({"success": True, "nowMs": clock.now_ms(), "offsetMs": clock.offset_ms})
 
     def _local_tick(self) -> GatewayResponse:
         try:
             summary = self.ticks.run_once()
         except TickNotConfigured as exc:
-            payload = {"success": False, "error": {"code": "NOT_IMPLEMENTED", "message": str(exc)}}
-            return GatewayResponse(501, [("content-type", "application/json; charset=utf-8")], _json_body(payload))
-        except Exception as exc:
+            return _local_error(501, "NOT_IMPLEMENTED", str(exc))
+        except Exception:
             log.exception("local tick failed")
-            payload = {"success": False, "error": {"code": "LOCAL_TICK_FAILED", "message": repr(exc)}}
-            return GatewayResponse(500, [("content-type", "application/json; charset=utf-8")], _json_body(payload))
-        return GatewayResponse(
-            200, [("content-type", "application/json; charset=utf-8")], _json_body({"success": True, **summary})
-        )
+            return _local_error(500, "LOCAL_TICK_FAILED", "the tick failed; the stack's log has the error")
+        return _local_ok({"success": True, **summary})
 
     # ------------------------------------------------------------------ serving
 
@@ -438,9 +437,11 @@ class Gateway:
         """Serve in a background thread; returns the base URL (``http://127.0.0.1:<port>``)."""
         if self._server is not None:
             raise RuntimeError("gateway already started")
-        server_class = _IPv6Server if ":" in host else _IPv4Server
+        from amsg_local.transport import IPv4Server, IPv6Server, make_handler
+
+        server_class = IPv6Server if ":" in host else IPv4Server
         try:
-            server = server_class((host, port), _make_handler(self))
+            server = server_class((host, port), make_handler(self))
         except OSError as exc:
             if exc.errno == errno.EADDRINUSE:
                 raise OSError(exc.errno, f"port {port} on {host} is already in use (try --port 0 or PORT=...)") from exc
@@ -470,6 +471,15 @@ class Gateway:
         if self._thread is not None:
             self._thread.join(5)
             self._thread = None
+
+
+def _local_ok(payload: dict[str, Any]) -> GatewayResponse:
+    return GatewayResponse(200, [("content-type", "application/json; charset=utf-8")], _json_body(payload))
+
+
+def _local_error(status: int, code: str, message: str) -> GatewayResponse:
+    payload = {"success": False, "error": {"code": code, "message": message}}
+    return GatewayResponse(status, [("content-type", "application/json; charset=utf-8")], _json_body(payload))
 
 
 def fold_headers(pairs: Sequence[tuple[str, str]]) -> dict[str, str]:
@@ -523,120 +533,3 @@ def _header_text(value: Any) -> str:
     if isinstance(value, list):
         return ",".join(str(item) for item in value)
     return str(value)
-
-
-# --------------------------------------------------------------------------------------------- HTTP transport
-
-
-class _IPv4Server(ThreadingHTTPServer):
-    daemon_threads = True
-    allow_reuse_address = True
-    request_queue_size = LISTEN_BACKLOG
-
-    def get_request(self) -> tuple[socket.socket, Any]:
-        connection, address = super().get_request()
-        connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        return connection, address
-
-
-class _IPv6Server(_IPv4Server):
-    address_family = socket.AF_INET6
-
-
-def _make_handler(gateway: Gateway) -> type[BaseHTTPRequestHandler]:
-    class Handler(BaseHTTPRequestHandler):
-        protocol_version = "HTTP/1.1"
-        server_version = "amsg-local"
-        sys_version = ""
-        timeout = gateway.read_timeout_s  # socket timeout: idle keep-alive and stalled bodies
-
-        def send_error(self, code: int, message: str | None = None, explain: str | None = None) -> None:
-            """Errors found before routing (header limits, bad request line): API Gateway's JSON, not HTML."""
-            phrase = self.responses.get(code, ("Error",))[0]
-            self.close_connection = True
-            if self.request_version == "HTTP/0.9":  # the request line did not parse: answer in HTTP/1.1 anyway
-                self.request_version = "HTTP/1.1"
-            with contextlib.suppress(OSError):
-                self._write(GatewayResponse.message(code, phrase))
-            log.info("%s -> %d (%s)", getattr(self, "requestline", "") or "-", code, message or phrase)
-
-        def _serve(self) -> None:
-            started = time.monotonic()
-            try:
-                body = self._read_body()
-            except TimeoutError:
-                self.send_error(408)
-                return
-            except _TooLarge:
-                response = gateway._with_cors(
-                    GatewayResponse.message(413, "Request Entity Too Large"), self.headers.get("origin")
-                )
-                self.close_connection = True
-            except ValueError:
-                response = GatewayResponse.message(400, "Bad Request")
-                self.close_connection = True
-            else:
-                response = gateway.handle(
-                    self.command,
-                    self.path,
-                    list(self.headers.items()),
-                    body,
-                    source_ip=self.client_address[0],
-                    host=self.headers.get("host") or "{}:{}".format(*self.server.server_address[:2]),
-                )
-            self._write(response)
-            log.info(
-                "%s %s -> %d (%.0f ms)", self.command, self.path, response.status, (time.monotonic() - started) * 1000
-            )
-
-        def _read_body(self) -> bytes:
-            if "chunked" in self.headers.get("transfer-encoding", "").lower():
-                return self._read_chunked()
-            length_text = self.headers.get("content-length")
-            if not length_text:
-                return b""
-            length = int(length_text)
-            if length < 0:
-                raise ValueError("negative content-length")
-            if length > gateway.payload_limit:
-                raise _TooLarge
-            return self.rfile.read(length)
-
-        def _read_chunked(self) -> bytes:
-            chunks: list[bytes] = []
-            total = 0
-            while True:
-                size = int(self.rfile.readline(65537).split(b";", 1)[0].strip() or b"0", 16)
-                if size == 0:
-                    while self.rfile.readline(65537).strip():
-                        pass  # trailers
-                    return b"".join(chunks)
-                total += size
-                if total > gateway.payload_limit:
-                    raise _TooLarge
-                chunks.append(self.rfile.read(size))
-                self.rfile.readline(3)
-
-        def _write(self, response: GatewayResponse) -> None:
-            self.send_response(response.status)
-            for name, value in response.headers:
-                self.send_header(name, value)
-            self.send_header("content-length", str(len(response.body)))
-            if self.close_connection:
-                self.send_header("connection", "close")
-            if getattr(self, "command", None) != "HEAD" and response.body:
-                self._headers_buffer.append(b"\r\n" + response.body)  # one write: headers and body together
-                self.flush_headers()
-            else:
-                self.end_headers()
-
-        def log_message(self, format: str, *args: Any) -> None:
-            log.debug(format, *args)
-
-        do_GET = do_POST = do_PUT = do_DELETE = do_PATCH = do_OPTIONS = do_HEAD = _serve
-
-    return Handler
-
-
-class _TooLarge(Exception):
-    pass

@@ -1,0 +1,167 @@
+"""The embedded moto server's memory stays bounded under writes (it used to grow by a table copy per transaction)."""
+
+from __future__ import annotations
+
+import gc
+import time
+import tracemalloc
+from collections.abc import Iterator
+from typing import Any
+
+import boto3
+import pytest
+from amsg_local.embedded import EmbeddedMoto, stop_instance_tracking
+
+TABLE = "amsg-moto-memory"
+PREFILLED = 150
+WRITES = 40
+
+
+@pytest.fixture(scope="module")
+def server() -> Iterator[EmbeddedMoto]:
+    moto = EmbeddedMoto().start()
+    yield moto
+    moto.stop()
+
+
+def _ddb(server: EmbeddedMoto) -> Any:
+    return boto3.client(
+        "dynamodb",
+        endpoint_url=server.endpoint_url,
+        region_name="us-east-1",
+        aws_access_key_id="local",
+        aws_secret_access_key="local",
+    )
+
+
+def _transaction(client: Any, index: int) -> None:
+    """The shape of a schedule-message write: a conditional put of a new row and a counter update."""
+    client.transact_write_items(
+        TransactItems=[
+            {
+                "Put": {
+                    "TableName": TABLE,
+                    "Item": {"pk": {"S": f"USER#u{index}"}, "sk": {"S": "TASK#1"}, "body": {"S": "x" * 200}},
+                    "ConditionExpression": "attribute_not_exists(pk)",
+                }
+            },
+            {
+                "Update": {
+                    "TableName": TABLE,
+                    "Key": {"pk": {"S": "COUNTER"}, "sk": {"S": "C"}},
+                    "UpdateExpression": "ADD n :one",
+                    "ExpressionAttributeValues": {":one": {"N": "1"}},
+                }
+            },
+        ]
+    )
+
+
+def test_transactions_do_not_keep_table_copies(server: EmbeddedMoto) -> None:
+    client = _ddb(server)
+    client.create_table(
+        TableName=TABLE,
+        KeySchema=[{"AttributeName": "pk", "KeyType": "HASH"}, {"AttributeName": "sk", "KeyType": "RANGE"}],
+        AttributeDefinitions=[
+            {"AttributeName": "pk", "AttributeType": "S"},
+            {"AttributeName": "sk", "AttributeType": "S"},
+        ],
+        BillingMode="PAY_PER_REQUEST",
+    )
+    for index in range(PREFILLED):
+        client.put_item(TableName=TABLE, Item={"pk": {"S": f"FILL#{index}"}, "sk": {"S": "x"}, "v": {"S": "y" * 200}})
+    _transaction(client, -1)  # warm every code path once
+    gc.collect()
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        for index in range(WRITES):
+            _transaction(client, index)
+        gc.collect()
+        grown = tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+    # Each transaction deep-copies the table (moto's rollback copy); tracked, that kept ~150 items (~300 KB)
+    # per write. What a write legitimately adds is its own row: a few KB.
+    assert grown / WRITES < 40_000, f"{grown / WRITES:.0f} bytes retained per write"
+
+
+def test_models_are_not_tracked(server: EmbeddedMoto) -> None:
+    from moto.dynamodb.models.dynamo_type import Item
+
+    client = _ddb(server)
+    client.put_item(TableName=TABLE, Item={"pk": {"S": "TRACK"}, "sk": {"S": "x"}})
+    assert Item.instances_tracked == []
+    stop_instance_tracking()  # idempotent
+    client.put_item(TableName=TABLE, Item={"pk": {"S": "TRACK"}, "sk": {"S": "y"}})
+    assert Item.instances_tracked == []
+    assert client.get_item(TableName=TABLE, Key={"pk": {"S": "TRACK"}, "sk": {"S": "y"}})["Item"]["sk"] == {"S": "y"}
+
+
+def _key(pk: str, sk: str = "x") -> dict[str, Any]:
+    return {"pk": {"S": pk}, "sk": {"S": sk}}
+
+
+def test_a_cancelled_transaction_leaves_every_item_as_it_was(server: EmbeddedMoto) -> None:
+    client = _ddb(server)
+    client.put_item(TableName=TABLE, Item={**_key("RB#counter"), "n": {"N": "1"}, "tags": {"SS": ["a"]}})
+    client.put_item(TableName=TABLE, Item={**_key("RB#gone"), "v": {"S": "keep me"}})
+    with pytest.raises(client.exceptions.TransactionCanceledException):
+        client.transact_write_items(
+            TransactItems=[
+                {
+                    "Update": {
+                        "TableName": TABLE,
+                        "Key": _key("RB#counter"),
+                        "UpdateExpression": "ADD n :one, tags :t",
+                        "ExpressionAttributeValues": {":one": {"N": "1"}, ":t": {"SS": ["b"]}},
+                    }
+                },
+                {"Put": {"TableName": TABLE, "Item": {**_key("RB#new"), "v": {"S": "new"}}}},
+                {"Delete": {"TableName": TABLE, "Key": _key("RB#gone")}},
+                {
+                    "ConditionCheck": {
+                        "TableName": TABLE,
+                        "Key": _key("RB#missing"),
+                        "ConditionExpression": "attribute_exists(pk)",
+                    }
+                },
+            ]
+        )
+    counter = client.get_item(TableName=TABLE, Key=_key("RB#counter"))["Item"]
+    assert counter["n"] == {"N": "1"} and counter["tags"] == {"SS": ["a"]}
+    assert "Item" not in client.get_item(TableName=TABLE, Key=_key("RB#new"))
+    assert client.get_item(TableName=TABLE, Key=_key("RB#gone"))["Item"]["v"] == {"S": "keep me"}
+    # and a transaction that succeeds applies everything
+    client.transact_write_items(
+        TransactItems=[
+            {
+                "Update": {
+                    "TableName": TABLE,
+                    "Key": _key("RB#counter"),
+                    "UpdateExpression": "ADD n :one",
+                    "ExpressionAttributeValues": {":one": {"N": "1"}},
+                }
+            },
+            {"Delete": {"TableName": TABLE, "Key": _key("RB#gone")}},
+        ]
+    )
+    assert client.get_item(TableName=TABLE, Key=_key("RB#counter"))["Item"]["n"] == {"N": "2"}
+    assert "Item" not in client.get_item(TableName=TABLE, Key=_key("RB#gone"))
+
+
+def _mean_transaction_s(client: Any, first: int, count: int = 5) -> float:
+    started = time.perf_counter()
+    for index in range(first, first + count):
+        _transaction(client, index)
+    return (time.perf_counter() - started) / count
+
+
+def test_transaction_time_does_not_grow_with_the_table(server: EmbeddedMoto) -> None:
+    client = _ddb(server)
+    small = _mean_transaction_s(client, 10_000)
+    for index in range(1_500):
+        client.put_item(TableName=TABLE, Item={"pk": {"S": f"BIG#{index}"}, "sk": {"S": "x"}, "v": {"S": "y" * 200}})
+    large = _mean_transaction_s(client, 20_000)
+    # moto deep-copied the whole table per transaction: ~1,700 items made each one take hundreds of ms more
+    assert large < small * 3 + 0.05, f"{small * 1000:.1f} ms -> {large * 1000:.1f} ms"
