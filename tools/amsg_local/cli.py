@@ -252,6 +252,7 @@ class LocalStack:
         self._stopped = True
         try:
             self.gateway.stop()
+            self.gateway.runtime.close()
         finally:
             try:
                 if self._ddb_local is not None:
@@ -317,6 +318,7 @@ def start_local_stack(
     integration_timeout_s: float = 30.0,
     warm: bool = False,
     consumer_concurrency: int | None = None,
+    sandboxes: str = "process",
 ) -> LocalStack:
     """Start the local stack and return it once it answers on ``base_url``.
 
@@ -327,7 +329,9 @@ def start_local_stack(
     None (default) = DynamoDB Local when Java is present, else moto. SQS is always the embedded moto server.
 
     ``consumer_concurrency`` overrides how many run_task invocations the local SQS event source runs at once
-    (default: the template's ``ScalingConfig.MaximumConcurrency``).
+    (default: the template's ``ScalingConfig.MaximumConcurrency``). ``sandboxes``: ``"process"`` (default) runs
+    every Lambda sandbox in a process of its own; ``"thread"`` keeps them in this process (tests that script a
+    hooks module from the test process).
 
     The process environment is set before any handler is imported and restored by :meth:`LocalStack.stop`.
     """
@@ -423,7 +427,7 @@ def start_local_stack(
         _reset_layer_runtime()
         clock = _install_context(environ)
 
-        runtime = LambdaRuntime(template, region=region)
+        runtime = LambdaRuntime(template, region=region, sandboxes=sandboxes, clock=clock)
         delivery = LocalDelivery(
             template, runtime, sqs, queue, region=region, clock=clock, concurrency=consumer_concurrency
         )
@@ -446,6 +450,7 @@ def start_local_stack(
     except BaseException:
         if gateway is not None:
             gateway.stop()
+            gateway.runtime.close()
         if ddb_local is not None:
             ddb_local.stop()
         if moto is not None:

@@ -26,7 +26,8 @@ they will see on AWS:
   routing (too many or too long headers, bad framing) answered as API Gateway does, in JSON
   ``{"message": ...}``, never as an HTML page.
 
-Local-only: ``POST /_local/tick`` runs one tick and drains the task queue (501 when not available).
+Local-only: ``POST /_local/tick`` runs one tick and drains the task queue (501 when not available);
+``GET /_local/stats`` counts invocations, cold starts and sandboxes per function.
 """
 
 from __future__ import annotations
@@ -75,6 +76,7 @@ READ_TIMEOUT_S = 30.0  # an idle keep-alive connection, or a request whose bytes
 LOCAL_TICK_PATH = "/_local/tick"
 LOCAL_CLOCK_PATH = "/_local/clock"
 LOCAL_RUN_TASK_PATH = "/_local/run-task"
+LOCAL_STATS_PATH = "/_local/stats"
 
 _TEXT_TYPES = {"application/json", "application/xml", "application/javascript"}
 _HOP_BY_HOP = {"connection", "keep-alive", "transfer-encoding", "content-length", "upgrade", "te", "trailer"}
@@ -318,6 +320,9 @@ class Gateway:
             return self._with_cors(self._local_clock(body), origin)
         if method == "POST" and raw_path == LOCAL_RUN_TASK_PATH:
             return self._with_cors(self._local_run_task(body), origin)
+        if method == "GET" and raw_path == LOCAL_STATS_PATH:
+            stats = {"success": True, **self.runtime.stats()}
+            return GatewayResponse(200, [("content-type", "application/json; charset=utf-8")], _json_body(stats))
         route, path_params = self.router.match(method, raw_path)
         if route is None:
             return self._with_cors(GatewayResponse.message(404, "Not Found"), origin)
