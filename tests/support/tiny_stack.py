@@ -186,6 +186,7 @@ HANDLERS = {
     """,
     "functions/misc/misc_handler.py": """
         import base64
+        import os
         import time
 
         def handler(event, context):
@@ -213,7 +214,7 @@ HANDLERS = {
                 return {"statusCode": 200, "body": {"not": "a string"}}
             if path == "/nap":
                 time.sleep(0.4)
-                return {"statusCode": 200, "body": __name__}
+                return {"statusCode": 200, "body": f"{__name__}@{os.getpid()}"}
             return {"statusCode": 500, "body": "unexpected"}
     """,
     "functions/resolver/resolver_handler.py": """

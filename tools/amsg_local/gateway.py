@@ -282,6 +282,7 @@ class Gateway:
         self.clock = clock
         self.read_timeout_s = read_timeout_s
         self.cors = cors
+        self._owns_runtime = runtime is None  # a runtime we made, we stop (its sandbox processes) with us
         self.runtime = runtime or LambdaRuntime(template, parameters=parameters)
         self.routes = http_routes(template, parameters)
         self.router = Router(self.routes)
@@ -475,6 +476,8 @@ class Gateway:
         if self._thread is not None:
             self._thread.join(5)
             self._thread = None
+        if self._owns_runtime:
+            self.runtime.close()
 
 
 def fold_headers(pairs: Sequence[tuple[str, str]]) -> dict[str, str]:

@@ -49,7 +49,8 @@ log = logging.getLogger("local_stack.lambda")
 # the layer and boto3 imported (~60–100 MB), and on a developer machine more than a few per core only thrash.
 LOCAL_MAX_PROCESS_SANDBOXES = 8
 MEMORY_POLL_S = 0.02
-_INIT_TIMEOUT_S = 10.0  # Lambda's init phase limit
+# Lambda's init phase limit; past it Lambda retries the init within the first invocation's own timeout.
+_INIT_TIMEOUT_S = 10.0
 
 @dataclass
 class _Sandbox:
@@ -139,7 +140,7 @@ class ProcessFunctionRuntime:
         sandbox = _Sandbox(process, connection, None)
         connection.send(config.__dict__)
         message = None
-        if connection.poll(_INIT_TIMEOUT_S):
+        if connection.poll(_INIT_TIMEOUT_S + self.spec.timeout):
             try:
                 message = connection.recv()
             except (EOFError, OSError):
