@@ -323,7 +323,8 @@ class ProcessFunctionRuntime:
             message = f"RequestId: {request_id} Error: Task timed out after {limit:.2f} seconds"
             return failed("Sandbox.Timedout", message, timed_out=True)
         if outcome.kind == "oom":
-            return failed("Runtime.OutOfMemory", f"RequestId: {request_id} Error: Runtime exited with error: signal: killed")
+            message = f"RequestId: {request_id} Error: Runtime exited with error: signal: killed"
+            return failed("Runtime.OutOfMemory", message)
         if outcome.kind == "exit":
             code = outcome.payload[0] if outcome.payload else None
             status = f"signal: {-code}" if isinstance(code, int) and code < 0 else f"exit status {code}"
