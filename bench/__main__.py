@@ -1,4 +1,4 @@
-"""``python -m bench [imports|tick|requests|capacity|e2e|load|migration]`` — all by default.
+"""``python -m bench [imports|tick|requests|capacity|e2e|load|migration|local]`` — all but ``local`` by default.
 
 Numbers are printed, never asserted."""
 
@@ -17,14 +17,14 @@ for _key, _value in {
 }.items():
     os.environ.setdefault(_key, _value)
 
-from bench import capacity, e2e, imports, load, migration, requests, tick  # noqa: E402
+from bench import capacity, e2e, imports, load, local_stack, migration, requests, tick  # noqa: E402
 
 
 def main(argv: list[str]) -> int:
     chosen = argv or ["imports", "tick", "requests", "capacity", "e2e", "load", "migration"]
     for name in chosen:
         runners = {"imports": imports, "tick": tick, "requests": requests, "e2e": e2e, "load": load}
-        runners.update(capacity=capacity, migration=migration)
+        runners.update(capacity=capacity, migration=migration, local=local_stack)
         runners[name].main()
     return 0
 

@@ -28,6 +28,8 @@ import json
 import logging
 import math
 import multiprocessing.connection
+import os
+import signal
 import socket
 import subprocess
 import sys
@@ -51,6 +53,10 @@ LOCAL_MAX_PROCESS_SANDBOXES = 8
 MEMORY_POLL_S = 0.02
 # Lambda's init phase limit; past it Lambda retries the init within the first invocation's own timeout.
 _INIT_TIMEOUT_S = 10.0
+# Cold starts running at once, across functions: a burst of requests would otherwise start every sandbox
+# together, each import competing for the same cores, and all of them blow the init limit.
+_cold_starts = threading.BoundedSemaphore(max(2, os.cpu_count() or 2))
+
 
 @dataclass
 class _Sandbox:
@@ -124,7 +130,10 @@ class ProcessFunctionRuntime:
         """Fork a sandbox and wait for its init; raises RuntimeError with Lambda's error type on failure."""
         if not self.spec.handler_file.is_file():
             raise _InitFailed("Runtime.ImportModuleError", f"no file {self.spec.handler_file}")
-        config = self._config()
+        with _cold_starts:
+            return self._start_sandbox(self._config())
+
+    def _start_sandbox(self, config: SandboxConfig) -> _Sandbox:
         parent_sock, child_sock = socket.socketpair()
         log.debug("INIT_START Runtime Version: python:%d.%d (local process)", *sys.version_info[:2])
         started = time.monotonic()
@@ -139,16 +148,16 @@ class ProcessFunctionRuntime:
         connection = multiprocessing.connection.Connection(parent_sock.detach())
         sandbox = _Sandbox(process, connection, None)
         connection.send(config.__dict__)
-        message = None
-        if connection.poll(_INIT_TIMEOUT_S + self.spec.timeout):
+        limit_s = _INIT_TIMEOUT_S + self.spec.timeout
+        message: Any = ("init_error", "Sandbox.Timedout", f"Init phase did not finish within {limit_s:.0f} seconds")
+        if connection.poll(limit_s):
             try:
                 message = connection.recv()
             except (EOFError, OSError):
-                message = None
-        if message is None or message[0] != "ready":
+                code = _exit_code(process)
+                message = ("init_error", "Runtime.ExitError", f"Runtime exited during init with exit status {code}")
+        if message[0] != "ready":
             sandbox.kill()
-            if message is None:
-                raise _InitFailed("Runtime.ExitError", "Runtime exited during init")
             raise _InitFailed(message[1], message[2])
         sandbox.init_ms, sandbox.max_rss_kb = (time.monotonic() - started) * 1000, message[2]
         return sandbox
@@ -161,8 +170,12 @@ class ProcessFunctionRuntime:
                 if remaining is not None and remaining <= 0:
                     return None
                 self._lock.wait(remaining)
-            if self._idle:
-                return self._idle.pop()
+            while self._idle:
+                sandbox = self._idle.pop()
+                if sandbox.process.poll() is None:
+                    return sandbox
+                self._live.pop(sandbox.pid, None)  # died while idle (killed from outside): replace it
+                sandbox.connection.close()
             self._starting += 1
         try:
             sandbox = self._cold_start()
@@ -266,8 +279,12 @@ class ProcessFunctionRuntime:
         log.debug("START RequestId: %s Version: $LATEST", request_id)
         begun = time.monotonic()
         offset = int(getattr(self.clock, "offset_ms", 0) or 0)
-        sandbox.connection.send((request_id, event_json, int(time.time() * 1000 + limit * 1000), offset))
-        outcome = self._await(sandbox, wait_cap_s if caller_first else limit, caller_first)
+        try:
+            sandbox.connection.send((request_id, event_json, int(time.time() * 1000 + limit * 1000), offset))
+        except OSError:  # died between the pool's check and now
+            outcome = _Outcome("exit", (_exit_code(sandbox.process),))
+        else:
+            outcome = self._await(sandbox, wait_cap_s if caller_first else limit, caller_first)
         duration_ms = (time.monotonic() - begun) * 1000
         if outcome.kind in ("ok", "error"):
             sandbox.max_rss_kb = max(sandbox.max_rss_kb, int(outcome.payload[-1]))
@@ -327,7 +344,10 @@ class ProcessFunctionRuntime:
             return failed("Runtime.OutOfMemory", message)
         if outcome.kind == "exit":
             code = outcome.payload[0] if outcome.payload else None
-            status = f"signal: {-code}" if isinstance(code, int) and code < 0 else f"exit status {code}"
+            if isinstance(code, int) and code < 0:
+                status = "signal: killed" if code == -9 else f"signal: {signal.Signals(-code).name}"
+            else:
+                status = f"exit status {code}"
             return failed("Runtime.ExitError", f"RequestId: {request_id} Error: Runtime exited with error: {status}")
         if outcome.kind == "error":
             error_type, message, trace, _ms, _rss = outcome.payload
