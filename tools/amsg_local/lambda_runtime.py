@@ -1,4 +1,8 @@
-"""Invoke the template's Lambda handlers in this process, the way the Lambda service would.
+"""Invoke the template's Lambda handlers the way the Lambda service would.
+
+:class:`LambdaRuntime` runs each concurrent invocation in a sandbox **process** by default
+(:mod:`amsg_local.process_runtime`). This module also keeps the in-process sandboxes (``sandboxes="thread"``),
+for tests that script a hooks module from the test process:
 
 Each function gets a pool of "sandboxes": one private import of its handler file under a unique module name
 (every function dir has its own ``*_handler.py``, and a Powertools resolver keeps per-request state, so two
@@ -15,9 +19,9 @@ its own thread), which restores Lambda's one-event-per-sandbox view. The Powerto
 is one object too, and ``inject_lambda_context`` appends the request id and correlation id to it:
 :func:`isolate_powertools_logger_keys` gives every invocation its own copy of the appended keys.
 
-What differs from Lambda (documented for developers): every sandbox shares this process, its environment and
-the already-imported layer package (``amsg``), and a timed-out handler thread keeps running in the background
-(Python cannot kill a thread); its result is discarded.
+What thread sandboxes do not model (process sandboxes do): every sandbox shares this process, its environment
+and the already-imported layer package (``amsg``), and a timed-out handler thread keeps running in the
+background (Python cannot kill a thread); its result is discarded.
 """
 
 from __future__ import annotations
