@@ -56,6 +56,7 @@ _INIT_TIMEOUT_S = 10.0
 # Cold starts running at once, across functions: a burst of requests would otherwise start every sandbox
 # together, each import competing for the same cores, and all of them blow the init limit.
 _cold_starts = threading.BoundedSemaphore(max(2, os.cpu_count() or 2))
+_GATE_POLL_S = 0.05
 
 
 @dataclass
@@ -130,8 +131,7 @@ class ProcessFunctionRuntime:
         """Fork a sandbox and wait for its init; raises RuntimeError with Lambda's error type on failure."""
         if not self.spec.handler_file.is_file():
             raise _InitFailed("Runtime.ImportModuleError", f"no file {self.spec.handler_file}")
-        with _cold_starts:
-            return self._start_sandbox(self._config())
+        return self._start_sandbox(self._config())
 
     def _start_sandbox(self, config: SandboxConfig) -> _Sandbox:
         parent_sock, child_sock = socket.socketpair()
@@ -163,20 +163,22 @@ class ProcessFunctionRuntime:
         return sandbox
 
     def _acquire(self, timeout_s: float | None) -> _Sandbox | None:
+        """An idle sandbox, else a cold start (under ``max_sandboxes`` and the machine's cold-start gate), else
+        wait for either; None when ``timeout_s`` ran out. A sandbox freed while waiting wins over a cold start."""
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
         with self._lock:
-            while not self._idle and len(self._live) + self._starting >= self.max_sandboxes:
+            while True:
+                sandbox = self._pop_idle()
+                if sandbox is not None:
+                    return sandbox
+                if len(self._live) + self._starting < self.max_sandboxes and _cold_starts.acquire(blocking=False):
+                    self._starting += 1
+                    break
                 remaining = None if deadline is None else deadline - time.monotonic()
                 if remaining is not None and remaining <= 0:
                     return None
-                self._lock.wait(remaining)
-            while self._idle:
-                sandbox = self._idle.pop()
-                if sandbox.process.poll() is None:
-                    return sandbox
-                self._live.pop(sandbox.pid, None)  # died while idle (killed from outside): replace it
-                sandbox.connection.close()
-            self._starting += 1
+                # the gate is shared across functions, so poll it as well as waiting for a sandbox of ours
+                self._lock.wait(_GATE_POLL_S if remaining is None else min(remaining, _GATE_POLL_S))
         try:
             sandbox = self._cold_start()
         except BaseException:
@@ -184,10 +186,22 @@ class ProcessFunctionRuntime:
                 self._starting -= 1
                 self._lock.notify()
             raise
+        finally:
+            _cold_starts.release()
         with self._lock:
             self._starting -= 1
             self._live[sandbox.pid] = sandbox
         return sandbox
+
+    def _pop_idle(self) -> _Sandbox | None:
+        """A live idle sandbox (one that died while idle, killed from outside, is dropped); call under the lock."""
+        while self._idle:
+            sandbox = self._idle.pop()
+            if sandbox.process.poll() is None:
+                return sandbox
+            self._live.pop(sandbox.pid, None)
+            sandbox.connection.close()
+        return None
 
     def _release(self, sandbox: _Sandbox) -> None:
         with self._lock:
