@@ -304,6 +304,31 @@ def _install_context(environ: Mapping[str, str]) -> Any:
     return clock
 
 
+def _warm_in_background(runtime: LambdaRuntime, http_functions: list[str], delivery: LocalDelivery) -> None:
+    """Start one sandbox per HTTP function, the tick's and one per SQS poller, without delaying start-up
+    (cold starts take seconds each; import errors are reported as they come)."""
+    wanted = dict.fromkeys(http_functions, 1)
+    if delivery.missing() is None:
+        assert delivery.tick_function is not None and delivery.consumer_function is not None
+        wanted[delivery.tick_function] = 1
+        wanted[delivery.consumer_function] = delivery.concurrency
+
+    def warm(logical_id: str, count: int) -> None:
+        try:
+            runtime.function(logical_id).warm(count)
+        except Exception as exc:  # the function answers with its init error until the handler imports
+            log.warning("%s: %s", logical_id, exc)
+
+    def run() -> None:
+        threads = [threading.Thread(target=warm, args=item, daemon=True) for item in wanted.items()]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+
+    threading.Thread(target=run, name="amsg-local-warm", daemon=True).start()
+
+
 def start_local_stack(
     *,
     template_path: Path | str | None = None,
@@ -441,7 +466,9 @@ def start_local_stack(
             integration_timeout_s=integration_timeout_s,
             clock=clock,
         )
-        if warm:
+        if warm and sandboxes == "process":
+            _warm_in_background(runtime, [route.function_logical_id for route in gateway.routes], delivery)
+        elif warm:
             for logical_id in dict.fromkeys(route.function_logical_id for route in gateway.routes):
                 try:
                     runtime.function(logical_id).warm()

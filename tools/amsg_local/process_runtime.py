@@ -218,11 +218,29 @@ class ProcessFunctionRuntime:
             self._live.pop(sandbox.pid, None)
             self._lock.notify()
 
-    def warm(self) -> None:
-        """Start one sandbox now (import errors surface at start-up instead of on the first request)."""
-        sandbox = self._acquire(None)
-        if sandbox is not None:
+    def warm(self, count: int = 1) -> None:
+        """Start ``count`` sandboxes now, side by side (import errors surface at start-up, not on a request)."""
+        held: list[_Sandbox] = []
+        errors: list[BaseException] = []
+
+        def one() -> None:
+            try:
+                sandbox = self._acquire(None)
+            except BaseException as exc:
+                errors.append(exc)
+                return
+            if sandbox is not None:
+                held.append(sandbox)
+
+        threads = [threading.Thread(target=one, daemon=True) for _ in range(max(1, count))]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        for sandbox in held:
             self._release(sandbox)
+        if errors:
+            raise errors[0]
 
     def pids(self) -> list[int]:
         with self._lock:
