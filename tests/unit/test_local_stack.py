@@ -146,6 +146,8 @@ def test_drain_runs_the_consumer_at_the_templates_maximum_concurrency(
     monkeypatch.setenv("TINY_TICK_BODIES", json.dumps([f"nap-{i}" for i in range(30)]))
     monkeypatch.setenv("TINY_RECORD_DIR", str(tmp_path))
     with start_local_stack(template_path=template, dynamodb_local=False) as stack:
+        # three warm sandboxes first: cold starts are gated to the core count, which would stagger the pollers
+        stack.gateway.runtime.function("RunTaskFunction").warm(3)
         summary = stack.tick()
         run_task = summary["runTask"]
         assert (run_task["received"], run_task["deleted"], run_task["failed"]) == (30, 30, 0)
