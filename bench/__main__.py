@@ -1,5 +1,5 @@
 """``python -m bench [NAME ...]``: imports, cold, tick, requests, capacity, e2e, load, migration and hostile
-(all by default), moto-memory on request.
+(all by default); moto-memory and local on request.
 
 Numbers are printed, never asserted."""
 
@@ -18,7 +18,7 @@ for _key, _value in {
 }.items():
     os.environ.setdefault(_key, _value)
 
-from bench import capacity, cold, e2e, hostile, imports, load, migration, moto_memory, requests, tick  # noqa: E402
+from bench import capacity, cold, e2e, hostile, imports, load, local_stack, migration, moto_memory, requests, tick  # noqa: E402
 
 
 def main(argv: list[str]) -> int:
@@ -27,6 +27,7 @@ def main(argv: list[str]) -> int:
         runners = {"imports": imports, "tick": tick, "requests": requests, "e2e": e2e, "load": load}
         runners.update(capacity=capacity, migration=migration, cold=cold, hostile=hostile)
         runners["moto-memory"] = moto_memory
+        runners["local"] = local_stack
         runners[name].main()
     return 0
 

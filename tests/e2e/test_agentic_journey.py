@@ -30,7 +30,10 @@ KEY = "sk-e2e-agentic-0123456789"
 def world() -> Iterator[dict]:
     with (
         FakeLlmServer() as llm,
-        stack_with_push(AMSG_CLIENT_TOKEN=TOKEN, AMSG_HOOKS_MODULE="tests.support.hooks_agentic") as (stack, push),
+        # the hooks are scripted from this process (SCRIPT), so the sandboxes must live in it too
+        stack_with_push(
+            AMSG_CLIENT_TOKEN=TOKEN, AMSG_HOOKS_MODULE="tests.support.hooks_agentic", sandboxes="thread"
+        ) as (stack, push),
     ):
         yield {"stack": stack, "push": push, "llm": llm}
 

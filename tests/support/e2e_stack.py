@@ -7,9 +7,12 @@ from contextlib import contextmanager
 
 
 @contextmanager
-def stack_with_push(master_key: str = "d" * 64, **config: str) -> Iterator[tuple[object, object]]:
+def stack_with_push(
+    master_key: str = "d" * 64, *, sandboxes: str = "process", **config: str
+) -> Iterator[tuple[object, object]]:
     """Yields ``(stack, push)``: a running local stack (fresh VAPID keys, no push pacing unless ``config`` says
-    otherwise) and the ``FakePushService`` that verifies its pushes. ``config`` adds or overrides variables."""
+    otherwise) and the ``FakePushService`` that verifies its pushes. ``config`` adds or overrides variables.
+    ``sandboxes="thread"`` runs the handlers in this process (for a hooks module scripted by the test)."""
     from amsg.vapid import generate_vapid_keys
     from amsg_local.cli import start_local_stack
 
@@ -24,5 +27,8 @@ def stack_with_push(master_key: str = "d" * 64, **config: str) -> Iterator[tuple
         "AMSG_PUSH_PACING_MS": "0",
         **config,
     }
-    with FakePushService(vapid_public_key=public) as push, start_local_stack(config=settings) as stack:
+    with (
+        FakePushService(vapid_public_key=public) as push,
+        start_local_stack(config=settings, sandboxes=sandboxes) as stack,
+    ):
         yield stack, push

@@ -186,6 +186,7 @@ HANDLERS = {
     """,
     "functions/misc/misc_handler.py": """
         import base64
+        import os
         import time
 
         def handler(event, context):
@@ -213,7 +214,7 @@ HANDLERS = {
                 return {"statusCode": 200, "body": {"not": "a string"}}
             if path == "/nap":
                 time.sleep(0.4)
-                return {"statusCode": 200, "body": __name__}
+                return {"statusCode": 200, "body": f"{__name__}@{os.getpid()}"}
             return {"statusCode": 500, "body": "unexpected"}
     """,
     "functions/resolver/resolver_handler.py": """
@@ -271,7 +272,11 @@ HANDLERS = {
                 with open(os.path.join(record_dir, "tick.json"), "w") as fh:
                     json.dump(event, fh)
             sqs = boto3.client("sqs")
-            bodies = json.loads(os.environ.get("TINY_TICK_BODIES", "[]"))
+            bodies = os.environ.get("TINY_TICK_BODIES", "[]")
+            if bodies.startswith("@"):  # a file the test rewrites (a warm sandbox keeps its environment)
+                with open(bodies[1:]) as fh:
+                    bodies = fh.read()
+            bodies = json.loads(bodies)
             for body in bodies:
                 sqs.send_message(QueueUrl=os.environ["AMSG_QUEUE_URL"], MessageBody=body,
                                  MessageAttributes={"kind": {"DataType": "String", "StringValue": "task"}})
@@ -288,6 +293,7 @@ HANDLERS = {
             with tinylib._lock:
                 tinylib.running += 1
                 tinylib.most_running = max(tinylib.most_running, tinylib.running)
+            began = time.time()
             try:
                 if any(r["body"].startswith("nap") for r in event["Records"]):
                     time.sleep(0.3)
@@ -296,6 +302,8 @@ HANDLERS = {
                     tinylib.running -= 1
             record_dir = os.environ.get("TINY_RECORD_DIR")
             if record_dir:
+                with open(os.path.join(record_dir, "spans.jsonl"), "a") as fh:
+                    fh.write(json.dumps({"pid": os.getpid(), "start": began, "end": time.time()}) + "\\n")
                 with open(os.path.join(record_dir, "run_task.jsonl"), "a") as fh:
                     fh.write(json.dumps(event) + "\\n")
             failures = [{"itemIdentifier": r["messageId"]} for r in event["Records"] if r["body"].startswith("fail")]

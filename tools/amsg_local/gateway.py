@@ -32,6 +32,7 @@ they will see on AWS:
 Local-only: ``POST /_local/tick`` runs one tick and drains the task queue (501 when not available),
 ``/_local/clock`` and ``/_local/run-task`` (their input checks and the clock's range: ``local_input.py``).
 Their errors never carry exception text (it goes to the log).
+``GET /_local/stats`` counts invocations, cold starts and sandboxes per function.
 """
 
 from __future__ import annotations
@@ -78,6 +79,7 @@ READ_TIMEOUT_S = 30.0  # an idle keep-alive connection, or a request whose bytes
 LOCAL_TICK_PATH = "/_local/tick"
 LOCAL_CLOCK_PATH = "/_local/clock"
 LOCAL_RUN_TASK_PATH = "/_local/run-task"
+LOCAL_STATS_PATH = "/_local/stats"
 
 _TEXT_TYPES = {"application/json", "application/xml", "application/javascript"}
 _HOP_BY_HOP = {"connection", "keep-alive", "transfer-encoding", "content-length", "upgrade", "te", "trailer"}
@@ -283,6 +285,7 @@ class Gateway:
         self.clock = clock
         self.read_timeout_s = read_timeout_s
         self.cors = cors
+        self._owns_runtime = runtime is None  # a runtime we made, we stop (its sandbox processes) with us
         self.runtime = runtime or LambdaRuntime(template, parameters=parameters)
         self.routes = http_routes(template, parameters)
         self.router = Router(self.routes)
@@ -321,6 +324,9 @@ class Gateway:
             return self._with_cors(self._local_clock(body), origin)
         if method == "POST" and raw_path == LOCAL_RUN_TASK_PATH:
             return self._with_cors(self._local_run_task(body), origin)
+        if method == "GET" and raw_path == LOCAL_STATS_PATH:
+            stats = {"success": True, **self.runtime.stats()}
+            return GatewayResponse(200, [("content-type", "application/json; charset=utf-8")], _json_body(stats))
         route, path_params = self.router.match(method, raw_path)
         if route is None:
             return self._with_cors(GatewayResponse.message(404, "Not Found"), origin)
@@ -471,6 +477,8 @@ class Gateway:
         if self._thread is not None:
             self._thread.join(5)
             self._thread = None
+        if self._owns_runtime:
+            self.runtime.close()
 
 
 def _local_ok(payload: dict[str, Any]) -> GatewayResponse:

@@ -1,4 +1,8 @@
-"""Invoke the template's Lambda handlers in this process, the way the Lambda service would.
+"""Invoke the template's Lambda handlers the way the Lambda service would.
+
+:class:`LambdaRuntime` runs each concurrent invocation in a sandbox **process** by default
+(:mod:`amsg_local.process_runtime`). This module also keeps the in-process sandboxes (``sandboxes="thread"``),
+for tests that script a hooks module from the test process:
 
 Each function gets a pool of "sandboxes": one private import of its handler file under a unique module name
 (every function dir has its own ``*_handler.py``, and a Powertools resolver keeps per-request state, so two
@@ -15,9 +19,9 @@ its own thread), which restores Lambda's one-event-per-sandbox view. The Powerto
 is one object too, and ``inject_lambda_context`` appends the request id and correlation id to it:
 :func:`isolate_powertools_logger_keys` gives every invocation its own copy of the appended keys.
 
-What differs from Lambda (documented for developers): every sandbox shares this process, its environment and
-the already-imported layer package (``amsg``), and a timed-out handler thread keeps running in the background
-(Python cannot kill a thread); its result is discarded.
+What thread sandboxes do not model (process sandboxes do): every sandbox shares this process, its environment
+and the already-imported layer package (``amsg``), and a timed-out handler thread keeps running in the
+background (Python cannot kill a thread); its result is discarded.
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ import importlib.util
 import itertools
 import json
 import logging
+import os
 import sys
 import threading
 import time
@@ -41,6 +46,7 @@ from amsg_local.template import FunctionSpec, function_spec, layer_dirs
 __all__ = [
     "LAMBDA_SYNC_PAYLOAD_LIMIT",
     "LOCAL_MAX_SANDBOXES",
+    "SANDBOX_MODES",
     "FunctionRuntime",
     "Invocation",
     "LambdaContext",
@@ -383,8 +389,18 @@ class FunctionRuntime:
         return Invocation(self.spec.logical_id, request_id, duration_ms, value, handler_ms=outcome.get("handler_ms"))
 
 
+SANDBOX_MODES = ("process", "thread")
+
+
 class LambdaRuntime:
-    """Every function of a template, invocable by logical id; layer dirs go on ``sys.path`` like /opt/python."""
+    """Every function of a template, invocable by logical id; layer dirs go on ``sys.path`` like /opt/python.
+
+    ``sandboxes="process"`` (the default) runs each concurrent invocation in a sandbox process of its own
+    (:mod:`amsg_local.process_runtime`): isolated module state and environment, ``Timeout`` and ``MemorySize``
+    enforced, cold starts measured. ``"thread"`` keeps every sandbox in this process (a module instance per
+    sandbox), for tests that script a hooks module or inspect handler state from the test process.
+    ``clock`` is the stack's movable clock: its offset reaches every process sandbox with each invocation.
+    """
 
     def __init__(
         self,
@@ -392,11 +408,17 @@ class LambdaRuntime:
         *,
         parameters: Mapping[str, Any] | None = None,
         region: str = "us-east-1",
+        sandboxes: str = "process",
+        clock: Any = None,
     ) -> None:
+        if sandboxes not in SANDBOX_MODES:
+            raise ValueError(f"sandboxes must be one of {SANDBOX_MODES}, not {sandboxes!r}")
         self.template = template
         self.region = region
+        self.sandboxes = sandboxes
+        self.clock = clock
         self._parameters = parameters
-        self._functions: dict[str, FunctionRuntime] = {}
+        self._functions: dict[str, Any] = {}
         self._lock = threading.Lock()
         for directory in layer_dirs(template):
             if str(directory) not in sys.path:
@@ -404,11 +426,20 @@ class LambdaRuntime:
         isolate_powertools_router_state()
         isolate_powertools_logger_keys()
 
-    def function(self, logical_id: str) -> FunctionRuntime:
+    def function(self, logical_id: str) -> Any:
+        """The function's sandbox pool (a :class:`FunctionRuntime` or a ``ProcessFunctionRuntime``)."""
         with self._lock:
             runtime = self._functions.get(logical_id)
             if runtime is None:
-                runtime = FunctionRuntime(function_spec(self.template, logical_id, self._parameters), self.region)
+                spec = function_spec(self.template, logical_id, self._parameters)
+                if self.sandboxes == "process":
+                    from amsg_local.process_runtime import ProcessFunctionRuntime
+
+                    runtime = ProcessFunctionRuntime(
+                        spec, self.region, environment=lambda: dict(os.environ), clock=self.clock
+                    )
+                else:
+                    runtime = FunctionRuntime(spec, self.region)
                 self._functions[logical_id] = runtime
             return runtime
 
@@ -417,3 +448,21 @@ class LambdaRuntime:
 
     def handler_file(self, logical_id: str) -> Path:
         return self.function(logical_id).spec.handler_file
+
+    def stats(self) -> dict[str, Any]:
+        """Per function: invocations, cold starts and their mean init time, errors, sandboxes (process mode)."""
+        with self._lock:
+            functions = dict(self._functions)
+        return {
+            "sandboxes": self.sandboxes,
+            "functions": {name: fn.stats() for name, fn in sorted(functions.items()) if hasattr(fn, "stats")},
+        }
+
+    def close(self) -> None:
+        """Stop every sandbox process (nothing to do for thread sandboxes)."""
+        with self._lock:
+            functions = list(self._functions.values())
+        for function in functions:
+            close = getattr(function, "close", None)
+            if close is not None:
+                close()
