@@ -91,8 +91,27 @@ def make_context(moto_table: str):
 
 
 @pytest.fixture
-def ctx(make_context):
-    return make_context()
+def ctx(request: pytest.FixtureRequest):
+    """The default context: on moto, or on the in-memory fakes in a test marked ``memory_store`` (a module
+    moves onto them with ``pytestmark``; a test that needs the table there is marked ``dynamo_store``)."""
+    node = request.node
+    if node.get_closest_marker("memory_store") and not node.get_closest_marker("dynamo_store"):
+        return request.getfixturevalue("memory_ctx")
+    return request.getfixturevalue("make_context")()
+
+
+@pytest.fixture
+def memory_ctx():
+    """The context of ``make_context`` on in-memory stores (tests/support/fakes): no moto, no table; a port
+    without a fake raises ``NotFaked``."""
+    from amsg import runtime
+
+    from tests.support.fakes import memory_context
+
+    context = memory_context(base_env(), T0_MS)
+    runtime.use(context)
+    yield context
+    runtime.use(None)
 
 
 @pytest.fixture
