@@ -159,3 +159,59 @@ def engine(moto_table, make_context):
         yield types.SimpleNamespace(
             ctx=ctx, api=client, push=push, llm=llm, subscription=subscription, harness=harness, queue=queue
         )
+
+
+# ---- the fast path (`make unit`) --------------------------------------------------------------------------
+
+DIRECTORY_MARKS = {"ddb_local": "ddb_local", "e2e": "e2e"}
+# a test that uses one of these fixtures needs DynamoDB Local, whatever its directory
+DDB_LOCAL_FIXTURES = {"ddb_local_server", "ddb_local_endpoint", "ddb_local_client", "ddb_local_table"}
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Marks by where a test lives and what it uses, so `-m "not ddb_local and not e2e and not slow"` is the
+    honest fast path without every module having to remember its marks."""
+    tests_dir = os.path.dirname(__file__)
+    for item in items:
+        parts = os.path.relpath(str(item.path), tests_dir).split(os.sep)
+        mark = DIRECTORY_MARKS.get(parts[0]) if len(parts) > 1 else None
+        if mark and not item.get_closest_marker(mark):
+            item.add_marker(mark)
+        if DDB_LOCAL_FIXTURES & set(getattr(item, "fixturenames", ())) and not item.get_closest_marker("ddb_local"):
+            item.add_marker("ddb_local")
+        # under `make test` (xdist --dist loadgroup) the DynamoDB Local tests share one worker and so one JVM,
+        # and the end-to-end modules share one worker and its stacks; everything else spreads over the rest
+        for group in ("ddb_local", "e2e"):
+            if item.get_closest_marker(group) and not item.get_closest_marker("xdist_group"):
+                item.add_marker(pytest.mark.xdist_group(group))
+                break
+
+
+@pytest.fixture(scope="session", autouse=True)
+def fast_path_guard() -> Iterator[None]:
+    """With ``AMSG_FAST_TESTS=1`` (`make unit`) starting a subprocess, DynamoDB Local or the local stack fails
+    the test: the fast path stays what it claims to be, and such a test must be marked ``slow``."""
+    if os.environ.get("AMSG_FAST_TESTS") != "1":
+        yield
+        return
+    import subprocess
+
+    from amsg_local import cli, dynamodb_local
+
+    def refuse(what: str):  # type: ignore[no-untyped-def]
+        def refused(*args, **kwargs):  # type: ignore[no-untyped-def]
+            raise AssertionError(f"`make unit` runs no {what}: mark this test `slow`")
+
+        return refused
+
+    patches = [
+        (subprocess.Popen, "__init__", refuse("subprocess")),
+        (cli, "start_local_stack", refuse("local stack")),
+        (dynamodb_local, "start_dynamodb_local", refuse("DynamoDB Local")),
+    ]
+    saved = [(owner, name, getattr(owner, name)) for owner, name, _ in patches]
+    for owner, name, replacement in patches:
+        setattr(owner, name, replacement)
+    yield
+    for owner, name, original in saved:
+        setattr(owner, name, original)
