@@ -55,7 +55,7 @@ def observe(store: Any, user: str, now: int) -> tuple:
     )
 
 
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(ops=st.lists(operations, min_size=1, max_size=12), now=moments)
 def test_the_fake_and_the_adapter_agree(moto_table: str, ops: list[tuple], now: int) -> None:
     user = f"u-{uuid.uuid4()}"  # a fresh partition per example: the table outlives the examples
