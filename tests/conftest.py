@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import uuid
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
@@ -61,16 +62,39 @@ def moto_applies_one_request_at_a_time() -> Iterator[None]:
     BotocoreStubber.process_request = original  # type: ignore[method-assign]
 
 
+_session_cache: dict[str, Any] = {}
+
+
+def parsed_template() -> dict[str, Any]:
+    """template.yaml parsed once per session (a parse costs ~0.1 s of CPU and two were made per test); a deep
+    copy, so no test can change another's."""
+    import copy
+
+    if "template" not in _session_cache:
+        from amsg_local.template import load_template
+
+        _session_cache["template"] = load_template()
+    return copy.deepcopy(_session_cache["template"])
+
+
+def moto_client(service: str) -> Any:
+    """One boto3 client per service for the session: moto intercepts a client whenever a mock is active, and
+    building one costs ~0.07 s of CPU."""
+    if service not in _session_cache:
+        import boto3
+
+        _session_cache[service] = boto3.client(service, region_name="us-east-1")
+    return _session_cache[service]
+
+
 @pytest.fixture
 def moto_table() -> Iterator[str]:
     """A table built from template.yaml inside moto's in-process mock."""
-    import boto3
     from amsg_local.tables import create_tables_from_template
-    from amsg_local.template import load_template
     from moto import mock_aws
 
     with mock_aws():
-        create_tables_from_template(boto3.client("dynamodb", region_name="us-east-1"), load_template(), TABLE)
+        create_tables_from_template(moto_client("dynamodb"), parsed_template(), TABLE)
         yield TABLE
 
 
@@ -91,8 +115,27 @@ def make_context(moto_table: str):
 
 
 @pytest.fixture
-def ctx(make_context):
-    return make_context()
+def ctx(request: pytest.FixtureRequest):
+    """The default context: on moto, or on the in-memory fakes in a test marked ``memory_store`` (a module
+    moves onto them with ``pytestmark``; a test that needs the table there is marked ``dynamo_store``)."""
+    node = request.node
+    if node.get_closest_marker("memory_store") and not node.get_closest_marker("dynamo_store"):
+        return request.getfixturevalue("memory_ctx")
+    return request.getfixturevalue("make_context")()
+
+
+@pytest.fixture
+def memory_ctx():
+    """The context of ``make_context`` on in-memory stores (tests/support/fakes): no moto, no table; a port
+    without a fake raises ``NotFaked``."""
+    from amsg import runtime
+
+    from tests.support.fakes import memory_context
+
+    context = memory_context(base_env(), T0_MS)
+    runtime.use(context)
+    yield context
+    runtime.use(None)
 
 
 @pytest.fixture
@@ -112,10 +155,8 @@ def engine(moto_table, make_context):
     built from the template, no pacing sleeps. Yields a namespace with everything a test needs."""
     import types
 
-    import boto3
     from amsg.vapid import generate_vapid_keys
     from amsg_local.tables import create_queue_from_template
-    from amsg_local.template import load_template
 
     from tests.support.engine_harness import EngineHarness
     from tests.support.fake_llm import FakeLlmServer
@@ -124,7 +165,7 @@ def engine(moto_table, make_context):
     from tests.support.wire_client import WireClient
 
     public, private = generate_vapid_keys()
-    queue = create_queue_from_template(boto3.client("sqs", region_name="us-east-1"), load_template(), "amsg-test-tasks")
+    queue = create_queue_from_template(moto_client("sqs"), parsed_template(), "amsg-test-tasks")
     with FakePushService(vapid_public_key=public) as push, FakeLlmServer() as llm:
         ctx = make_context(
             AMSG_QUEUE_URL=queue.url,
@@ -140,3 +181,59 @@ def engine(moto_table, make_context):
         yield types.SimpleNamespace(
             ctx=ctx, api=client, push=push, llm=llm, subscription=subscription, harness=harness, queue=queue
         )
+
+
+# ---- the fast path (`make unit`) --------------------------------------------------------------------------
+
+DIRECTORY_MARKS = {"ddb_local": "ddb_local", "e2e": "e2e"}
+# a test that uses one of these fixtures needs DynamoDB Local, whatever its directory
+DDB_LOCAL_FIXTURES = {"ddb_local_server", "ddb_local_endpoint", "ddb_local_client", "ddb_local_table"}
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Marks by where a test lives and what it uses, so `-m "not ddb_local and not e2e and not slow"` is the
+    honest fast path without every module having to remember its marks."""
+    tests_dir = os.path.dirname(__file__)
+    for item in items:
+        parts = os.path.relpath(str(item.path), tests_dir).split(os.sep)
+        mark = DIRECTORY_MARKS.get(parts[0]) if len(parts) > 1 else None
+        if mark and not item.get_closest_marker(mark):
+            item.add_marker(mark)
+        if DDB_LOCAL_FIXTURES & set(getattr(item, "fixturenames", ())) and not item.get_closest_marker("ddb_local"):
+            item.add_marker("ddb_local")
+        # under `make test` (xdist --dist loadgroup) the DynamoDB Local tests share one worker and so one JVM,
+        # and the end-to-end modules share one worker and its stacks; everything else spreads over the rest
+        for group in ("ddb_local", "e2e"):
+            if item.get_closest_marker(group) and not item.get_closest_marker("xdist_group"):
+                item.add_marker(pytest.mark.xdist_group(group))
+                break
+
+
+@pytest.fixture(scope="session", autouse=True)
+def fast_path_guard() -> Iterator[None]:
+    """With ``AMSG_FAST_TESTS=1`` (`make unit`) starting a subprocess, DynamoDB Local or the local stack fails
+    the test: the fast path stays what it claims to be, and such a test must be marked ``slow``."""
+    if os.environ.get("AMSG_FAST_TESTS") != "1":
+        yield
+        return
+    import subprocess
+
+    from amsg_local import cli, dynamodb_local
+
+    def refuse(what: str):  # type: ignore[no-untyped-def]
+        def refused(*args, **kwargs):  # type: ignore[no-untyped-def]
+            raise AssertionError(f"`make unit` runs no {what}: mark this test `slow`")
+
+        return refused
+
+    patches = [
+        (subprocess.Popen, "__init__", refuse("subprocess")),
+        (cli, "start_local_stack", refuse("local stack")),
+        (dynamodb_local, "start_dynamodb_local", refuse("DynamoDB Local")),
+    ]
+    saved = [(owner, name, getattr(owner, name)) for owner, name, _ in patches]
+    for owner, name, replacement in patches:
+        setattr(owner, name, replacement)
+    yield
+    for owner, name, original in saved:
+        setattr(owner, name, original)

@@ -5,13 +5,11 @@ decrypts every push, and an independent wire client."""
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterator
 
 import pytest
 from amsg.timeutil import iso_from_ms, parse_iso_ms
 from amsg_local.cli import LocalStack
 
-from tests.support.e2e_stack import stack_with_push
 from tests.support.wire_client import WireClient, http_transport
 
 pytestmark = pytest.mark.e2e
@@ -19,10 +17,9 @@ MINUTE = 60_000
 HOUR = 60 * MINUTE
 
 
-@pytest.fixture(scope="module")
-def world() -> Iterator[dict]:
-    with stack_with_push() as (stack, push):
-        yield {"stack": stack, "push": push}
+@pytest.fixture
+def world(shared_stack: dict) -> dict:
+    return shared_stack
 
 
 def clock(stack: LocalStack, **body: int) -> int:

@@ -7,16 +7,13 @@ from __future__ import annotations
 import os
 import shutil
 import uuid
-from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import pytest
 from amsg.timeutil import iso_from_ms
-from amsg.vapid import generate_vapid_keys
-from amsg_local.cli import LocalStack, start_local_stack
+from amsg_local.cli import LocalStack
 
-from tests.support.fake_push import FakePushService
 from tests.support.wire_client import WireClient, http_transport
 
 pytestmark = pytest.mark.e2e
@@ -24,22 +21,15 @@ USERS = 50
 
 
 @pytest.fixture(scope="module")
-def world() -> Iterator[dict[str, Any]]:
-    public, private = generate_vapid_keys()
-    config = {
-        "AMSG_MASTER_KEY": "d" * 64,
-        "AMSG_VAPID_PUBLIC_KEY": public,
-        "AMSG_VAPID_PRIVATE_KEY": private,
-        "AMSG_VAPID_EMAIL": "race@example.test",
-    }
-    with FakePushService(vapid_public_key=public) as push, start_local_stack(config=config) as stack:
-        users = []
-        for _ in range(USERS):
-            client = WireClient(http_transport(stack.base_url), str(uuid.uuid4()))
-            client.init()
-            assert client.put_subscription(push.subscribe().to_json()).status == 200
-            users.append(client)
-        yield {"stack": stack, "users": users}
+def world(shared_stack: dict[str, Any]) -> dict[str, Any]:
+    stack, push = shared_stack["stack"], shared_stack["push"]
+    users = []
+    for _ in range(USERS):
+        client = WireClient(http_transport(stack.base_url), str(uuid.uuid4()))
+        client.init()
+        assert client.put_subscription(push.subscribe().to_json()).status == 200
+        users.append(client)
+    return {"stack": stack, "users": users}
 
 
 def _schedule(client: WireClient, task_uuid: str, first: str) -> Any:

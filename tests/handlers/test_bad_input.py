@@ -16,6 +16,8 @@ from tests.support.wire_client import dummy_subscription
 FUTURE = "2030-01-01T00:00:00.000Z"
 ENC = {"X-Payload-Encrypted": "true", "X-Encryption-Version": "1"}
 DEEP = "[" * 1500 + "]" * 1500
+# fixed, not random: parametrize ids must be the same in every xdist worker
+ANY_TASK_UUID = "9b2f6c1e-4d3a-4e8b-9f1a-2c3d4e5f6a7b"
 
 
 def strict_json(text: str):
@@ -65,7 +67,7 @@ def test_deep_raw_body_is_the_envelope_error(strict, method, path, code):
     ("method", "path", "code"),
     [
         ("POST", "/schedule-message", "INVALID_PAYLOAD_FORMAT"),
-        ("PUT", f"/update-message?id={uuid.uuid4()}", "DECRYPTION_FAILED"),  # update maps bad JSON to this code
+        ("PUT", f"/update-message?id={ANY_TASK_UUID}", "DECRYPTION_FAILED"),  # update maps bad JSON to this code
         ("DELETE", "/llm-credentials", "DECRYPTION_FAILED"),  # so does DELETE /llm-credentials
         ("PUT", "/llm-credentials", "INVALID_PAYLOAD_FORMAT"),
         ("PUT", "/push-subscription", "INVALID_PAYLOAD_FORMAT"),
@@ -121,7 +123,7 @@ def test_outbox_cursor_beyond_every_id_is_an_empty_page(strict):
 # ---- 3. task ids that cannot exist ------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("task_id", ["x" * 1100, "é" * 600, "not-a-uuid", "%00", str(uuid.uuid4()) + "x"])
+@pytest.mark.parametrize("task_id", ["x" * 1100, "é" * 600, "not-a-uuid", "%00", ANY_TASK_UUID + "x"])
 def test_impossible_task_ids_are_not_found_without_a_storage_call(strict, task_id):
     from urllib.parse import quote
 

@@ -10,6 +10,7 @@ from collections import Counter
 import pytest
 
 from tests.conftest import T0_MS
+from tests.support import scenario
 
 ISO_RE = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{3}Z$")
 FIRST = "2029-12-31T00:01:00.000Z"  # T0 + 60 s
@@ -17,16 +18,7 @@ FIRST_MS = T0_MS + 60_000
 
 
 def schedule(env, **fields):
-    payload = {
-        "contactName": "Rei",
-        "messageType": "fixed",
-        "userMessage": "早上好。今天也要加油！",
-        "firstSendTime": FIRST,
-    }
-    payload.update(fields)
-    resp = env.api.schedule(payload)
-    assert resp.status == 201, resp.text
-    return resp.data
+    return scenario.schedule(env, message="早上好。今天也要加油！", **fields)
 
 
 def schedule_ai(env, api_key: str, **fields):

@@ -9,22 +9,13 @@ import pytest
 from amsg.crypto import decrypt_from_storage
 
 from tests.conftest import T0_MS  # 2029-12-31T00:00:00Z, a whole hour
+from tests.support.scenario import FIRST, at, schedule
 
-FIRST = "2029-12-31T00:01:00.000Z"
+# the route's tests need storage semantics only (the in-memory fakes); the `engine` tests stay on moto
+pytestmark = pytest.mark.memory_store
+
 HOUR = 3_600_000
 NIGHT = {"quietHours": {"start": "23:00", "end": "07:00", "tzId": "UTC"}, "caps": []}
-
-
-def schedule(env, **fields):
-    payload = {"contactName": "Rei", "messageType": "fixed", "userMessage": "hi", "firstSendTime": FIRST}
-    payload.update(fields)
-    resp = env.api.schedule(payload)
-    assert resp.status == 201, resp.text
-    return resp.data
-
-
-def at(env, ms: int) -> None:
-    env.ctx.clock.current_ms = ms
 
 
 # ---- the route ----------------------------------------------------------------------------------------------

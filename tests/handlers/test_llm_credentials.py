@@ -15,6 +15,8 @@ from amsg.ports import CredentialWrite
 from tests.conftest import T0_MS
 from tests.support.wire_client import dummy_subscription, encrypt
 
+pytestmark = pytest.mark.memory_store  # storage semantics only: the in-memory fakes (tests/contract checks them)
+
 ISO_RE = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{3}Z$")
 SECRET = "sk-live-secret-value-0123456789"
 
@@ -56,6 +58,7 @@ def test_round_trip_values_never_returned(ctx, api):
     assert resolve_cred_value(stored["char:a/chat"], ctx.user_key(api.user_id)) == value()
 
 
+@pytest.mark.dynamo_store  # reads the table's items
 def test_overwrite_keeps_count_created_at_and_refreshes_updated_at(ctx, api):
     api.put_credentials([cred("k")])
     first = ctx.credentials.t.get({"PK": f"U#{api.user_id}", "SK": "C#k"})
@@ -263,6 +266,7 @@ def prompted(**fields) -> dict:
     return payload
 
 
+@pytest.mark.dynamo_store  # schedules or claims a task: the task store has no fake
 def test_schedule_checks_referenced_credentials(ctx, api):
     assert api.put_subscription(dummy_subscription()).status == 200
     resp = api.schedule(prompted(credRefs={"chat": "global/chat", "emotion": "char:a/emo", "other": "global/chat"}))
@@ -285,6 +289,7 @@ def test_schedule_credref_errors(ctx, api):
     assert invalid_fields(api.schedule(prompted(credRefs={"chat": "x" * 129}))) == ["credRefs"]
 
 
+@pytest.mark.dynamo_store  # schedules or claims a task: the task store has no fake
 def test_schedule_lookup_failure_is_503(ctx, api, monkeypatch):
     api.put_subscription(dummy_subscription())
 
@@ -296,6 +301,7 @@ def test_schedule_lookup_failure_is_503(ctx, api, monkeypatch):
     assert resp.status == 503 and resp.code == "LLM_CREDENTIALS_LOOKUP_FAILED"
 
 
+@pytest.mark.dynamo_store  # schedules or claims a task: the task store has no fake
 def test_update_checks_credrefs_and_task_uses_cred_refs(ctx, api):
     api.put_subscription(dummy_subscription())
     api.put_credentials([cred("global/chat"), cred("global/alt")])

@@ -10,8 +10,8 @@ from typing import Any
 import boto3
 
 from tests.conftest import T0_MS, TABLE
+from tests.support.scenario import FIRST, schedule
 
-FIRST = "2029-12-31T00:01:00.000Z"  # T0 + 60 s
 DAY_MS = 86_400_000
 # the stored ciphertext is hex (twice the plaintext), so this payload is larger than one item: it lives in parts
 BIG = "长" * 120_000
@@ -64,13 +64,6 @@ def orphans(items: list[dict[str, Any]]) -> list[str]:
 def partition(user_id: str) -> list[str]:
     """The sort-key prefixes (first three characters) of the user's items."""
     return sorted(item["SK"][:3] for item in scan_table() if item["PK"] == f"U#{user_id}")
-
-
-def schedule(env, **fields) -> dict[str, Any]:
-    payload = {"contactName": "Rei", "messageType": "fixed", "userMessage": "hi", "firstSendTime": FIRST, **fields}
-    resp = env.api.schedule(payload)
-    assert resp.status == 201, resp.text
-    return resp.data
 
 
 def part_count(uuid: str) -> int:

@@ -11,6 +11,8 @@ from amsg.ports import OutboxAppend
 
 from tests.conftest import T0_MS
 
+pytestmark = pytest.mark.memory_store  # storage semantics only: the in-memory fakes (tests/contract checks them)
+
 DAY = 86_400_000
 TASK = "5f0c8a64-7c77-4f55-9a7e-1b6a0cf0a001"
 
@@ -118,6 +120,7 @@ def test_paging_never_skips_or_repeats_while_rows_arrive(ctx, api):
     assert seen == produced  # in order, nothing skipped, nothing twice
 
 
+@pytest.mark.dynamo_store  # reads the table's items
 def test_append_retries_when_another_append_commits_in_between(ctx, api):
     """The counter compare-and-set inside the transaction: a writer that read a stale counter retries and
     gets the next id (real threads race on DynamoDB Local: tests/ddb_local/test_outbox_concurrency.py)."""
@@ -157,6 +160,7 @@ def test_undecryptable_rows_are_skipped_but_advance_the_cursor(ctx, api):
     assert ids_of(page["entries"]) == ["ok2"] and page["cursor"] == 4 and page["hasMore"] is False
 
 
+@pytest.mark.dynamo_store  # reads the table's items
 def test_large_payload_round_trips(ctx, api):
     big = "x" * 400_000  # its ciphertext is split across part items
     seed(ctx, api, ["big"], reasoningContent=big)
@@ -167,7 +171,7 @@ def test_large_payload_round_trips(ctx, api):
     assert leftovers == []
 
 
-def test_other_users_rows_are_invisible(ctx, api, make_context):
+def test_other_users_rows_are_invisible(ctx, api):
     seed(ctx, api, ["mine"])
     from tests.support.inprocess import InProcessApi
     from tests.support.wire_client import WireClient
@@ -187,6 +191,7 @@ def item(ctx, api, message_id):
     return ctx.outbox.t.get({"PK": f"U#{api.user_id}", "SK": f"O#{message_id}"})
 
 
+@pytest.mark.dynamo_store  # reads the table's items
 def test_rows_expire_28_days_after_creation(ctx, api):
     seed(ctx, api, ["old"])
     ctx.clock.advance(DAY)
@@ -202,6 +207,7 @@ def test_rows_expire_28_days_after_creation(ctx, api):
     assert api.outbox_delete({"all": True}).data == {"deleted": 1}
 
 
+@pytest.mark.dynamo_store  # reads the table's items
 def test_ack_shortens_retention_to_seven_days(ctx, api):
     seed(ctx, api, ["early", "late"])
     ctx.clock.advance(DAY)
@@ -217,6 +223,7 @@ def test_ack_shortens_retention_to_seven_days(ctx, api):
 # ---- ack ------------------------------------------------------------------------------------------------------
 
 
+@pytest.mark.dynamo_store  # reads the table's items
 def test_ack_is_idempotent_and_final(ctx, api):
     seed(ctx, api, ["a", "b", "c"])
     assert api.outbox_ack(["a", "b", "a", "missing"]).data == {"acked": 2}
@@ -370,6 +377,7 @@ def test_page_stops_before_the_response_size_limit(ctx, api, monkeypatch):
     assert ids_of(page["entries"]) == ["a"]  # a page always carries at least one entry
 
 
+@pytest.mark.dynamo_store  # schedules or claims a task: the task store has no fake
 def test_claim_send_is_fenced_by_the_task_claim(ctx, api):
     from amsg.ports import NewTask
     from amsg.timeutil import iso_from_ms

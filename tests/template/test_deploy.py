@@ -8,7 +8,11 @@ import json
 import os
 import subprocess
 
+import pytest
+
 from tests.support.template import REPO_ROOT, project_template
+
+pytestmark = pytest.mark.slow  # runs scripts/deploy
 
 
 def _deploy(**env: str) -> subprocess.CompletedProcess[str]:

@@ -118,6 +118,7 @@ def _check_http(name: str, logical_id: str, event: dict[str, Any]) -> None:
         assert headers["content-length"] == str(len(event["body"].encode("utf-8")))
 
 
+@pytest.mark.slow  # runs the generator script
 def test_events_are_what_the_generator_produces():
     """events/ is generated; hand edits or a template change without regeneration fail here."""
     result = subprocess.run(

@@ -409,6 +409,7 @@ def test_template_file_is_the_one_tested():
     assert Path(project_template()["__file__"]) == (REPO_ROOT / "template.yaml").resolve()
 
 
+@pytest.mark.slow  # runs scripts/sync-layer-requirements
 def test_layer_requirements_match_the_lock():
     """layers/shared/requirements.txt is generated from uv.lock (uv from PATH or the bootstrapped .cache/uv)."""
     result = subprocess.run(

@@ -49,6 +49,7 @@ def test_only_adapters_and_the_composition_root_import_boto3():
     sorted(p for p in (ROOT / "functions").glob("*/*_handler.py") if p.parent.name not in ("tick", "run_task")),
     ids=lambda p: p.parent.name,
 )
+@pytest.mark.slow  # a fresh interpreter per handler
 def test_api_handlers_do_not_load_the_push_or_llm_stack_at_import(handler):
     probe = (
         "import importlib.util, json, sys\n"

@@ -53,6 +53,7 @@ def _get(url: str, headers: dict[str, str] | None = None) -> tuple[int, dict[str
         return exc.code, {k.lower(): v for k, v in exc.headers.items()}, exc.read()
 
 
+@pytest.mark.slow  # starts the local stack
 def test_stack_serves_sets_env_and_restores_it(tmp_path: Path, restore_sys_path: None) -> None:
     template = write_tiny_project(tmp_path)
     before = dict(os.environ)
@@ -95,6 +96,7 @@ def test_stack_serves_sets_env_and_restores_it(tmp_path: Path, restore_sys_path:
         urllib.request.urlopen(f"{url}/echo", timeout=2)
 
 
+@pytest.mark.slow  # starts the local stack
 def test_tick_then_drain_partial_batch(tmp_path: Path, restore_sys_path: None, monkeypatch: pytest.MonkeyPatch) -> None:
     template = write_tiny_project(tmp_path)
     record_dir = tmp_path / "records"
@@ -139,6 +141,7 @@ def test_tick_then_drain_partial_batch(tmp_path: Path, restore_sys_path: None, m
     assert record["receiptHandle"] and record["messageId"] and record["md5OfBody"]
 
 
+@pytest.mark.slow  # starts the local stack
 def test_drain_runs_the_consumer_at_the_templates_maximum_concurrency(
     tmp_path: Path, restore_sys_path: None, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -161,6 +164,7 @@ def test_drain_runs_the_consumer_at_the_templates_maximum_concurrency(
         assert max(itertools.accumulate(delta for _, delta in edges)) == 3
 
 
+@pytest.mark.slow  # starts the local stack
 def test_local_clock_moves_the_injected_clock_not_the_system_clock(tmp_path: Path, restore_sys_path: None) -> None:
     from amsg import runtime
     from amsg.clock import SystemClock
@@ -178,6 +182,7 @@ def test_local_clock_moves_the_injected_clock_not_the_system_clock(tmp_path: Pat
     assert runtime._current is None  # the stack's context (and its offset) is gone with the stack
 
 
+@pytest.mark.slow  # starts the local stack
 def test_tick_is_501_until_handlers_exist(tmp_path: Path, restore_sys_path: None) -> None:
     template = write_tiny_project(tmp_path, with_delivery=False)
     with start_local_stack(template_path=template, dynamodb_local=False) as stack:
@@ -193,6 +198,7 @@ def test_refuses_non_loopback_host(tmp_path: Path) -> None:
         start_local_stack(template_path=write_tiny_project(tmp_path), host="0.0.0.0")
 
 
+@pytest.mark.slow  # starts the local stack
 def test_start_failure_restores_environment(tmp_path: Path, restore_sys_path: None) -> None:
     before = dict(os.environ)
     from botocore.exceptions import EndpointConnectionError
@@ -328,6 +334,7 @@ def test_disabled_metrics_are_dropped_after_each_invocation(
     assert Metrics._metrics == {}
 
 
+@pytest.mark.slow  # starts the local stack
 def test_default_backend_falls_back_to_serialized_moto_when_dynamodb_local_cannot_start(
     tmp_path: Path, restore_sys_path: None, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -8,6 +8,10 @@ import re
 import subprocess
 from pathlib import Path
 
+import pytest
+
+pytestmark = pytest.mark.slow  # lists the files with git
+
 ROOT = Path(__file__).resolve().parents[2]
 
 # Numbered decisions, conflict resolutions ("R" + number), the outside spec's files and section signs.

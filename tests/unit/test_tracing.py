@@ -9,6 +9,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
+pytestmark = pytest.mark.slow  # fresh interpreters: tracing patches process-wide
+
 ROOT = Path(__file__).resolve().parents[2]
 
 PROBE = """

@@ -400,6 +400,7 @@ print(sorted(m for m in sys.modules if m.split(".")[0] in heavy))
 """
 
 
+@pytest.mark.slow  # a fresh interpreter
 def test_importing_and_sending_never_loads_pywebpush_or_aiohttp() -> None:
     """API functions import amsg.vapid; the push adapter must stay cheap too (cold starts)."""
     env_path = [str(ROOT / "layers" / "shared"), str(ROOT)]

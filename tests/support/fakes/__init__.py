@@ -1,0 +1,23 @@
+"""In-memory fakes of the storage ports, for tests that need storage semantics but no DynamoDB.
+
+They are checked against the DynamoDB adapter by the shared contract suite in ``tests/contract/`` (run on
+the fakes, on moto and on DynamoDB Local), so a fake that drifts from the adapter fails there first.
+"""
+
+from tests.support.fakes.context import memory_context
+from tests.support.fakes.memory import (
+    MemoryCredentialStore,
+    MemoryDeliveryPolicyStore,
+    MemoryOutboxStore,
+    MemoryPushSubscriptionStore,
+    NotFaked,
+)
+
+__all__ = [
+    "MemoryCredentialStore",
+    "MemoryDeliveryPolicyStore",
+    "MemoryOutboxStore",
+    "MemoryPushSubscriptionStore",
+    "NotFaked",
+    "memory_context",
+]

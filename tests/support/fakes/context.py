@@ -1,0 +1,57 @@
+"""An ``AppContext`` on the in-memory stores: what the Lambda handlers see, minus DynamoDB.
+
+Ports without a fake (tasks, claims, client state, cloud data, owners, schema) are a stand-in that
+raises :class:`NotFaked` on first use, so a route that needs them fails loudly instead of half-working.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from amsg.clock import FixedClock
+from amsg.context import AppContext
+
+from tests.support.fakes.memory import (
+    MemoryCredentialStore,
+    MemoryDeliveryPolicyStore,
+    MemoryOutboxStore,
+    MemoryPushSubscriptionStore,
+    NotFaked,
+)
+
+
+class Unfaked:
+    """Stands in for a port the fakes do not implement."""
+
+    def __init__(self, port: str) -> None:
+        self._port = port
+
+    def __getattr__(self, name: str) -> Any:
+        raise NotFaked(f"{self._port}.{name} has no in-memory fake: use the moto `ctx` fixture")
+
+
+def memory_context(env: Mapping[str, str], now_ms: int) -> AppContext:
+    """Settings, secrets and delivery collaborators exactly as :func:`amsg.runtime.build_context` makes them
+    from ``env``; the storage ports are in-memory fakes and the clock is fixed at ``now_ms``."""
+    from amsg.runtime import delivery_ports, secrets_from_env, settings_from_env
+
+    settings = settings_from_env(env)
+    secrets = secrets_from_env(env)
+    return AppContext(
+        settings=settings,
+        secrets=secrets,
+        clock=FixedClock(now_ms),
+        tasks=Unfaked("TaskStore"),  # type: ignore[arg-type]
+        claims=Unfaked("ClaimStore"),  # type: ignore[arg-type]
+        subscriptions=MemoryPushSubscriptionStore(),
+        outbox=MemoryOutboxStore(),
+        schema=Unfaked("SchemaInspector"),  # type: ignore[arg-type]
+        credentials=MemoryCredentialStore(),
+        client_state=Unfaked("ClientStateStore"),  # type: ignore[arg-type]
+        delivery=delivery_ports(settings, secrets),
+        owners=Unfaked("OwnerStore"),  # type: ignore[arg-type]
+        policies=MemoryDeliveryPolicyStore(),
+        cloud_data=Unfaked("CloudDataStore"),  # type: ignore[arg-type]
+        coalescer=None,  # no coalescing: each call is its own request, a valid configuration
+    )
