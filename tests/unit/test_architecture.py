@@ -164,12 +164,6 @@ SOURCE_ROOTS = (PACKAGE.parent, ROOT / "tools")
 
 # Loops that exist on this branch and are being removed on another one; each entry is the set of modules of one
 # loop. Empty this set when those changes are merged: the test then holds the whole house to "no loop at all".
-KNOWN_CYCLES_BEING_FIXED: set[frozenset[str]] = {
-    # ``amsg import`` reads the local env file through the local CLI, which offers the import command
-    frozenset({"amsg_import.command", "amsg_local.cli"}),
-    # the coalescing session types the table it drives, the table builds the session (a type-only import)
-    frozenset({"amsg.adapters.dynamo.table", "amsg.adapters.dynamo.coalescing"}),
-}
 
 
 def _modules() -> dict[str, Path]:
@@ -250,8 +244,7 @@ def module_cycles() -> list[frozenset[str]]:
 
 
 def test_no_module_imports_itself_around_a_loop():
-    unexpected = [sorted(cycle) for cycle in module_cycles() if cycle not in KNOWN_CYCLES_BEING_FIXED]
-    assert unexpected == []
+    assert [sorted(cycle) for cycle in module_cycles()] == []
 
 
 def test_the_module_graph_counts_lazy_and_type_only_imports(tmp_path):
@@ -274,18 +267,13 @@ def test_the_cycle_check_finds_a_loop(monkeypatch):
 
 MAX_MODULE_LINES = 600
 # Modules over the bound that another change is splitting right now; empty it when that change is merged.
-KNOWN_LONG_MODULES_BEING_SPLIT = {
-    "domain/jsregex.py",  # the JS-regex translator, reworked for hostile patterns on another branch
-}
-
-
 def test_no_module_of_the_shared_package_is_over_600_lines():
     long = {
         str(path.relative_to(PACKAGE)): lines
         for path in PACKAGE.rglob("*.py")
         if (lines := len(path.read_text(encoding="utf-8").splitlines())) > MAX_MODULE_LINES
     }
-    assert set(long) <= KNOWN_LONG_MODULES_BEING_SPLIT, long
+    assert long == {}
 
 
 def test_the_graph_sees_lazy_and_relative_imports():

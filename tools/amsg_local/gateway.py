@@ -53,6 +53,7 @@ from typing import Any, Protocol
 from urllib.parse import parse_qsl, urlsplit
 
 from amsg_local.delivery import TickNotConfigured, TickRunner, TickThenDrain
+from amsg_local.http_answer import LISTEN_BACKLOG, GatewayResponse, json_body
 from amsg_local.lambda_runtime import LAMBDA_SYNC_PAYLOAD_LIMIT, LambdaRuntime
 from amsg_local.local_input import BadLocalRequest, clock_target, parse_object, task_uuid
 from amsg_local.template import CorsConfig, Route, http_routes
@@ -74,7 +75,6 @@ log = logging.getLogger("local_stack.gateway")
 
 API_PAYLOAD_LIMIT = 10 * 1024 * 1024  # HTTP API quota: 10 MB payload
 INTEGRATION_TIMEOUT_S = 30.0  # HTTP API: hard maximum integration timeout
-LISTEN_BACKLOG = 1024  # pending connections the kernel queues (it caps this at net.core.somaxconn)
 READ_TIMEOUT_S = 30.0  # an idle keep-alive connection, or a request whose bytes stop arriving, is closed
 LOCAL_TICK_PATH = "/_local/tick"
 LOCAL_CLOCK_PATH = "/_local/clock"
@@ -94,10 +94,6 @@ class MovableClock(Protocol):
     def advance(self, ms: int) -> int: ...
     def set_now(self, now_ms: int) -> int: ...
     def reset(self) -> int: ...
-
-
-def _json_body(payload: Any) -> bytes:
-    return json.dumps(payload, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
 
 
 def is_text_body(headers: Mapping[str, str]) -> bool:
@@ -180,18 +176,6 @@ def build_v2_event(
     else:
         event["isBase64Encoded"] = False
     return event
-
-
-@dataclass
-class GatewayResponse:
-    status: int
-    headers: list[tuple[str, str]]
-    body: bytes = b""
-
-    @classmethod
-    def message(cls, status: int, text: str) -> GatewayResponse:
-        """API Gateway's own error shape: ``{"message": ...}``."""
-        return cls(status, [("content-type", "application/json")], _json_body({"message": text}))
 
 
 # --------------------------------------------------------------------------------------------- routing
@@ -326,7 +310,7 @@ class Gateway:
             return self._with_cors(self._local_run_task(body), origin)
         if method == "GET" and raw_path == LOCAL_STATS_PATH:
             stats = {"success": True, **self.runtime.stats()}
-            return GatewayResponse(200, [("content-type", "application/json; charset=utf-8")], _json_body(stats))
+            return GatewayResponse(200, [("content-type", "application/json; charset=utf-8")], json_body(stats))
         route, path_params = self.router.match(method, raw_path)
         if route is None:
             return self._with_cors(GatewayResponse.message(404, "Not Found"), origin)
@@ -334,7 +318,7 @@ class Gateway:
         event = build_v2_event(
             route, method, raw_path, split.query, headers, body, path_params, source_ip, host, request_id
         )
-        event_size = len(_json_body(event))
+        event_size = len(json_body(event))
         if event_size > self.lambda_payload_limit:
             log.warning(
                 "%s %s: event of %d bytes exceeds Lambda's %d-byte invocation limit",
@@ -482,12 +466,12 @@ class Gateway:
 
 
 def _local_ok(payload: dict[str, Any]) -> GatewayResponse:
-    return GatewayResponse(200, [("content-type", "application/json; charset=utf-8")], _json_body(payload))
+    return GatewayResponse(200, [("content-type", "application/json; charset=utf-8")], json_body(payload))
 
 
 def _local_error(status: int, code: str, message: str) -> GatewayResponse:
     payload = {"success": False, "error": {"code": code, "message": message}}
-    return GatewayResponse(status, [("content-type", "application/json; charset=utf-8")], _json_body(payload))
+    return GatewayResponse(status, [("content-type", "application/json; charset=utf-8")], json_body(payload))
 
 
 def fold_headers(pairs: Sequence[tuple[str, str]]) -> dict[str, str]:

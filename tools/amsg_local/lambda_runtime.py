@@ -41,6 +41,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from amsg_local.invocation import LAMBDA_SYNC_PAYLOAD_LIMIT, Invocation
 from amsg_local.template import FunctionSpec, function_spec, layer_dirs
 
 __all__ = [
@@ -56,9 +57,6 @@ __all__ = [
 ]
 
 log = logging.getLogger("local_stack.lambda")
-
-# Lambda's synchronous invocation limit for the request and the response payload (6 MB).
-LAMBDA_SYNC_PAYLOAD_LIMIT = 6 * 1024 * 1024
 
 # Sandboxes per function when the template reserves no concurrency (Lambda would scale to the account limit;
 # one process cannot, and would only thrash).
@@ -89,24 +87,6 @@ class LambdaContext:
 
     def get_remaining_time_in_millis(self) -> int:
         return max(0, self._deadline_ms - int(time.time() * 1000))
-
-
-@dataclass
-class Invocation:
-    """The outcome of one invocation: ``value`` when ok, else an ``error_type`` like Lambda's ``errorType``."""
-
-    function: str
-    request_id: str
-    duration_ms: float
-    value: Any = None
-    error_type: str | None = None
-    error_message: str | None = None
-    timed_out: bool = False
-    handler_ms: float | None = None  # the handler's own time (without sandbox, thread and gateway overhead)
-
-    @property
-    def ok(self) -> bool:
-        return self.error_type is None
 
 
 class _PerThread:

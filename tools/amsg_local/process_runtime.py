@@ -40,6 +40,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from amsg_local import sandbox_worker
+from amsg_local.invocation import LAMBDA_SYNC_PAYLOAD_LIMIT, Invocation
 from amsg_local.sandbox_worker import SandboxConfig, _status_kb
 from amsg_local.template import FunctionSpec
 
@@ -279,7 +280,6 @@ class ProcessFunctionRuntime:
 
     def invoke(self, event: Any, *, wait_cap_s: float | None = None, request_id: str | None = None) -> Any:
         """Run the handler in a sandbox process; Lambda's errors for timeouts, memory and crashes."""
-        from amsg_local.lambda_runtime import LAMBDA_SYNC_PAYLOAD_LIMIT, Invocation
 
         request_id = request_id or str(uuid.uuid4())
         started = time.monotonic()
@@ -363,7 +363,6 @@ class ProcessFunctionRuntime:
     def _result(
         self, outcome: _Outcome, request_id: str, started: float, limit: float, cap: float | None, failed: Any
     ) -> Any:
-        from amsg_local.lambda_runtime import LAMBDA_SYNC_PAYLOAD_LIMIT, Invocation
 
         name = self.spec.logical_id
         if outcome.kind == "caller":

@@ -13,14 +13,33 @@ import contextlib
 import logging
 import socket
 import time
+from collections.abc import Sequence
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from amsg_local.framing import MAX_LEADING_BLANK_LINES, BadFraming, check_request_line
-from amsg_local.gateway import LISTEN_BACKLOG, GatewayResponse
+from amsg_local.http_answer import LISTEN_BACKLOG, GatewayResponse
 
-if TYPE_CHECKING:
-    from amsg_local.gateway import Gateway
+
+class Gateway(Protocol):
+    """What the transport needs of :class:`amsg_local.gateway.Gateway` (which imports this module)."""
+
+    read_timeout_s: float
+    payload_limit: int
+
+    def handle(
+        self,
+        method: str,
+        target: str,
+        header_pairs: Sequence[tuple[str, str]],
+        body: bytes,
+        *,
+        source_ip: str = ...,
+        host: str = ...,
+    ) -> GatewayResponse: ...
+
+    def _with_cors(self, response: GatewayResponse, origin: str | None) -> GatewayResponse: ...
+
 
 __all__ = ["IPv4Server", "IPv6Server", "make_handler"]
 
