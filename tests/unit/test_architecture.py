@@ -266,6 +266,8 @@ def test_the_cycle_check_finds_a_loop(monkeypatch):
 
 
 MAX_MODULE_LINES = 600
+
+
 # Modules over the bound that another change is splitting right now; empty it when that change is merged.
 def test_no_module_of_the_shared_package_is_over_600_lines():
     long = {

@@ -52,7 +52,7 @@ def stop_instance_tracking() -> None:
 
     current = BaseModel.__dict__.get("__new__")
     if getattr(current, "__func__", None) is not _untracked_new:
-        BaseModel.__new__ = staticmethod(_untracked_new)  # type: ignore[method-assign,assignment]
+        BaseModel.__new__ = staticmethod(_untracked_new)  # type: ignore[method-assign]
     reset_model_data()
 
 
@@ -206,7 +206,7 @@ class EmbeddedMoto:
 
         app = SerializedApp(DomainDispatcherApplication(create_backend_app))
         server = make_server(self.host, self.port, app, threaded=True, request_handler=NoDelayHandler)
-        server.daemon_threads = True
+        server.daemon_threads = True  # type: ignore[attr-defined]  # werkzeug builds a ThreadingMixIn server
         self.port = server.server_address[1]
         self._server = server
         self._thread = threading.Thread(

@@ -448,8 +448,9 @@ class Gateway:
     def base_url(self) -> str:
         if self._server is None:
             raise RuntimeError("gateway is not running")
-        host, port = self._server.server_address[:2]
-        shown = f"[{host}]" if ":" in str(host) else host
+        address = self._server.server_address
+        host, port = str(address[0]), address[1]
+        shown = f"[{host}]" if ":" in host else host
         return f"http://{shown}:{port}"
 
     def stop(self) -> None:
@@ -495,8 +496,8 @@ def _merge_vary(headers: list[tuple[str, str]], value: str) -> None:
 def _to_http(value: Any, route: Route) -> GatewayResponse:
     """Interpret a payload-2.0 Lambda response like API Gateway (a malformed one is a 500)."""
     if not (isinstance(value, Mapping) and "statusCode" in value):
-        body = value if isinstance(value, str) else json.dumps(value)
-        return GatewayResponse(200, [("content-type", "application/json")], body.encode("utf-8"))
+        plain = value if isinstance(value, str) else json.dumps(value)
+        return GatewayResponse(200, [("content-type", "application/json")], plain.encode("utf-8"))
     try:
         status = int(value["statusCode"])
         if not 100 <= status <= 599:

@@ -127,10 +127,10 @@ def isolate_powertools_router_state() -> bool:
         slots = {name: _PerThread(name, store) for name in _ROUTER_STATE}
         for name, slot in slots.items():
             type.__setattr__(base, name, slot)
-        isolated_meta = type(type(base))(
+        isolated_meta = type(type(base))(  # type: ignore[misc]
             f"PerThread{type(base).__name__}", (type(base),), {**slots, "_amsg_local_isolated": True}
         )
-        base.__class__ = isolated_meta
+        base.__class__ = isolated_meta  # type: ignore[method-assign]
     return True
 
 
@@ -352,9 +352,9 @@ class FunctionRuntime:
             )
         self._release(sandbox)
         if "error" in outcome:
-            exc = outcome["error"]
-            log.error("%s: unhandled %s\n%s", self.spec.logical_id, type(exc).__name__, outcome["traceback"])
-            return Invocation(self.spec.logical_id, request_id, duration_ms, None, type(exc).__name__, str(exc))
+            error = outcome["error"]
+            log.error("%s: unhandled %s\n%s", self.spec.logical_id, type(error).__name__, outcome["traceback"])
+            return Invocation(self.spec.logical_id, request_id, duration_ms, None, type(error).__name__, str(error))
         value = outcome.get("value")
         try:
             size = len(json.dumps(value, default=str).encode("utf-8"))

@@ -316,7 +316,9 @@ class ProcessFunctionRuntime:
         except OSError:  # died between the pool's check and now
             outcome = _Outcome("exit", (_exit_code(sandbox.process),))
         else:
-            outcome = self._await(sandbox, wait_cap_s if caller_first else limit, caller_first)
+            outcome = self._await(
+                sandbox, wait_cap_s if caller_first and wait_cap_s is not None else limit, caller_first
+            )
         duration_ms = (time.monotonic() - begun) * 1000
         if outcome.kind in ("ok", "error"):
             sandbox.max_rss_kb = max(sandbox.max_rss_kb, int(outcome.payload[-1]))

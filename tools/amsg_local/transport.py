@@ -151,7 +151,7 @@ def make_handler(gateway: Gateway) -> type[BaseHTTPRequestHandler]:
                     list(self.headers.items()),
                     body,
                     source_ip=self.client_address[0],
-                    host=self.headers.get("host") or "{}:{}".format(*self.server.server_address[:2]),
+                    host=self.headers.get("host") or "{}:{}".format(*self.server.server_address[:2]),  # type: ignore[index]
                 )
             except Exception:
                 log.exception("%s %s: the gateway failed", self.command, self.path)
@@ -171,7 +171,7 @@ def make_handler(gateway: Gateway) -> type[BaseHTTPRequestHandler]:
             return self.rfile.read(length)
 
         def _read_chunked(self) -> bytes:
-            chunks = []
+            chunks: list[bytes] = []
             total = 0
             while True:
                 size = int(self.rfile.readline(65537).split(b";", 1)[0].strip() or b"0", 16)
@@ -193,7 +193,7 @@ def make_handler(gateway: Gateway) -> type[BaseHTTPRequestHandler]:
             if self.close_connection:
                 self.send_header("connection", "close")
             if getattr(self, "command", None) != "HEAD" and response.body:
-                self._headers_buffer.append(b"\r\n" + response.body)  # one write: headers and body together
+                self._headers_buffer.append(b"\r\n" + response.body)  # type: ignore[attr-defined]  # one write: headers and body together
                 self.flush_headers()
             else:
                 self.end_headers()

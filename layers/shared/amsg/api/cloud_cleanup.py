@@ -82,6 +82,7 @@ def create_plan(ctx: AppContext, user_id: str, user_key: str, body: dict[str, An
     generation = None
     if mode == "retire-owner":
         assert ctx.owners is not None
+        assert owner is not None  # checked above: retire-owner needs an owner
         state = ctx.owners.get(user_id, owner_ref(owner["type"], owner["id"]))
         generation = state.generation if state else 0
     entries, _, complete = inventory(ctx, user_id, user_key)
@@ -168,6 +169,7 @@ def start_operation(ctx: AppContext, user_id: str, user_key: str, body: dict[str
     owner = plan["owner"]
     if plan["mode"] == "retire-owner":
         assert ctx.owners is not None
+        assert owner is not None  # checked above: retire-owner needs an owner
         state = ctx.owners.get(user_id, owner_ref(owner["type"], owner["id"]))
         if (state.generation if state else 0) != plan["ownerGeneration"]:
             raise api_error("CLOUD_PLAN_CHANGED")

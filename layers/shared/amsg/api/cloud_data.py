@@ -227,7 +227,7 @@ def _owner(
 ) -> dict[str, Any]:
     assert ctx.owners is not None
     if body is None:
-        owner = {"type": request.param("ownerType"), "id": request.param("ownerId")}
+        owner: Any = {"type": request.param("ownerType"), "id": request.param("ownerId")}
         if not valid_cloud_owner(owner):
             raise api_error("INVALID_CLOUD_OWNER", "owner 无效", status=400)
         return _owner_state(ctx, user_id, owner)

@@ -62,7 +62,8 @@ def _payload_owner(payload: Mapping[str, Any] | None) -> dict[str, Any] | None:
     if not payload:
         return None
     guard = payload.get(GUARD_FIELD)
-    metadata = payload.get("metadata") if is_plain_object(payload.get("metadata")) else {}
+    raw_metadata = payload.get("metadata")
+    metadata: dict[str, Any] = raw_metadata if is_plain_object(raw_metadata) else {}
     candidates = [
         guard.get("owner") if is_plain_object(guard) else None,
         metadata.get("cloudOwner"),
@@ -79,7 +80,8 @@ def _payload_owner(payload: Mapping[str, Any] | None) -> dict[str, Any] | None:
 def _payload_kind(payload: Mapping[str, Any] | None) -> str | None:
     if not payload:
         return None
-    metadata = payload.get("metadata") if is_plain_object(payload.get("metadata")) else {}
+    raw_metadata = payload.get("metadata")
+    metadata: dict[str, Any] = raw_metadata if is_plain_object(raw_metadata) else {}
     for kind in (metadata.get("kind"), payload.get("kind")):
         if isinstance(kind, str):
             return kind

@@ -13,7 +13,7 @@ import re
 import uuid as uuidlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 from amsg.crypto import compact_json
 from amsg.domain.jsvalues import (
@@ -349,7 +349,9 @@ def _rule_recurrence(s: _Schedule) -> None:
     recurrence = s.p.get("recurrenceType")
     if js_truthy(recurrence) and (not isinstance(recurrence, str) or recurrence not in RECURRENCE_TYPES):
         raise _params_error(["recurrenceType"])
-    s.recurrence_type = recurrence if js_truthy(recurrence) else "none"  # missing means none, on every path
+    s.recurrence_type = (
+        recurrence if isinstance(recurrence, str) and js_truthy(recurrence) else "none"
+    )  # missing means none, on every path
 
 
 def _rule_tz(s: _Schedule) -> None:
@@ -448,7 +450,7 @@ def _rule_avatar(s: _Schedule) -> None:
 
 def _rule_uuid(s: _Schedule) -> None:
     given = s.p.get("uuid")
-    if js_truthy(given) and not (is_valid_uuid(given) and utf16_len(given) <= TASK_UUID_MAX_LENGTH):
+    if js_truthy(given) and not (is_valid_uuid(given) and utf16_len(str(given)) <= TASK_UUID_MAX_LENGTH):
         raise _params_error(["uuid (invalid UUID format)"])
 
 
@@ -526,7 +528,7 @@ def _schedule_request(s: _Schedule, new_uuid: Callable[[], str]) -> ScheduleRequ
     given_uuid, messages, metadata = p.get("uuid"), p.get("messages"), p.get("metadata")
     cred_refs = p.get("credRefs")
     return ScheduleRequest(
-        uuid=given_uuid if js_truthy(given_uuid) else new_uuid(),
+        uuid=str(given_uuid) if js_truthy(given_uuid) else new_uuid(),
         uuid_given=js_truthy(given_uuid),
         supersedes_uuid=_truthy_or_none(p.get("supersedesUuid")),
         message_type=s.message_type,
@@ -535,7 +537,7 @@ def _schedule_request(s: _Schedule, new_uuid: Callable[[], str]) -> ScheduleRequ
         cred_ref_ids=distinct_cred_ids(cred_refs),
         contact_name=p["contactName"],
         avatar_url=s.avatar_url,
-        message_subtype=p.get("messageSubtype") if js_truthy(p.get("messageSubtype")) else "chat",
+        message_subtype=cast(str, p.get("messageSubtype")) if js_truthy(p.get("messageSubtype")) else "chat",
         user_message=_truthy_or_none(p.get("userMessage")),
         recurrence_type=s.recurrence_type,
         tz_id=s.tz_id,

@@ -219,17 +219,17 @@ def due_in_order(ctx: AppContext, shards: int, now_iso: Callable[[], str]) -> It
         candidates, after = ctx.claims.due_candidates(shard, now_iso(), TICK_PAGE, start)
         pages[shard] = (candidates[1:], after)
         if candidates:
-            heapq.heappush(heap, (candidates[0].due_key, next(counter), shard, candidates[0]))  # type: ignore[misc]
+            heapq.heappush(heap, (candidates[0].due_key, next(counter), shard, candidates[0]))
 
     for shard in range(shards):
         refill(shard, None)
     while heap:
-        _, _, shard, candidate = heapq.heappop(heap)  # type: ignore[misc]
+        _, _, shard, candidate = heapq.heappop(heap)
         yield candidate
         rest, after = pages[shard]
         if rest:
             pages[shard] = (rest[1:], after)
-            heapq.heappush(heap, (rest[0].due_key, next(counter), shard, rest[0]))  # type: ignore[misc]
+            heapq.heappush(heap, (rest[0].due_key, next(counter), shard, rest[0]))
         elif after:
             refill(shard, after)
 
