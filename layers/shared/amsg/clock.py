@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 
 from amsg.timeutil import iso_from_ms
 
-if TYPE_CHECKING:  # annotations only: amsg.ports costs ~20 ms of cold start to a route that needs no port
+if TYPE_CHECKING:  # annotations only: a route that needs no port should not import amsg.ports at cold start
     from amsg.ports import Clock
 
 

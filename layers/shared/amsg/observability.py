@@ -1,8 +1,8 @@
 """The one Logger and Metrics of the service (Powertools), and optional X-Ray tracing.
 
 Tracing is off unless the stack is deployed with ``Tracing=Active`` (``AMSG_TRACING=true``): only then is the
-Powertools Tracer built, on the first request, and the X-Ray SDK imported (~70 ms of cold start otherwise
-spent for nothing). It patches boto3/botocore and httpx, so every DynamoDB, SSM, SQS, LLM and push call is a
+Powertools Tracer built, on the first request, and the X-Ray SDK imported (a cold-start cost otherwise spent
+for nothing). It patches boto3/botocore and httpx, so every DynamoDB, SSM, SQS, LLM and push call is a
 subsegment of the function's trace.
 
 The ``service`` (log field and metric dimension) is the stack's name (``POWERTOOLS_SERVICE_NAME``, set by

@@ -2,8 +2,8 @@
 
 Why not ``pywebpush.webpush()``: it cannot produce the reference's request. It sends no ``Content-Type``, writes
 ``Authorization: vapid t=…,k=…`` without the reference's ``, `` separator, adds requests' ``User-Agent`` and
-``Accept`` headers, treats 203–299 as failures, and importing it loads aiohttp + requests (~180 ms of
-cold start). So this adapter uses the two pieces pywebpush itself is built on: ``http_ece`` (the aes128gcm
+``Accept`` headers, treats 203–299 as failures, and importing it loads aiohttp + requests into the
+cold start. So this adapter uses the two pieces pywebpush itself is built on: ``http_ece`` (the aes128gcm
 record) and an ES256 JWT (:mod:`amsg.vapid`, ``cryptography`` only), and sends with httpx, which the LLM
 adapter loads anyway. ``http_ece`` and httpx are imported lazily: importing this module costs nothing until
 the first push.

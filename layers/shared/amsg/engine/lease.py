@@ -3,8 +3,7 @@ invocation, fenced by the claim version, stopped in ``finally``.
 
 Most deliveries end long before their first beat is due (seconds against a 30 s heartbeat), so a keeper starts
 no thread of its own: one timer thread per sandbox remembers when each keeper's first beat is due and only then
-gives that keeper its heartbeat thread. Starting and joining a thread per delivery cost ~0.2 ms of CPU, about 2 %
-of delivering a fixed-text task.
+gives that keeper its heartbeat thread, instead of starting and joining a thread for every delivery.
 
 Losing the lease (renewal refused: the task was cancelled, superseded, settled or taken over) sets ``lost``;
 the pipeline checks it before every push and stops, so a worker that lost its claim sends nothing more.

@@ -2,7 +2,7 @@
 
 Each function serves one route (one path, one to three methods) that API Gateway has already selected, so the
 routing here is a dictionary lookup: Powertools' resolver would cost its whole event-handler package at every
-cold start (~60 % of an API handler's import, docs/cold-start.md) for nothing we use.
+cold start (most of an API handler's import, docs/cold-start.md) for nothing we use.
 
 Every route handler is ``serve(app, endpoint)``: build the request from the v2 event, read the body for
 POST/PUT/DELETE before anything else (the reference reads bodies before routing), build the context, run the

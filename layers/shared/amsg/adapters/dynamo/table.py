@@ -3,7 +3,7 @@
 The hot calls of delivery (``TransactWriteItems`` and ``BatchGetItem``: the tick's claims, run_task's reads,
 appends and settlements) go through a plain botocore client and convert their attribute values here, field by
 field, instead of through the resource layer, which walks the whole request and response model for every call
-(~40 % of a 10-action transaction's client-side CPU; ``bench tick`` measures the CPU per claim). Values convert
+and was most of a transaction's client-side CPU (figures: docs/performance.md). Values convert
 exactly as the resource layer converts them (boto3's ``TypeSerializer`` / ``TypeDeserializer``).
 
 Large values (task payloads up to ~2 MB of hex, client-state values) are cut into parts written *before*
@@ -116,8 +116,8 @@ class DynamoTable:
     def wire(self) -> Any:
         """A plain botocore client (wire-typed values) shared by every thread: botocore clients are thread-safe.
 
-        It skips botocore's client-side parameter validation, which walked every typed value again and was the
-        largest part of run_task's remaining client CPU (~19 % in a py-spy profile). Its requests come only from
+        It skips botocore's client-side parameter validation, which walks every typed value again and was the
+        largest part of run_task's remaining client CPU. Its requests come only from
         this class's transaction and batch-read methods, from values ``TypeSerializer`` typed; DynamoDB validates
         each request on its side and answers ``ValidationException``, as DynamoDB Local does in the tests that
         drive these paths."""
