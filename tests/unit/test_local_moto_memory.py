@@ -20,6 +20,15 @@ WRITES = 40
 @pytest.fixture(scope="module")
 def server() -> Iterator[EmbeddedMoto]:
     moto = EmbeddedMoto().start()
+    _ddb(moto).create_table(  # here, not in a test: xdist may run this module's tests on different workers
+        TableName=TABLE,
+        KeySchema=[{"AttributeName": "pk", "KeyType": "HASH"}, {"AttributeName": "sk", "KeyType": "RANGE"}],
+        AttributeDefinitions=[
+            {"AttributeName": "pk", "AttributeType": "S"},
+            {"AttributeName": "sk", "AttributeType": "S"},
+        ],
+        BillingMode="PAY_PER_REQUEST",
+    )
     yield moto
     moto.stop()
 
@@ -59,15 +68,6 @@ def _transaction(client: Any, index: int) -> None:
 
 def test_transactions_do_not_keep_table_copies(server: EmbeddedMoto) -> None:
     client = _ddb(server)
-    client.create_table(
-        TableName=TABLE,
-        KeySchema=[{"AttributeName": "pk", "KeyType": "HASH"}, {"AttributeName": "sk", "KeyType": "RANGE"}],
-        AttributeDefinitions=[
-            {"AttributeName": "pk", "AttributeType": "S"},
-            {"AttributeName": "sk", "AttributeType": "S"},
-        ],
-        BillingMode="PAY_PER_REQUEST",
-    )
     for index in range(PREFILLED):
         client.put_item(TableName=TABLE, Item={"pk": {"S": f"FILL#{index}"}, "sk": {"S": "x"}, "v": {"S": "y" * 200}})
     _transaction(client, -1)  # warm every code path once

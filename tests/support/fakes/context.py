@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from amsg.clock import FixedClock
-from amsg.context import AppContext
+from amsg.context import AppContext, StoragePorts
 
 from tests.support.fakes.memory import (
     MemoryCredentialStore,
@@ -38,10 +38,7 @@ def memory_context(env: Mapping[str, str], now_ms: int) -> AppContext:
 
     settings = settings_from_env(env)
     secrets = secrets_from_env(env)
-    return AppContext(
-        settings=settings,
-        secrets=secrets,
-        clock=FixedClock(now_ms),
+    storage = StoragePorts(
         tasks=Unfaked("TaskStore"),  # type: ignore[arg-type]
         claims=Unfaked("ClaimStore"),  # type: ignore[arg-type]
         subscriptions=MemoryPushSubscriptionStore(),
@@ -49,9 +46,16 @@ def memory_context(env: Mapping[str, str], now_ms: int) -> AppContext:
         schema=Unfaked("SchemaInspector"),  # type: ignore[arg-type]
         credentials=MemoryCredentialStore(),
         client_state=Unfaked("ClientStateStore"),  # type: ignore[arg-type]
-        delivery=delivery_ports(settings, secrets),
         owners=Unfaked("OwnerStore"),  # type: ignore[arg-type]
         policies=MemoryDeliveryPolicyStore(),
         cloud_data=Unfaked("CloudDataStore"),  # type: ignore[arg-type]
         coalescer=None,  # no coalescing: each call is its own request, a valid configuration
+    )
+    return AppContext(
+        settings=settings,
+        secrets=secrets,
+        clock=FixedClock(now_ms),
+        delivery=delivery_ports(settings, secrets),
+        storage=lambda: storage,
+        optional_ports=frozenset({"owners", "policies", "cloud_data"}),
     )
