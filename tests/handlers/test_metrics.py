@@ -92,6 +92,7 @@ def test_metrics_are_not_printed_when_disabled(engine, capsys, monkeypatch):
     assert '"_aws"' not in capsys.readouterr().out
 
 
+@pytest.mark.slow  # a subprocess
 def test_the_service_dimension_is_the_stacks_name():
     """template.yaml sets POWERTOOLS_SERVICE_NAME to the stack's name: its metrics are its own."""
     import os

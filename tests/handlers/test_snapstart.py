@@ -85,6 +85,7 @@ def test_the_hooks_are_registered_only_in_a_snapstart_init(snapstart):
 
 
 @pytest.mark.parametrize("function", ["tick", "run_task", "capabilities"])
+@pytest.mark.slow  # a subprocess
 def test_importing_a_handler_in_a_snapstart_init_registers_both_hooks(tmp_path, function):
     """The handler bootstrap as Lambda runs it: a fresh interpreter imports the handler file with the runtime's
     module on the path and AWS_LAMBDA_INITIALIZATION_TYPE=snap-start."""

@@ -218,6 +218,7 @@ def _aliases(expanded: dict[str, Any]) -> dict[str, str]:
     }
 
 
+@pytest.mark.slow  # a subprocess
 def test_every_function_publishes_a_snapstart_version_behind_its_alias(expanded):
     resources = expanded["Resources"]
     functions = {n for n, r in resources.items() if r["Type"] == "AWS::Lambda::Function"}
@@ -231,6 +232,7 @@ def test_every_function_publishes_a_snapstart_version_behind_its_alias(expanded)
         assert resources[function]["Properties"]["SnapStart"] == {"ApplyOn": {"Ref": "SnapStart"}}
 
 
+@pytest.mark.slow  # a subprocess
 def test_api_queue_and_schedule_invoke_the_alias(expanded):
     resources = expanded["Resources"]
     aliases = _aliases(expanded)

@@ -67,6 +67,7 @@ def run_handler(function: str, event: str | None, **env: str) -> dict:
     ("function", "event"),
     [("capabilities", "capabilities.json"), ("vapid_public_key", "vapid_public_key.json")],
 )
+@pytest.mark.slow  # a handler imported in a fresh interpreter
 def test_routes_without_storage_load_no_sdk_no_ports_no_cipher(function, event):
     result = run_handler(function, event)
     assert result["status"] == 200, result["body"]
@@ -74,6 +75,7 @@ def test_routes_without_storage_load_no_sdk_no_ports_no_cipher(function, event):
     assert result["built"] == []
 
 
+@pytest.mark.slow  # a handler imported in a fresh interpreter
 def test_get_user_key_needs_only_the_master_key():
     result = run_handler("get_user_key", "get_user_key.json")
     assert result["status"] == 200, result["body"]
@@ -82,12 +84,14 @@ def test_get_user_key_needs_only_the_master_key():
     assert result["built"] == []
 
 
+@pytest.mark.slow  # a handler imported in a fresh interpreter
 def test_outside_a_lambda_init_handler_modules_build_nothing_at_import():
     result = run_handler("messages", None)
     assert not {"boto3", "botocore.session"} & set(result["after_import"])
     assert result["built"] == []
 
 
+@pytest.mark.slow  # a handler imported in a fresh interpreter
 def test_in_a_lambda_init_a_storage_route_builds_its_table_client_and_sends_nothing():
     result = run_handler("messages", None, AWS_LAMBDA_INITIALIZATION_TYPE="on-demand")
     assert "boto3" in result["after_import"]
@@ -95,12 +99,14 @@ def test_in_a_lambda_init_a_storage_route_builds_its_table_client_and_sends_noth
     assert "init-phase preparation failed" not in result["logs"]  # no request went to the closed port
 
 
+@pytest.mark.slow  # a handler imported in a fresh interpreter
 def test_a_failed_preparation_is_logged_and_the_module_still_imports():
     result = run_handler("messages", None, AWS_LAMBDA_INITIALIZATION_TYPE="on-demand", AMSG_TABLE_NAME="")
     assert "init-phase preparation failed" in result["logs"]
     assert result["built"] == []
 
 
+@pytest.mark.slow  # a handler imported in a fresh interpreter
 def test_a_route_without_storage_prepares_nothing_even_in_a_lambda_init():
     result = run_handler("capabilities", None, AWS_LAMBDA_INITIALIZATION_TYPE="on-demand")
     assert result["after_import"] == []

@@ -19,6 +19,8 @@ from amsg_local.template import Route, cors_config, load_template
 
 from tests.support.tiny_stack import write_tiny_project
 
+pytestmark = pytest.mark.slow  # sandboxes are processes: subprocesses, not for make unit
+
 ORIGIN = "https://app.example"
 
 

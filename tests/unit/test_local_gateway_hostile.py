@@ -27,6 +27,8 @@ from hypothesis import strategies as st
 
 from tests.support.tiny_stack import write_tiny_project
 
+pytestmark = pytest.mark.slow  # sandboxes are processes: subprocesses, not for make unit
+
 CLOCK_MAX_MS = 221_845_392_000_000  # 9000-01-01T00:00:00Z, the documented end of the local clock's range
 SECRET = "tick-secret-8f3a"  # text of the exception the failing tick raises; must never reach a client
 TOKEN_CHARS = "!#$%&'*+-.^_`|~" + string.ascii_letters + string.digits

@@ -26,6 +26,8 @@ from amsg_local.template import load_template
 
 from tests.support.tiny_stack import write_tiny_project
 
+pytestmark = pytest.mark.slow  # sandboxes are processes: subprocesses, not for make unit
+
 TEMPLATE = """\
 AWSTemplateFormatVersion: "2010-09-09"
 Transform: AWS::Serverless-2016-10-31

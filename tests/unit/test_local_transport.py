@@ -20,6 +20,8 @@ from amsg_local.transport import IPv4Server as _IPv4Server
 
 from tests.support.tiny_stack import write_tiny_project
 
+pytestmark = pytest.mark.slow  # sandboxes are processes: subprocesses, not for make unit
+
 
 @pytest.fixture(scope="module")
 def gw(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gateway]:
