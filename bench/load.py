@@ -74,19 +74,13 @@ def _pct(values: list[float], p: float) -> float:
 
 def main(levels: tuple[int, ...] = LEVELS) -> None:
     from amsg.timeutil import iso_from_ms
-    from amsg.vapid import generate_vapid_keys
     from amsg_local.cli import start_local_stack
 
+    from bench.stack_config import stack_config
     from tests.support.fake_push import FakePushService
     from tests.support.wire_client import WireClient
 
-    public, private = generate_vapid_keys()
-    config = {
-        "AMSG_MASTER_KEY": "e" * 64,
-        "AMSG_VAPID_PUBLIC_KEY": public,
-        "AMSG_VAPID_PRIVATE_KEY": private,
-        "AMSG_VAPID_EMAIL": "bench@example.test",
-    }
+    config, public = stack_config()
     with FakePushService(vapid_public_key=public) as push, start_local_stack(config=config, warm=True) as stack:
         ddb_pid = stack._ddb_local.pid if stack._ddb_local is not None else None
         print(f"== load on the local stack ({stack.backend}; keep-alive clients; {stack.base_url})")

@@ -138,19 +138,12 @@ def _count_push_cpu(push: Any) -> None:
 
 
 def run(mode: str, tasks: int) -> dict[str, Any]:
-    from amsg.vapid import generate_vapid_keys
     from amsg_local.cli import start_local_stack
 
+    from bench.stack_config import stack_config
     from tests.support.fake_push import FakePushService
 
-    public, private = generate_vapid_keys()
-    config = {
-        "AMSG_MASTER_KEY": "e" * 64,
-        "AMSG_VAPID_PUBLIC_KEY": public,
-        "AMSG_VAPID_PRIVATE_KEY": private,
-        "AMSG_VAPID_EMAIL": "bench@example.test",
-        "AMSG_PUSH_PACING_MS": "0",
-    }
+    config, public = stack_config(AMSG_PUSH_PACING_MS="0")
     with FakePushService(vapid_public_key=public) as push:
         _count_push_cpu(push)
         began = time.perf_counter()

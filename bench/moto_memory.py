@@ -51,19 +51,13 @@ def _run(name: str, total: int, write: Callable[[int], int]) -> None:
 
 def main() -> None:
     from amsg.timeutil import iso_from_ms
-    from amsg.vapid import generate_vapid_keys
     from amsg_local.cli import start_local_stack
 
+    from bench.stack_config import stack_config
     from tests.support.wire_client import WireClient, dummy_subscription
 
     total = int(os.environ.get("AMSG_BENCH_MOTO_WRITES", "1000"))
-    public, private = generate_vapid_keys()
-    config = {
-        "AMSG_MASTER_KEY": "e" * 64,
-        "AMSG_VAPID_PUBLIC_KEY": public,
-        "AMSG_VAPID_PRIVATE_KEY": private,
-        "AMSG_VAPID_EMAIL": "bench@example.test",
-    }
+    config, _ = stack_config()
     with start_local_stack(config=config, dynamodb_local=False, warm=True) as stack:
         print(f"== moto memory ({stack.backend}; {total} writes per route; {stack.base_url})")
         transport = _keep_alive_transport(stack.base_url)

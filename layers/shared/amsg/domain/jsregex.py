@@ -59,6 +59,7 @@ import re
 import regex
 
 from amsg.domain.jsregex_ast import (
+    MAX_CODE_POINT,
     Alt,
     Assert,
     BackRef,
@@ -68,12 +69,12 @@ from amsg.domain.jsregex_ast import (
     Node,
     Quant,
     check_repeat,
+    complement_ranges,
 )
 from amsg.domain.regex_safety import check_backtracking
 
 __all__ = ["compile_js_pattern", "translate_js_pattern"]
 
-_MAX_CP = 0x10FFFF
 _Ranges = list[tuple[int, int]]
 
 _DIGIT: _Ranges = [(0x30, 0x39)]
@@ -104,27 +105,15 @@ _NOT_WORD_BOUNDARY = f"(?:(?<={_WORD_CLASS})(?={_WORD_CLASS})|(?<!{_WORD_CLASS})
 _PY_MAX_BACKREF = 99
 
 
-def _complement(ranges: _Ranges) -> _Ranges:
-    out: _Ranges = []
-    nxt = 0
-    for lo, hi in sorted(ranges):
-        if lo > nxt:
-            out.append((nxt, lo - 1))
-        nxt = max(nxt, hi + 1)
-    if nxt <= _MAX_CP:
-        out.append((nxt, _MAX_CP))
-    return out
-
-
 _CLASS_ESCAPES: dict[str, _Ranges] = {
     "d": _DIGIT,
-    "D": _complement(_DIGIT),
+    "D": complement_ranges(_DIGIT),
     "w": _WORD,
-    "W": _complement(_WORD),
+    "W": complement_ranges(_WORD),
     "s": _SPACE,
-    "S": _complement(_SPACE),
+    "S": complement_ranges(_SPACE),
 }
-_DOT: _Ranges = _complement(_LINE_TERMINATORS)
+_DOT: _Ranges = complement_ranges(_LINE_TERMINATORS)
 
 
 class _Prescan:
@@ -507,7 +496,7 @@ def _cp_text(cp: int) -> str:
 
 def _class_text(ranges: _Ranges, negated: bool) -> str:
     if not ranges:
-        return f"[\\x00-{_cp_text(_MAX_CP)}]" if negated else "(?!)"
+        return f"[\\x00-{_cp_text(MAX_CODE_POINT)}]" if negated else "(?!)"
     body = "".join(_cp_text(lo) if lo == hi else f"{_cp_text(lo)}-{_cp_text(hi)}" for lo, hi in ranges)
     return f"[^{body}]" if negated else f"[{body}]"
 

@@ -8,6 +8,22 @@ from __future__ import annotations
 
 _Ranges = list[tuple[int, int]]
 
+MAX_CODE_POINT = 0x10FFFF
+
+
+def complement_ranges(ranges: _Ranges) -> _Ranges:
+    """The code points (up to U+10FFFF) in none of ``ranges``."""
+    out: _Ranges = []
+    nxt = 0
+    for lo, hi in sorted(ranges):
+        if lo > nxt:
+            out.append((nxt, lo - 1))
+        nxt = max(nxt, hi + 1)
+    if nxt <= MAX_CODE_POINT:
+        out.append((nxt, MAX_CODE_POINT))
+    return out
+
+
 # --- AST ---------------------------------------------------------------------------------------------------
 # Plain slotted classes rather than dataclasses: building dataclasses costs milliseconds of cold start.
 

@@ -13,10 +13,21 @@ also runs under a CPU budget (:mod:`amsg.domain.splitting`).
 
 from __future__ import annotations
 
-from amsg.domain.jsregex_ast import Alt, Assert, BackRef, Char, Class, Group, Node, Quant, nullable
+from amsg.domain.jsregex_ast import (
+    MAX_CODE_POINT,
+    Alt,
+    Assert,
+    BackRef,
+    Char,
+    Class,
+    Group,
+    Node,
+    Quant,
+    complement_ranges,
+    nullable,
+)
 
-_MAX_CP = 0x10FFFF
-_ANY = [(0, _MAX_CP)]
+_ANY = [(0, MAX_CODE_POINT)]
 _Ranges = list[tuple[int, int]]
 
 
@@ -71,7 +82,7 @@ def _first(node: Node) -> _Ranges:
         case Char():
             return [(node.cp, node.cp)]
         case Class():
-            return _complement(node.ranges) if node.negated else list(node.ranges)
+            return complement_ranges(node.ranges) if node.negated else list(node.ranges)
         case Assert():
             return []
         case BackRef():
@@ -83,18 +94,6 @@ def _first(node: Node) -> _Ranges:
         case Alt():
             return [r for branch in node.branches for r in _first_of_sequence(branch)]
     return list(_ANY)
-
-
-def _complement(ranges: _Ranges) -> _Ranges:
-    out: _Ranges = []
-    nxt = 0
-    for lo, hi in sorted(ranges):
-        if lo > nxt:
-            out.append((nxt, lo - 1))
-        nxt = max(nxt, hi + 1)
-    if nxt <= _MAX_CP:
-        out.append((nxt, _MAX_CP))
-    return out
 
 
 def _overlaps(a: _Ranges, b: _Ranges) -> bool:
