@@ -94,9 +94,10 @@ def _check_request(operation: str, params: dict[str, Any]) -> None:
 
 
 def table_clients(table: Any) -> list[Any]:
-    """Both botocore clients a ``DynamoTable`` sends through: its resource's (plain values) and its wire client
-    (the hot transaction and batch-read path). A hook meant to see every request goes on both."""
-    return [table.resource.meta.client, table.wire]
+    """The botocore clients a ``DynamoTable`` sends through (its resource-style table's and its wire client),
+    each once: a hook meant to see every request goes on each, and they are one client today."""
+    clients = [table.resource.meta.client, table.wire]
+    return [client for index, client in enumerate(clients) if all(client is not c for c in clients[:index])]
 
 
 def enforce_dynamodb_limits(table: Any) -> None:

@@ -1,10 +1,11 @@
-"""Low-level access to the table: lazily built boto3 resources, transactions, and large values.
+"""Low-level access to the table: one lazily built botocore client, transactions, and large values.
 
 The hot calls of delivery (``TransactWriteItems`` and ``BatchGetItem``: the tick's claims, run_task's reads,
-appends and settlements) go through a plain botocore client and convert their attribute values here, field by
-field, instead of through the resource layer, which walks the whole request and response model for every call
-and was most of a transaction's client-side CPU (figures: docs/performance.md). Values convert
-exactly as the resource layer converts them (boto3's ``TypeSerializer`` / ``TypeDeserializer``).
+appends and settlements) convert their attribute values here, field by field, and the adapters' item calls go
+through a resource-compatible table over the same client (plain_table.py): boto3's resource layer walks the
+whole request and response model for every call, was most of a transaction's client-side CPU
+(docs/performance.md) and took a cold start's time to build (docs/cold-start.md). Values convert exactly as
+the resource layer converts them (boto3's ``TypeSerializer`` / ``TypeDeserializer``).
 
 Large values (task payloads up to ~2 MB of hex, client-state values) are cut into parts written *before*
 the item that references them (``<prefix><token>#<index>``), so a reader never sees a half-written value
@@ -23,9 +24,10 @@ from typing import Any, Protocol, overload
 
 import boto3
 from boto3.dynamodb.conditions import Key
-from boto3.dynamodb.types import TypeDeserializer, TypeSerializer
 from botocore.config import Config
 from botocore.exceptions import ClientError
+
+from amsg.adapters.dynamo.plain_table import PlainResource, PlainTable, from_wire, to_wire
 
 # Keep items well below DynamoDB's 400 KB item limit (attribute names and other attributes count too).
 PART_CHARS = 350_000
@@ -34,16 +36,6 @@ TRANSACTION_RETRIES = 8
 RETRYABLE_CANCELLATION = {"TransactionConflict", "ThrottlingError", "ProvisionedThroughputExceeded"}
 # where a transaction's action carries attribute values (its expressions are strings, never condition objects)
 _VALUE_FIELDS = ("Item", "Key", "ExpressionAttributeValues")
-_TO_WIRE = TypeSerializer()
-_FROM_WIRE = TypeDeserializer()
-
-
-def _wire_values(values: dict[str, Any]) -> dict[str, Any]:
-    return {name: _TO_WIRE.serialize(value) for name, value in values.items()}
-
-
-def _plain_values(values: dict[str, Any]) -> dict[str, Any]:
-    return {name: _FROM_WIRE.deserialize(value) for name, value in values.items()}
 
 
 def _wire_action(action: dict[str, Any]) -> dict[str, Any]:
@@ -54,7 +46,7 @@ def _wire_action(action: dict[str, Any]) -> dict[str, Any]:
     wire = dict(body)
     for field in _VALUE_FIELDS:
         if field in wire:
-            wire[field] = _wire_values(wire[field])
+            wire[field] = to_wire(wire[field])
     return {operation: wire}
 
 
@@ -84,76 +76,64 @@ class BlobRef:
 
 
 class DynamoTable:
-    """One table: a boto3 resource per thread and one wire client per sandbox (built on first use, never at
-    import)."""
+    """One table behind one botocore client per sandbox (built on first use, never at import): the hot paths
+    send wire-typed values through it, the adapters' resource-style calls go through :attr:`table` and
+    :attr:`resource` (plain_table.py), which convert values the way boto3's resource layer does."""
 
     def __init__(self, table_name: str, *, endpoint_url: str | None = None, region: str | None = None) -> None:
         self.name = table_name
         self._endpoint_url = endpoint_url
         self._region = region
-        # boto3 resources are not thread-safe and the lease heartbeat runs in a thread: one resource per
-        # thread, created under a lock from one shared session (which caches the loaded service model)
-        self._local = threading.local()
-        self._session: Any = None
+        self._local = threading.local()  # a thread's coalescing session (the lease heartbeat runs in a thread)
         self._wire: Any = None
+        self._resource: PlainResource | None = None
+        self._table: PlainTable | None = None
         self._lock = threading.Lock()
 
-    def _config(self, *, validate: bool = True) -> Config:
+    def _config(self) -> Config:
         return Config(
             retries={"mode": "standard", "max_attempts": 6},
             connect_timeout=3,
             read_timeout=10,
-            parameter_validation=validate,
+            parameter_validation=False,
         )
-
-    def _shared_session(self) -> Any:
-        """The boto3 session every client of this table comes from (call with ``_lock`` held)."""
-        if self._session is None:
-            self._session = boto3.session.Session()
-        return self._session
 
     @property
     def wire(self) -> Any:
-        """A plain botocore client (wire-typed values) shared by every thread: botocore clients are thread-safe.
+        """The table's botocore client (wire-typed values), shared by every thread: botocore clients are
+        thread-safe.
 
         It skips botocore's client-side parameter validation, which walks every typed value again and was the
-        largest part of run_task's remaining client CPU. Its requests come only from
-        this class's transaction and batch-read methods, from values ``TypeSerializer`` typed; DynamoDB validates
-        each request on its side and answers ``ValidationException``, as DynamoDB Local does in the tests that
-        drive these paths."""
+        largest part of run_task's remaining client CPU. Its requests come only from this class and
+        plain_table.py, from values ``TypeSerializer`` typed; DynamoDB validates each request on its side and
+        answers ``ValidationException``, as DynamoDB Local does in the tests that drive these paths. It comes
+        from a boto3 session (not a bare botocore one) so that hooks installed on boto3 sessions see it."""
         if self._wire is None:
             with self._lock:
                 if self._wire is None:
-                    self._wire = self._shared_session().client(
-                        "dynamodb",
-                        endpoint_url=self._endpoint_url,
-                        region_name=self._region,
-                        config=self._config(validate=False),
+                    self._wire = boto3.session.Session().client(
+                        "dynamodb", endpoint_url=self._endpoint_url, region_name=self._region, config=self._config()
                     )
         return self._wire
 
     @property
-    def resource(self) -> Any:
-        resource = getattr(self._local, "resource", None)
-        if resource is None:
-            with self._lock:
-                resource = self._shared_session().resource(
-                    "dynamodb", endpoint_url=self._endpoint_url, region_name=self._region, config=self._config()
-                )
-            self._local.resource = resource
-            self._local.table = resource.Table(self.name)
-        return resource
+    def resource(self) -> PlainResource:
+        """The resource-style entry points (``batch_get_item``, ``meta.client``) over :attr:`wire`."""
+        if self._resource is None:
+            self._resource = PlainResource(self.wire)
+        return self._resource
 
     @property
-    def table(self) -> Any:
-        if getattr(self._local, "table", None) is None:
-            _ = self.resource
-        return self._local.table
+    def table(self) -> PlainTable:
+        """The resource-style ``Table`` (plain values, condition objects) over :attr:`wire`."""
+        if self._table is None:
+            self._table = self.resource.Table(self.name)
+        return self._table
 
     @property
     def client(self) -> Any:
-        """The resource's client: accepts and returns plain Python values (not wire-typed attributes)."""
-        return self.resource.meta.client
+        """The low-level client, for calls that carry no attribute values (``describe_table``)."""
+        return self.wire
 
     # ---- reads ------------------------------------------------------------------------------------------
 
@@ -226,7 +206,7 @@ class DynamoTable:
                     backoff(attempt + 1, base_s=0.01, cap_s=0.5)
                     token = secrets.token_hex(16)
                     continue
-                items = [_plain_values(r["Item"]) if r.get("Item") else None for r in raw]
+                items = [from_wire(r["Item"]) if r.get("Item") else None for r in raw]
                 raise TransactionCancelled(reasons, items) from exc
 
     def transact_once(self, actions: list[dict[str, Any]]) -> None:
@@ -238,7 +218,7 @@ class DynamoTable:
         self.wire.transact_write_items(TransactItems=wire_actions, ClientRequestToken=token)
 
     def batch_delete(self, keys: Iterable[dict[str, str]]) -> None:
-        with self.table.batch_writer() as writer:  # groups of 25, unprocessed items retried by boto3
+        with self.table.batch_writer() as writer:  # groups of 25, unprocessed items resent
             for key in keys:
                 writer.delete_item(Key=key)
 
@@ -253,12 +233,12 @@ class DynamoTable:
     def batch_get_now(self, item_keys: list[dict[str, str]]) -> dict[tuple[str, str], dict[str, Any]]:
         found: dict[tuple[str, str], dict[str, Any]] = {}
         for start in range(0, len(item_keys), 100):
-            keys = [_wire_values(key) for key in item_keys[start : start + 100]]
+            keys = [to_wire(key) for key in item_keys[start : start + 100]]
             request: dict[str, Any] = {self.name: {"Keys": keys, "ConsistentRead": True}}
             while request:
                 response = self.wire.batch_get_item(RequestItems=request)
                 for wire_item in response.get("Responses", {}).get(self.name, []):
-                    item = _plain_values(wire_item)
+                    item = from_wire(wire_item)
                     found[(item["PK"], item["SK"])] = item
                 request = response.get("UnprocessedKeys") or {}
         return found
