@@ -85,6 +85,24 @@ def test_a_quiet_hours_deferral_is_not_lateness(engine, capsys):
     assert alarm_sees(30_000)[1] is False
 
 
+def test_a_deferred_occurrence_that_fails_and_is_retried_counts_from_the_deferral_end(engine, capsys):
+    """The occurrence's eligible time (the end of the quiet hours) survives its retries: only the failed push
+    and the back-off are lateness, not the seven hours the user asked for."""
+    assert engine.api.put_delivery_policy(NIGHT).status == 200
+    schedule(engine, userMessage="morning")  # due 00:01 UTC, inside 23:00-07:00
+    due(engine)
+    engine.harness.tick_and_drain()
+    assert engine.push.payloads() == []
+    engine.push.set_status(engine.subscription.endpoint_id, 500, 201)
+    engine.ctx.clock.current_ms = T0_MS + 7 * HOUR + 30_000  # the window ended 30 s ago
+    engine.harness.tick_and_drain()  # the push fails: a retry after the back-off
+    capsys.readouterr()
+    engine.ctx.clock.current_ms = T0_MS + 7 * HOUR + 30_000 + 120_000
+    engine.harness.tick_and_drain()
+    assert [p["message"] for p in engine.push.payloads()] == ["morning"]
+    assert latencies(capsys) == [150_000.0]  # 30 s late, then the 120 s back-off: lateness the user waited for
+
+
 def test_an_agentic_delivery_emits_it_too(engine, capsys):
     settings = engine.ctx.settings
     engine.ctx.settings = type(settings)(**{**settings.__dict__, "hooks_module": "tests.support.hooks_agentic"})

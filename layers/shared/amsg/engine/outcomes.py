@@ -148,6 +148,7 @@ def fail_task(
         settlement = Settlement(
             next_send_at=row.next_send_at,
             retry_after=retry_at,
+            keep_deferral=True,
             retry_count=row.retry_count + 1,
             last_error=compact_json(last_error),
         )
@@ -222,7 +223,7 @@ def release_claim(ctx: AppContext, row: TaskRow) -> None:
             row.user_id,
             row.uuid,
             row.claim_version,
-            Settlement(next_send_at=row.next_send_at, retry_after=row.retry_after),
+            Settlement(next_send_at=row.next_send_at, retry_after=row.retry_after, keep_deferral=True),
             iso_from_ms(ctx.now_ms()),
         )
     except Exception as exc:  # the lease expires by itself

@@ -146,7 +146,9 @@ def defer_task(
     if next_due is not None and next_due <= wake:
         settle_stale(ctx, row, payload, user_key, summary)
         return
-    settlement = Settlement(next_send_at=row.next_send_at, retry_after=retry_after, policy_deferred=policy)
+    settlement = Settlement(
+        next_send_at=row.next_send_at, retry_after=retry_after, policy_deferred=policy, keep_deferral=True
+    )
     try:
         written = ctx.claims.settle(row.user_id, row.uuid, row.claim_version, settlement, iso_from_ms(ctx.now_ms()))
     except Exception as exc:

@@ -130,6 +130,9 @@ class Settlement:
     encrypted_payload: str | None = None  # rewritten only if the payload is unchanged since the claim
     payload_rev: int | None = None
     policy_deferred: bool = False  # ``retry_after`` is a delivery-policy deferral (kept as ``deferred_until``)
+    # the same occurrence stays pending (a retry, a hook's deferral, a released claim): an earlier policy
+    # deferral's ``deferred_until`` stays its eligible time, from which DeliveryLatency and staleness count
+    keep_deferral: bool = False
     # outbox rows pushed by this run and not yet marked delivered: marked in the same write when possible,
     # and marked in any case (whether or not the settlement itself applies)
     delivered: tuple[str, ...] = ()

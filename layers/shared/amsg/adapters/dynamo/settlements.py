@@ -162,7 +162,7 @@ class DynamoSettlements:
                 removes.append("retry_after")
         if s.policy_deferred and s.retry_after and s.status is None:
             sets.append("deferred_until = :ra")
-        else:
+        elif not (s.keep_deferral and s.status is None):
             removes.append("deferred_until")
         if s.retry_count is not KEEP:
             sets.append("retry_count = :rc")
