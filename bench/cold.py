@@ -10,7 +10,10 @@ A route that reads the table reads DynamoDB Local. One more run with ``-X import
 
 Env: AMSG_BENCH_COLD_RUNS (default 7), AMSG_BENCH_COLD_BYTECODE=0 (measure the layer without its .pyc, as
 before the build step compiled it), AMSG_BENCH_COLD_SOURCE (another checkout to measure, e.g. an older commit),
-AMSG_BENCH_COLD_KEEP=1 (keep the artefact; its path is printed). Numbers are printed, never asserted.
+AMSG_BENCH_COLD_KEEP=1 (keep the artefact; its path is printed), AMSG_BENCH_COLD_ONLY (comma-separated function
+names: measure only those), AMSG_BENCH_COLD_AGAINST (an older checkout: both are built and their samples
+alternate, so a shared machine's load weighs on both alike; CPU time still grows with the load).
+Numbers are printed, never asserted.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ import subprocess
 import sys
 import tempfile
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -88,10 +92,15 @@ def build_artefact(work: Path, source: Path, bytecode: bool) -> Artefact:
             shutil.rmtree(cache)
     for name, _, _ in FUNCTIONS:
         shutil.copytree(source / "functions" / name, task / name, ignore=shutil.ignore_patterns("__pycache__"))
-    read_only = _can_mount_read_only(work)
-    if not read_only:  # not root: make it read-only the ordinary way (a root process could still write)
+    return Artefact(opt, task, _can_mount_read_only(work))
+
+
+def _make_read_only(work: Path, builds: list[Build]) -> None:
+    """Without a read-only bind mount, make the artefacts read-only the ordinary way (root could still write)."""
+    if not all(b.art.read_only for b in builds):
+        for build in builds:
+            build.art.read_only = False
         subprocess.run(["chmod", "-R", "a-w", str(work)], check=True)
-    return Artefact(opt, task, read_only)
 
 
 def _can_mount_read_only(path: Path) -> bool:
@@ -178,21 +187,50 @@ def prepares_storage(source: Path, function: str) -> bool:
     return "storage=True" in (source / "functions" / function / f"{function}_handler.py").read_text()
 
 
-def measure(art: Artefact, work: Path, endpoint: str | None, runs: int, source: Path) -> list[dict]:
+@dataclass
+class Build:
+    label: str  # "" when one tree is measured
+    art: Artefact
+    source: Path
+
+
+def measure(builds: list[Build], work: Path, endpoint: str | None, runs: int) -> list[dict]:
     """Per function: imported as in a test (work on first use), and, for a function whose module prepares its
-    storage, as in a Lambda init (``init`` = import + that preparation, then the first invoke)."""
+    storage, as in a Lambda init (``init`` = import + that preparation, then the first invoke). With two builds
+    their samples alternate, so that the machine's load weighs on both alike."""
     rows = []
+    only = {name for name in os.environ.get("AMSG_BENCH_COLD_ONLY", "").split(",") if name}
     for function, event, needs in FUNCTIONS:
-        env = lambda_env(art, function, endpoint if needs == "DynamoDB read" else None)
-        row = {"function": function, "needs": needs} | _medians(
-            [run_once(art, work, function, event, env) for _ in range(runs)], event is not None
-        )
-        row["dominant"] = dominant(run_once(art, work, function, event, env, "-X", "importtime")["importtime"])
-        if prepares_storage(source, function):
-            env = lambda_env(art, function, endpoint if needs == "DynamoDB read" else None, init=True)
-            row["init"] = _medians([run_once(art, work, function, event, env) for _ in range(runs)], event is not None)
-        rows.append(row)
+        if only and function not in only:
+            continue
+        endpoint_for = endpoint if needs == "DynamoDB read" else None
+        plain = _alternate(builds, work, function, event, runs, lambda b: lambda_env(b.art, function, endpoint_for))
+        prepared = _alternate(
+            [b for b in builds if prepares_storage(b.source, function)],
+            work, function, event, runs,
+            lambda b: lambda_env(b.art, function, endpoint_for, init=True),
+        )  # fmt: skip
+        for build in builds:
+            label = f"{function} [{build.label}]" if build.label else function
+            row = {"function": label, "needs": needs} | _medians(plain[build.label], event is not None)
+            env = lambda_env(build.art, function, endpoint_for)
+            row["dominant"] = dominant(
+                run_once(build.art, work, function, event, env, "-X", "importtime")["importtime"]
+            )
+            if build.label in prepared:
+                row["init"] = _medians(prepared[build.label], event is not None)
+            rows.append(row)
     return rows
+
+
+def _alternate(
+    builds: list[Build], work: Path, function: str, event: str | None, runs: int, env_of: Callable[[Build], dict]
+) -> dict[str, list[dict]]:
+    samples: dict[str, list[dict]] = {b.label: [] for b in builds}
+    for _ in range(runs):
+        for build in builds:
+            samples[build.label].append(run_once(build.art, work, function, event, env_of(build)))
+    return samples
 
 
 VCPU_512MB = 512 / 1769  # Lambda's CPU share at 512 MB (1,769 MB = one vCPU); init runs with a full vCPU
@@ -236,14 +274,20 @@ def main() -> None:
     runs = int(os.environ.get("AMSG_BENCH_COLD_RUNS", "7"))
     bytecode = os.environ.get("AMSG_BENCH_COLD_BYTECODE", "1") != "0"
     source = Path(os.environ.get("AMSG_BENCH_COLD_SOURCE") or ROOT).resolve()
+    against = os.environ.get("AMSG_BENCH_COLD_AGAINST")
     work = Path(tempfile.mkdtemp(prefix="amsg-cold-"))
     try:
-        art = build_artefact(work, source, bytecode)
-        mode = "read-only bind mount" if art.read_only else "chmod a-w"
-        print(f"artefact: {work} ({mode}, PYTHONDONTWRITEBYTECODE=1, source {source})")
+        if against:
+            sources = [("before", Path(against).resolve()), ("after", source)]
+            builds = [Build(label, build_artefact(work / label, src, bytecode), src) for label, src in sources]
+        else:
+            builds = [Build("", build_artefact(work, source, bytecode), source)]
+        _make_read_only(work, builds)
+        mode = "read-only bind mount" if builds[0].art.read_only else "chmod a-w"
+        print(f"artefact: {work} ({mode}, PYTHONDONTWRITEBYTECODE=1, source {source}, against {against or '-'})")
         with dynamodb_local_table(TABLE) as endpoint:
             _warm_up(endpoint)
-            rows = measure(art, work, endpoint, runs, source)
+            rows = measure(builds, work, endpoint, runs)
         print_rows(rows, runs, bytecode)
     finally:
         if os.environ.get("AMSG_BENCH_COLD_KEEP") == "1":

@@ -4,6 +4,7 @@ every value exactly as boto3's resource layer does."""
 
 from __future__ import annotations
 
+import os
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -395,3 +396,20 @@ def test_a_batch_writer_that_makes_no_progress_gives_up(monkeypatch: pytest.Monk
     with pytest.raises(RuntimeError, match="unprocessed"), BatchWriter(client, "t") as writer:
         writer.delete_item(Key={"PK": "x", "SK": "1"})
     assert len(client.sent) == plain_table.BATCH_WRITE_ROUNDS
+
+
+def test_the_table_client_is_built_without_scanning_every_service(moto_table: str, monkeypatch) -> None:
+    """session.py: botocore's loader lists every service directory twice per client; ours lists none of them,
+    and the client still loads DynamoDB's model from botocore's data and works."""
+    import botocore.loaders
+
+    listed: list[str] = []
+    real_listdir = os.listdir
+    monkeypatch.setattr(botocore.loaders.os, "listdir", lambda path: listed.append(str(path)) or real_listdir(path))
+    table = DynamoTable(moto_table, region="us-east-1")
+    table.table.put_item(Item={"PK": "SESSION#1", "SK": "a"})
+    assert table.get({"PK": "SESSION#1", "SK": "a"}) == {"PK": "SESSION#1", "SK": "a"}
+    data_root = os.path.dirname(botocore.loaders.__file__) + "/data"
+    assert data_root not in {os.path.normpath(p) for p in listed}, listed
+    assert all("dynamodb" in p for p in listed), listed  # only the service's own versions
+    assert isinstance(table.wire.meta.events, object) and table.wire.meta.service_model.service_name == "dynamodb"

@@ -22,12 +22,12 @@ from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any, Protocol, overload
 
-import boto3
 from boto3.dynamodb.conditions import Key
 from botocore.config import Config
 from botocore.exceptions import ClientError
 
 from amsg.adapters.dynamo.plain_table import PlainResource, PlainTable, from_wire, to_wire
+from amsg.adapters.dynamo.session import dynamodb_session
 
 # Keep items well below DynamoDB's 400 KB item limit (attribute names and other attributes count too).
 PART_CHARS = 350_000
@@ -106,12 +106,12 @@ class DynamoTable:
         It skips botocore's client-side parameter validation, which walks every typed value again and was the
         largest part of run_task's remaining client CPU. Its requests come only from this class and
         plain_table.py, from values ``TypeSerializer`` typed; DynamoDB validates each request on its side and
-        answers ``ValidationException``, as DynamoDB Local does in the tests that drive these paths. It comes
-        from a boto3 session (not a bare botocore one) so that hooks installed on boto3 sessions see it."""
+        answers ``ValidationException``, as DynamoDB Local does in the tests that drive these paths. Its
+        session (session.py) skips botocore's scan of every service's data directory."""
         if self._wire is None:
             with self._lock:
                 if self._wire is None:
-                    self._wire = boto3.session.Session().client(
+                    self._wire = dynamodb_session().client(
                         "dynamodb", endpoint_url=self._endpoint_url, region_name=self._region, config=self._config()
                     )
         return self._wire
