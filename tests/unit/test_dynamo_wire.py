@@ -413,3 +413,26 @@ def test_the_table_client_is_built_without_scanning_every_service(moto_table: st
     assert data_root not in {os.path.normpath(p) for p in listed}, listed
     assert all("dynamodb" in p for p in listed), listed  # only the service's own versions
     assert isinstance(table.wire.meta.events, object) and table.wire.meta.service_model.service_name == "dynamodb"
+
+
+def test_the_request_count_benches_still_count_every_call(moto_table: str, monkeypatch) -> None:
+    """bench/counting.py hooks boto3 sessions as they are created; the table's session is one."""
+    from bench import counting
+
+    monkeypatch.setattr(boto3.session.Session, "__init__", boto3.session.Session.__init__)  # restored afterwards
+    monkeypatch.setattr(counting, "_installed", False)
+    counting.install()
+    counting.reset()
+    table = DynamoTable(moto_table, region="us-east-1")
+    key = {"PK": "COUNT#1", "SK": "a"}
+    table.table.put_item(Item=key)
+    table.get(key)
+    table.transact([{"ConditionCheck": {"Key": key, "ConditionExpression": "attribute_exists(PK)"}}])
+    table.batch_delete([key])
+    assert dict(counting.calls) == {
+        "dynamodb.PutItem": 1,
+        "dynamodb.GetItem": 1,
+        "dynamodb.TransactWriteItems": 1,
+        "dynamodb.BatchWriteItem": 1,
+    }
+    counting.reset()
