@@ -176,7 +176,7 @@ def storage_ports(settings: Settings, endpoint_url: str | None) -> StoragePorts:
     table = DynamoTable(settings.table_name, endpoint_url=endpoint_url)
 
     def prepare() -> None:
-        _ = table.table  # this thread's boto3 resource and Table object: service model loaded, no request sent
+        _ = table.table  # the table's botocore client: service model and endpoint rules loaded, no request sent
 
     return StoragePorts(
         prepare=prepare,
