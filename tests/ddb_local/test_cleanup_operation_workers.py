@@ -66,7 +66,7 @@ def seed(ctx, user: str) -> dict[str, str]:
             }
             ctx.tasks.create_task(
                 NewTask(user, task_uuid, encrypt_for_storage(compact_json(body), key), "fixed",
-                        "2030-01-01T00:00:00.000Z", "2029-12-31T00:00:00.000Z", owner=claim)
+                        1_893_456_000_000, 1_893_369_600_000, owner=claim)
             )  # fmt: skip
             task_uuids.append(task_uuid)
             if owner is ALICE:
@@ -82,7 +82,7 @@ def seed(ctx, user: str) -> dict[str, str]:
         creds = [
             CredentialWrite(f"{owner['id']}/c{i}", encrypt_for_storage("{}", key), owner=claim) for i in range(n_creds)
         ]
-        ctx.credentials.upsert(user, creds, "2029-12-31T00:00:00.000Z")
+        ctx.credentials.upsert(user, creds, now)
         rows = [
             OutboxAppend(f"msg_{owner['id']}_{i}", value(i, "{}"), now, task_uuid=task_uuids[i % len(task_uuids)],
                          owner=claim)

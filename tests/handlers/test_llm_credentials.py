@@ -328,7 +328,7 @@ def test_resolve_helpers(ctx, api):
     assert resolve_cred_value(encrypt_for_storage("not json", key), key) is None
     assert resolve_cred_value(encrypt_for_storage(json.dumps(value()), "0" * 64), key) is None  # key rotated
     ctx.credentials.upsert(
-        api.user_id, [CredentialWrite("global/chat", encrypt_for_storage(json.dumps(value()), key))], "x"
+        api.user_id, [CredentialWrite("global/chat", encrypt_for_storage(json.dumps(value()), key))], 1
     )
     lookup = make_credential_lookup(ctx.credentials, api.user_id, key)
     creds = resolve_chat_credentials({"messageType": "prompted", "credRefs": {"chat": "global/chat"}}, lookup)

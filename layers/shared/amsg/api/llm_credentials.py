@@ -100,7 +100,7 @@ def put_llm_credentials(request: ApiRequest, ctx: AppContext) -> ApiResponse:
                 generation=ownership.generation,
             )
         )
-    upserted = store.upsert(user_id, writes, iso_from_ms(ctx.now_ms()))
+    upserted = store.upsert(user_id, writes, ctx.now_ms())
     return ok({"upserted": upserted})
 
 
@@ -120,7 +120,8 @@ def get_llm_credentials(request: ApiRequest, ctx: AppContext) -> ApiResponse:
     user_id = require_user_id(request)
     store = ctx.credentials
     rows = store.list(user_id)
-    return ok({"credentials": [{"credId": cred_id, "updatedAt": updated_at} for cred_id, updated_at in rows]})
+    listed = [{"credId": cred_id, "updatedAt": "" if at is None else iso_from_ms(at)} for cred_id, at in rows]
+    return ok({"credentials": listed})
 
 
 def delete_llm_credentials(request: ApiRequest, ctx: AppContext) -> ApiResponse:

@@ -63,15 +63,13 @@ def schedule_message(request: ApiRequest, ctx: AppContext) -> ApiResponse:
         if missing:
             raise api_error("VAPID_CONFIG_ERROR", details={"missingKeys": missing})
 
-    next_send_at = iso_from_ms(req.next_send_at_ms)
-    now_iso = iso_from_ms(now_ms)
     task = NewTask(
         user_id=user_id,
         uuid=req.uuid,
         encrypted_payload=encrypt_for_storage(text, user_key),
         message_type=req.message_type,
-        next_send_at=next_send_at,
-        now_iso=now_iso,
+        next_send_at_ms=req.next_send_at_ms,
+        now_ms=now_ms,
         correlation_id=logger.get_correlation_id(),  # the API Gateway request id: run_task logs carry it
         owner=ownership.claim(user_key),
     )
@@ -92,9 +90,9 @@ def schedule_message(request: ApiRequest, ctx: AppContext) -> ApiResponse:
         "id": created.id,
         "uuid": req.uuid,
         "contactName": stored["contactName"],
-        "nextSendAt": next_send_at,
+        "nextSendAt": iso_from_ms(req.next_send_at_ms),
         "status": "pending",
-        "createdAt": now_iso,
+        "createdAt": iso_from_ms(now_ms),
     }
     if req.supersedes_uuid is not None:
         data["superseded"] = created.superseded

@@ -62,27 +62,27 @@ def update_message(request: ApiRequest, ctx: AppContext) -> ApiResponse:
         new_size = len(text.encode("utf-8"))
         if new_size > MAX_TASK_PAYLOAD_BYTES and new_size > old_size:
             raise payload_too_large_error(new_size)
-        next_send_at = iso_from_ms(patch.next_send_at_ms) if patch.next_send_at_ms is not None else None
-        moves = next_send_at is not None and next_send_at != row.next_send_at
+        next_send_at_ms = patch.next_send_at_ms
+        moves = next_send_at_ms is not None and next_send_at_ms != row.next_send_at_ms
         updated_at = ctx.tasks.update_pending_task(
             user_id,
             task_uuid,
             encrypted_payload=encrypt_for_storage(text, user_key),
-            next_send_at=next_send_at if moves else None,
-            now_iso=iso_from_ms(ctx.now_ms()),
+            next_send_at_ms=next_send_at_ms if moves else None,
+            now_ms=ctx.now_ms(),
             expected_rev=row.rev,
             owner=row.owner,  # the task's owner guards its updates; an update never changes it
             # a payload-only edit keeps a quiet-hours/cap deferral; moving the occurrence ends it
-            keep_deferral=bool(row.deferred_until) and row.retry_after == row.deferred_until,
+            keep_deferral=row.deferred_until_ms is not None and row.retry_after_ms == row.deferred_until_ms,
         )
         if updated_at is not None:
             applied_keys = set(applied) | ({"nextSendAt"} if moves else set())
             updated_fields = [key for key in raw_patch if key in applied_keys]
-            return ok({"uuid": task_uuid, "updatedFields": updated_fields, "updatedAt": updated_at})
+            return ok({"uuid": task_uuid, "updatedFields": updated_fields, "updatedAt": iso_from_ms(updated_at)})
         fresh = ctx.tasks.get_task(user_id, task_uuid)
         if fresh is not None and fresh.status == "pending" and fresh.rev != row.rev:
             continue  # the payload changed under us: merge again
-        if next_send_at is not None and fresh is not None and fresh.status == "pending":
+        if next_send_at_ms is not None and fresh is not None and fresh.status == "pending":
             raise api_error("TASK_IN_FLIGHT")
         raise api_error("UPDATE_CONFLICT")
     raise api_error("UPDATE_CONFLICT")

@@ -37,7 +37,7 @@ from amsg.failures import ClaimTaken, DeliveryFailure, PushSendError
 from amsg.hooks import Hooks, load_hooks, task_view
 from amsg.observability import logger, record_delivery_latency
 from amsg.ports import APPEND_FALLBACK, CapReached, TaskRow
-from amsg.timeutil import iso_from_ms, parse_iso_ms
+from amsg.timeutil import iso_from_ms
 
 
 @dataclass
@@ -61,16 +61,16 @@ def deliver_claimed(ctx: AppContext, row: TaskRow, summary: DeliverySummary, env
     except Exception as exc:
         _record_failed_run(ctx, row, payload, user_key, exc, summary, env)
         return None
-    if outcome.deferred_until is not None:
+    if outcome.deferred_until_ms is not None:
         if _may_write(ctx, row, env, summary):
-            defer_task(ctx, row, payload, user_key, outcome.deferred_until, summary, policy=outcome.policy_deferred)
+            defer_task(ctx, row, payload, user_key, outcome.deferred_until_ms, summary, policy=outcome.policy_deferred)
         return None
     if outcome.redelivered:
         summary.redelivered.append({"taskId": row.id, "pushedCount": outcome.pushed})
     if outcome.reasoning_error:
         summary.reasoning_skipped.append({"taskId": row.id, "reason": outcome.reasoning_error})
     if finalize_success(ctx, row, payload, summary, outcome.unmarked):
-        record_delivery_latency(row.next_send_at, row.deferred_until, ctx.now_ms(), outcome.pushed)
+        record_delivery_latency(row.next_send_at_ms, row.deferred_until_ms, ctx.now_ms(), outcome.pushed)
         return outcome
     return None
 
@@ -125,7 +125,7 @@ def _record_failed_run(
         cancel_retired(ctx, row, summary)
     elif isinstance(exc, CapReached):  # the first push found a cap full: nothing was pushed, the batch is outboxed
         if _may_write(ctx, row, env, summary):
-            defer_task(ctx, row, payload, user_key, iso_from_ms(exc.until_ms), summary, policy=True)
+            defer_task(ctx, row, payload, user_key, exc.until_ms, summary, policy=True)
     elif env.lease_lost():
         record_cancelled(ctx, row, summary, "cancelled_mid_delivery")
     else:
@@ -174,11 +174,11 @@ def needs_llm(payload: dict[str, Any]) -> bool:
 def process_occurrence(
     ctx: AppContext, row: TaskRow, payload: dict[str, Any], user_key: str, env: DeliveryEnv
 ) -> Outcome:
-    occurrence = Occurrence(row.id, row.uuid, parse_iso_ms(row.next_send_at))
+    occurrence = Occurrence(row.id, row.uuid, row.next_send_at_ms or None)
     hooks = load_hooks(ctx.settings.hooks_module)
     agentic = hooks.agentic and needs_llm(payload)
     # the task records the occurrence whose batch is in the outbox, so a first attempt needs no lookup
-    known = row.outbox_occurrence is not None and row.outbox_occurrence == row.next_send_at
+    known = row.outbox_occurrence_ms is not None and row.outbox_occurrence_ms == row.next_send_at_ms
     entries = _committed_batch(ctx, row, occurrence, user_key) if known or agentic else None
     # the user's quiet hours and caps come first, before the host's on_before_fire and any LLM call
     policy = before_fire(
@@ -190,7 +190,7 @@ def process_occurrence(
         prefetched=env.prefetched_policy,
     )
     if policy.defer_until_ms is not None:
-        return Outcome(deferred_until=iso_from_ms(policy.defer_until_ms), policy_deferred=True)
+        return Outcome(deferred_until_ms=policy.defer_until_ms, policy_deferred=True)
     if entries is not None:
         # a batch already in the outbox (a redelivery, a fire deferred by a cap): no append will adopt the
         # claim, so take it now, before any push claim or cap charge (a duplicate run stops here)
@@ -243,7 +243,11 @@ def _generate_counted(
     except Exception as exc:
         if hooks.max_generation_retries is not None and not hasattr(exc, "retry_limit"):
             view = task_view(
-                payload, task_id=row.id, uuid=row.uuid, next_send_at=row.next_send_at, retry_count=row.retry_count
+                payload,
+                task_id=row.id,
+                uuid=row.uuid,
+                next_send_at=iso_from_ms(row.next_send_at_ms),
+                retry_count=row.retry_count,
             )
             exc.retry_limit = generation_limit(ctx, hooks, view)  # type: ignore[attr-defined]
         raise
@@ -323,13 +327,12 @@ def _adopt_now(ctx: AppContext, row: TaskRow, env: DeliveryEnv) -> None:
     """Adopt the tick's claim with the run lease now (instead of in the append transaction)."""
     if env.adopt_lease is None:
         return
-    now_iso = iso_from_ms(ctx.now_ms())
     adopted = ctx.claims.adopt_claim(
-        row.user_id, row.uuid, row.claim_version, row.next_send_at, env.adopt_lease(), env.owner, now_iso
+        row.user_id, row.uuid, row.claim_version, row.next_send_at_ms, env.adopt_lease(), env.owner, ctx.now_ms()
     )
     if adopted is None:
         raise Cancelled("cancelled_mid_delivery")
-    row.lease_until = adopted.lease_until
+    row.lease_until_ms = adopted.lease_until_ms
     env.adopt_lease = None
 
 
@@ -352,7 +355,7 @@ def _append_new_batch(
         row,
         rows,
         now_ms=ctx.now_ms(),
-        lease_until=env.adopt_lease() if env.adopt_lease is not None else None,
+        lease_until_ms=env.adopt_lease() if env.adopt_lease is not None else None,
         owner=env.owner,
         claim_first=claim,
         outbox_seq=env.outbox_seq,

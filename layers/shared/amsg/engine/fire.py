@@ -46,7 +46,7 @@ from amsg.failures import DeliveryFailure
 from amsg.hooks import HookContext, Hooks, call_hook, task_view
 from amsg.observability import logger
 from amsg.ports import TaskRow
-from amsg.timeutil import iso_from_ms, parse_iso_ms
+from amsg.timeutil import iso_from_ms
 
 MIN_ROUND_S = 2.0  # an LLM round with less time than this left in the invocation is not started
 
@@ -80,12 +80,16 @@ class AgenticFire(HookServices):
         self.user_key = user_key
         self.env = env
         self.hooks = hooks
-        self.occurrence = Occurrence(row.id, row.uuid, parse_iso_ms(row.next_send_at))
+        self.occurrence = Occurrence(row.id, row.uuid, row.next_send_at_ms or None)
         self.now = ctx.now_ms()
         self.scratch: dict[str, Any] = {}
         self.progress = FireProgress()
         self.view = task_view(
-            payload, task_id=row.id, uuid=row.uuid, next_send_at=row.next_send_at, retry_count=row.retry_count
+            payload,
+            task_id=row.id,
+            uuid=row.uuid,
+            next_send_at=iso_from_ms(row.next_send_at_ms),
+            retry_count=row.retry_count,
         )
         metadata = payload.get("metadata")
         self.metadata: dict[str, Any] = metadata if isinstance(metadata, dict) else {}
@@ -121,9 +125,9 @@ class AgenticFire(HookServices):
         if plan == "skip":
             progress.status, progress.skip_reason = "skipped", "before-fire"
             return Outcome(extra={"status": "skipped", "iterations": 0})
-        if isinstance(plan, str):  # a defer: the retry time
-            progress.status, progress.retry_after = "deferred", plan
-            return Outcome(deferred_until=plan)
+        if isinstance(plan, int):  # a defer: the retry time (ms)
+            progress.status, progress.retry_after = "deferred", iso_from_ms(plan)
+            return Outcome(deferred_until_ms=plan)
         return self._rounds(plan)
 
     def _plan(self, before: Any) -> Any:
@@ -143,7 +147,7 @@ class AgenticFire(HookServices):
                 raise contract_error("AGENTIC_BAD_BEFORE_FIRE", f"on_before_fire must return {BEFORE_FIRE_FORMS}")
             if not self.env.defer_supported:
                 raise config_error("this delivery path cannot defer a fire", "AGENTIC_DEFER_UNSUPPORTED")
-            return iso_from_ms(self.ctx.now_ms() + int(after_ms))
+            return self.ctx.now_ms() + int(after_ms)
         if isinstance(before, list):
             return {"messages": before}
         if isinstance(before, dict) and isinstance(before.get("messages"), list):

@@ -194,7 +194,6 @@ class HookServices:
         self.progress.scheduled += 1
         encrypted = encrypt_for_storage(compact_json(stored), self.user_key)
         self.throw_if_cancelled()
-        next_send_at = iso_from_ms(first_ms)
         try:
             created = self.ctx.tasks.create_task(
                 NewTask(
@@ -202,8 +201,8 @@ class HookServices:
                     task_uuid,
                     encrypted,
                     message_type,
-                    next_send_at,
-                    iso_from_ms(now),
+                    first_ms,
+                    now,
                     owner=self.row.owner,  # a follow-up belongs to the owner of the task that scheduled it
                 )
             )
@@ -213,7 +212,7 @@ class HookServices:
             if existing is not None and existing.status == "pending":
                 projection = self._project(existing)
             return {"created": False, "reason": "duplicate", "uuid": task_uuid, "task": projection}
-        return {"created": True, "id": created.id, "uuid": task_uuid, "nextSendAt": next_send_at}
+        return {"created": True, "id": created.id, "uuid": task_uuid, "nextSendAt": iso_from_ms(first_ms)}
 
     def _project(self, row: TaskRow) -> dict[str, Any] | None:
         try:
@@ -261,8 +260,8 @@ class HookServices:
             user_id,
             task_uuid,
             encrypted_payload=encrypt_for_storage(compact_json(payload), self.user_key),
-            next_send_at=next_iso,
-            now_iso=iso_from_ms(self.ctx.now_ms()),
+            next_send_at_ms=next_ms,
+            now_ms=self.ctx.now_ms(),
             expected_rev=row.rev,
         )
         if updated is None:

@@ -16,7 +16,7 @@ from amsg.engine.summary import DeliverySummary
 from amsg.failures import PushSendError, is_permanent_push_status
 from amsg.observability import logger
 from amsg.ports import Settlement, TaskRow
-from amsg.timeutil import iso_from_ms, parse_iso_ms
+from amsg.timeutil import iso_from_ms
 
 RETRY_STEP_MS = 120_000
 OWNER_RETIRED = "owner_retired"
@@ -45,6 +45,11 @@ def with_last_error(payload: dict[str, Any] | None, last_error: dict[str, Any] |
     return encrypt_for_storage(compact_json(updated), user_key)
 
 
+def occurrence_text(row: TaskRow) -> str:
+    """The occurrence as ``last_error`` records it (the stored ISO text; empty when the task has none)."""
+    return iso_from_ms(row.next_send_at_ms) if row.next_send_at_ms else ""
+
+
 def finalize_success(
     ctx: AppContext,
     row: TaskRow,
@@ -53,18 +58,17 @@ def finalize_success(
     delivered: list[str] | None = None,
 ) -> bool:
     now = ctx.now_ms()
-    now_iso = iso_from_ms(now)
     recurrence = recurrence_of(payload)
     if recurrence == "none":
         settlement = Settlement(
-            next_send_at=row.next_send_at, delete=True, payload_rev=row.rev, payload_token=row.payload_token
+            next_send_at_ms=row.next_send_at_ms, delete=True, payload_rev=row.rev, payload_token=row.payload_token
         )
     else:
-        occurrence = parse_iso_ms(row.next_send_at) or now
+        occurrence = row.next_send_at_ms or now
         next_ms = plan_next_occurrence(occurrence, recurrence, now, payload.get("tzId")).next_ms
         user_key = ctx.user_key(row.user_id)
         settlement = Settlement(
-            next_send_at=iso_from_ms(next_ms),
+            next_send_at_ms=next_ms,
             retry_count=0,
             last_error=None,
             encrypted_payload=with_last_error(payload, None, user_key),
@@ -72,7 +76,7 @@ def finalize_success(
         )
     settlement.delivered, settlement.delivered_at_ms = tuple(delivered or ()), now
     try:
-        written = ctx.claims.settle(row.user_id, row.uuid, row.claim_version, settlement, now_iso)
+        written = ctx.claims.settle(row.user_id, row.uuid, row.claim_version, settlement, now)
     except Exception as exc:
         return _post_send_persistence_failure(ctx, row, recurrence, settlement, summary, exc)
     if not written:
@@ -93,12 +97,12 @@ def _post_send_persistence_failure(
     summary.failed_count += 1
     entry: dict[str, Any] = {"taskId": row.id, "reason": sanitize_error_summary(str(exc)), "messageDelivered": True}
     fallback = (
-        Settlement(next_send_at=settlement.next_send_at, retry_count=0)
+        Settlement(next_send_at_ms=settlement.next_send_at_ms, retry_count=0)
         if recurrence != "none"
-        else Settlement(next_send_at=row.next_send_at, status="sent", retry_count=0)
+        else Settlement(next_send_at_ms=row.next_send_at_ms, status="sent", retry_count=0)
     )
     try:
-        ctx.claims.settle(row.user_id, row.uuid, row.claim_version, fallback, iso_from_ms(ctx.now_ms()))
+        ctx.claims.settle(row.user_id, row.uuid, row.claim_version, fallback, ctx.now_ms())
         entry["status"] = (
             "post_send_cleanup_failed_rescheduled" if recurrence != "none" else "post_send_cleanup_failed_marked_sent"
         )
@@ -130,30 +134,32 @@ def fail_task(
     entry: dict[str, Any] = {"taskId": row.id, "reason": last_error["reason"]}
     if permanent or row.retry_count >= limit:
         if recurrence != "none":
-            occurrence = parse_iso_ms(row.next_send_at) or now
-            next_iso = iso_from_ms(
-                plan_next_occurrence(occurrence, recurrence, now, (payload or {}).get("tzId")).next_ms
+            occurrence = row.next_send_at_ms or now
+            next_ms = plan_next_occurrence(occurrence, recurrence, now, (payload or {}).get("tzId")).next_ms
+            settlement = Settlement(next_send_at_ms=next_ms, retry_count=0, last_error=compact_json(last_error))
+            entry.update(
+                {"retryCount": row.retry_count, "status": "occurrence_skipped", "nextSendAt": iso_from_ms(next_ms)}
             )
-            settlement = Settlement(next_send_at=next_iso, retry_count=0, last_error=compact_json(last_error))
-            entry.update({"retryCount": row.retry_count, "status": "occurrence_skipped", "nextSendAt": next_iso})
         else:
-            settlement = Settlement(next_send_at=row.next_send_at, status="failed", last_error=compact_json(last_error))
+            settlement = Settlement(
+                next_send_at_ms=row.next_send_at_ms, status="failed", last_error=compact_json(last_error)
+            )
             entry.update({"retryCount": row.retry_count, "status": "permanently_failed"})
         if permanent:
             entry["permanent"] = True
         settlement.encrypted_payload = with_last_error(payload, raw_last_error, user_key)
         settlement.payload_rev = row.rev
     else:
-        retry_at = iso_from_ms(now + (row.retry_count + 1) * RETRY_STEP_MS)
+        retry_at = now + (row.retry_count + 1) * RETRY_STEP_MS
         settlement = Settlement(
-            next_send_at=row.next_send_at,
-            retry_after=retry_at,
+            next_send_at_ms=row.next_send_at_ms,
+            retry_after_ms=retry_at,
             retry_count=row.retry_count + 1,
             last_error=compact_json(last_error),
         )
-        entry.update({"retryCount": row.retry_count + 1, "nextRetryAt": retry_at})
+        entry.update({"retryCount": row.retry_count + 1, "nextRetryAt": iso_from_ms(retry_at)})
     try:
-        written = ctx.claims.settle(row.user_id, row.uuid, row.claim_version, settlement, iso_from_ms(now))
+        written = ctx.claims.settle(row.user_id, row.uuid, row.claim_version, settlement, now)
     except Exception as write_error:
         entry.update({"status": "retry_update_failed", "updateError": sanitize_error_summary(str(write_error))})
         summary.failed.append(entry)
@@ -185,7 +191,7 @@ def failure_info(exc: BaseException, row: TaskRow, now_ms: int) -> FailureInfo:
     )
     last_error: dict[str, Any] = {
         "at": iso_from_ms(now_ms),
-        "occurrence": row.next_send_at,
+        "occurrence": occurrence_text(row),
         "reason": sanitize_error_summary(reason),
     }
     if code:
@@ -198,10 +204,11 @@ def failure_info(exc: BaseException, row: TaskRow, now_ms: int) -> FailureInfo:
 def cancel_retired(ctx: AppContext, row: TaskRow, summary: DeliverySummary) -> None:
     """The task's owner was retired: the task fails without a retry (out of the due index, so it never fires
     again; a restore does not revive it) and its unsent outbox rows are discarded. Its cleanup deletes it."""
-    last_error = {"reason": "owner retired", "errorCode": "CLOUD_OWNER_RETIRED", "at": iso_from_ms(ctx.now_ms())}
-    settlement = Settlement(next_send_at=row.next_send_at, status="failed", last_error=compact_json(last_error))
+    now = ctx.now_ms()
+    last_error = {"reason": "owner retired", "errorCode": "CLOUD_OWNER_RETIRED", "at": iso_from_ms(now)}
+    settlement = Settlement(next_send_at_ms=row.next_send_at_ms, status="failed", last_error=compact_json(last_error))
     try:
-        ctx.claims.settle(row.user_id, row.uuid, row.claim_version, settlement, iso_from_ms(ctx.now_ms()))
+        ctx.claims.settle(row.user_id, row.uuid, row.claim_version, settlement, now)
     except Exception as exc:  # the claim lease expires; the next run finds the owner retired again
         logger.warning("retired task settle failed", extra={"error": type(exc).__name__})
     record_cancelled(ctx, row, summary, OWNER_RETIRED)
@@ -222,8 +229,8 @@ def release_claim(ctx: AppContext, row: TaskRow) -> None:
             row.user_id,
             row.uuid,
             row.claim_version,
-            Settlement(next_send_at=row.next_send_at, retry_after=row.retry_after),
-            iso_from_ms(ctx.now_ms()),
+            Settlement(next_send_at_ms=row.next_send_at_ms, retry_after_ms=row.retry_after_ms),
+            ctx.now_ms(),
         )
     except Exception as exc:  # the lease expires by itself
         logger.warning("releasing a claim failed", extra={"error": type(exc).__name__})

@@ -21,7 +21,6 @@ from amsg.crypto import DecryptError, decrypt_from_storage, serialize_group_valu
 from amsg.domain.delivery_policy import DeliveryPolicy, policy_from_stored, quiet_hours_end, window_bounds
 from amsg.observability import logger
 from amsg.ports import CapCharge, TaskRow
-from amsg.timeutil import parse_iso_ms
 
 
 @dataclass
@@ -66,7 +65,7 @@ def cap_charges(
 ) -> list[CapCharge]:
     """The counters this occurrence is charged to at ``now_ms`` (character caps only for tasks with a charId;
     the character id is stored as an HMAC under the user key, never in clear)."""
-    occurrence = f"{row.uuid}@{parse_iso_ms(row.next_send_at)}"
+    occurrence = f"{row.uuid}@{row.next_send_at_ms or None}"
     character = character_of(payload)
     charges: list[CapCharge] = []
     for cap in policy.caps:

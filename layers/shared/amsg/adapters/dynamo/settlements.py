@@ -16,6 +16,7 @@ from amsg.adapters.dynamo.outbox import delivered_update
 from amsg.adapters.dynamo.table import DynamoTable, TransactionCancelled, is_conditional_failure, item_int
 from amsg.adapters.dynamo.tasks import delete_with_registry, drop_parts, payload_attrs, registry_delete, task_row
 from amsg.ports import KEEP, Settlement, TaskRow
+from amsg.timeutil import iso_from_ms
 
 
 class DynamoSettlements:
@@ -47,7 +48,8 @@ class DynamoSettlements:
     # leaves the due window and comes back by itself if its worker dies (the lease expires): nothing is lost
     # and the tick's query needs no filter. Tasks leave the index for good only when they stop being pending.
 
-    def settle(self, user_id: str, uuid: str, claim_version: int, settlement: Settlement, now_iso: str) -> bool:
+    def settle(self, user_id: str, uuid: str, claim_version: int, settlement: Settlement, now_ms: int) -> bool:
+        now_iso = iso_from_ms(now_ms)
         if not settlement.delivered:
             return self._settle(user_id, uuid, claim_version, settlement, now_iso)
         marks = [
@@ -142,7 +144,9 @@ class DynamoSettlements:
     ) -> tuple[dict[str, Any], Any]:
         sets = ["updated_at = :now", "next_send_at = :nsa"]
         removes = ["lease_until", "lease_owner"]
-        values: dict[str, Any] = {":now": now_iso, ":nsa": s.next_send_at, ":cv": claim_version}
+        next_iso = iso_from_ms(s.next_send_at_ms)
+        retry_iso = None if s.retry_after_ms is None else iso_from_ms(s.retry_after_ms)
+        values: dict[str, Any] = {":now": now_iso, ":nsa": next_iso, ":cv": claim_version}
         names: dict[str, str] = {}
         condition = "claim_version = :cv"
         if s.status is not None:
@@ -152,15 +156,15 @@ class DynamoSettlements:
             values[":rpk"] = keys.done_pk(uuid, self.due_shards)
             removes += ["due_pk", "due_sk", "retry_after"]
         else:
-            eligible = s.retry_after or s.next_send_at
+            eligible = retry_iso or next_iso
             sets.append("due_sk = :dsk")
             values[":dsk"] = keys.due_sk(eligible, uuid)
-            if s.retry_after:
+            if retry_iso:
                 sets.append("retry_after = :ra")
-                values[":ra"] = s.retry_after
+                values[":ra"] = retry_iso
             else:
                 removes.append("retry_after")
-        if s.policy_deferred and s.retry_after and s.status is None:
+        if s.policy_deferred and retry_iso and s.status is None:
             sets.append("deferred_until = :ra")
         else:
             removes.append("deferred_until")
@@ -197,8 +201,9 @@ class DynamoSettlements:
     def _delete_claimed(self, user_id: str, uuid: str, claim_version: int) -> bool:
         return delete_with_registry(self.t, user_id, uuid, "claim_version = :cv", {":cv": claim_version})
 
-    def delete_settled_before(self, cutoff_iso: str, *, shards: int, limit: int) -> int:
-        """Housekeeping: delete sent/failed tasks not updated since ``cutoff_iso`` (bounded per tick)."""
+    def delete_settled_before(self, cutoff_ms: int, *, shards: int, limit: int) -> int:
+        """Housekeeping: delete sent/failed tasks not updated since ``cutoff_ms`` (bounded per tick)."""
+        cutoff_iso = iso_from_ms(cutoff_ms)
         deleted = 0
         for shard in range(shards):
             response = self.t.table.query(
