@@ -308,15 +308,17 @@ class DynamoClaimStore(DynamoSettlements):
             item is None
             or item_int(item.get("claim_version")) != claim_version
             or item.get("status", "pending") != "pending"
-            or item.get("next_send_at") != iso_from_ms(next_send_at_ms)
             or not item.get("lease_until")
         ):
+            return None
+        row = self._row(item)
+        if row.next_send_at_ms != next_send_at_ms:
             return None
         push = found.get((wanted[1]["PK"], wanted[1]["SK"]))
         subscription = subscription_row(push)
         counter = found.get((wanted[2]["PK"], wanted[2]["SK"]))
         policy = policy_row(found.get((wanted[3]["PK"], wanted[3]["SK"])))
-        return RunSnapshot(self._row(item), subscription, item_int(counter.get("n")) if counter else 0, policy)
+        return RunSnapshot(row, subscription, item_int(counter.get("n")) if counter else 0, policy)
 
     def append_batch(
         self,

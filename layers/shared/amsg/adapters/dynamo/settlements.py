@@ -49,9 +49,8 @@ class DynamoSettlements:
     # and the tick's query needs no filter. Tasks leave the index for good only when they stop being pending.
 
     def settle(self, user_id: str, uuid: str, claim_version: int, settlement: Settlement, now_ms: int) -> bool:
-        now_iso = iso_from_ms(now_ms)
         if not settlement.delivered:
-            return self._settle(user_id, uuid, claim_version, settlement, now_iso)
+            return self._settle(user_id, uuid, claim_version, settlement, now_ms)
         marks = [
             {"Update": delivered_update(user_id, message_id, settlement.delivered_at_ms)}
             for message_id in dict.fromkeys(settlement.delivered)
@@ -84,7 +83,7 @@ class DynamoSettlements:
                         drop_parts(self.t, user_id, uuid, settlement.payload_token)
                     return True
             elif settlement.encrypted_payload is None:
-                update = self._settle_update_kwargs(user_id, uuid, claim_version, settlement, now_iso)
+                update = self._settle_update_kwargs(user_id, uuid, claim_version, settlement, now_ms)
                 try:
                     self.t.transact([{"Update": update}, *marks])
                 except TransactionCancelled:
@@ -92,7 +91,7 @@ class DynamoSettlements:
                 else:
                     written = True
                     return True
-            return self._settle(user_id, uuid, claim_version, settlement, now_iso)
+            return self._settle(user_id, uuid, claim_version, settlement, now_ms)
         finally:
             if not written:  # the pushes went out: their rows say so whatever happened to the settlement
                 with contextlib.suppress(Exception):
@@ -100,31 +99,31 @@ class DynamoSettlements:
                         with contextlib.suppress(ClientError):
                             self.t.table.update_item(**mark["Update"])
 
-    def _settle(self, user_id: str, uuid: str, claim_version: int, settlement: Settlement, now_iso: str) -> bool:
+    def _settle(self, user_id: str, uuid: str, claim_version: int, settlement: Settlement, now_ms: int) -> bool:
         if settlement.delete:
             return self._delete_claimed(user_id, uuid, claim_version)
         with_payload = settlement.encrypted_payload is not None
         if with_payload:
-            if self._settle_update(user_id, uuid, claim_version, settlement, now_iso, rewrite_payload=True):
+            if self._settle_update(user_id, uuid, claim_version, settlement, now_ms, rewrite_payload=True):
                 return True
             current = self.t.get(self._key(user_id, uuid), projection="claim_version")
             if not current or item_int(current.get("claim_version")) != claim_version:
                 return False
             # the payload changed since the claim (an update-message): keep it, write the columns only
-        return self._settle_update(user_id, uuid, claim_version, settlement, now_iso, rewrite_payload=False)
+        return self._settle_update(user_id, uuid, claim_version, settlement, now_ms, rewrite_payload=False)
 
     def _settle_update_kwargs(
-        self, user_id: str, uuid: str, claim_version: int, s: Settlement, now_iso: str
+        self, user_id: str, uuid: str, claim_version: int, s: Settlement, now_ms: int
     ) -> dict[str, Any]:
         """The fenced UpdateItem of a settlement that keeps the task (payload untouched)."""
-        kwargs, _ = self._settle_update_parts(user_id, uuid, claim_version, s, now_iso, rewrite_payload=False)
+        kwargs, _ = self._settle_update_parts(user_id, uuid, claim_version, s, now_ms, rewrite_payload=False)
         return kwargs
 
     def _settle_update(
-        self, user_id: str, uuid: str, claim_version: int, s: Settlement, now_iso: str, *, rewrite_payload: bool
+        self, user_id: str, uuid: str, claim_version: int, s: Settlement, now_ms: int, *, rewrite_payload: bool
     ) -> bool:
         kwargs, blob = self._settle_update_parts(
-            user_id, uuid, claim_version, s, now_iso, rewrite_payload=rewrite_payload
+            user_id, uuid, claim_version, s, now_ms, rewrite_payload=rewrite_payload
         )
         kwargs["ReturnValues"] = "ALL_OLD"
         try:
@@ -140,13 +139,13 @@ class DynamoSettlements:
         return True
 
     def _settle_update_parts(
-        self, user_id: str, uuid: str, claim_version: int, s: Settlement, now_iso: str, *, rewrite_payload: bool
+        self, user_id: str, uuid: str, claim_version: int, s: Settlement, now_ms: int, *, rewrite_payload: bool
     ) -> tuple[dict[str, Any], Any]:
         sets = ["updated_at = :now", "next_send_at = :nsa"]
         removes = ["lease_until", "lease_owner"]
         next_iso = iso_from_ms(s.next_send_at_ms)
         retry_iso = None if s.retry_after_ms is None else iso_from_ms(s.retry_after_ms)
-        values: dict[str, Any] = {":now": now_iso, ":nsa": next_iso, ":cv": claim_version}
+        values: dict[str, Any] = {":now": iso_from_ms(now_ms), ":nsa": next_iso, ":cv": claim_version}
         names: dict[str, str] = {}
         condition = "claim_version = :cv"
         if s.status is not None:
