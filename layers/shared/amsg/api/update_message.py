@@ -4,7 +4,7 @@ conditionally (pending; plus no live lease when the occurrence moves)."""
 from __future__ import annotations
 
 from amsg.context import AppContext
-from amsg.crypto import compact_json, decrypt_payload, encrypt_for_storage
+from amsg.crypto import compact_json
 from amsg.domain.limits import can_be_task_uuid, canonical_task_uuid
 from amsg.domain.update_validation import validate_update_patch
 from amsg.domain.validation import MAX_TASK_PAYLOAD_BYTES, payload_too_large_error
@@ -33,10 +33,10 @@ def update_message(request: ApiRequest, ctx: AppContext) -> ApiResponse:
     user_id = require_user_id(request)
     require_payload_encrypted(request)
     require_encryption_version(request)
-    user_key = ctx.user_key(user_id)
+    codec = ctx.codec(user_id)
     raw_patch = decrypt_request_object(
         request,
-        user_key,
+        codec,
         bad_json=api_error("DECRYPTION_FAILED"),
         not_object=api_error("INVALID_UPDATE_DATA"),
     )
@@ -52,7 +52,7 @@ def update_message(request: ApiRequest, ctx: AppContext) -> ApiResponse:
             raise api_error("TASK_NOT_FOUND")
         if row.status != "pending":
             raise api_error("TASK_ALREADY_COMPLETED")
-        stored = decrypt_payload(row.encrypted_payload, user_key)
+        stored = codec.decrypt_payload(row.encrypted_payload)
         cred_refs = stored.get("credRefs")
         if patch.inline_credential_keys and isinstance(cred_refs, dict) and cred_refs.get("chat"):
             raise api_error("TASK_USES_CRED_REFS", details={"invalidFields": patch.inline_credential_keys})
@@ -67,7 +67,7 @@ def update_message(request: ApiRequest, ctx: AppContext) -> ApiResponse:
         updated_at = ctx.tasks.update_pending_task(
             user_id,
             task_uuid,
-            encrypted_payload=encrypt_for_storage(text, user_key),
+            encrypted_payload=codec.encrypt(text),
             next_send_at_ms=next_send_at_ms if moves else None,
             now_ms=ctx.now_ms(),
             expected_rev=row.rev,

@@ -22,6 +22,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from amsg.context import AppContext
+from amsg.crypto import UserCodec
 from amsg.domain.credentials import make_credential_lookup
 from amsg.domain.llm import build_llm_request, resolve_chat_credentials
 from amsg.engine.env import Cancelled, DeliveryEnv, Outcome
@@ -70,14 +71,14 @@ class AgenticFire(HookServices):
         ctx: AppContext,
         row: TaskRow,
         payload: dict[str, Any],
-        user_key: str,
+        codec: UserCodec,
         env: DeliveryEnv,
         hooks: Hooks,
     ) -> None:
         self.ctx = ctx
         self.row = row
         self.payload = payload
-        self.user_key = user_key
+        self.codec = codec
         self.env = env
         self.hooks = hooks
         self.occurrence = Occurrence(row.id, row.uuid, row.next_send_at_ms or None)
@@ -161,7 +162,7 @@ class AgenticFire(HookServices):
         deadline = self.ctx.now_ms() + budget_ms
         tools = plan.get("tools") if isinstance(plan.get("tools"), list) and plan.get("tools") else None
         tool_choice = plan.get("tool_choice")
-        lookup = make_credential_lookup(self.ctx.credentials, self.row.user_id, self.user_key)
+        lookup = make_credential_lookup(self.ctx.credentials, self.row.user_id, self.codec)
         credentials = resolve_chat_credentials(self.payload, lookup)
         if credentials is None:
             raise DeliveryFailure("CREDENTIAL_MISSING: the task has no chat credentials", code="CREDENTIAL_MISSING")
@@ -270,14 +271,14 @@ class AgenticFire(HookServices):
             pushes.append(self._stamp(push))
         progress.total = total
         self.throw_if_cancelled()
-        append_batch(self.ctx, self.row, pushes, self.user_key)
+        append_batch(self.ctx, self.row, pushes, self.codec)
         progress.outboxed = True
         self.throw_if_cancelled()
         error: BaseException | None = None
         try:
             if self.env.push_sender is None:
                 raise DeliveryFailure(VAPID_MISSING)
-            subscription = resolve_subscription(self.ctx, self.row, self.payload, self.user_key)
+            subscription = resolve_subscription(self.ctx, self.row, self.payload, self.codec)
             last_pushed = max((i for i, p in enumerate(pushes) if should_push(p, outboxed=True)), default=-1)
             for index, push in enumerate(pushes):
                 self.throw_if_cancelled()

@@ -98,11 +98,12 @@ def deliver_instant(
         return ctx.claims.renew_lease(user_id, task_uuid, claimed.claim_version, lease_until_ms, owner)
 
     attempt = 0
+    codec = ctx.codec(user_id)
     with LeaseKeeper(renew, ctx.settings.heartbeat_ms / 1000) as keeper:
         env.lease_lost = keeper.lost.is_set
         while True:
             try:
-                outcome = process_occurrence(ctx, claimed, payload, ctx.user_key(user_id), env)
+                outcome = process_occurrence(ctx, claimed, payload, codec, env)
                 break
             except Cancelled:
                 raise InstantFailed("TASK_NOT_FOUND", "任务在投递期间被取消", attempt) from None

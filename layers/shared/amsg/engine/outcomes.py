@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from amsg.context import AppContext
-from amsg.crypto import compact_json, encrypt_for_storage
+from amsg.crypto import UserCodec, compact_json
 from amsg.domain.recurrence import plan_next_occurrence
 from amsg.domain.redaction import sanitize_error_summary
 from amsg.engine.env import DeliveryEnv
@@ -32,7 +32,7 @@ def recurrence_of(payload: dict[str, Any] | None) -> str:
     return value if value in RECURRING else "none"  # missing means none, on every path
 
 
-def with_last_error(payload: dict[str, Any] | None, last_error: dict[str, Any] | None, user_key: str) -> str | None:
+def with_last_error(payload: dict[str, Any] | None, last_error: dict[str, Any] | None, codec: UserCodec) -> str | None:
     if payload is None:
         return None
     updated = dict(payload)
@@ -42,7 +42,7 @@ def with_last_error(payload: dict[str, Any] | None, last_error: dict[str, Any] |
         updated.pop("lastError")
     else:
         updated["lastError"] = last_error
-    return encrypt_for_storage(compact_json(updated), user_key)
+    return codec.encrypt(compact_json(updated))
 
 
 def occurrence_text(row: TaskRow) -> str:
@@ -66,12 +66,12 @@ def finalize_success(
     else:
         occurrence = row.next_send_at_ms or now
         next_ms = plan_next_occurrence(occurrence, recurrence, now, payload.get("tzId")).next_ms
-        user_key = ctx.user_key(row.user_id)
+        codec = ctx.codec(row.user_id)
         settlement = Settlement(
             next_send_at_ms=next_ms,
             retry_count=0,
             last_error=None,
-            encrypted_payload=with_last_error(payload, None, user_key),
+            encrypted_payload=with_last_error(payload, None, codec),
             payload_rev=row.rev,
         )
     settlement.delivered, settlement.delivered_at_ms = tuple(delivered or ()), now
@@ -116,7 +116,7 @@ def fail_task(
     ctx: AppContext,
     row: TaskRow,
     payload: dict[str, Any] | None,
-    user_key: str,
+    codec: UserCodec,
     exc: BaseException,
     summary: DeliverySummary,
     env: DeliveryEnv,
@@ -147,7 +147,7 @@ def fail_task(
             entry.update({"retryCount": row.retry_count, "status": "permanently_failed"})
         if permanent:
             entry["permanent"] = True
-        settlement.encrypted_payload = with_last_error(payload, raw_last_error, user_key)
+        settlement.encrypted_payload = with_last_error(payload, raw_last_error, codec)
         settlement.payload_rev = row.rev
     else:
         retry_at = now + (row.retry_count + 1) * RETRY_STEP_MS

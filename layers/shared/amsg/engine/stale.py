@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from amsg.context import AppContext
-from amsg.crypto import compact_json
+from amsg.crypto import UserCodec, compact_json
 from amsg.domain.recurrence import advance_occurrence, plan_next_occurrence
 from amsg.domain.redaction import sanitize_error_summary
 from amsg.engine.env import DeliveryEnv
@@ -34,7 +34,7 @@ def is_stale(row: TaskRow, now_ms: int, stale_after_ms: int) -> bool:
 
 
 def settle_stale(
-    ctx: AppContext, row: TaskRow, payload: dict[str, Any], user_key: str, summary: DeliverySummary | Any
+    ctx: AppContext, row: TaskRow, payload: dict[str, Any], codec: UserCodec, summary: DeliverySummary | Any
 ) -> bool:
     """Expire a stale one-shot or fast-forward a stale recurring task (no push, no LLM)."""
     now = ctx.now_ms()
@@ -52,7 +52,7 @@ def settle_stale(
         failed = compact_json(last_error)
         settlement = Settlement(next_send_at_ms=row.next_send_at_ms, status="failed", last_error=failed)
         entry.update({"action": "expired", "skippedCount": 1})
-    settlement.encrypted_payload = with_last_error(payload, last_error, user_key)
+    settlement.encrypted_payload = with_last_error(payload, last_error, codec)
     settlement.payload_rev = row.rev
     try:
         written = ctx.claims.settle(row.user_id, row.uuid, row.claim_version, settlement, now)
@@ -65,7 +65,7 @@ def settle_stale(
     if written:
         summary.stale.append(entry)
         _stale_skip_hook(
-            ctx, row, payload, user_key, entry, occurrence, recurrence, plan if recurrence in RECURRING else None
+            ctx, row, payload, codec, entry, occurrence, recurrence, plan if recurrence in RECURRING else None
         )
     return written
 
@@ -74,7 +74,7 @@ def _stale_skip_hook(
     ctx: AppContext,
     row: TaskRow,
     payload: dict[str, Any],
-    user_key: str,
+    codec: UserCodec,
     entry: dict[str, Any],
     occurrence: int,
     recurrence: str,
@@ -88,7 +88,7 @@ def _stale_skip_hook(
         ctx,
         row,
         payload,
-        user_key,
+        codec,
         DeliveryEnv(push_sender=ctx.delivery.push_sender, llm=None),
         load_hooks(ctx.settings.hooks_module),
     )
@@ -182,7 +182,7 @@ def defer_task(
     ctx: AppContext,
     row: TaskRow,
     payload: dict[str, Any],
-    user_key: str,
+    codec: UserCodec,
     retry_after_ms: int,
     summary: DeliverySummary,
     *,
@@ -198,7 +198,7 @@ def defer_task(
     occurrence = row.next_send_at_ms or None
     wake = retry_after_ms
     if occurrence is not None and not policy and wake - occurrence > ctx.settings.stale_after_ms:
-        settle_stale(ctx, row, payload, user_key, summary)
+        settle_stale(ctx, row, payload, codec, summary)
         return
     recurrence = recurrence_of(payload)
     next_due = (
@@ -207,7 +207,7 @@ def defer_task(
         else None
     )
     if next_due is not None and next_due <= wake:
-        settle_stale(ctx, row, payload, user_key, summary)
+        settle_stale(ctx, row, payload, codec, summary)
         return
     settlement = Settlement(next_send_at_ms=row.next_send_at_ms, retry_after_ms=retry_after_ms, policy_deferred=policy)
     try:

@@ -13,7 +13,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 from amsg.context import AppContext
-from amsg.crypto import StoredPayloadUnreadable, decrypt_payload, serialize_group_value
+from amsg.crypto import StoredPayloadUnreadable
 from amsg.engine import cleanup
 from amsg.engine.env import sandbox_pool
 from amsg.engine.messages import TaskMessage
@@ -249,9 +249,9 @@ def serialize_group(
     row = ctx.tasks.get_task(user_id, task_uuid)
     if row is None or row.status != "pending":
         return None  # the claim will fail by itself
-    user_key = ctx.user_key(user_id)
+    codec = ctx.codec(user_id)
     try:
-        payload = decrypt_payload(row.encrypted_payload, user_key)
+        payload = codec.decrypt_payload(row.encrypted_payload)
     except StoredPayloadUnreadable:
         return None  # delivery records the decrypt failure
     view = task_view(
@@ -272,17 +272,17 @@ def serialize_group(
         if (user_id, key) in released:
             return SKIP
         released.add((user_id, key))
-    return serialize_group_value(user_key, key)
+    return codec.group_value(key)
 
 
 def _settle_stale_in_tick(ctx: AppContext, row: TaskRow, summary: TickSummary) -> None:
-    user_key = ctx.user_key(row.user_id)
+    codec = ctx.codec(row.user_id)
     try:
-        payload = decrypt_payload(row.encrypted_payload, user_key)
+        payload = codec.decrypt_payload(row.encrypted_payload)
     except StoredPayloadUnreadable:
         payload = {}
     delivery = DeliverySummary()
-    settle_stale(ctx, row, payload, user_key, delivery)
+    settle_stale(ctx, row, payload, codec, delivery)
     summary.stale.extend(delivery.stale)
     summary.failed.extend(delivery.failed)
 
