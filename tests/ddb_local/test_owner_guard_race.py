@@ -84,7 +84,7 @@ def _write_loop(endpoint: str, name: str, user: str, owner: str, kind: str, log:
                 creds.upsert(
                     user,
                     [CredentialWrite(ident, encrypt_for_storage("{}", KEY), owner=claim)],
-                    "2029-12-31T00:00:00.000Z",
+                    NOW,
                 )
         except CloudGuardError as exc:
             assert exc.code == "CLOUD_OWNER_RETIRED"
