@@ -249,6 +249,7 @@ def test_late_tasks_are_settled_by_the_tick_and_reported_to_on_stale_skip(agenti
     assert stale[once["uuid"]]["action"] == "expired" and stale[once["uuid"]]["skipped_count"] == 1
     assert stale[daily["uuid"]]["action"] == "fast_forwarded" and stale[daily["uuid"]]["skipped_count"] == 3
     assert stale[daily["uuid"]]["next_send_at"] == "2030-01-03T00:01:00.000Z"
+    assert stale[once["uuid"]]["row_next_send_at"] == "2029-12-31T00:01:00.000Z"  # the occurrence it skipped
     assert SCRIPT.before_calls == 0 and engine.llm.requests == []
 
 
