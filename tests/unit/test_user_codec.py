@@ -15,7 +15,7 @@ from amsg.crypto import (
     encrypt_envelope,
     encrypt_for_storage,
 )
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 MASTER, USER = "master-key-for-vectors", "user-1"
@@ -79,6 +79,7 @@ def test_the_aes_gcm_object_is_built_once_per_codec(monkeypatch):
     assert len(built) == 1
 
 
+@settings(deadline=None)
 @given(text=st.text(max_size=200), iv=st.binary(min_size=12, max_size=16))
 def test_the_codec_and_the_hex_functions_agree(text: str, iv: bytes):
     codec = UserCodec(KEY)
