@@ -175,7 +175,7 @@ def _warm_up(ctx: Any, push: Any, seed: Any, tasks: int, defaults: dict[str, int
     runtime.use(ctx)
     try:
         with contextlib.redirect_stdout(io.StringIO()):  # the handlers' metric lines would drown the report
-            seed(tasks, iso_from_ms(ctx.now_ms()))
+            seed(tasks, ctx.now_ms())
             tick = load_handler_module(ROOT / "functions/tick/tick_handler.py")
             run_task = load_handler_module(ROOT / "functions/run_task/run_task_handler.py")
             tick.handler(
@@ -263,8 +263,8 @@ def run(tasks: int = 10_000, users: int = 1_000, warm_up: int = 1_000) -> dict[s
 
             payload = {"contactName": "Rei", "messageType": "fixed", "userMessage": "到点了", "metadata": {}}
 
-            def seed(count: int, due_iso: str) -> None:
-                """``count`` one-shot tasks due at ``due_iso``, ``per_user`` for each new user (and its push
+            def seed(count: int, due_ms: int) -> None:
+                """``count`` one-shot tasks due at ``due_ms``, ``per_user`` for each new user (and its push
                 subscription)."""
                 user_ids = [str(uuid.uuid4()) for _ in range(-(-count // per_user))]
 
@@ -279,15 +279,15 @@ def run(tasks: int = 10_000, users: int = 1_000, warm_up: int = 1_000) -> dict[s
                                 str(uuid.uuid4()),
                                 encrypt_for_storage(compact_json(payload), key),
                                 "fixed",
-                                due_iso,
-                                iso_from_ms(ctx.now_ms()),
+                                due_ms,
+                                ctx.now_ms(),
                             )
                         )
 
                 with ThreadPoolExecutor(max_workers=16) as pool:
                     list(pool.map(seed_user, user_ids))
 
-            seed(users * per_user, iso_from_ms(due_ms))
+            seed(users * per_user, due_ms)
             seed_s = time.perf_counter() - seeded_at
             warm_s = _warm_up(ctx, push, seed, warm_up, defaults) if warm_up else 0.0
 

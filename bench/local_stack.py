@@ -28,7 +28,6 @@ def _seed(stack: Any, push: Any, tasks: int) -> tuple[int, list[str]]:
     from amsg import runtime
     from amsg.crypto import compact_json, encrypt_for_storage
     from amsg.ports import NewTask
-    from amsg.timeutil import iso_from_ms
 
     ctx = runtime.build_context(dict(os.environ))
     now_ms = int(stack.post_local("/_local/clock", {"advanceMs": 0})["nowMs"])
@@ -48,8 +47,8 @@ def _seed(stack: Any, push: Any, tasks: int) -> tuple[int, list[str]]:
                 str(uuid.uuid4()),
                 encrypt_for_storage(payload, key),
                 "fixed",
-                iso_from_ms(due_ms),
-                iso_from_ms(now_ms),
+                due_ms,
+                now_ms,
             )
         )
 

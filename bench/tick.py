@@ -13,7 +13,6 @@ def main(tasks: int = 400) -> None:
     from amsg.crypto import compact_json, encrypt_for_storage
     from amsg.engine.tick import run_tick
     from amsg.ports import NewTask
-    from amsg.timeutil import iso_from_ms
 
     from bench.ddb import dynamodb_local_table
     from tests.support.ddb_engine import T0_MS, MemoryQueue, RecordingPushSender, ddb_context, with_fakes
@@ -22,7 +21,7 @@ def main(tasks: int = 400) -> None:
         ctx = ddb_context(endpoint_url, "bench")
         queue = MemoryQueue()
         with_fakes(ctx, RecordingPushSender(), queue)
-        due = iso_from_ms(T0_MS + 60_000)
+        due = T0_MS + 60_000
         for i in range(tasks):
             user = f"{uuid.UUID(int=i % 40 + 1, version=4)}"
             payload = compact_json({"contactName": "Rei", "messageType": "fixed", "userMessage": "hi", "metadata": {}})
@@ -33,7 +32,7 @@ def main(tasks: int = 400) -> None:
                     encrypt_for_storage(payload, ctx.user_key(user)),
                     "fixed",
                     due,
-                    iso_from_ms(T0_MS),
+                    T0_MS,
                 )
             )
         ctx.clock.current_ms = T0_MS + 61_000

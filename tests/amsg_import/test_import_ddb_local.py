@@ -17,6 +17,7 @@ from amsg.domain.ownership import owner_ref
 from amsg.engine.messages import parse_task_message
 from amsg.engine.run_task import run_message
 from amsg.engine.tick import run_tick
+from amsg.timeutil import parse_iso_ms
 from amsg_import.command import ImportStopped, run_import
 from amsg_import.sources import SqliteSource
 
@@ -435,7 +436,7 @@ def test_a_task_changed_in_the_reference_since_is_refreshed_only_while_untouched
         ("skipped", "already in the target and changed there since"): 1,
     }
     refreshed = ctx.tasks.get_task(user, quiet["uuid"])
-    assert refreshed.updated_at == later
+    assert refreshed.updated_at_ms == parse_iso_ms(later)
     assert json.loads(_decrypt(user, refreshed.encrypted_payload))["userMessage"] == "v2"
     assert api.get_message(quiet["uuid"]).data["task"]["contactName"] == "Rei"
     stored = ctx.tasks.get_task(user, edited_here["uuid"])

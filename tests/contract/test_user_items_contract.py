@@ -6,8 +6,8 @@ import pytest
 from amsg.ports import CapCharge, CredentialWrite, OwnerClaim
 
 USER = "u-contract"
-T1 = "2030-01-01T00:00:00.000Z"
-T2 = "2030-01-01T00:00:05.000Z"
+T1 = 1_893_456_000_000  # 2030-01-01T00:00:00.000Z
+T2 = T1 + 5_000
 
 
 def creds(*ids: str, value: str = "ct") -> list[CredentialWrite]:

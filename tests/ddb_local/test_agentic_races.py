@@ -97,9 +97,7 @@ def seed(ctx, users: int, per_user: int) -> list[tuple[str, str]]:
                 "metadata": {},
             }
             encrypted = encrypt_for_storage(compact_json(payload), key)
-            ctx.tasks.create_task(
-                NewTask(user, task_uuid, encrypted, "prompted", iso_from_ms(DUE_MS), iso_from_ms(T0_MS))
-            )
+            ctx.tasks.create_task(NewTask(user, task_uuid, encrypted, "prompted", DUE_MS, T0_MS))
             tasks.append((user, task_uuid))
     return tasks
 
@@ -111,7 +109,7 @@ def follow_ups(ctx, tasks: list[tuple[str, str]]) -> Counter[str]:
     for user in {user for user, _ in tasks}:
         for row in ctx.tasks.list_tasks(user):
             if row.uuid not in seeded:
-                assert row.next_send_at == FOLLOW_UP_AT
+                assert row.next_send_at_ms == T0_MS + 86_400_000
                 counts[user] += 1
     return counts
 

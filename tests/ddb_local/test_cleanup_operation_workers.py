@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 from amsg import runtime
 from amsg.clock import OffsetClock
-from amsg.crypto import compact_json, encrypt_for_storage
+from amsg.crypto import UserCodec, compact_json, encrypt_for_storage
 from amsg.domain.inventory import resource_id
 from amsg.domain.ownership import owner_ref
 from amsg.engine import cleanup
@@ -66,7 +66,7 @@ def seed(ctx, user: str) -> dict[str, str]:
             }
             ctx.tasks.create_task(
                 NewTask(user, task_uuid, encrypt_for_storage(compact_json(body), key), "fixed",
-                        "2030-01-01T00:00:00.000Z", "2029-12-31T00:00:00.000Z", owner=claim)
+                        1_893_456_000_000, 1_893_369_600_000, owner=claim)
             )  # fmt: skip
             task_uuids.append(task_uuid)
             if owner is ALICE:
@@ -82,7 +82,7 @@ def seed(ctx, user: str) -> dict[str, str]:
         creds = [
             CredentialWrite(f"{owner['id']}/c{i}", encrypt_for_storage("{}", key), owner=claim) for i in range(n_creds)
         ]
-        ctx.credentials.upsert(user, creds, "2029-12-31T00:00:00.000Z")
+        ctx.credentials.upsert(user, creds, now)
         rows = [
             OutboxAppend(f"msg_{owner['id']}_{i}", value(i, "{}"), now, task_uuid=task_uuids[i % len(task_uuids)],
                          owner=claim)
@@ -107,7 +107,7 @@ def start(ctx, user: str) -> str:
         "errors": [], "createdAt": ctx.now_ms(), "updatedAt": ctx.now_ms(), "entries": [], "cursor": 0,
         "attempts": 0, "nextAttemptAt": 0,
     }  # fmt: skip
-    cleanup.create(ctx, user, key, operation)
+    cleanup.create(ctx, user, UserCodec(key), operation)
     return operation["id"]
 
 
@@ -140,7 +140,7 @@ def assert_exact(ctx, user: str, op_id: str, expected: dict[str, str], log: Dele
     deleted_ids = [rid for _, rid in log.committed]
     assert len(deleted_ids) == len(set(deleted_ids)), "a resource was deleted twice"
     assert set(deleted_ids) == set(expected)
-    op = cleanup.load(ctx, user, ctx.user_key(user), op_id)
+    op = cleanup.load(ctx, user, ctx.codec(user), op_id)
     assert op["status"] == "completed", op
     by_type = Counter(expected.values())
     assert {c["type"]: c["deleted"] for c in op["counts"]} == {
@@ -180,8 +180,8 @@ def test_two_workers_race_one_retirement_each_resource_deleted_once(ddb_local_en
         key = ctx.user_key(user)
         try:
             for _ in range(400):
-                before = cleanup.load(ctx, user, key, op_id)
-                op = cleanup.advance(ctx, user, key, op_id)
+                before = cleanup.load(ctx, user, UserCodec(key), op_id)
+                op = cleanup.advance(ctx, user, UserCodec(key), op_id)
                 if op is not None and op["updatedAt"] != before["updatedAt"]:
                     steps[name] += 1
                 if op is not None and op["status"] in ("completed", "failed"):
@@ -216,14 +216,14 @@ def test_a_worker_that_paused_past_its_lease_writes_nothing_more(ddb_local_endpo
     def pause_then_let_b_run(n: int) -> None:
         if n == 5:
             for _ in range(20):
-                op = cleanup.advance(b, user, b.user_key(user), op_id)
+                op = cleanup.advance(b, user, b.codec(user), op_id)
                 b_results.append(op["status"])
                 if op["status"] == "completed":
                     return
 
     log.wrap(a, "a", before=pause_then_let_b_run)
     with pytest.raises(LeaseLost):
-        cleanup.advance(a, user, a.user_key(user), op_id)
+        cleanup.advance(a, user, a.codec(user), op_id)
     assert b_results[-1] == "completed"
     assert [w for w, _ in log.committed[:4]] == ["a"] * 4
     assert all(w == "b" for w, _ in log.committed[4:])
@@ -247,7 +247,7 @@ def test_the_tick_resumes_an_operation_whose_worker_died(ddb_local_endpoint, ddb
 
     log.wrap(ctx, "dying", before=die)
     with pytest.raises(Died):
-        cleanup.advance(ctx, user, ctx.user_key(user), op_id)
+        cleanup.advance(ctx, user, ctx.codec(user), op_id)
     log_store = ctx.cloud_data
     assert len(log.committed) == 10
     ticker = make_ctx(ddb_local_endpoint, ddb_local_table)
@@ -259,7 +259,7 @@ def test_the_tick_resumes_an_operation_whose_worker_died(ddb_local_endpoint, ddb
     # the lease runs out: ticks pick it up and finish it, 25 resources per tick
     ticker.clock.advance(cleanup.LEASE_MS + 1)
     ticks = 0
-    while cleanup.load(ticker, user, ticker.user_key(user), op_id)["status"] != "completed":
+    while cleanup.load(ticker, user, ticker.codec(user), op_id)["status"] != "completed":
         summary = run_tick(ticker)
         assert summary["details"]["housekeeping"]["cleanupOperationsAdvanced"] == 1, summary
         ticks += 1

@@ -10,13 +10,12 @@ import pytest
 from amsg.adapters.dynamo import keys
 from amsg.crypto import compact_json, encrypt_for_storage
 from amsg.ports import NewTask
-from amsg.timeutil import iso_from_ms
 
 from tests.support.ddb_engine import T0_MS, MemoryQueue, RecordingPushSender, ddb_context, race, with_fakes
 
 pytestmark = pytest.mark.ddb_local
 HOUR = 3_600_000
-DUE_ISO = iso_from_ms(T0_MS + 60_000)
+DUE_MS = T0_MS + 60_000
 CAP = 3
 TASKS = 16
 
@@ -39,9 +38,7 @@ def seed(ctx, user: str, count: int, characters: list[str]) -> list[str]:
             "metadata": {"charId": characters[index % len(characters)]},
         }
         ctx.tasks.create_task(
-            NewTask(
-                user, task_uuid, encrypt_for_storage(compact_json(payload), key), "fixed", DUE_ISO, iso_from_ms(T0_MS)
-            )
+            NewTask(user, task_uuid, encrypt_for_storage(compact_json(payload), key), "fixed", DUE_MS, T0_MS)
         )
         uuids.append(task_uuid)
     return uuids

@@ -14,13 +14,12 @@ from amsg.engine.messages import parse_task_message
 from amsg.engine.run_task import run_message
 from amsg.engine.tick import run_tick
 from amsg.ports import NewTask
-from amsg.timeutil import iso_from_ms
 
 from tests.support.ddb_engine import T0_MS, Killed, MemoryQueue, RecordingPushSender, ddb_context, race, with_fakes
 from tests.support.ddb_limits import table_clients
 
 pytestmark = pytest.mark.ddb_local
-DUE_ISO = iso_from_ms(T0_MS + 60_000)
+DUE_MS = T0_MS + 60_000
 
 
 def seed(ctx, users: int, per_user: int, message: str, recurrence: str = "none") -> list[tuple[str, str]]:
@@ -46,8 +45,8 @@ def seed(ctx, users: int, per_user: int, message: str, recurrence: str = "none")
                     task_uuid,
                     encrypt_for_storage(compact_json(payload), key),
                     "fixed",
-                    DUE_ISO,
-                    iso_from_ms(T0_MS),
+                    DUE_MS,
+                    T0_MS,
                 )
             )
             tasks.append((user, task_uuid))
@@ -137,8 +136,8 @@ def test_racing_ticks_release_one_task_per_serialize_group_in_due_order(ddb_loca
                 uuids[i],
                 encrypt_for_storage(compact_json(payload), key),
                 "fixed",
-                iso_from_ms(T0_MS + 60_000 + i * 1000),
-                iso_from_ms(T0_MS),
+                T0_MS + 60_000 + i * 1000,
+                T0_MS,
             )
         )
     ctx.clock.current_ms = T0_MS + 120_000
@@ -250,24 +249,24 @@ def test_a_claim_batch_claims_what_it_may_and_reads_back_each_fence(ddb_local_en
 
     ctx = ddb_context(ddb_local_endpoint, ddb_local_table)
     tasks = seed(ctx, users=5, per_user=5, message="一。")
-    now, lease = iso_from_ms(T0_MS + 61_000), iso_from_ms(T0_MS + 361_000)
-    wanted = [ClaimWanted(user, task_uuid, DUE_ISO) for user, task_uuid in tasks]
+    now, lease = T0_MS + 61_000, T0_MS + 361_000
+    wanted = [ClaimWanted(user, task_uuid, DUE_MS) for user, task_uuid in tasks]
     assert len(wanted) == CLAIM_BATCH
-    other = ctx.claims.claim(*tasks[0], expected_next_send_at=DUE_ISO, now_iso=now, lease_until=lease, owner="b")
+    other = ctx.claims.claim(*tasks[0], expected_next_send_at_ms=DUE_MS, now_ms=now, lease_until_ms=lease, owner="b")
     assert other is not None and other.claim_version == 1
     ctx.tasks.delete_task(*tasks[1])
-    wanted[2] = ClaimWanted(tasks[2][0], tasks[2][1], iso_from_ms(T0_MS))  # an occurrence the task has left
-    results = ctx.claims.claim_many(wanted, now_iso=now, lease_until=lease, owner="a")
+    wanted[2] = ClaimWanted(tasks[2][0], tasks[2][1], T0_MS)  # an occurrence the task has left
+    results = ctx.claims.claim_many(wanted, now_ms=now, lease_until_ms=lease, owner="a")
     assert results[:3] == [None, None, None]
-    assert [(r.uuid, r.claim_version, r.lease_until) for r in results[3:]] == [(t, 1, lease) for _, t in tasks[3:]]
+    assert [(r.uuid, r.claim_version, r.lease_until_ms) for r in results[3:]] == [(t, 1, lease) for _, t in tasks[3:]]
 
     # two batches racing over the same (now free again) tasks: each task is claimed by exactly one of them
-    later, later_lease = iso_from_ms(T0_MS + 400_000), iso_from_ms(T0_MS + 700_000)
-    free = [ClaimWanted(user, task_uuid, DUE_ISO) for user, task_uuid in tasks[3:]]
+    later, later_lease = T0_MS + 400_000, T0_MS + 700_000
+    free = [ClaimWanted(user, task_uuid, DUE_MS) for user, task_uuid in tasks[3:]]
     outcomes: dict[str, list] = {}
 
     def claim_as(owner: str) -> None:
-        outcomes[owner] = ctx.claims.claim_many(free, now_iso=later, lease_until=later_lease, owner=owner)
+        outcomes[owner] = ctx.claims.claim_many(free, now_ms=later, lease_until_ms=later_lease, owner=owner)
 
     racers = [threading.Thread(target=claim_as, args=(owner,)) for owner in ("x", "y")]
     for racer in racers:

@@ -74,7 +74,7 @@ def _write_loop(endpoint: str, name: str, user: str, owner: str, kind: str, log:
             if kind == "task":
                 tasks.create_task(
                     NewTask(user, str(uuid.uuid4()) + ident, encrypt_for_storage("{}", KEY), "fixed",
-                            "2030-01-01T00:00:00.000Z", "2029-12-31T00:00:00.000Z", owner=claim)
+                            1_893_456_000_000, 1_893_369_600_000, owner=claim)
                 )  # fmt: skip
             elif kind == "state":
                 state.upsert(
@@ -84,7 +84,7 @@ def _write_loop(endpoint: str, name: str, user: str, owner: str, kind: str, log:
                 creds.upsert(
                     user,
                     [CredentialWrite(ident, encrypt_for_storage("{}", KEY), owner=claim)],
-                    "2029-12-31T00:00:00.000Z",
+                    NOW,
                 )
         except CloudGuardError as exc:
             assert exc.code == "CLOUD_OWNER_RETIRED"
@@ -138,7 +138,7 @@ def test_no_push_is_claimed_after_the_retirement(ddb_local_endpoint, ddb_local_t
     claim = OwnerClaim(ref=ALICE, generation=0, meta=encrypt_for_storage("{}", KEY))
     task_uuid = str(uuid.uuid4())
     tasks.create_task(NewTask(user, task_uuid, encrypt_for_storage("{}", KEY), "fixed",
-                              "2030-01-01T00:00:00.000Z", "2029-12-31T00:00:00.000Z", owner=claim))  # fmt: skip
+                              1_893_456_000_000, 1_893_369_600_000, owner=claim))  # fmt: skip
     t.table.update_item(
         Key={"PK": f"U#{user}", "SK": f"T#{task_uuid}"},
         UpdateExpression="SET claim_version = :cv, lease_until = :lu",

@@ -13,7 +13,6 @@ from amsg.engine.messages import parse_task_message
 from amsg.engine.run_task import run_message
 from amsg.engine.tick import run_tick
 from amsg.ports import NewTask
-from amsg.timeutil import iso_from_ms
 
 from tests.support.ddb_engine import T0_MS, MemoryQueue, RecordingPushSender, ddb_context, with_fakes
 
@@ -33,8 +32,8 @@ def _seed(ctx, message: str, recurrence: str = "none") -> tuple[str, str]:
             task_uuid,
             encrypt_for_storage(compact_json(payload), key),
             "fixed",
-            iso_from_ms(T0_MS + 60_000),
-            iso_from_ms(T0_MS),
+            T0_MS + 60_000,
+            T0_MS,
         )
     )
     return user, task_uuid
@@ -75,7 +74,7 @@ def test_every_pushed_row_is_marked_delivered_and_nothing_stays_claimed(wired, r
     if recurrence == "none":
         assert task is None
     else:
-        assert task.outbox_occurrence == iso_from_ms(T0_MS + 60_000) and task.lease_until is None
+        assert task.outbox_occurrence_ms == T0_MS + 60_000 and task.lease_until_ms is None
 
 
 def test_a_batch_already_in_the_outbox_without_the_task_marker_is_not_sent_twice(wired):
@@ -88,7 +87,7 @@ def test_a_batch_already_in_the_outbox_without_the_task_marker_is_not_sent_twice
     (first,) = _tick_and_run(ctx, queue)
     assert first["details"]["failedTasks"][0]["retryCount"] == 1
     ctx.outbox.t.table.update_item(Key={"PK": f"U#{user}", "SK": f"T#{task_uuid}"}, UpdateExpression="REMOVE ob_occ")
-    assert ctx.tasks.find_task(task_uuid).outbox_occurrence is None
+    assert ctx.tasks.find_task(task_uuid).outbox_occurrence_ms is None
     ctx.clock.advance(120_000)
     (second,) = _tick_and_run(ctx, queue)
     assert second["details"]["redeliveredTasks"][0]["pushedCount"] == 1
@@ -112,8 +111,8 @@ def test_a_payload_updated_during_delivery_still_settles_and_marks_delivered(wir
             user,
             task_uuid,
             encrypted_payload=encrypt_for_storage(compact_json(updated), key),
-            next_send_at=None,
-            now_iso=iso_from_ms(ctx.now_ms()),
+            next_send_at_ms=None,
+            now_ms=ctx.now_ms(),
             expected_rev=row.rev,
         )
         return status

@@ -15,7 +15,6 @@ from amsg.engine.messages import parse_task_message
 from amsg.engine.run_task import run_message
 from amsg.engine.tick import run_tick
 from amsg.ports import NewTask, OwnerClaim
-from amsg.timeutil import iso_from_ms
 
 from tests.support.ddb_engine import T0_MS, MemoryQueue, RecordingPushSender, ddb_context, with_fakes
 
@@ -42,7 +41,7 @@ def test_a_claimed_task_of_a_retired_owner_is_cancelled_never_delivered(ddb_loca
             payload = {"contactName": "Rei", "messageType": "fixed", "userMessage": f"一{i}。二{i}。"}
             ctx.tasks.create_task(
                 NewTask(user, task_uuid, encrypt_for_storage(compact_json(payload), key), "fixed",
-                        iso_from_ms(T0_MS + 60_000), iso_from_ms(T0_MS), owner=claim)
+                        T0_MS + 60_000, T0_MS, owner=claim)
             )  # fmt: skip
             owned[task_uuid] = ref
     ctx.clock.current_ms = T0_MS + 61_000

@@ -21,8 +21,8 @@ def _task(user_id: str, task_uuid: str) -> NewTask:
         uuid=task_uuid,
         encrypted_payload="00:00:00",
         message_type="fixed",
-        next_send_at="2030-01-01T00:00:00.000Z",
-        now_iso="2029-12-31T00:00:00.000Z",
+        next_send_at_ms=1_893_456_000_000,  # 2030-01-01T00:00:00.000Z
+        now_ms=1_893_369_600_000,  # 2029-12-31T00:00:00.000Z
     )
 
 

@@ -8,6 +8,7 @@ import json
 import pytest
 from amsg.failures import NonRetryableError
 from amsg.hooks import load_hooks
+from amsg.timeutil import iso_from_ms, parse_iso_ms
 
 from tests.conftest import T0_MS
 from tests.handlers.test_delivery import FIRST_MS, due, schedule_ai
@@ -132,8 +133,14 @@ def test_defer_moves_the_occurrence_without_a_retry_until_it_is_stale(agentic):
     created = schedule_ai(engine, KEY)
     fire(engine)
     row = engine.ctx.tasks.get_task(engine.api.user_id, created["uuid"])
-    assert row.retry_count == 0 and row.retry_after == "2029-12-31T00:11:01.000Z" and row.status == "pending"
-    assert SCRIPT.settled[-1]["status"] == "deferred" and SCRIPT.settled[-1]["retry_after"] == row.retry_after
+    assert (
+        row.retry_count == 0
+        and row.retry_after_ms == parse_iso_ms("2029-12-31T00:11:01.000Z")
+        and row.status == "pending"
+    )
+    assert SCRIPT.settled[-1]["status"] == "deferred" and SCRIPT.settled[-1]["retry_after"] == iso_from_ms(
+        row.retry_after_ms
+    )
     assert engine.harness.tick()["claimedTasks"] == 0  # not due before retry_after
     asks = 1
     now = 61_000
@@ -242,6 +249,7 @@ def test_late_tasks_are_settled_by_the_tick_and_reported_to_on_stale_skip(agenti
     assert stale[once["uuid"]]["action"] == "expired" and stale[once["uuid"]]["skipped_count"] == 1
     assert stale[daily["uuid"]]["action"] == "fast_forwarded" and stale[daily["uuid"]]["skipped_count"] == 3
     assert stale[daily["uuid"]]["next_send_at"] == "2030-01-03T00:01:00.000Z"
+    assert stale[once["uuid"]]["row_next_send_at"] == "2029-12-31T00:01:00.000Z"  # the occurrence it skipped
     assert SCRIPT.before_calls == 0 and engine.llm.requests == []
 
 

@@ -314,6 +314,7 @@ def test_same_key_twice_in_one_request_applies_in_order(api):
 def test_concurrent_newer_write_between_read_and_commit_is_never_lost(api, ctx, monkeypatch):
     """Force the race deterministically: after our read, another writer commits a newer value. Our conditional
     write fails, the part is re-read and re-decided, and the newer value survives."""
+    from amsg.crypto import UserCodec
     from amsg.domain.client_state import StateEntry, write_entries
 
     store = ctx.client_state
@@ -326,7 +327,7 @@ def test_concurrent_newer_write_between_read_and_commit_is_never_lost(api, ctx, 
         if not calls:
             calls.append(1)
             newer = StateEntry(0, "n", "k", "concurrent newer", OLD + 100)
-            write_entries(store, api.user_id, api.user_key, [newer], ctx.now_ms())
+            write_entries(store, api.user_id, UserCodec(api.user_key), [newer], ctx.now_ms())
         return found
 
     monkeypatch.setattr(store, "_read_roots", racing_read)
@@ -543,6 +544,7 @@ def test_first_part_failure_is_a_plain_error(api, ctx, monkeypatch):
 
 def test_transactions_are_split_by_size(ctx, monkeypatch):
     """20 inline values of ~340 KB cannot share one 4 MB transaction: parts of ≤ ~3.5 MB, all applied."""
+    from amsg.crypto import UserCodec
     from amsg.domain.client_state import StateEntry, read_namespace, write_entries
 
     store = ctx.client_state
@@ -551,10 +553,12 @@ def test_transactions_are_split_by_size(ctx, monkeypatch):
     monkeypatch.setattr(store.t, "transact", lambda actions: (sizes.append(len(json.dumps(actions))), real(actions)))
     user, key = str(uuid.uuid4()), "ab" * 32
     entries = [StateEntry(i, "sz", f"k{i:02d}", chr(65 + i) * 170_000, OLD) for i in range(20)]
-    result = write_entries(store, user, key, entries, T0_MS)
+    result = write_entries(store, user, UserCodec(key), entries, T0_MS)
     assert result.upserted == 20
     assert len(sizes) >= 2 and max(sizes) < 3_600_000
-    assert [e["value"][0] for e in read_namespace(store, user, key, "sz")] == [chr(65 + i) for i in range(20)]
+    assert [e["value"][0] for e in read_namespace(store, user, UserCodec(key), "sz")] == [
+        chr(65 + i) for i in range(20)
+    ]
 
 
 # ---- TTL housekeeping -------------------------------------------------------------------------------------------

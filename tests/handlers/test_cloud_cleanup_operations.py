@@ -41,7 +41,7 @@ def owned(api, owner) -> int:
 
 
 def stored_op(ctx, api, op_id: str):
-    return cleanup.load(ctx, api.user_id, ctx.user_key(api.user_id), op_id)
+    return cleanup.load(ctx, api.user_id, ctx.codec(api.user_id), op_id)
 
 
 def test_a_large_retirement_answers_after_one_step_and_the_tick_finishes_it(api, ctx):

@@ -56,8 +56,8 @@ def test_the_api_request_id_reaches_run_task_logs(engine, monkeypatch):
 
 def test_messages_without_a_correlation_id_still_parse():
     plain = {"userId": "u", "uuid": "t", "claimVersion": 1, "nextSendAt": "2030-01-01T00:00:00.000Z"}
-    assert parse_task_message(json.dumps(plain)) == TaskMessage("u", "t", 1, "2030-01-01T00:00:00.000Z")
-    assert "correlationId" not in TaskMessage("u", "t", 1, "x").to_body()
+    assert parse_task_message(json.dumps(plain)) == TaskMessage("u", "t", 1, 1_893_456_000_000)
+    assert "correlationId" not in TaskMessage("u", "t", 1, 1).to_body()
     for bad in ("", "x" * 129, "a\nb", 7):
         message = parse_task_message(json.dumps({**plain, "correlationId": bad}))
         assert message is not None and message.correlation_id is None

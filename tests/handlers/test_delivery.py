@@ -419,9 +419,9 @@ def test_the_tick_claims_a_batch_in_one_transaction_and_one_read(engine, monkeyp
                 row = claims.claim(
                     wanted[-1].user_id,
                     wanted[-1].uuid,
-                    expected_next_send_at=FIRST,
-                    now_iso=terms["now_iso"],
-                    lease_until=terms["lease_until"],
+                    expected_next_send_at_ms=FIRST_MS,
+                    now_ms=terms["now_ms"],
+                    lease_until_ms=terms["lease_until_ms"],
                     owner="elsewhere",
                 )
                 assert row is not None
@@ -463,7 +463,7 @@ def test_a_record_started_without_enough_time_hands_its_claim_back(engine):
     )
     assert result["skipped"] == "no_time_left"
     row = engine.ctx.tasks.find_task(json_lib.loads(message["Body"])["uuid"])
-    assert row.lease_until is None and row.retry_count == 0  # released, no retry consumed
+    assert row.lease_until_ms is None and row.retry_count == 0  # released, no retry consumed
     assert engine.harness.tick()["claimedTasks"] == 1  # due again at once
     engine.harness.drain()
     assert [p["message"] for p in engine.push.payloads()] == ["patience"]

@@ -138,8 +138,4 @@ def test_an_agentic_delivery_emits_it_too(engine, capsys):
     ],
 )
 def test_latency_rule(occurrence, deferred_until, delivered, expected):
-    from amsg.timeutil import iso_from_ms
-
-    iso = iso_from_ms(occurrence) if occurrence else None
-    deferred = iso_from_ms(deferred_until) if deferred_until else None
-    assert delivery_latency_ms(iso, deferred, delivered) == expected
+    assert delivery_latency_ms(occurrence, deferred_until, delivered) == expected

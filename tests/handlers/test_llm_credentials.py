@@ -7,7 +7,7 @@ import json
 import re
 
 import pytest
-from amsg.crypto import encrypt_for_storage
+from amsg.crypto import UserCodec, encrypt_for_storage
 from amsg.domain.credentials import make_credential_lookup, resolve_cred_value
 from amsg.domain.llm import resolve_chat_credentials
 from amsg.ports import CredentialWrite
@@ -55,7 +55,7 @@ def test_round_trip_values_never_returned(ctx, api):
     # at rest: storage ciphertext under the user key, the value as sent (extra fields too)
     stored = ctx.credentials.get_values(api.user_id, ["char:a/chat", "nope"])
     assert set(stored) == {"char:a/chat"} and SECRET not in stored["char:a/chat"]
-    assert resolve_cred_value(stored["char:a/chat"], ctx.user_key(api.user_id)) == value()
+    assert resolve_cred_value(stored["char:a/chat"], ctx.codec(api.user_id)) == value()
 
 
 @pytest.mark.dynamo_store  # reads the table's items
@@ -68,7 +68,7 @@ def test_overwrite_keeps_count_created_at_and_refreshes_updated_at(ctx, api):
     assert second["created_at"] == first["created_at"] and second["updated_at"] != first["updated_at"]
     assert int(second["rev"]) == 2
     assert ctx.credentials.count(api.user_id) == 1
-    lookup = make_credential_lookup(ctx.credentials, api.user_id, ctx.user_key(api.user_id))
+    lookup = make_credential_lookup(ctx.credentials, api.user_id, ctx.codec(api.user_id))
     assert lookup("k")["apiKey"] == "rotated"
     assert lookup("missing") is None
 
@@ -77,7 +77,7 @@ def test_duplicates_last_wins(ctx, api):
     resp = api.put_credentials([cred("d", key="one"), cred("e"), cred("d", key="two")])
     assert resp.data == {"upserted": 2}
     stored = ctx.credentials.get_values(api.user_id, ["d"])
-    assert resolve_cred_value(stored["d"], ctx.user_key(api.user_id))["apiKey"] == "two"
+    assert resolve_cred_value(stored["d"], ctx.codec(api.user_id))["apiKey"] == "two"
 
 
 @pytest.mark.parametrize(
@@ -321,19 +321,19 @@ def test_update_checks_credrefs_and_task_uses_cred_refs(ctx, api):
 
 def test_resolve_helpers(ctx, api):
     key = ctx.user_key(api.user_id)
-    assert resolve_cred_value(None, key) is None
-    assert resolve_cred_value("", key) is None
-    assert resolve_cred_value("zz:zz:zz", key) is None
-    assert resolve_cred_value(encrypt_for_storage("[1]", key), key) is None
-    assert resolve_cred_value(encrypt_for_storage("not json", key), key) is None
-    assert resolve_cred_value(encrypt_for_storage(json.dumps(value()), "0" * 64), key) is None  # key rotated
+    assert resolve_cred_value(None, UserCodec(key)) is None
+    assert resolve_cred_value("", UserCodec(key)) is None
+    assert resolve_cred_value("zz:zz:zz", UserCodec(key)) is None
+    assert resolve_cred_value(encrypt_for_storage("[1]", key), UserCodec(key)) is None
+    assert resolve_cred_value(encrypt_for_storage("not json", key), UserCodec(key)) is None
+    assert resolve_cred_value(encrypt_for_storage(json.dumps(value()), "0" * 64), UserCodec(key)) is None  # key rotated
     ctx.credentials.upsert(
-        api.user_id, [CredentialWrite("global/chat", encrypt_for_storage(json.dumps(value()), key))], "x"
+        api.user_id, [CredentialWrite("global/chat", encrypt_for_storage(json.dumps(value()), key))], 1
     )
-    lookup = make_credential_lookup(ctx.credentials, api.user_id, key)
+    lookup = make_credential_lookup(ctx.credentials, api.user_id, UserCodec(key))
     creds = resolve_chat_credentials({"messageType": "prompted", "credRefs": {"chat": "global/chat"}}, lookup)
     assert (creds.api_url, creds.api_key, creds.primary_model) == ("https://llm.example/v1", SECRET, "model-x")
-    assert make_credential_lookup(None, api.user_id, key) is None
+    assert make_credential_lookup(None, api.user_id, UserCodec(key)) is None
 
 
 def test_fire_uses_the_stored_credential_and_picks_up_rotation(engine):

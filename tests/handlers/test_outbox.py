@@ -380,15 +380,13 @@ def test_page_stops_before_the_response_size_limit(ctx, api, monkeypatch):
 @pytest.mark.dynamo_store  # schedules or claims a task: the task store has no fake
 def test_claim_send_is_fenced_by_the_task_claim(ctx, api):
     from amsg.ports import NewTask
-    from amsg.timeutil import iso_from_ms
 
-    due = "2029-12-31T00:00:00.000Z"
+    due = 1_893_369_600_000  # 2029-12-31T00:00:00.000Z
     task = NewTask(api.user_id, TASK, "00:00:00", "fixed", due, due)
     ctx.tasks.create_task(task)
     seed(ctx, api, ["p1", "p2"])
-    lease_until = iso_from_ms(T0_MS + 90_000)
     claimed = ctx.claims.claim(
-        api.user_id, TASK, expected_next_send_at=due, now_iso=iso_from_ms(T0_MS), lease_until=lease_until, owner="t"
+        api.user_id, TASK, expected_next_send_at_ms=due, now_ms=T0_MS, lease_until_ms=T0_MS + 90_000, owner="t"
     )
     assert claimed is not None and claimed.claim_version == 1
     claim = dict(task_uuid=TASK, claim_version=1, now_ms=T0_MS)

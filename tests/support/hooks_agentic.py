@@ -88,6 +88,7 @@ def on_stale_skip(row, info):
                 "skipped_count": info.skipped_count,
                 "next_send_at": info.next_send_at,
                 "occurrence_ms": info.occurrence_ms,
+                "row_next_send_at": row.next_send_at,  # the hook's row keeps ISO text times
             }
         )
 

@@ -5,6 +5,7 @@ absolute times: a quadratic check would grow 1,000-fold over that range."""
 
 from __future__ import annotations
 
+from amsg.crypto import UserCodec
 from amsg.errors import ApiError
 from amsg.http.body import read_body
 from amsg.http.gates import decrypt_request_object
@@ -22,7 +23,7 @@ MAX_RATIO = 50.0
 def body_checks(text: str) -> None:
     request = ApiRequest("POST", "/schedule-message", headers={"x-payload-encrypted": "true"}, raw_body=text.encode())
     try:
-        decrypt_request_object(read_body(request), USER_KEY)
+        decrypt_request_object(read_body(request), UserCodec(USER_KEY))
     except ApiError:
         pass
 

@@ -5,6 +5,7 @@ import json
 import pytest
 from amsg.domain.projection import parse_last_error, project_task
 from amsg.ports import TaskRow
+from amsg.timeutil import parse_iso_ms
 
 KEYS = [
     "id",
@@ -34,12 +35,12 @@ def row(**extra):
         "id": 7,
         "encrypted_payload": "aa:bb:cc",
         "message_type": "prompted",
-        "next_send_at": "2030-01-01T00:00:00.000Z",
+        "next_send_at_ms": parse_iso_ms("2030-01-01T00:00:00.000Z"),
         "status": "pending",
         "retry_count": 2,
         "last_error": None,
-        "created_at": "2029-12-31T00:00:00.000Z",
-        "updated_at": "2029-12-31T01:00:00.000Z",
+        "created_at_ms": parse_iso_ms("2029-12-31T00:00:00.000Z"),
+        "updated_at_ms": parse_iso_ms("2029-12-31T01:00:00.000Z"),
     }
     base.update(extra)
     return TaskRow(**base)
@@ -144,7 +145,9 @@ def test_non_object_metadata(metadata):
 
 
 def test_empty_row_timestamps_become_null():
-    out = project_task(row(created_at="", updated_at="", next_send_at=""), payload(), include_metadata=False)
+    out = project_task(
+        row(created_at_ms=None, updated_at_ms=None, next_send_at_ms=0), payload(), include_metadata=False
+    )
     assert (out["createdAt"], out["updatedAt"], out["nextSendAt"]) == (None, None, None)
 
 

@@ -9,7 +9,7 @@ from functools import cached_property
 from typing import TYPE_CHECKING
 
 from amsg.config import Secrets, Settings
-from amsg.crypto import derive_user_key
+from amsg.crypto import UserCodec, user_codec
 
 if TYPE_CHECKING:  # annotations only: routes that touch no port never import amsg.ports (docs/cold-start.md)
     from amsg.ports import (
@@ -155,8 +155,14 @@ class AppContext:
     def coalescer(self) -> CallCoalescer | None:
         return self.storage.coalescer
 
+    def codec(self, user_id: str) -> UserCodec:
+        """The user's ciphers (transport envelope, storage format); the same object for the same user while
+        it stays in the process's small cache, so a request or record derives the key once."""
+        return user_codec(self.secrets.master_key, user_id)
+
     def user_key(self, user_id: str) -> str:
-        return derive_user_key(self.secrets.master_key, user_id)
+        """The user key as hex (what ``GET /get-user-key`` returns)."""
+        return self.codec(user_id).key_hex
 
     def now_ms(self) -> int:
         return self.clock.now_ms()

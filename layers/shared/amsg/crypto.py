@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import functools
 import hashlib
 import hmac
 import secrets
@@ -43,9 +44,15 @@ def _b64decode_lenient(text: str) -> bytes:
 # (capabilities, vapid-public-key, get-user-key) skip its load at cold start (docs/cold-start.md)
 
 
-def _gcm_decrypt(key: bytes, iv: bytes, tag: bytes, ciphertext: bytes) -> bytes:
-    from cryptography.exceptions import InvalidTag
+def _aesgcm(key: bytes) -> Any:
     from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+
+    return AESGCM(key)
+
+
+def _gcm_decrypt(key: bytes, iv: bytes, tag: bytes, ciphertext: bytes, aead: Any = None) -> bytes:
+    """``aead``: the key's AESGCM object when the caller keeps one (the 12-byte IV, full tag case)."""
+    from cryptography.exceptions import InvalidTag
 
     if not 12 <= len(tag) <= 16:
         raise DecryptError("invalid tag length")
@@ -53,7 +60,7 @@ def _gcm_decrypt(key: bytes, iv: bytes, tag: bytes, ciphertext: bytes) -> bytes:
         raise DecryptError("invalid iv")
     try:
         if len(tag) == 16 and len(iv) == 12:
-            return AESGCM(key).decrypt(iv, ciphertext + tag, None)
+            return (aead or _aesgcm(key)).decrypt(iv, ciphertext + tag, None)
         return _gcm_any(key, iv, tag, ciphertext)
     except InvalidTag as exc:
         raise DecryptError("authentication failed") from exc
@@ -69,58 +76,15 @@ def _gcm_any(key: bytes, iv: bytes, tag: bytes, ciphertext: bytes) -> bytes:
     return decryptor.update(ciphertext) + decryptor.finalize()
 
 
-def _gcm_encrypt(key: bytes, iv: bytes, plaintext: bytes) -> tuple[bytes, bytes]:
+def _gcm_encrypt(key: bytes, iv: bytes, plaintext: bytes, aead: Any = None) -> tuple[bytes, bytes]:
     from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
-    from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
     if len(iv) == 12:
-        sealed = AESGCM(key).encrypt(iv, plaintext, None)
+        sealed = (aead or _aesgcm(key)).encrypt(iv, plaintext, None)
         return sealed[:-16], sealed[-16:]
     encryptor = Cipher(algorithms.AES(key), modes.GCM(iv)).encryptor()
     ct = encryptor.update(plaintext) + encryptor.finalize()
     return ct, encryptor.tag
-
-
-# ---- transport envelope (request bodies, encrypted responses) ----------------------------------------------
-
-
-def encrypt_envelope(value: Any, user_key_hex: str, *, iv: bytes | None = None) -> dict[str, str]:
-    plaintext = value if isinstance(value, str) else compact_json(value)
-    iv = iv if iv is not None else secrets.token_bytes(12)
-    ct, tag = _gcm_encrypt(key_bytes(user_key_hex), iv, plaintext.encode("utf-8"))
-    return {
-        "iv": base64.b64encode(iv).decode("ascii"),
-        "authTag": base64.b64encode(tag).decode("ascii"),
-        "encryptedData": base64.b64encode(ct).decode("ascii"),
-    }
-
-
-def decrypt_envelope_text(envelope: dict[str, str], user_key_hex: str) -> str:
-    """Decrypt an ``{iv, authTag, encryptedData}`` object to text (invalid UTF-8 replaced, like JS)."""
-    iv = _b64decode_lenient(envelope["iv"])
-    tag = _b64decode_lenient(envelope["authTag"])
-    ct = _b64decode_lenient(envelope["encryptedData"])
-    return _gcm_decrypt(key_bytes(user_key_hex), iv, tag, ct).decode("utf-8", errors="replace")
-
-
-# ---- storage format -----------------------------------------------------------------------------------------
-
-
-def encrypt_for_storage(plaintext: str, user_key_hex: str, *, iv: bytes | None = None) -> str:
-    iv = iv if iv is not None else secrets.token_bytes(16)
-    ct, tag = _gcm_encrypt(key_bytes(user_key_hex), iv, plaintext.encode("utf-8"))
-    return f"{iv.hex()}:{tag.hex()}:{ct.hex()}"
-
-
-def decrypt_from_storage(stored: str, user_key_hex: str) -> str:
-    parts = stored.split(":")
-    if len(parts) != 3:
-        raise DecryptError("invalid storage ciphertext")
-    try:
-        iv, tag, ct = (bytes.fromhex(p) for p in parts)
-    except ValueError as exc:
-        raise DecryptError("invalid hex") from exc
-    return _gcm_decrypt(key_bytes(user_key_hex), iv, tag, ct).decode("utf-8", errors="replace")
 
 
 class StoredPayloadUnreadable(Exception):
@@ -131,15 +95,119 @@ class StoredPayloadUnreadable(Exception):
     code = "PAYLOAD_DECRYPT_FAILED"
 
 
+class UserCodec:
+    """One user's ciphers: the transport envelope and the storage format under the user key. Built once per
+    request or record (``AppContext.codec``), so the key is derived, decoded and keyed into AES-GCM once
+    instead of at every call site (see docs/architecture.md, "Times and the user codec").
+
+    ``key_hex`` is the user key as the wire knows it (``GET /get-user-key``) and as the HMAC ids use it."""
+
+    __slots__ = ("_aead", "_key", "key_hex")
+
+    def __init__(self, key_hex: str) -> None:
+        self.key_hex = key_hex
+        self._key = key_bytes(key_hex)
+        self._aead: Any = None
+
+    @classmethod
+    def derive(cls, master_key: str, user_id: str) -> UserCodec:
+        return cls(derive_user_key(master_key, user_id))
+
+    def __repr__(self) -> str:
+        return "UserCodec(<redacted>)"  # key material never reaches a log line
+
+    def _gcm(self) -> Any:
+        if self._aead is None:
+            self._aead = _aesgcm(self._key)
+        return self._aead
+
+    # ---- transport envelope (request bodies, encrypted responses) ------------------------------------------
+
+    def seal(self, value: Any, *, iv: bytes | None = None) -> dict[str, str]:
+        """``{iv, authTag, encryptedData}`` of a response value (JSON unless already text)."""
+        plaintext = value if isinstance(value, str) else compact_json(value)
+        iv = iv if iv is not None else secrets.token_bytes(12)
+        ct, tag = _gcm_encrypt(self._key, iv, plaintext.encode("utf-8"), self._gcm() if len(iv) == 12 else None)
+        return {
+            "iv": base64.b64encode(iv).decode("ascii"),
+            "authTag": base64.b64encode(tag).decode("ascii"),
+            "encryptedData": base64.b64encode(ct).decode("ascii"),
+        }
+
+    def open_text(self, envelope: dict[str, str]) -> str:
+        """Decrypt an ``{iv, authTag, encryptedData}`` object to text (invalid UTF-8 replaced, like JS)."""
+        iv = _b64decode_lenient(envelope["iv"])
+        tag = _b64decode_lenient(envelope["authTag"])
+        ct = _b64decode_lenient(envelope["encryptedData"])
+        return self._open(iv, tag, ct)
+
+    # ---- storage format ---------------------------------------------------------------------------------
+
+    def encrypt(self, plaintext: str, *, iv: bytes | None = None) -> str:
+        """Storage ciphertext ``hex(iv):hex(tag):hex(ct)`` (16-byte IV)."""
+        iv = iv if iv is not None else secrets.token_bytes(16)
+        ct, tag = _gcm_encrypt(self._key, iv, plaintext.encode("utf-8"), self._gcm() if len(iv) == 12 else None)
+        return f"{iv.hex()}:{tag.hex()}:{ct.hex()}"
+
+    def decrypt(self, stored: str) -> str:
+        parts = stored.split(":")
+        if len(parts) != 3:
+            raise DecryptError("invalid storage ciphertext")
+        try:
+            iv, tag, ct = (bytes.fromhex(p) for p in parts)
+        except ValueError as exc:
+            raise DecryptError("invalid hex") from exc
+        return self._open(iv, tag, ct)
+
+    def decrypt_payload(self, encrypted: str) -> dict[str, Any]:
+        """A stored task payload (storage ciphertext of its JSON) as a plain object."""
+        try:
+            value = loads(self.decrypt(encrypted))
+        except (DecryptError, ValueError) as exc:
+            raise StoredPayloadUnreadable("stored task payload cannot be decrypted") from exc
+        if not isinstance(value, dict):
+            raise StoredPayloadUnreadable("stored task payload is not an object")
+        return value
+
+    def group_value(self, group_key: str) -> str:
+        """:func:`serialize_group_value` under this user's key (serialize groups, per-user HMAC ids)."""
+        return serialize_group_value(self.key_hex, group_key)
+
+    def _open(self, iv: bytes, tag: bytes, ct: bytes) -> str:
+        aead = self._gcm() if len(iv) == 12 and len(tag) == 16 else None
+        return _gcm_decrypt(self._key, iv, tag, ct, aead).decode("utf-8", errors="replace")
+
+
+@functools.lru_cache(maxsize=512)
+def user_codec(master_key: str, user_id: str) -> UserCodec:
+    """The codec of a user under a master key, kept for the next request or record of the same user (a rotated
+    master key is a different cache key)."""
+    return UserCodec.derive(master_key, user_id)
+
+
+# ---- the same for a hex key: one-off callers and the fixed test vectors ----------------------------------
+
+
+def encrypt_envelope(value: Any, user_key_hex: str, *, iv: bytes | None = None) -> dict[str, str]:
+    return UserCodec(user_key_hex).seal(value, iv=iv)
+
+
+def decrypt_envelope_text(envelope: dict[str, str], user_key_hex: str) -> str:
+    """Decrypt an ``{iv, authTag, encryptedData}`` object to text (invalid UTF-8 replaced, like JS)."""
+    return UserCodec(user_key_hex).open_text(envelope)
+
+
+def encrypt_for_storage(plaintext: str, user_key_hex: str, *, iv: bytes | None = None) -> str:
+    return UserCodec(user_key_hex).encrypt(plaintext, iv=iv)
+
+
+def decrypt_from_storage(stored: str, user_key_hex: str) -> str:
+    return UserCodec(user_key_hex).decrypt(stored)
+
+
 def decrypt_payload(encrypted: str, user_key_hex: str) -> dict[str, Any]:
     """A stored task payload (storage ciphertext of its JSON) as a plain object."""
-    try:
-        value = loads(decrypt_from_storage(encrypted, user_key_hex))
-    except (DecryptError, ValueError) as exc:
-        raise StoredPayloadUnreadable("stored task payload cannot be decrypted") from exc
-    if not isinstance(value, dict):
-        raise StoredPayloadUnreadable("stored task payload is not an object")
-    return value
+    return UserCodec(user_key_hex).decrypt_payload(encrypted)
 
 
 def storage_size(plaintext_bytes: int) -> int:

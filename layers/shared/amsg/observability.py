@@ -64,22 +64,20 @@ def status_class(status: int | None) -> str:
     return f"{status // 100}xx" if isinstance(status, int) and 100 <= status < 600 else "network"
 
 
-def delivery_latency_ms(occurrence: str | None, deferred_until: str | None, delivered_ms: int) -> int | None:
+def delivery_latency_ms(occurrence_ms: int | None, deferred_until_ms: int | None, delivered_ms: int) -> int | None:
     """Due to pushed, in ms: from the occurrence, or from the end of a delivery-policy deferral (quiet hours,
     a full cap) when one moved it, since the user asked for that wait. Retries and a host hook's deferral
-    count as lateness: the user waits for them. None when the occurrence is unreadable."""
-    from amsg.timeutil import parse_iso_ms
-
-    due = parse_iso_ms(occurrence) if occurrence else None
-    if due is None:
+    count as lateness: the user waits for them. None when the task has no occurrence."""
+    if not occurrence_ms:
         return None
-    deferred = parse_iso_ms(deferred_until) if deferred_until else None
-    return max(0, delivered_ms - max(due, deferred or due))
+    return max(0, delivered_ms - max(occurrence_ms, deferred_until_ms or occurrence_ms))
 
 
-def record_delivery_latency(occurrence: str | None, deferred_until: str | None, delivered_ms: int, pushed: int) -> None:
+def record_delivery_latency(
+    occurrence_ms: int | None, deferred_until_ms: int | None, delivered_ms: int, pushed: int
+) -> None:
     """``DeliveryLatency`` for one scheduled delivery that pushed at least once (what DeliveryLatencyAlarm reads;
     docs/operations.md). Emitted at once: run_task flushes its metric set per batch, ``amsg run-task`` never."""
-    latency = delivery_latency_ms(occurrence, deferred_until, delivered_ms) if pushed else None
+    latency = delivery_latency_ms(occurrence_ms, deferred_until_ms, delivered_ms) if pushed else None
     if latency is not None:
         emit_metric("DeliveryLatency", "Milliseconds", latency)

@@ -194,8 +194,8 @@ class MemoryOutboxStore:
 @dataclass
 class _Credential:
     encrypted_value: str
-    created_at: str
-    updated_at: str
+    created_at_ms: int
+    updated_at_ms: int
 
 
 class MemoryCredentialStore:
@@ -208,7 +208,7 @@ class MemoryCredentialStore:
     def _user(self, user_id: str) -> dict[str, _Credential]:
         return self._users.setdefault(user_id, {})
 
-    def upsert(self, user_id: str, entries: Sequence[CredentialWrite], now_iso: str) -> int:
+    def upsert(self, user_id: str, entries: Sequence[CredentialWrite], now_ms: int) -> int:
         latest: dict[str, CredentialWrite] = {}
         for entry in entries:
             _no_owner(entry.owner)
@@ -218,18 +218,18 @@ class MemoryCredentialStore:
         with self._lock:
             creds = self._user(user_id)
             for cred_id, entry in latest.items():
-                created = creds[cred_id].created_at if cred_id in creds else now_iso
-                creds[cred_id] = _Credential(entry.encrypted_value, created, now_iso)
+                created = creds[cred_id].created_at_ms if cred_id in creds else now_ms
+                creds[cred_id] = _Credential(entry.encrypted_value, created, now_ms)
         return len(latest)
 
     def count(self, user_id: str) -> int:
         with self._lock:
             return len(self._user(user_id))
 
-    def list(self, user_id: str) -> list[tuple[str, str]]:
+    def list(self, user_id: str) -> list[tuple[str, int | None]]:
         with self._lock:
             creds = dict(self._user(user_id))
-        return [(cred_id, creds[cred_id].updated_at) for cred_id in sorted(creds, key=lambda c: c.encode("utf-8"))]
+        return [(cred_id, creds[cred_id].updated_at_ms) for cred_id in sorted(creds, key=lambda c: c.encode("utf-8"))]
 
     def get_values(self, user_id: str, cred_ids: Sequence[str]) -> dict[str, str]:
         with self._lock:

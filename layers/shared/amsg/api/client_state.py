@@ -41,7 +41,7 @@ from .common import authenticate, open_encrypted_body
 
 def put_client_state(request: ApiRequest, ctx: AppContext) -> ApiResponse:
     opened = open_encrypted_body(request, ctx)
-    user_id, user_key, body = opened.user_id, opened.user_key, opened.body
+    user_id, codec, body = opened.user_id, opened.codec, opened.body
 
     entries = body.get("entries")
     if not isinstance(entries, list) or not entries:
@@ -61,7 +61,7 @@ def put_client_state(request: ApiRequest, ctx: AppContext) -> ApiResponse:
 
     store = ctx.client_state
     try:
-        result = write_entries(store, user_id, user_key, accepted, ctx.now_ms())
+        result = write_entries(store, user_id, codec, accepted, ctx.now_ms())
     except PartialWriteError as exc:
         return _partial_failure(exc)
 
@@ -98,9 +98,9 @@ def get_client_state(request: ApiRequest, ctx: AppContext) -> ApiResponse:
         raise api_error("INVALID_STATE_NAMESPACE")
     store = ctx.client_state
     namespace = well_formed(namespace)
-    user_key = ctx.user_key(user_id)
-    entries = read_namespace(store, user_id, user_key, namespace)
-    return encrypted({"namespace": namespace, "entries": entries}, user_key)
+    codec = ctx.codec(user_id)
+    entries = read_namespace(store, user_id, codec, namespace)
+    return encrypted({"namespace": namespace, "entries": entries}, codec)
 
 
 def delete_client_state(request: ApiRequest, ctx: AppContext) -> ApiResponse:

@@ -31,4 +31,4 @@ def list_client_state_namespaces(request: ApiRequest, ctx: AppContext) -> ApiRes
         {"namespace": s.namespace, "entryCount": s.entry_count, "byteSize": s.byte_size, "updatedAt": s.updated_at}
         for s in listing.namespaces
     ]
-    return encrypted({"namespaces": namespaces, "truncated": listing.truncated, "limit": limit}, ctx.user_key(user_id))
+    return encrypted({"namespaces": namespaces, "truncated": listing.truncated, "limit": limit}, ctx.codec(user_id))

@@ -17,7 +17,7 @@ from typing import Any
 
 from amsg import jsonio
 from amsg.context import AppContext
-from amsg.crypto import compact_json, decrypt_from_storage, encrypt_for_storage
+from amsg.crypto import UserCodec, compact_json
 from amsg.domain.inventory import RESOURCE_TYPES, resource_id
 from amsg.domain.limits import can_be_record_id
 from amsg.domain.ownership import owner_ref, valid_cloud_owner
@@ -43,26 +43,26 @@ PUBLIC_OPERATION_FIELDS = (
 )  # fmt: skip
 
 
-def _save(ctx: AppContext, user_id: str, user_key: str, kind: str, record: dict[str, Any], ttl_s: int) -> None:
+def _save(ctx: AppContext, user_id: str, codec: UserCodec, kind: str, record: dict[str, Any], ttl_s: int) -> None:
     assert ctx.cloud_data is not None
-    data = encrypt_for_storage(compact_json(record), user_key)
+    data = codec.encrypt(compact_json(record))
     ctx.cloud_data.put_record(user_id, kind, record["id"], data, now_ms=ctx.now_ms(), ttl_s=ttl_s)
 
 
-def _load(ctx: AppContext, user_id: str, user_key: str, kind: str, record_id: str) -> dict[str, Any]:
+def _load(ctx: AppContext, user_id: str, codec: UserCodec, kind: str, record_id: str) -> dict[str, Any]:
     assert ctx.cloud_data is not None
     if not can_be_record_id(record_id):  # over a sort key's size: names nothing, and DynamoDB would refuse it
         raise api_error("CLOUD_RECORD_NOT_FOUND")
     stored = ctx.cloud_data.get_record(user_id, kind, record_id, now_ms=ctx.now_ms())
     if stored is None:
         raise api_error("CLOUD_RECORD_NOT_FOUND")
-    return jsonio.loads(decrypt_from_storage(stored, user_key))
+    return jsonio.loads(codec.decrypt(stored))
 
 
 # ---- plans ----------------------------------------------------------------------------------------------
 
 
-def create_plan(ctx: AppContext, user_id: str, user_key: str, body: dict[str, Any]) -> dict[str, Any]:
+def create_plan(ctx: AppContext, user_id: str, codec: UserCodec, body: dict[str, Any]) -> dict[str, Any]:
     mode = body.get("mode")
     if mode not in ("purge", "retire-owner"):
         raise api_error("INVALID_CLEANUP_MODE")
@@ -85,7 +85,7 @@ def create_plan(ctx: AppContext, user_id: str, user_key: str, body: dict[str, An
         assert owner is not None  # checked above: retire-owner needs an owner
         state = ctx.owners.get(user_id, owner_ref(owner["type"], owner["id"]))
         generation = state.generation if state else 0
-    entries, _, complete = inventory(ctx, user_id, user_key)
+    entries, _, complete = inventory(ctx, user_id, codec)
     if not complete:
         raise api_error("CLOUD_INVENTORY_INCOMPLETE")
     selected = [
@@ -113,7 +113,7 @@ def create_plan(ctx: AppContext, user_id: str, user_key: str, body: dict[str, An
         "complete": True,
         "gaps": [],
     }
-    _save(ctx, user_id, user_key, "plan", {**plan, "versions": {e.resource["id"]: e.version for e in selected}},
+    _save(ctx, user_id, codec, "plan", {**plan, "versions": {e.resource["id"]: e.version for e in selected}},
           PLAN_RECORD_TTL_S)  # fmt: skip
     return plan
 
@@ -125,31 +125,31 @@ def _public(operation: dict[str, Any]) -> dict[str, Any]:
     return {name: operation[name] for name in PUBLIC_OPERATION_FIELDS}
 
 
-def operations_of(ctx: AppContext, user_id: str, user_key: str) -> list[dict[str, Any]]:
+def operations_of(ctx: AppContext, user_id: str, codec: UserCodec) -> list[dict[str, Any]]:
     assert ctx.cloud_data is not None
     records = ctx.cloud_data.list_records(user_id, "operation", now_ms=ctx.now_ms())
-    return [jsonio.loads(decrypt_from_storage(d, user_key)) for d in records]
+    return [jsonio.loads(codec.decrypt(d)) for d in records]
 
 
-def list_operations(ctx: AppContext, user_id: str, user_key: str) -> dict[str, Any]:
+def list_operations(ctx: AppContext, user_id: str, codec: UserCodec) -> dict[str, Any]:
     assert ctx.cloud_data is not None
     operations, gaps = [], []
     for data in ctx.cloud_data.list_records(user_id, "operation", now_ms=ctx.now_ms()):
         try:
-            operations.append(jsonio.loads(decrypt_from_storage(data, user_key)))
+            operations.append(jsonio.loads(codec.decrypt(data)))
         except Exception:
             gaps.append({"source": "operation", "code": "UNREADABLE_OPERATION", "message": "无法读取清理操作记录"})
     operations.sort(key=lambda op: op["createdAt"], reverse=True)
     return {"operations": [_public(op) for op in operations], "complete": not gaps, "gaps": gaps}
 
 
-def get_operation(ctx: AppContext, user_id: str, user_key: str, operation_id: str) -> dict[str, Any]:
+def get_operation(ctx: AppContext, user_id: str, codec: UserCodec, operation_id: str) -> dict[str, Any]:
     if not operation_id:
         raise api_error("CLOUD_RECORD_NOT_FOUND")
-    return _public(_load(ctx, user_id, user_key, "operation", operation_id))
+    return _public(_load(ctx, user_id, codec, "operation", operation_id))
 
 
-def start_operation(ctx: AppContext, user_id: str, user_key: str, body: dict[str, Any]) -> dict[str, Any]:
+def start_operation(ctx: AppContext, user_id: str, codec: UserCodec, body: dict[str, Any]) -> dict[str, Any]:
     plan_id, key = body.get("planId"), body.get("idempotencyKey")
     if not isinstance(plan_id, str) or not isinstance(key, str) or not key.strip() or len(key) > 200:
         raise api_error("INVALID_CLEANUP_OPERATION")
@@ -157,12 +157,12 @@ def start_operation(ctx: AppContext, user_id: str, user_key: str, body: dict[str
     assert ctx.cloud_data is not None
     existing_id = ctx.cloud_data.get_record(user_id, "opkey", key_id, now_ms=ctx.now_ms())
     if existing_id is not None:
-        operation = _load(ctx, user_id, user_key, "operation", decrypt_from_storage(existing_id, user_key))
+        operation = _load(ctx, user_id, codec, "operation", codec.decrypt(existing_id))
         if operation["planId"] != plan_id:
             raise api_error("IDEMPOTENCY_CONFLICT")
-        return _advance_once(ctx, user_id, user_key, operation)
+        return _advance_once(ctx, user_id, codec, operation)
 
-    plan = _load(ctx, user_id, user_key, "plan", plan_id)
+    plan = _load(ctx, user_id, codec, "plan", plan_id)
     now = ctx.now_ms()
     if plan["expiresAt"] < now:
         raise api_error("CLOUD_PLAN_EXPIRED")
@@ -174,7 +174,7 @@ def start_operation(ctx: AppContext, user_id: str, user_key: str, body: dict[str
         if (state.generation if state else 0) != plan["ownerGeneration"]:
             raise api_error("CLOUD_PLAN_CHANGED")
     else:
-        entries, _, complete = inventory(ctx, user_id, user_key)
+        entries, _, complete = inventory(ctx, user_id, codec)
         if not complete:
             raise api_error("CLOUD_INVENTORY_INCOMPLETE")
         current = {e.resource["id"]: e.version for e in entries}
@@ -202,28 +202,28 @@ def start_operation(ctx: AppContext, user_id: str, user_key: str, body: dict[str
         "attempts": 0,
         "nextAttemptAt": 0,
     }
-    cleanup.create(ctx, user_id, user_key, operation)
+    cleanup.create(ctx, user_id, codec, operation)
     claimed = ctx.cloud_data.put_record(
-        user_id, "opkey", key_id, encrypt_for_storage(operation["id"], user_key), now_ms=now, ttl_s=None,
+        user_id, "opkey", key_id, codec.encrypt(operation["id"]), now_ms=now, ttl_s=None,
         create_only=True,
     )  # fmt: skip
     if not claimed:  # a concurrent start with the same key won: continue its operation, drop ours
         ctx.cloud_data.delete_record(user_id, "operation", operation["id"])
         winner = ctx.cloud_data.get_record(user_id, "opkey", key_id) or ""
-        operation = _load(ctx, user_id, user_key, "operation", decrypt_from_storage(winner, user_key))
+        operation = _load(ctx, user_id, codec, "operation", codec.decrypt(winner))
         if operation["planId"] != plan_id:
             raise api_error("IDEMPOTENCY_CONFLICT")
     else:
         ctx.cloud_data.delete_record(user_id, "plan", plan_id)  # a plan starts one operation
-    return _advance_once(ctx, user_id, user_key, operation)
+    return _advance_once(ctx, user_id, codec, operation)
 
 
-def _advance_once(ctx: AppContext, user_id: str, user_key: str, operation: dict[str, Any]) -> dict[str, Any]:
+def _advance_once(ctx: AppContext, user_id: str, codec: UserCodec, operation: dict[str, Any]) -> dict[str, Any]:
     """The request's own step (at most 25 resources); the tick does the rest. A retirement whose owner is not
     retired yet after it (lease held elsewhere, back-off, storage error) answers 503: the client must keep the
     owner's local data and look again."""
     try:
-        advanced = cleanup.advance(ctx, user_id, user_key, operation["id"])
+        advanced = cleanup.advance(ctx, user_id, codec, operation["id"])
     except LeaseLost:
         raise api_error("CLOUD_LEASE_LOST") from None
     operation = advanced or operation

@@ -15,7 +15,7 @@ from typing import Any
 
 from amsg import jsonio
 from amsg.context import AppContext
-from amsg.crypto import compact_json, decrypt_from_storage, encrypt_for_storage
+from amsg.crypto import UserCodec, compact_json
 from amsg.domain.inventory import RESOURCE_TYPES, build_inventory, summary
 from amsg.domain.ownership import owner_ref, valid_cloud_owner
 from amsg.engine.cleanup import owner_resolver
@@ -39,25 +39,25 @@ def cloud_data(request: ApiRequest, ctx: AppContext) -> ApiResponse:
     user_id = require_user_id(request)
     if not ctx.settings.cloud_data_management or ctx.cloud_data is None or ctx.owners is None:
         raise api_error("CLOUD_DATA_NOT_SUPPORTED")
-    user_key = ctx.user_key(user_id)
+    codec = ctx.codec(user_id)
     try:
-        body = _body(request, user_key) if request.method == "POST" else None
-        data = _dispatch(request, ctx, user_id, user_key, body)
+        body = _body(request, codec) if request.method == "POST" else None
+        data = _dispatch(request, ctx, user_id, codec, body)
     except ApiError:
         raise
     except Exception as exc:  # no status: the outcome is unknown to the client
         logger.warning("cloud data request failed", extra={"error": type(exc).__name__})
         raise api_error("CLOUD_DATA_FAILED", status=500) from exc
-    return encrypted(data, user_key)
+    return encrypted(data, codec)
 
 
-def _body(request: ApiRequest, user_key: str) -> dict[str, Any]:
+def _body(request: ApiRequest, codec: UserCodec) -> dict[str, Any]:
     if request.header("x-payload-encrypted") != "true" or request.header("x-encryption-version") != "1":
         raise api_error("ENCRYPTION_REQUIRED", "请求必须使用版本 1 加密")
     try:
         return decrypt_request_object(
             request,
-            user_key,
+            codec,
             bad_json=api_error("DECRYPTION_FAILED"),
             not_object=api_error("INVALID_PAYLOAD"),
         )
@@ -68,25 +68,25 @@ def _body(request: ApiRequest, user_key: str) -> dict[str, Any]:
 
 
 def _dispatch(
-    request: ApiRequest, ctx: AppContext, user_id: str, user_key: str, body: dict[str, Any] | None
+    request: ApiRequest, ctx: AppContext, user_id: str, codec: UserCodec, body: dict[str, Any] | None
 ) -> dict[str, Any]:
     path, method = request.path, request.method
     if method == "GET" and path.endswith("/summary"):
-        return _summary(request, ctx, user_id, user_key)
+        return _summary(request, ctx, user_id, codec)
     if method == "GET" and path.endswith("/resources"):
-        return _resources(request, ctx, user_id, user_key)
+        return _resources(request, ctx, user_id, codec)
     if method == "POST" and path.endswith("/cleanup-plans"):
-        return create_plan(ctx, user_id, user_key, body or {})
+        return create_plan(ctx, user_id, codec, body or {})
     if method == "POST" and path.endswith("/cleanup-operations"):
-        return start_operation(ctx, user_id, user_key, body or {})
+        return start_operation(ctx, user_id, codec, body or {})
     if method == "GET" and path.endswith("/cleanup-operations"):
-        return list_operations(ctx, user_id, user_key)
+        return list_operations(ctx, user_id, codec)
     if method == "GET" and "/cleanup-operations/" in path:
-        return get_operation(ctx, user_id, user_key, path.rsplit("/", 1)[1])
+        return get_operation(ctx, user_id, codec, path.rsplit("/", 1)[1])
     if method == "GET" and path.endswith("/owners"):
         return _owners(ctx, user_id)
     if path.endswith("/owner") and method in ("GET", "POST"):
-        return _owner(request, ctx, user_id, user_key, body)
+        return _owner(request, ctx, user_id, codec, body)
     raise api_error("NOT_FOUND", "云端管理入口不存在")
 
 
@@ -100,18 +100,16 @@ def _filter(request: ApiRequest) -> dict[str, Any]:
     return {"ownerType": owner_type or None, "ownerId": owner_id or None, "type": type_ or None}
 
 
-def _inventory(ctx: AppContext, user_id: str, user_key: str) -> tuple[list[dict[str, Any]], list[dict[str, str]]]:
+def _inventory(ctx: AppContext, user_id: str, codec: UserCodec) -> tuple[list[dict[str, Any]], list[dict[str, str]]]:
     assert ctx.cloud_data is not None
     listing = ctx.cloud_data.list_resources(user_id)
-    entries = build_inventory(
-        user_id, user_key, listing.resources, resolve_owner=owner_resolver(ctx), gaps=listing.gaps
-    )
+    entries = build_inventory(user_id, codec, listing.resources, resolve_owner=owner_resolver(ctx), gaps=listing.gaps)
     return [entry.resource for entry in entries], listing.gaps
 
 
-def _summary(request: ApiRequest, ctx: AppContext, user_id: str, user_key: str) -> dict[str, Any]:
+def _summary(request: ApiRequest, ctx: AppContext, user_id: str, codec: UserCodec) -> dict[str, Any]:
     _filter(request)  # validated, not applied (as the reference)
-    resources, gaps = _inventory(ctx, user_id, user_key)
+    resources, gaps = _inventory(ctx, user_id, codec)
     return summary(resources, gaps)
 
 
@@ -127,7 +125,7 @@ def _limit(raw: str | None) -> int:
     return int(value)
 
 
-def _resources(request: ApiRequest, ctx: AppContext, user_id: str, user_key: str) -> dict[str, Any]:
+def _resources(request: ApiRequest, ctx: AppContext, user_id: str, codec: UserCodec) -> dict[str, Any]:
     assert ctx.cloud_data is not None
     limit = _limit(request.param("limit"))
     flt = _filter(request)
@@ -140,14 +138,14 @@ def _resources(request: ApiRequest, ctx: AppContext, user_id: str, user_key: str
         stored = ctx.cloud_data.get_record(user_id, "inventory", snapshot_id, now_ms=now)
         if stored is None:
             raise api_error("CLOUD_RECORD_NOT_FOUND")
-        snapshot = _load(stored, user_key)
+        snapshot = _load(stored, codec)
         offset = int(raw_offset)
         if offset > MAX_SAFE_INTEGER or offset > len(snapshot["resources"]):
             raise api_error("INVALID_CLOUD_CURSOR")
         if snapshot["expiresAt"] < now or compact_json(snapshot["filter"]) != compact_json(flt):
             raise api_error("CLOUD_CURSOR_EXPIRED")
     else:
-        resources, gaps = _inventory(ctx, user_id, user_key)
+        resources, gaps = _inventory(ctx, user_id, codec)
         selected = [
             r
             for r in resources
@@ -171,7 +169,7 @@ def _resources(request: ApiRequest, ctx: AppContext, user_id: str, user_key: str
             "summary": summary(resources, gaps),
         }
         ctx.cloud_data.put_record(
-            user_id, "inventory", snapshot_id, encrypt_for_storage(compact_json(snapshot), user_key),
+            user_id, "inventory", snapshot_id, codec.encrypt(compact_json(snapshot)),
             now_ms=now, ttl_s=RECORD_TTL_S,
         )  # fmt: skip
         offset = 0
@@ -186,8 +184,8 @@ def _resources(request: ApiRequest, ctx: AppContext, user_id: str, user_key: str
     }
 
 
-def _load(stored: str, user_key: str) -> dict[str, Any]:
-    return jsonio.loads(decrypt_from_storage(stored, user_key))
+def _load(stored: str, codec: UserCodec) -> dict[str, Any]:
+    return jsonio.loads(codec.decrypt(stored))
 
 
 # ---- owners ---------------------------------------------------------------------------------------------
@@ -223,7 +221,7 @@ def _owner_state(ctx: AppContext, user_id: str, owner: dict[str, Any]) -> dict[s
 
 
 def _owner(
-    request: ApiRequest, ctx: AppContext, user_id: str, user_key: str, body: dict[str, Any] | None
+    request: ApiRequest, ctx: AppContext, user_id: str, codec: UserCodec, body: dict[str, Any] | None
 ) -> dict[str, Any]:
     assert ctx.owners is not None
     if body is None:
@@ -242,7 +240,7 @@ def _owner(
         op["mode"] == "retire-owner"
         and op["status"] in ("pending", "running")
         and (op["owner"]["type"], op["owner"]["id"]) == (owner["type"], owner["id"])
-        for op in operations_of(ctx, user_id, user_key)
+        for op in operations_of(ctx, user_id, codec)
     ):
         raise api_error("CLOUD_CLEANUP_IN_PROGRESS")
     if state is not None and not state.active:

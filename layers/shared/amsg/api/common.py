@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from amsg.context import AppContext
+from amsg.crypto import UserCodec
 from amsg.errors import ApiError
 from amsg.http.gates import (
     decrypt_request_object,
@@ -24,7 +25,7 @@ def authenticate(request: ApiRequest, ctx: AppContext) -> None:
 @dataclass(frozen=True)
 class EncryptedBody:
     user_id: str
-    user_key: str
+    codec: UserCodec
     body: dict[str, Any]
 
 
@@ -37,7 +38,7 @@ def open_encrypted_body(
     require_payload_encrypted(request)
     user_id = require_user_id(request)
     require_encryption_version(request)
-    user_key = ctx.user_key(user_id)
+    codec = ctx.codec(user_id)
     return EncryptedBody(
-        user_id, user_key, decrypt_request_object(request, user_key, bad_json=bad_json, not_object=not_object)
+        user_id, codec, decrypt_request_object(request, codec, bad_json=bad_json, not_object=not_object)
     )

@@ -8,7 +8,7 @@ from typing import Any
 
 from amsg import jsonio
 from amsg.context import AppContext
-from amsg.crypto import DecryptError, compact_json, decrypt_from_storage, encrypt_for_storage
+from amsg.crypto import DecryptError, compact_json
 from amsg.domain.delivery_policy import parse_policy, policy_from_stored
 from amsg.errors import api_error
 from amsg.http.gates import require_user_id
@@ -30,16 +30,14 @@ def put_delivery_policy(request: ApiRequest, ctx: AppContext) -> ApiResponse:
     if policy.empty:
         store.delete_policy(opened.user_id)  # an empty policy is no policy
     else:
-        store.put_policy(
-            opened.user_id, encrypt_for_storage(compact_json(policy.as_wire()), opened.user_key), updated_at
-        )
+        store.put_policy(opened.user_id, opened.codec.encrypt(compact_json(policy.as_wire())), updated_at)
     return ok({"policy": policy.as_wire(), "updatedAt": updated_at})
 
 
 def get_delivery_policy(request: ApiRequest, ctx: AppContext) -> ApiResponse:
     authenticate(request, ctx)
     user_id = require_user_id(request)
-    user_key = ctx.user_key(user_id)
+    codec = ctx.codec(user_id)
     try:
         row = _store(ctx).get_policy(user_id)
     except Exception as exc:
@@ -48,13 +46,13 @@ def get_delivery_policy(request: ApiRequest, ctx: AppContext) -> ApiResponse:
     policy = None
     if row is not None:
         try:
-            policy = policy_from_stored(jsonio.loads(decrypt_from_storage(row.encrypted_policy, user_key)))
+            policy = policy_from_stored(jsonio.loads(codec.decrypt(row.encrypted_policy)))
         except (DecryptError, ValueError):
             logger.warning("stored delivery policy cannot be decrypted (master key changed?)")
     if policy is None:
-        return encrypted({"exists": False, "policy": EMPTY, "updatedAt": None}, user_key)
+        return encrypted({"exists": False, "policy": EMPTY, "updatedAt": None}, codec)
     assert row is not None
-    return encrypted({"exists": True, "policy": policy.as_wire(), "updatedAt": row.updated_at}, user_key)
+    return encrypted({"exists": True, "policy": policy.as_wire(), "updatedAt": row.updated_at}, codec)
 
 
 def delete_delivery_policy(request: ApiRequest, ctx: AppContext) -> ApiResponse:

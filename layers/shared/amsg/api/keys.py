@@ -17,7 +17,7 @@ from .common import authenticate
 def get_user_key(request: ApiRequest, ctx: AppContext) -> ApiResponse:
     authenticate(request, ctx)
     user_id = require_user_id(request)
-    return ok({"userKey": ctx.user_key(user_id), "version": 1})
+    return ok({"userKey": ctx.codec(user_id).key_hex, "version": 1})
 
 
 def vapid_public_key(request: ApiRequest, ctx: AppContext) -> ApiResponse:

@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from amsg.context import AppContext
-from amsg.crypto import compact_json, storage_size
+from amsg.crypto import UserCodec, compact_json, storage_size
 from amsg.domain.credentials import (
     CRED_PUT_BATCH_MAX,
     CRED_ROWS_PER_USER_MAX,
@@ -50,13 +50,13 @@ MAX_STORED_BATCH_CHARS = 3_500_000
 _CRED_ID_RULE = f"必须是 1–{CRED_ID_MAX_LENGTH} 字符、不含控制字符的字符串"
 
 
-def _body(request: ApiRequest, ctx: AppContext, **overrides: Any) -> tuple[str, str, dict[str, Any]]:
+def _body(request: ApiRequest, ctx: AppContext, **overrides: Any) -> tuple[str, UserCodec, dict[str, Any]]:
     opened = open_encrypted_body(request, ctx, **overrides)
-    return opened.user_id, opened.user_key, opened.body
+    return opened.user_id, opened.codec, opened.body
 
 
 def put_llm_credentials(request: ApiRequest, ctx: AppContext) -> ApiResponse:
-    user_id, user_key, body = _body(request, ctx)
+    user_id, codec, body = _body(request, ctx)
     credentials = body.get("credentials")
     if not isinstance(credentials, list) or not credentials:
         raise invalid_parameters(invalid=["credentials"], message="credentials 必须是非空数组")
@@ -95,12 +95,12 @@ def put_llm_credentials(request: ApiRequest, ctx: AppContext) -> ApiResponse:
         writes.append(
             CredentialWrite(
                 cred_id,
-                encrypt_cred_value(entry["value"], user_key),
-                owner=ownership.claim(user_key),
+                encrypt_cred_value(entry["value"], codec),
+                owner=ownership.claim(codec),
                 generation=ownership.generation,
             )
         )
-    upserted = store.upsert(user_id, writes, iso_from_ms(ctx.now_ms()))
+    upserted = store.upsert(user_id, writes, ctx.now_ms())
     return ok({"upserted": upserted})
 
 
@@ -120,7 +120,8 @@ def get_llm_credentials(request: ApiRequest, ctx: AppContext) -> ApiResponse:
     user_id = require_user_id(request)
     store = ctx.credentials
     rows = store.list(user_id)
-    return ok({"credentials": [{"credId": cred_id, "updatedAt": updated_at} for cred_id, updated_at in rows]})
+    listed = [{"credId": cred_id, "updatedAt": "" if at is None else iso_from_ms(at)} for cred_id, at in rows]
+    return ok({"credentials": listed})
 
 
 def delete_llm_credentials(request: ApiRequest, ctx: AppContext) -> ApiResponse:

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 from amsg.context import AppContext
-from amsg.crypto import decrypt_payload
 from amsg.domain.limits import can_be_task_uuid, canonical_task_uuid
 from amsg.domain.projection import parse_last_error, project_task
 from amsg.errors import api_error, invalid_parameters
 from amsg.http.gates import page_limit, parse_strict_int, require_query_id, require_user_id
 from amsg.http.request import ApiRequest
 from amsg.http.responses import ApiResponse, encrypted
+from amsg.timeutil import iso_from_ms
 
 from .common import authenticate
 
@@ -35,15 +35,13 @@ def list_messages(request: ApiRequest, ctx: AppContext) -> ApiResponse:
     rows = ctx.tasks.list_tasks(user_id)
     if status != "all":
         rows = [row for row in rows if row.status == status]
-    rows.sort(key=lambda row: (row.next_send_at, row.id))
+    rows.sort(key=lambda row: (row.next_send_at_ms, row.id))
     page = rows[offset : offset + limit]
-    user_key = ctx.user_key(user_id)
-    tasks = [
-        project_task(row, decrypt_payload(row.encrypted_payload, user_key), include_metadata=False) for row in page
-    ]
+    codec = ctx.codec(user_id)
+    tasks = [project_task(row, codec.decrypt_payload(row.encrypted_payload), include_metadata=False) for row in page]
     total = len(rows)
     pagination = {"total": total, "limit": limit, "offset": offset, "hasMore": offset + limit < total}
-    return encrypted({"tasks": tasks, "pagination": pagination}, user_key)
+    return encrypted({"tasks": tasks, "pagination": pagination}, codec)
 
 
 def get_message(request: ApiRequest, ctx: AppContext) -> ApiResponse:
@@ -57,8 +55,9 @@ def get_message(request: ApiRequest, ctx: AppContext) -> ApiResponse:
         raise api_error(
             "TASK_ALREADY_COMPLETED", details={"status": row.status, "lastError": parse_last_error(row.last_error)}
         )
-    user_key = ctx.user_key(user_id)
-    task = project_task(row, decrypt_payload(row.encrypted_payload, user_key), include_metadata=True)
-    if row.deferred_until and row.retry_after == row.deferred_until:
-        task["deferredUntil"] = row.deferred_until  # held back by the user's quiet hours or a frequency cap
-    return encrypted({"task": task}, user_key)
+    codec = ctx.codec(user_id)
+    task = project_task(row, codec.decrypt_payload(row.encrypted_payload), include_metadata=True)
+    if row.deferred_until_ms is not None and row.retry_after_ms == row.deferred_until_ms:
+        # held back by the user's quiet hours or a frequency cap
+        task["deferredUntil"] = iso_from_ms(row.deferred_until_ms)
+    return encrypted({"task": task}, codec)

@@ -12,7 +12,7 @@ from typing import Any
 
 from amsg import jsonio
 from amsg.context import AppContext
-from amsg.crypto import DecryptError, compact_json, decrypt_from_storage
+from amsg.crypto import DecryptError, UserCodec, compact_json
 from amsg.domain.jsvalues import is_well_formed, js_trim
 from amsg.domain.limits import bounded_cursor
 from amsg.errors import api_error
@@ -53,14 +53,14 @@ def list_outbox(request: ApiRequest, ctx: AppContext) -> ApiResponse:
         error=api_error("INVALID_OUTBOX_LIMIT"),
     )
 
-    user_key = ctx.user_key(user_id)
+    codec = ctx.codec(user_id)
     rows: list[OutboxRow] = store.list_unacked(user_id, bounded_cursor(since), limit, ctx.now_ms())
     entries: list[dict[str, Any]] = []
     cursor = since
     budget = MAX_PAGE_PLAINTEXT_BYTES
     cut_short = False
     for row in rows:
-        push = _decrypt_push(row, user_key)
+        push = _decrypt_push(row, codec)
         if push is not None:
             entry = {
                 "id": row.id,
@@ -82,15 +82,15 @@ def list_outbox(request: ApiRequest, ctx: AppContext) -> ApiResponse:
         # rows that fail to decrypt are skipped but still advance the cursor
         cursor = max(cursor, row.id)
     has_more = cut_short or len(rows) == limit
-    return encrypted({"entries": entries, "cursor": cursor, "hasMore": has_more}, user_key)
+    return encrypted({"entries": entries, "cursor": cursor, "hasMore": has_more}, codec)
 
 
-def _decrypt_push(row: OutboxRow, user_key: str) -> Any:
+def _decrypt_push(row: OutboxRow, codec: UserCodec) -> Any:
     if row.encrypted_push is None:
         logger.warning("outbox row payload incomplete (skipped)", extra={"outbox_id": row.id})
         return None
     try:
-        return jsonio.loads(decrypt_from_storage(row.encrypted_push, user_key))
+        return jsonio.loads(codec.decrypt(row.encrypted_push))
     except (DecryptError, ValueError):
         logger.warning("outbox row cannot be decrypted (skipped)", extra={"outbox_id": row.id})
         return None

@@ -6,7 +6,7 @@ from typing import Any
 
 from amsg import jsonio
 from amsg.context import AppContext
-from amsg.crypto import DecryptError, compact_json, decrypt_from_storage, encrypt_for_storage
+from amsg.crypto import DecryptError, compact_json
 from amsg.domain.limits import is_epoch_ms
 from amsg.domain.subscription import normalize_subscription
 from amsg.errors import api_error
@@ -27,7 +27,7 @@ def _positive_int(value: Any) -> int | None:
 
 def put_push_subscription(request: ApiRequest, ctx: AppContext) -> ApiResponse:
     opened = open_encrypted_body(request, ctx)
-    user_id, user_key, body = opened.user_id, opened.user_key, opened.body
+    user_id, codec, body = opened.user_id, opened.codec, opened.body
     subscription = normalize_subscription(body.get("subscription"))
     updated_at = ctx.now_ms()
     if body.get("updatedAt") is not None:
@@ -35,9 +35,7 @@ def put_push_subscription(request: ApiRequest, ctx: AppContext) -> ApiResponse:
         if given is None:
             raise api_error("INVALID_UPDATED_AT")
         updated_at = given
-    ctx.subscriptions.put_push_subscription(
-        user_id, encrypt_for_storage(compact_json(subscription), user_key), updated_at
-    )
+    ctx.subscriptions.put_push_subscription(user_id, codec.encrypt(compact_json(subscription)), updated_at)
     return ok({"updatedAt": updated_at})
 
 
@@ -53,7 +51,7 @@ def get_push_subscription(request: ApiRequest, ctx: AppContext) -> ApiResponse:
     if row is None:
         return absent
     try:
-        subscription = jsonio.loads(decrypt_from_storage(row.encrypted_subscription, ctx.user_key(user_id)))
+        subscription = jsonio.loads(ctx.codec(user_id).decrypt(row.encrypted_subscription))
     except (DecryptError, ValueError):
         logger.warning("stored push subscription cannot be decrypted (master key changed?)")
         return absent

@@ -6,7 +6,7 @@ from collections.abc import Callable
 from typing import Any
 
 from amsg.context import AppContext
-from amsg.crypto import compact_json, encrypt_for_storage
+from amsg.crypto import compact_json
 from amsg.domain.limits import canonical_task_uuid
 from amsg.domain.ownership import GUARD_FIELD, ownership_of
 from amsg.domain.validation import (
@@ -29,7 +29,7 @@ from .instant_budget import check_instant_text
 
 def schedule_message(request: ApiRequest, ctx: AppContext) -> ApiResponse:
     opened = open_encrypted_body(request, ctx)
-    user_id, user_key, payload = opened.user_id, opened.user_key, opened.body
+    user_id, codec, payload = opened.user_id, opened.codec, opened.body
     now_ms = ctx.now_ms()
     req = validate_schedule_payload(payload, now_ms=now_ms)
     _canonical_uuids(req)
@@ -63,17 +63,15 @@ def schedule_message(request: ApiRequest, ctx: AppContext) -> ApiResponse:
         if missing:
             raise api_error("VAPID_CONFIG_ERROR", details={"missingKeys": missing})
 
-    next_send_at = iso_from_ms(req.next_send_at_ms)
-    now_iso = iso_from_ms(now_ms)
     task = NewTask(
         user_id=user_id,
         uuid=req.uuid,
-        encrypted_payload=encrypt_for_storage(text, user_key),
+        encrypted_payload=codec.encrypt(text),
         message_type=req.message_type,
-        next_send_at=next_send_at,
-        now_iso=now_iso,
+        next_send_at_ms=req.next_send_at_ms,
+        now_ms=now_ms,
         correlation_id=logger.get_correlation_id(),  # the API Gateway request id: run_task logs carry it
-        owner=ownership.claim(user_key),
+        owner=ownership.claim(codec),
     )
     try:
         created = ctx.tasks.create_task(task, req.supersedes_uuid, prepared=prepared)
@@ -92,9 +90,9 @@ def schedule_message(request: ApiRequest, ctx: AppContext) -> ApiResponse:
         "id": created.id,
         "uuid": req.uuid,
         "contactName": stored["contactName"],
-        "nextSendAt": next_send_at,
+        "nextSendAt": iso_from_ms(req.next_send_at_ms),
         "status": "pending",
-        "createdAt": now_iso,
+        "createdAt": iso_from_ms(now_ms),
     }
     if req.supersedes_uuid is not None:
         data["superseded"] = created.superseded

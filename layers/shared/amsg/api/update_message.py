@@ -4,7 +4,7 @@ conditionally (pending; plus no live lease when the occurrence moves)."""
 from __future__ import annotations
 
 from amsg.context import AppContext
-from amsg.crypto import compact_json, decrypt_payload, encrypt_for_storage
+from amsg.crypto import compact_json
 from amsg.domain.limits import can_be_task_uuid, canonical_task_uuid
 from amsg.domain.update_validation import validate_update_patch
 from amsg.domain.validation import MAX_TASK_PAYLOAD_BYTES, payload_too_large_error
@@ -33,10 +33,10 @@ def update_message(request: ApiRequest, ctx: AppContext) -> ApiResponse:
     user_id = require_user_id(request)
     require_payload_encrypted(request)
     require_encryption_version(request)
-    user_key = ctx.user_key(user_id)
+    codec = ctx.codec(user_id)
     raw_patch = decrypt_request_object(
         request,
-        user_key,
+        codec,
         bad_json=api_error("DECRYPTION_FAILED"),
         not_object=api_error("INVALID_UPDATE_DATA"),
     )
@@ -52,7 +52,7 @@ def update_message(request: ApiRequest, ctx: AppContext) -> ApiResponse:
             raise api_error("TASK_NOT_FOUND")
         if row.status != "pending":
             raise api_error("TASK_ALREADY_COMPLETED")
-        stored = decrypt_payload(row.encrypted_payload, user_key)
+        stored = codec.decrypt_payload(row.encrypted_payload)
         cred_refs = stored.get("credRefs")
         if patch.inline_credential_keys and isinstance(cred_refs, dict) and cred_refs.get("chat"):
             raise api_error("TASK_USES_CRED_REFS", details={"invalidFields": patch.inline_credential_keys})
@@ -62,27 +62,27 @@ def update_message(request: ApiRequest, ctx: AppContext) -> ApiResponse:
         new_size = len(text.encode("utf-8"))
         if new_size > MAX_TASK_PAYLOAD_BYTES and new_size > old_size:
             raise payload_too_large_error(new_size)
-        next_send_at = iso_from_ms(patch.next_send_at_ms) if patch.next_send_at_ms is not None else None
-        moves = next_send_at is not None and next_send_at != row.next_send_at
+        next_send_at_ms = patch.next_send_at_ms
+        moves = next_send_at_ms is not None and next_send_at_ms != row.next_send_at_ms
         updated_at = ctx.tasks.update_pending_task(
             user_id,
             task_uuid,
-            encrypted_payload=encrypt_for_storage(text, user_key),
-            next_send_at=next_send_at if moves else None,
-            now_iso=iso_from_ms(ctx.now_ms()),
+            encrypted_payload=codec.encrypt(text),
+            next_send_at_ms=next_send_at_ms if moves else None,
+            now_ms=ctx.now_ms(),
             expected_rev=row.rev,
             owner=row.owner,  # the task's owner guards its updates; an update never changes it
             # a payload-only edit keeps a quiet-hours/cap deferral; moving the occurrence ends it
-            keep_deferral=bool(row.deferred_until) and row.retry_after == row.deferred_until,
+            keep_deferral=row.deferred_until_ms is not None and row.retry_after_ms == row.deferred_until_ms,
         )
         if updated_at is not None:
             applied_keys = set(applied) | ({"nextSendAt"} if moves else set())
             updated_fields = [key for key in raw_patch if key in applied_keys]
-            return ok({"uuid": task_uuid, "updatedFields": updated_fields, "updatedAt": updated_at})
+            return ok({"uuid": task_uuid, "updatedFields": updated_fields, "updatedAt": iso_from_ms(updated_at)})
         fresh = ctx.tasks.get_task(user_id, task_uuid)
         if fresh is not None and fresh.status == "pending" and fresh.rev != row.rev:
             continue  # the payload changed under us: merge again
-        if next_send_at is not None and fresh is not None and fresh.status == "pending":
+        if next_send_at_ms is not None and fresh is not None and fresh.status == "pending":
             raise api_error("TASK_IN_FLIGHT")
         raise api_error("UPDATE_CONFLICT")
     raise api_error("UPDATE_CONFLICT")

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from amsg import jsonio
-from amsg.crypto import DecryptError, decrypt_from_storage, encrypt_for_storage
+from amsg.crypto import DecryptError, UserCodec
 from amsg.domain.jsvalues import is_plain_object, is_positive_integer, js_trim, utf16_len
 from amsg.domain.ownership import Ownership
 from amsg.errors import PartialWriteError
@@ -167,7 +167,7 @@ def validate_entry(
 def write_entries(
     store: ClientStateStore,
     user_id: str,
-    user_key: str,
+    codec: UserCodec,
     entries: Sequence[StateEntry],
     now_ms: int,
     *,
@@ -185,10 +185,10 @@ def write_entries(
         StateWrite(
             namespace=e.namespace,
             key=e.key,
-            value=None if e.value is None else encrypt_for_storage(e.value, user_key),
+            value=None if e.value is None else codec.encrypt(e.value),
             guard=e.guard(now_ms),
             plain_bytes=0 if e.value is None else len(e.value.encode("utf-8")),
-            owner=e.ownership.claim(user_key) if e.ownership else None,
+            owner=e.ownership.claim(codec) if e.ownership else None,
             generation=e.ownership.generation if e.ownership else 0,
         )
         for e in entries
@@ -203,12 +203,12 @@ def write_entries(
         raise PartialWriteError([entries[i].index for i in exc.applied], exc.cause) from exc.cause
 
 
-def read_namespace(store: ClientStateStore, user_id: str, user_key: str, namespace: str) -> list[dict[str, Any]]:
+def read_namespace(store: ClientStateStore, user_id: str, codec: UserCodec, namespace: str) -> list[dict[str, Any]]:
     """``[{namespace, key, value, updatedAt}]`` ordered by key (UTF-8 byte order = code point order)."""
     out = []
     for row in store.get_namespace(user_id, namespace):
         try:
-            value = decrypt_from_storage(row.value, user_key)
+            value = codec.decrypt(row.value)
         except DecryptError as exc:
             raise StateValueUnreadable("stored client state value cannot be decrypted") from exc
         out.append({"namespace": row.namespace, "key": row.key, "value": value, "updatedAt": row.updated_at})

@@ -10,7 +10,7 @@ from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
 from amsg import jsonio
-from amsg.crypto import DecryptError, compact_json, decrypt_from_storage, encrypt_for_storage
+from amsg.crypto import DecryptError, UserCodec, compact_json
 from amsg.domain.jsvalues import is_header_safe, is_plain_object, utf16_len
 
 CRED_VALUE_FIELDS = ("apiUrl", "apiKey", "primaryModel")
@@ -34,19 +34,19 @@ def cred_value_error(value: Any) -> str | None:
     return None
 
 
-def encrypt_cred_value(value: Mapping[str, Any], user_key: str) -> str:
+def encrypt_cred_value(value: Mapping[str, Any], codec: UserCodec) -> str:
     """Storage ciphertext of the compact JSON of the value as sent (extra fields are kept, like the reference)."""
-    return encrypt_for_storage(compact_json(value), user_key)
+    return codec.encrypt(compact_json(value))
 
 
-def resolve_cred_value(encrypted_value: Any, user_key: str) -> dict[str, Any] | None:
+def resolve_cred_value(encrypted_value: Any, codec: UserCodec) -> dict[str, Any] | None:
     """Decrypt a stored credential (``resolveLlmCredential``): a new ``{apiUrl, apiKey, primaryModel}`` dict, or
     None when the ciphertext is missing/empty, cannot be decrypted (e.g. the master key changed), is not JSON, or
     is not an object. Completeness is judged by the caller (:func:`amsg.domain.llm.resolve_chat_credentials`)."""
     if not isinstance(encrypted_value, str) or not encrypted_value:
         return None
     try:
-        parsed = jsonio.loads(decrypt_from_storage(encrypted_value, user_key))
+        parsed = jsonio.loads(codec.decrypt(encrypted_value))
     except (DecryptError, ValueError):
         return None
     if not isinstance(parsed, dict):
@@ -59,15 +59,15 @@ class _ValueReader(Protocol):
 
 
 def make_credential_lookup(
-    store: _ValueReader | None, user_id: str, user_key: str
+    store: _ValueReader | None, user_id: str, codec: UserCodec
 ) -> Callable[[str], dict[str, Any] | None] | None:
     """A :data:`amsg.domain.llm.CredentialLookup` over the store (None when the deployment has no store):
-    ``resolve_chat_credentials(payload, make_credential_lookup(ctx.credentials, user_id, user_key))``.
+    ``resolve_chat_credentials(payload, make_credential_lookup(ctx.credentials, user_id, codec))``.
     Store read errors propagate (the delivery then fails retryably)."""
     if store is None:
         return None
 
     def lookup(cred_id: str) -> dict[str, Any] | None:
-        return resolve_cred_value(store.get_values(user_id, [cred_id]).get(cred_id), user_key)
+        return resolve_cred_value(store.get_values(user_id, [cred_id]).get(cred_id), codec)
 
     return lookup

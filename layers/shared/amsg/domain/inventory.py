@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from amsg import jsonio
-from amsg.crypto import DecryptError, compact_json, decrypt_from_storage
+from amsg.crypto import DecryptError, UserCodec, compact_json
 from amsg.domain.jsvalues import is_plain_object
 from amsg.domain.ownership import GUARD_FIELD
 from amsg.ports import StoredResource
@@ -88,12 +88,12 @@ def _payload_kind(payload: Mapping[str, Any] | None) -> str | None:
     return None
 
 
-def _decrypt_json(text: str | None, user_key: str) -> tuple[Any, bool]:
+def _decrypt_json(text: str | None, codec: UserCodec) -> tuple[Any, bool]:
     """(value, readable): JSON if it parses, else the raw text; unreadable ciphertext is (None, False)."""
     if text is None:
         return None, True
     try:
-        plain = decrypt_from_storage(text, user_key)
+        plain = codec.decrypt(text)
     except (DecryptError, ValueError):
         return None, False
     try:
@@ -136,7 +136,7 @@ def _resolver_input(
 
 def build_inventory(
     user_id: str,
-    user_key: str,
+    codec: UserCodec,
     stored: Sequence[StoredResource],
     *,
     resolve_owner: OwnerResolver | None = None,
@@ -147,7 +147,7 @@ def build_inventory(
     task_payloads: dict[str, Mapping[str, Any]] = {}
     decoded: list[tuple[StoredResource, Any, bool]] = []
     for item in stored:
-        payload, readable = _decrypt_json(item.payload, user_key) if item.type in ("task", "outbox") else (None, True)
+        payload, readable = _decrypt_json(item.payload, codec) if item.type in ("task", "outbox") else (None, True)
         if not is_plain_object(payload):
             payload = None
         decoded.append((item, payload, readable))
@@ -158,7 +158,7 @@ def build_inventory(
 
     entries: list[Entry] = []
     for item, payload, readable in decoded:
-        meta, meta_readable = _decrypt_json(item.cloud_meta, user_key)
+        meta, meta_readable = _decrypt_json(item.cloud_meta, codec)
         meta = meta if is_plain_object(meta) else {}
         related = task_payloads.get(item.task_uuid or "") if item.type == "outbox" else None
         resolved: dict[str, Any] = {}

@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, TypeGuard
 
-from amsg.crypto import compact_json, encrypt_for_storage
+from amsg.crypto import UserCodec, compact_json
 from amsg.domain.jsvalues import is_plain_object
 from amsg.errors import CloudGuardError
 from amsg.ports import OwnerClaim
@@ -90,7 +90,7 @@ class Ownership:
     kind: str | None
     generation: int
 
-    def claim(self, user_key: str) -> OwnerClaim | None:
+    def claim(self, codec: UserCodec) -> OwnerClaim | None:
         """The adapter's view: owner reference, asserted generation and the encrypted ownership record."""
         if self.owner is None:
             return None
@@ -98,7 +98,7 @@ class Ownership:
         return OwnerClaim(
             ref=owner_ref(self.owner["type"], self.owner["id"]),
             generation=self.generation,
-            meta=encrypt_for_storage(compact_json(record), user_key),
+            meta=codec.encrypt(compact_json(record)),
         )
 
     def guard_field(self) -> dict[str, Any] | None:

@@ -11,6 +11,7 @@ from typing import Any
 from amsg import jsonio
 from amsg.domain.jsvalues import is_plain_object
 from amsg.ports import TaskRow
+from amsg.timeutil import iso_from_ms
 
 
 def parse_last_error(text: str | None) -> Any:
@@ -27,6 +28,10 @@ def parse_last_error(text: str | None) -> Any:
         return {"reason": text}
 
 
+def _iso(ms: int | None) -> str | None:
+    return iso_from_ms(ms) if ms else None  # the wire's ISO text; a task without the time shows null
+
+
 def project_task(row: TaskRow, payload: dict[str, Any], *, include_metadata: bool) -> dict[str, Any]:
     """Row + decrypted payload → TaskProjection, keys in the reference's order."""
     payload = payload if is_plain_object(payload) else {}
@@ -38,14 +43,14 @@ def project_task(row: TaskRow, payload: dict[str, Any], *, include_metadata: boo
         "contactName": payload.get("contactName"),
         "messageType": row.message_type or payload.get("messageType"),
         "messageSubtype": payload.get("messageSubtype"),
-        "nextSendAt": row.next_send_at or None,
+        "nextSendAt": _iso(row.next_send_at_ms),
         # Decision 6: a payload without recurrenceType is a one-shot.
         "recurrenceType": payload.get("recurrenceType") or "none",
         "tzId": payload.get("tzId"),
         "status": row.status,
         "retryCount": row.retry_count or 0,
-        "createdAt": row.created_at or None,
-        "updatedAt": row.updated_at or None,
+        "createdAt": _iso(row.created_at_ms),
+        "updatedAt": _iso(row.updated_at_ms),
         "charId": metadata.get("charId"),
         "clientTaskId": metadata.get("amsgClientTaskId"),
         "credRefs": payload.get("credRefs"),

@@ -26,7 +26,7 @@ from typing import Any
 
 from amsg import jsonio
 from amsg.context import AppContext
-from amsg.crypto import compact_json, decrypt_from_storage, encrypt_for_storage
+from amsg.crypto import UserCodec, compact_json
 from amsg.domain.inventory import Entry, OwnerResolver, build_inventory, resource_id
 from amsg.domain.ownership import owner_ref
 from amsg.errors import LeaseLost, OwnerChanged
@@ -63,12 +63,10 @@ def backoff_ms(attempts: int) -> int:
     return min(BACKOFF_CAP_MS, BACKOFF_BASE_MS * 2**attempts)
 
 
-def inventory(ctx: AppContext, user_id: str, user_key: str) -> tuple[list[Entry], dict[str, StoredResource], bool]:
+def inventory(ctx: AppContext, user_id: str, codec: UserCodec) -> tuple[list[Entry], dict[str, StoredResource], bool]:
     assert ctx.cloud_data is not None
     listing = ctx.cloud_data.list_resources(user_id)
-    entries = build_inventory(
-        user_id, user_key, listing.resources, resolve_owner=owner_resolver(ctx), gaps=listing.gaps
-    )
+    entries = build_inventory(user_id, codec, listing.resources, resolve_owner=owner_resolver(ctx), gaps=listing.gaps)
     stored = {resource_id(user_id, r.type, r.identity): r for r in listing.resources}
     return entries, stored, not listing.gaps
 
@@ -93,37 +91,37 @@ def deletion_order(entry_type: str, rid: str) -> tuple[bool, str]:
     return entry_type == "task", rid
 
 
-def load(ctx: AppContext, user_id: str, user_key: str, operation_id: str) -> dict[str, Any] | None:
+def load(ctx: AppContext, user_id: str, codec: UserCodec, operation_id: str) -> dict[str, Any] | None:
     assert ctx.cloud_data is not None
     stored = ctx.cloud_data.get_record(user_id, KIND, operation_id, now_ms=ctx.now_ms())
-    return jsonio.loads(decrypt_from_storage(stored, user_key)) if stored is not None else None
+    return jsonio.loads(codec.decrypt(stored)) if stored is not None else None
 
 
-def create(ctx: AppContext, user_id: str, user_key: str, operation: dict[str, Any]) -> None:
+def create(ctx: AppContext, user_id: str, codec: UserCodec, operation: dict[str, Any]) -> None:
     """Store a new operation, due at once (so the tick finishes it even if its request dies)."""
     assert ctx.cloud_data is not None
     now = ctx.now_ms()
-    data = encrypt_for_storage(compact_json(operation), user_key)
+    data = codec.encrypt(compact_json(operation))
     ctx.cloud_data.put_record(user_id, KIND, operation["id"], data, now_ms=now, ttl_s=None, work_at=now)
 
 
-def advance(ctx: AppContext, user_id: str, user_key: str, operation_id: str) -> dict[str, Any] | None:
+def advance(ctx: AppContext, user_id: str, codec: UserCodec, operation_id: str) -> dict[str, Any] | None:
     """One step of the operation under its lease; returns the operation as it then stands (the stored copy,
     unchanged, when it is finished, backing off, or leased by another worker). Raises LeaseLost when the lease
     was lost mid-step (nothing more was written)."""
     assert ctx.cloud_data is not None
     store = ctx.cloud_data
     now = ctx.now_ms()
-    operation = load(ctx, user_id, user_key, operation_id)
+    operation = load(ctx, user_id, codec, operation_id)
     if operation is None or operation["status"] in ("completed", "failed") or operation["nextAttemptAt"] > now:
         return operation
     token = str(uuid_lib.uuid4())
     if not store.claim_record(user_id, KIND, operation_id, token, now_ms=now, lease_ms=LEASE_MS):
         return operation
-    operation = load(ctx, user_id, user_key, operation_id)  # authoritative, read under the lease
+    operation = load(ctx, user_id, codec, operation_id)  # authoritative, read under the lease
     if operation is None:
         return None
-    step = _Step(ctx, user_id, user_key, operation, token)
+    step = _Step(ctx, user_id, codec, operation, token)
     try:
         if operation["status"] not in ("completed", "failed"):
             operation["status"] = "running"
@@ -165,9 +163,9 @@ def advance(ctx: AppContext, user_id: str, user_key: str, operation_id: str) -> 
 class _Step:
     """One bounded step of one operation, every write fenced by the lease token."""
 
-    def __init__(self, ctx: AppContext, user_id: str, user_key: str, op: dict[str, Any], token: str) -> None:
+    def __init__(self, ctx: AppContext, user_id: str, codec: UserCodec, op: dict[str, Any], token: str) -> None:
         assert ctx.cloud_data is not None and ctx.owners is not None
-        self.ctx, self.user_id, self.user_key, self.op, self.token = ctx, user_id, user_key, op, token
+        self.ctx, self.user_id, self.codec, self.op, self.token = ctx, user_id, codec, op, token
         self.store = ctx.cloud_data
         self.owners = ctx.owners
 
@@ -179,7 +177,7 @@ class _Step:
         return LeasedWrite(
             kind=KIND,
             record_id=record["id"],
-            data=encrypt_for_storage(compact_json(record), self.user_key),
+            data=self.codec.encrypt(compact_json(record)),
             token=self.token,
             now_ms=self.ctx.now_ms(),
             lease_ms=LEASE_MS,
@@ -195,7 +193,7 @@ class _Step:
             self._purge()
 
     def _inventory(self) -> tuple[list[Entry], dict[str, StoredResource]]:
-        entries, stored, complete = inventory(self.ctx, self.user_id, self.user_key)
+        entries, stored, complete = inventory(self.ctx, self.user_id, self.codec)
         if not complete:
             raise CleanupStepError("CLOUD_INVENTORY_INCOMPLETE")
         return entries, stored
@@ -293,7 +291,7 @@ def resume_due(ctx: AppContext, remaining_ms: Callable[[], int]) -> dict[str, in
         if remaining_ms() < TICK_MARGIN_MS:
             break
         try:
-            advance(ctx, user_id, ctx.user_key(user_id), operation_id)
+            advance(ctx, user_id, ctx.codec(user_id), operation_id)
             advanced += 1
         except Exception as exc:  # logged without content; the record stays due and is retried
             failed += 1

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from amsg.context import AppContext
-from amsg.crypto import DecryptError, StoredPayloadUnreadable, decrypt_from_storage, decrypt_payload
+from amsg.crypto import DecryptError, StoredPayloadUnreadable, UserCodec
 from amsg.domain.credentials import make_credential_lookup
 from amsg.domain.llm import build_llm_request, resolve_chat_credentials
 from amsg.domain.splitting import split_message
@@ -37,7 +37,7 @@ from amsg.failures import ClaimTaken, DeliveryFailure, PushSendError
 from amsg.hooks import Hooks, load_hooks, task_view
 from amsg.observability import logger, record_delivery_latency
 from amsg.ports import APPEND_FALLBACK, CapReached, TaskRow
-from amsg.timeutil import iso_from_ms, parse_iso_ms
+from amsg.timeutil import iso_from_ms
 
 
 @dataclass
@@ -52,40 +52,40 @@ def deliver_claimed(ctx: AppContext, row: TaskRow, summary: DeliverySummary, env
     Returns the outcome on success, None otherwise. Raises only for infrastructure errors that happened before
     the outcome was written (the caller then lets SQS redeliver; the fencing keeps that safe).
     """
-    user_key = ctx.user_key(row.user_id)
-    payload = _payload_to_fire(ctx, row, user_key, summary, env)
+    codec = ctx.codec(row.user_id)
+    payload = _payload_to_fire(ctx, row, codec, summary, env)
     if payload is None:
         return None
     try:
-        outcome = process_occurrence(ctx, row, payload, user_key, env)
+        outcome = process_occurrence(ctx, row, payload, codec, env)
     except Exception as exc:
-        _record_failed_run(ctx, row, payload, user_key, exc, summary, env)
+        _record_failed_run(ctx, row, payload, codec, exc, summary, env)
         return None
-    if outcome.deferred_until is not None:
+    if outcome.deferred_until_ms is not None:
         if _may_write(ctx, row, env, summary):
-            defer_task(ctx, row, payload, user_key, outcome.deferred_until, summary, policy=outcome.policy_deferred)
+            defer_task(ctx, row, payload, codec, outcome.deferred_until_ms, summary, policy=outcome.policy_deferred)
         return None
     if outcome.redelivered:
         summary.redelivered.append({"taskId": row.id, "pushedCount": outcome.pushed})
     if outcome.reasoning_error:
         summary.reasoning_skipped.append({"taskId": row.id, "reason": outcome.reasoning_error})
     if finalize_success(ctx, row, payload, summary, outcome.unmarked):
-        record_delivery_latency(row.next_send_at, row.deferred_until, ctx.now_ms(), outcome.pushed)
+        record_delivery_latency(row.next_send_at_ms, row.deferred_until_ms, ctx.now_ms(), outcome.pushed)
         return outcome
     return None
 
 
 def _payload_to_fire(
-    ctx: AppContext, row: TaskRow, user_key: str, summary: DeliverySummary, env: DeliveryEnv
+    ctx: AppContext, row: TaskRow, codec: UserCodec, summary: DeliverySummary, env: DeliveryEnv
 ) -> dict[str, Any] | None:
     """The task's payload when this occurrence may fire; None after settling a task that must not (unreadable
     payload, retired owner, too late)."""
     now = ctx.now_ms()
     try:
-        payload: dict[str, Any] = decrypt_payload(row.encrypted_payload, user_key)
+        payload: dict[str, Any] = codec.decrypt_payload(row.encrypted_payload)
     except StoredPayloadUnreadable:
         if _may_write(ctx, row, env, summary):
-            fail_task(ctx, row, None, user_key, DeliveryFailure("任务载荷解密失败"), summary, env)
+            fail_task(ctx, row, None, codec, DeliveryFailure("任务载荷解密失败"), summary, env)
         return None
     owner = row.owner
     if (
@@ -98,7 +98,7 @@ def _payload_to_fire(
         return None
     if is_stale(row, now, ctx.settings.stale_after_ms):
         if _may_write(ctx, row, env, summary):
-            settle_stale(ctx, row, payload, user_key, summary)
+            settle_stale(ctx, row, payload, codec, summary)
         return None
     return payload
 
@@ -107,7 +107,7 @@ def _record_failed_run(
     ctx: AppContext,
     row: TaskRow,
     payload: dict[str, Any],
-    user_key: str,
+    codec: UserCodec,
     exc: Exception,
     summary: DeliverySummary,
     env: DeliveryEnv,
@@ -125,14 +125,14 @@ def _record_failed_run(
         cancel_retired(ctx, row, summary)
     elif isinstance(exc, CapReached):  # the first push found a cap full: nothing was pushed, the batch is outboxed
         if _may_write(ctx, row, env, summary):
-            defer_task(ctx, row, payload, user_key, iso_from_ms(exc.until_ms), summary, policy=True)
+            defer_task(ctx, row, payload, codec, exc.until_ms, summary, policy=True)
     elif env.lease_lost():
         record_cancelled(ctx, row, summary, "cancelled_mid_delivery")
     else:
         if not isinstance(exc, (DeliveryFailure, PushSendError)):
             logger.warning("delivery step failed", extra={"error": type(exc).__name__})
         if _may_write(ctx, row, env, summary):
-            fail_task(ctx, row, payload, user_key, exc, summary, env)
+            fail_task(ctx, row, payload, codec, exc, summary, env)
 
 
 def _may_write(ctx: AppContext, row: TaskRow, env: DeliveryEnv, summary: DeliverySummary) -> bool:
@@ -172,25 +172,25 @@ def needs_llm(payload: dict[str, Any]) -> bool:
 
 
 def process_occurrence(
-    ctx: AppContext, row: TaskRow, payload: dict[str, Any], user_key: str, env: DeliveryEnv
+    ctx: AppContext, row: TaskRow, payload: dict[str, Any], codec: UserCodec, env: DeliveryEnv
 ) -> Outcome:
-    occurrence = Occurrence(row.id, row.uuid, parse_iso_ms(row.next_send_at))
+    occurrence = Occurrence(row.id, row.uuid, row.next_send_at_ms or None)
     hooks = load_hooks(ctx.settings.hooks_module)
     agentic = hooks.agentic and needs_llm(payload)
     # the task records the occurrence whose batch is in the outbox, so a first attempt needs no lookup
-    known = row.outbox_occurrence is not None and row.outbox_occurrence == row.next_send_at
-    entries = _committed_batch(ctx, row, occurrence, user_key) if known or agentic else None
+    known = row.outbox_occurrence_ms is not None and row.outbox_occurrence_ms == row.next_send_at_ms
+    entries = _committed_batch(ctx, row, occurrence, codec) if known or agentic else None
     # the user's quiet hours and caps come first, before the host's on_before_fire and any LLM call
     policy = before_fire(
         ctx,
         row,
         payload,
-        user_key,
+        codec,
         check_caps=not any(entry.done for entry in entries or ()),
         prefetched=env.prefetched_policy,
     )
     if policy.defer_until_ms is not None:
-        return Outcome(deferred_until=iso_from_ms(policy.defer_until_ms), policy_deferred=True)
+        return Outcome(deferred_until_ms=policy.defer_until_ms, policy_deferred=True)
     if entries is not None:
         # a batch already in the outbox (a redelivery, a fire deferred by a cap): no append will adopt the
         # claim, so take it now, before any push claim or cap charge (a duplicate run stops here)
@@ -202,11 +202,11 @@ def process_occurrence(
         if agentic:
             _adopt_now(ctx, row, env)  # a chain of LLM rounds and tools: hold the run lease from the start
 
-            fired = AgenticFire(ctx, row, payload, user_key, env, hooks).run()
+            fired = AgenticFire(ctx, row, payload, codec, env, hooks).run()
             if fired is not None:
                 return fired
         pushes = _generate_counted(ctx, row, payload, occurrence, env, hooks)
-        fresh = _append_fresh(ctx, row, payload, user_key, occurrence, pushes, env)
+        fresh = _append_fresh(ctx, row, payload, codec, occurrence, pushes, env)
         entries, outcome.redelivered = fresh.entries, fresh.redelivered
     outcome.messages_sent = sum(1 for entry in entries if entry.push.get("messageKind") == "content")
     pending = [entry for entry in entries if not entry.done and should_push(entry.push, outboxed=True)]
@@ -218,7 +218,7 @@ def process_occurrence(
         raise fresh.subscription_error
     subscription = fresh.subscription
     if subscription is None:
-        subscription = resolve_subscription(ctx, row, payload, user_key, env)
+        subscription = resolve_subscription(ctx, row, payload, codec, env)
     _push_pending(ctx, row, pending, subscription, env, fresh.claimed_first, outcome)
     return outcome
 
@@ -243,7 +243,11 @@ def _generate_counted(
     except Exception as exc:
         if hooks.max_generation_retries is not None and not hasattr(exc, "retry_limit"):
             view = task_view(
-                payload, task_id=row.id, uuid=row.uuid, next_send_at=row.next_send_at, retry_count=row.retry_count
+                payload,
+                task_id=row.id,
+                uuid=row.uuid,
+                next_send_at=iso_from_ms(row.next_send_at_ms),
+                retry_count=row.retry_count,
             )
             exc.retry_limit = generation_limit(ctx, hooks, view)  # type: ignore[attr-defined]
         raise
@@ -253,7 +257,7 @@ def _append_fresh(
     ctx: AppContext,
     row: TaskRow,
     payload: dict[str, Any],
-    user_key: str,
+    codec: UserCodec,
     occurrence: Occurrence,
     pushes: list[dict[str, Any]],
     env: DeliveryEnv,
@@ -262,13 +266,13 @@ def _append_fresh(
     first = next((push["messageId"] for push in pushes if should_push(push, outboxed=True)), None)
     if first is not None and env.push_sender is not None:
         try:
-            fresh.subscription = resolve_subscription(ctx, row, payload, user_key, env)
+            fresh.subscription = resolve_subscription(ctx, row, payload, codec, env)
         except DeliveryFailure as exc:
             fresh.subscription_error = exc  # raised after the append: the batch still reaches the outbox
     # the first push is claimed with the append unless the user's caps must be charged with its claim
     claim = first if fresh.subscription is not None and not env.lease_lost() and not env.cap_charges else None
     fresh.entries, fresh.claimed_first, fresh.redelivered = _append_new_batch(
-        ctx, row, occurrence, pushes, user_key, env, claim
+        ctx, row, occurrence, pushes, codec, env, claim
     )
     return fresh
 
@@ -323,13 +327,12 @@ def _adopt_now(ctx: AppContext, row: TaskRow, env: DeliveryEnv) -> None:
     """Adopt the tick's claim with the run lease now (instead of in the append transaction)."""
     if env.adopt_lease is None:
         return
-    now_iso = iso_from_ms(ctx.now_ms())
     adopted = ctx.claims.adopt_claim(
-        row.user_id, row.uuid, row.claim_version, row.next_send_at, env.adopt_lease(), env.owner, now_iso
+        row.user_id, row.uuid, row.claim_version, row.next_send_at_ms, env.adopt_lease(), env.owner, ctx.now_ms()
     )
     if adopted is None:
         raise Cancelled("cancelled_mid_delivery")
-    row.lease_until = adopted.lease_until
+    row.lease_until_ms = adopted.lease_until_ms
     env.adopt_lease = None
 
 
@@ -338,7 +341,7 @@ def _append_new_batch(
     row: TaskRow,
     occurrence: Occurrence,
     pushes: list[dict[str, Any]],
-    user_key: str,
+    codec: UserCodec,
     env: DeliveryEnv,
     claim: str | None,
 ) -> tuple[list[_Entry], bool, bool]:
@@ -347,12 +350,12 @@ def _append_new_batch(
     One transaction appends the rows, adopts the claim and records the occurrence; when that does not apply
     (a batch too large for one transaction, or rows of this occurrence already there from an earlier
     version) the batch found in the outbox is used, else the outbox's general append."""
-    rows = outbox_rows(ctx, row, pushes, user_key)
+    rows = outbox_rows(ctx, row, pushes, codec)
     result = ctx.claims.append_batch(
         row,
         rows,
         now_ms=ctx.now_ms(),
-        lease_until=env.adopt_lease() if env.adopt_lease is not None else None,
+        lease_until_ms=env.adopt_lease() if env.adopt_lease is not None else None,
         owner=env.owner,
         claim_first=claim,
         outbox_seq=env.outbox_seq,
@@ -364,10 +367,10 @@ def _append_new_batch(
         env.adopt_lease = None  # the append adopted the claim: this run holds it now
         return fresh, claim is not None, False
     _adopt_now(ctx, row, env)  # rows from an earlier run: adopt on our own before working them
-    committed = _committed_batch(ctx, row, occurrence, user_key)
+    committed = _committed_batch(ctx, row, occurrence, codec)
     if committed is not None:
         return committed, False, True
-    append_batch(ctx, row, pushes, user_key)
+    append_batch(ctx, row, pushes, codec)
     return fresh, False, False
 
 
@@ -381,7 +384,7 @@ def _generate(
         if not isinstance(content, str) or not content:
             raise DeliveryFailure("Invalid message configuration: no content source available")
     elif message_type in ("prompted", "auto", "instant"):
-        lookup = make_credential_lookup(ctx.credentials, row.user_id, ctx.user_key(row.user_id))
+        lookup = make_credential_lookup(ctx.credentials, row.user_id, ctx.codec(row.user_id))
         credentials = resolve_chat_credentials(payload, lookup)
         has_prompt = bool(payload.get("completePrompt")) or (
             isinstance(payload.get("messages"), list) and bool(payload["messages"])
@@ -405,7 +408,7 @@ def _generate(
     return pushes + content_pushes(payload, occurrence, segments, now)
 
 
-def _committed_batch(ctx: AppContext, row: TaskRow, occurrence: Occurrence, user_key: str) -> list[_Entry] | None:
+def _committed_batch(ctx: AppContext, row: TaskRow, occurrence: Occurrence, codec: UserCodec) -> list[_Entry] | None:
     """This occurrence's batch if it is already in the outbox (a redelivery): then only unsent rows go out."""
     if occurrence.occurrence_ms is None:
         return None
@@ -419,7 +422,7 @@ def _committed_batch(ctx: AppContext, row: TaskRow, occurrence: Occurrence, user
         if item.total_messages is None or item.encrypted_push is None:
             continue
         try:
-            push = decode_push(decrypt_from_storage(item.encrypted_push, user_key))
+            push = decode_push(codec.decrypt(item.encrypted_push))
         except (DecryptError, ValueError):
             continue
         if (

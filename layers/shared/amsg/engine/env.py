@@ -39,7 +39,7 @@ class DeliveryEnv:
     prefetched: tuple[PushSubscriptionRow | None] | None = None
     prefetched_policy: tuple[Any, ...] | None = None
     outbox_seq: int | None = None
-    adopt_lease: Callable[[], str] | None = None  # the append adopts the claim with this lease
+    adopt_lease: Callable[[], int] | None = None  # the append adopts the claim with this lease (ms)
     owner: str = ""
     # the instant path's time left to answer (ms): no push is claimed once the answer can no longer be a success
     time_left_ms: Callable[[], int] | None = None
@@ -51,7 +51,7 @@ class Outcome:
     pushed: int = 0
     redelivered: bool = False
     reasoning_error: str | None = None
-    deferred_until: str | None = None  # a hook deferred the fire: due again then, no retry consumed
+    deferred_until_ms: int | None = None  # a hook deferred the fire: due again then, no retry consumed
     policy_deferred: bool = False  # the deferral is the user's delivery policy (quiet hours or a cap)
     unmarked: list[str] = field(default_factory=list)  # pushed rows whose delivered mark goes with the settle
     extra: dict[str, Any] = field(default_factory=dict)

@@ -22,6 +22,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from amsg.context import AppContext
+from amsg.crypto import UserCodec
 from amsg.domain.credentials import make_credential_lookup
 from amsg.domain.llm import build_llm_request, resolve_chat_credentials
 from amsg.engine.env import Cancelled, DeliveryEnv, Outcome
@@ -46,7 +47,7 @@ from amsg.failures import DeliveryFailure
 from amsg.hooks import HookContext, Hooks, call_hook, task_view
 from amsg.observability import logger
 from amsg.ports import TaskRow
-from amsg.timeutil import iso_from_ms, parse_iso_ms
+from amsg.timeutil import iso_from_ms
 
 MIN_ROUND_S = 2.0  # an LLM round with less time than this left in the invocation is not started
 
@@ -70,22 +71,26 @@ class AgenticFire(HookServices):
         ctx: AppContext,
         row: TaskRow,
         payload: dict[str, Any],
-        user_key: str,
+        codec: UserCodec,
         env: DeliveryEnv,
         hooks: Hooks,
     ) -> None:
         self.ctx = ctx
         self.row = row
         self.payload = payload
-        self.user_key = user_key
+        self.codec = codec
         self.env = env
         self.hooks = hooks
-        self.occurrence = Occurrence(row.id, row.uuid, parse_iso_ms(row.next_send_at))
+        self.occurrence = Occurrence(row.id, row.uuid, row.next_send_at_ms or None)
         self.now = ctx.now_ms()
         self.scratch: dict[str, Any] = {}
         self.progress = FireProgress()
         self.view = task_view(
-            payload, task_id=row.id, uuid=row.uuid, next_send_at=row.next_send_at, retry_count=row.retry_count
+            payload,
+            task_id=row.id,
+            uuid=row.uuid,
+            next_send_at=iso_from_ms(row.next_send_at_ms),
+            retry_count=row.retry_count,
         )
         metadata = payload.get("metadata")
         self.metadata: dict[str, Any] = metadata if isinstance(metadata, dict) else {}
@@ -121,9 +126,9 @@ class AgenticFire(HookServices):
         if plan == "skip":
             progress.status, progress.skip_reason = "skipped", "before-fire"
             return Outcome(extra={"status": "skipped", "iterations": 0})
-        if isinstance(plan, str):  # a defer: the retry time
-            progress.status, progress.retry_after = "deferred", plan
-            return Outcome(deferred_until=plan)
+        if isinstance(plan, int):  # a defer: the retry time (ms)
+            progress.status, progress.retry_after = "deferred", iso_from_ms(plan)
+            return Outcome(deferred_until_ms=plan)
         return self._rounds(plan)
 
     def _plan(self, before: Any) -> Any:
@@ -143,7 +148,7 @@ class AgenticFire(HookServices):
                 raise contract_error("AGENTIC_BAD_BEFORE_FIRE", f"on_before_fire must return {BEFORE_FIRE_FORMS}")
             if not self.env.defer_supported:
                 raise config_error("this delivery path cannot defer a fire", "AGENTIC_DEFER_UNSUPPORTED")
-            return iso_from_ms(self.ctx.now_ms() + int(after_ms))
+            return self.ctx.now_ms() + int(after_ms)
         if isinstance(before, list):
             return {"messages": before}
         if isinstance(before, dict) and isinstance(before.get("messages"), list):
@@ -157,7 +162,7 @@ class AgenticFire(HookServices):
         deadline = self.ctx.now_ms() + budget_ms
         tools = plan.get("tools") if isinstance(plan.get("tools"), list) and plan.get("tools") else None
         tool_choice = plan.get("tool_choice")
-        lookup = make_credential_lookup(self.ctx.credentials, self.row.user_id, self.user_key)
+        lookup = make_credential_lookup(self.ctx.credentials, self.row.user_id, self.codec)
         credentials = resolve_chat_credentials(self.payload, lookup)
         if credentials is None:
             raise DeliveryFailure("CREDENTIAL_MISSING: the task has no chat credentials", code="CREDENTIAL_MISSING")
@@ -266,14 +271,14 @@ class AgenticFire(HookServices):
             pushes.append(self._stamp(push))
         progress.total = total
         self.throw_if_cancelled()
-        append_batch(self.ctx, self.row, pushes, self.user_key)
+        append_batch(self.ctx, self.row, pushes, self.codec)
         progress.outboxed = True
         self.throw_if_cancelled()
         error: BaseException | None = None
         try:
             if self.env.push_sender is None:
                 raise DeliveryFailure(VAPID_MISSING)
-            subscription = resolve_subscription(self.ctx, self.row, self.payload, self.user_key)
+            subscription = resolve_subscription(self.ctx, self.row, self.payload, self.codec)
             last_pushed = max((i for i, p in enumerate(pushes) if should_push(p, outboxed=True)), default=-1)
             for index, push in enumerate(pushes):
                 self.throw_if_cancelled()

@@ -11,7 +11,7 @@ from typing import Any
 
 from amsg import jsonio
 from amsg.context import AppContext
-from amsg.crypto import compact_json, decrypt_from_storage, encrypt_for_storage
+from amsg.crypto import UserCodec, compact_json
 from amsg.domain.client_state import read_namespace, write_entries
 from amsg.domain.credentials import make_credential_lookup
 from amsg.domain.jsvalues import is_plain_object
@@ -60,7 +60,7 @@ class HookServices:
     ctx: AppContext
     row: TaskRow
     payload: dict[str, Any]
-    user_key: str
+    codec: UserCodec
     env: DeliveryEnv
     occurrence: Occurrence
     now: int
@@ -85,7 +85,7 @@ class HookServices:
         if not isinstance(namespace, str) or not namespace.strip():
             raise TypeError("read_state(namespace) requires a non-empty string")
         store = self.ctx.client_state
-        entries = read_namespace(store, self.row.user_id, self.user_key, namespace) if store is not None else []
+        entries = read_namespace(store, self.row.user_id, self.codec, namespace) if store is not None else []
         if key is None:
             return entries
         return next((entry["value"] for entry in entries if entry["key"] == key), None)
@@ -105,7 +105,7 @@ class HookServices:
         try:
             # a fire's state writes are gated on its task's owner (and may not name another owner)
             result = write_entries(
-                store, self.row.user_id, self.user_key, checked, self.ctx.now_ms(), fence=fence, inherit=self.row.owner
+                store, self.row.user_id, self.codec, checked, self.ctx.now_ms(), fence=fence, inherit=self.row.owner
             )
         except ClaimLost:
             raise Cancelled("cancelled_mid_delivery") from None
@@ -145,7 +145,7 @@ class HookServices:
                         message_id=message_id,
                         task_uuid=self.row.uuid,
                         session_id=push.get("sessionId"),
-                        encrypted_push=encrypt_for_storage(compact_json(push), self.user_key),
+                        encrypted_push=self.codec.encrypt(compact_json(push)),
                         created_at=self.ctx.now_ms(),
                         owner=self.row.owner,
                     )
@@ -155,7 +155,7 @@ class HookServices:
         if push["notification"].get("show") is False or self.env.push_sender is None:
             return {"messageId": message_id, "pushed": False}
         try:
-            subscription = resolve_subscription(self.ctx, self.row, self.payload, self.user_key)
+            subscription = resolve_subscription(self.ctx, self.row, self.payload, self.codec)
             pushed = send_one(self.ctx, self.row, push, subscription, self.env)
         except Cancelled:
             raise
@@ -192,9 +192,8 @@ class HookServices:
         if index >= limit:
             raise ValueError(f"schedule_task: at most {limit} follow-up task(s) per fire")
         self.progress.scheduled += 1
-        encrypted = encrypt_for_storage(compact_json(stored), self.user_key)
+        encrypted = self.codec.encrypt(compact_json(stored))
         self.throw_if_cancelled()
-        next_send_at = iso_from_ms(first_ms)
         try:
             created = self.ctx.tasks.create_task(
                 NewTask(
@@ -202,8 +201,8 @@ class HookServices:
                     task_uuid,
                     encrypted,
                     message_type,
-                    next_send_at,
-                    iso_from_ms(now),
+                    first_ms,
+                    now,
                     owner=self.row.owner,  # a follow-up belongs to the owner of the task that scheduled it
                 )
             )
@@ -213,11 +212,11 @@ class HookServices:
             if existing is not None and existing.status == "pending":
                 projection = self._project(existing)
             return {"created": False, "reason": "duplicate", "uuid": task_uuid, "task": projection}
-        return {"created": True, "id": created.id, "uuid": task_uuid, "nextSendAt": next_send_at}
+        return {"created": True, "id": created.id, "uuid": task_uuid, "nextSendAt": iso_from_ms(first_ms)}
 
     def _project(self, row: TaskRow) -> dict[str, Any] | None:
         try:
-            payload = jsonio.loads(decrypt_from_storage(row.encrypted_payload, self.user_key))
+            payload = jsonio.loads(self.codec.decrypt(row.encrypted_payload))
         except Exception:
             return None
         return project_task(row, payload if isinstance(payload, dict) else {}, include_metadata=True)
@@ -252,7 +251,7 @@ class HookServices:
         if row is None or row.status != "pending":
             return {"renewed": False, "reason": "not_found"}
         try:
-            payload = jsonio.loads(decrypt_from_storage(row.encrypted_payload, self.user_key))
+            payload = jsonio.loads(self.codec.decrypt(row.encrypted_payload))
         except Exception:
             return {"renewed": False, "reason": "not_found"}
         next_iso = iso_from_ms(next_ms)
@@ -260,9 +259,9 @@ class HookServices:
         updated = self.ctx.tasks.update_pending_task(
             user_id,
             task_uuid,
-            encrypted_payload=encrypt_for_storage(compact_json(payload), self.user_key),
-            next_send_at=next_iso,
-            now_iso=iso_from_ms(self.ctx.now_ms()),
+            encrypted_payload=self.codec.encrypt(compact_json(payload)),
+            next_send_at_ms=next_ms,
+            now_ms=self.ctx.now_ms(),
             expected_rev=row.rev,
         )
         if updated is None:
@@ -273,7 +272,7 @@ class HookServices:
     def resolve_llm_credential(self, cred_id: str) -> dict[str, str] | None:
         if not isinstance(cred_id, str) or not cred_id.strip():
             raise TypeError("resolve_llm_credential(cred_id) requires a non-empty string")
-        lookup = make_credential_lookup(self.ctx.credentials, self.row.user_id, self.user_key)
+        lookup = make_credential_lookup(self.ctx.credentials, self.row.user_id, self.codec)
         value = lookup(cred_id) if lookup is not None else None
         if not isinstance(value, Mapping):
             return None

@@ -82,9 +82,9 @@ def deliver_instant(
         ctx.claims.claim(
             user_id,
             task_uuid,
-            expected_next_send_at=row.next_send_at,
-            now_iso=iso_from_ms(started),
-            lease_until=iso_from_ms(deadline + ctx.settings.run_lease_ms),
+            expected_next_send_at_ms=row.next_send_at_ms,
+            now_ms=started,
+            lease_until_ms=deadline + ctx.settings.run_lease_ms,
             owner=owner,
         )
         if row is not None
@@ -94,15 +94,16 @@ def deliver_instant(
         raise InstantFailed("TASK_NOT_FOUND", "任务不存在", 0)
 
     def renew() -> bool:
-        lease = iso_from_ms(max(deadline, ctx.now_ms()) + ctx.settings.run_lease_ms)
-        return ctx.claims.renew_lease(user_id, task_uuid, claimed.claim_version, lease, owner)
+        lease_until_ms = max(deadline, ctx.now_ms()) + ctx.settings.run_lease_ms
+        return ctx.claims.renew_lease(user_id, task_uuid, claimed.claim_version, lease_until_ms, owner)
 
     attempt = 0
+    codec = ctx.codec(user_id)
     with LeaseKeeper(renew, ctx.settings.heartbeat_ms / 1000) as keeper:
         env.lease_lost = keeper.lost.is_set
         while True:
             try:
-                outcome = process_occurrence(ctx, claimed, payload, ctx.user_key(user_id), env)
+                outcome = process_occurrence(ctx, claimed, payload, codec, env)
                 break
             except Cancelled:
                 raise InstantFailed("TASK_NOT_FOUND", "任务在投递期间被取消", attempt) from None
@@ -117,18 +118,17 @@ def deliver_instant(
                 env.sleep(pause_ms / 1000)
                 attempt += 1
     sent_ms = ctx.now_ms()
-    sent_at = iso_from_ms(sent_ms)
     settlement = Settlement(
-        claimed.next_send_at,
+        claimed.next_send_at_ms,
         delete=True,
         payload_rev=claimed.rev,
         payload_token=claimed.payload_token,
         delivered=tuple(outcome.unmarked),
         delivered_at_ms=sent_ms,
     )
-    if not ctx.claims.settle(user_id, task_uuid, claimed.claim_version, settlement, sent_at):
+    if not ctx.claims.settle(user_id, task_uuid, claimed.claim_version, settlement, sent_ms):
         raise InstantFailed("POST_SEND_CLEANUP_FAILED", "任务删除失败", attempt)
-    return InstantSent(outcome.messages_sent, sent_at, attempt, outcome.reasoning_error or None)
+    return InstantSent(outcome.messages_sent, iso_from_ms(sent_ms), attempt, outcome.reasoning_error or None)
 
 
 def _leave_for_retry(ctx: AppContext, row: TaskRow, info: FailureInfo, attempt: int) -> NoReturn:
@@ -137,13 +137,13 @@ def _leave_for_retry(ctx: AppContext, row: TaskRow, info: FailureInfo, attempt: 
     ``retry_count`` is the retry limit, so a failure of that retry is final."""
     now = ctx.now_ms()
     settlement = Settlement(
-        next_send_at=row.next_send_at,
-        retry_after=iso_from_ms(now),
+        next_send_at_ms=row.next_send_at_ms,
+        retry_after_ms=now,
         retry_count=max(1, ctx.settings.max_delivery_retries),
         last_error=compact_json(info.last_error),
     )
     try:
-        ctx.claims.settle(row.user_id, row.uuid, row.claim_version, settlement, iso_from_ms(now))
+        ctx.claims.settle(row.user_id, row.uuid, row.claim_version, settlement, now)
     except Exception as exc:  # the lease expires by itself: the task is claimed again then
         logger.warning("leaving the instant task for a retry did not succeed", extra={"error": type(exc).__name__})
     raise InstantFailed("PROCESSING_ERROR", info.last_error["reason"], attempt)
@@ -152,10 +152,13 @@ def _leave_for_retry(ctx: AppContext, row: TaskRow, info: FailureInfo, attempt: 
 def _fail(ctx: AppContext, row: TaskRow, info: FailureInfo, attempt: int) -> NoReturn:
     """Mark the task failed (best effort: the answer is a failure either way) and raise."""
     settlement = Settlement(
-        next_send_at=row.next_send_at, status="failed", retry_count=attempt, last_error=compact_json(info.last_error)
+        next_send_at_ms=row.next_send_at_ms,
+        status="failed",
+        retry_count=attempt,
+        last_error=compact_json(info.last_error),
     )
     try:
-        ctx.claims.settle(row.user_id, row.uuid, row.claim_version, settlement, iso_from_ms(ctx.now_ms()))
+        ctx.claims.settle(row.user_id, row.uuid, row.claim_version, settlement, ctx.now_ms())
     except Exception as exc:
         logger.warning("marking the instant task failed did not succeed", extra={"error": type(exc).__name__})
     raise InstantFailed("PROCESSING_ERROR", info.last_error["reason"], attempt, permanent=info.permanent)

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from amsg import jsonio
+from amsg.timeutil import iso_from_ms, parse_iso_ms
 
 MAX_UUID_CHARS = 256
 MAX_ID_CHARS = 512
@@ -24,7 +25,7 @@ class TaskMessage:
     user_id: str
     uuid: str
     claim_version: int
-    next_send_at: str
+    next_send_at_ms: int  # the message body carries it as ISO text (the queue's wire form)
     correlation_id: str | None = None
 
     def to_body(self) -> dict[str, Any]:
@@ -32,7 +33,7 @@ class TaskMessage:
             "userId": self.user_id,
             "uuid": self.uuid,
             "claimVersion": self.claim_version,
-            "nextSendAt": self.next_send_at,
+            "nextSendAt": iso_from_ms(self.next_send_at_ms),
         }
         if self.correlation_id:
             body["correlationId"] = self.correlation_id
@@ -54,9 +55,9 @@ def parse_task_message(body: str | bytes | None) -> TaskMessage | None:
     if isinstance(data, dict):
         user_id = _text(data.get("userId"), MAX_ID_CHARS)
         uuid = _text(data.get("uuid"), MAX_UUID_CHARS)
-        next_send_at = _text(data.get("nextSendAt"), 64)
+        next_send_at = parse_iso_ms(_text(data.get("nextSendAt"), 64))
         version = data.get("claimVersion")
-        if user_id and uuid and next_send_at and type(version) is int and version >= 1:
+        if user_id and uuid and next_send_at is not None and type(version) is int and version >= 1:
             # a bad correlation id only costs the log field, never the message
             correlation = _text(data.get("correlationId"), MAX_CORRELATION_CHARS)
             correlation = correlation if correlation and correlation.isprintable() else None

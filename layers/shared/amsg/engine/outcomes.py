@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from amsg.context import AppContext
-from amsg.crypto import compact_json, encrypt_for_storage
+from amsg.crypto import UserCodec, compact_json
 from amsg.domain.recurrence import plan_next_occurrence
 from amsg.domain.redaction import sanitize_error_summary
 from amsg.engine.env import DeliveryEnv
@@ -16,7 +16,7 @@ from amsg.engine.summary import DeliverySummary
 from amsg.failures import PushSendError, is_permanent_push_status
 from amsg.observability import logger
 from amsg.ports import Settlement, TaskRow
-from amsg.timeutil import iso_from_ms, parse_iso_ms
+from amsg.timeutil import iso_from_ms
 
 RETRY_STEP_MS = 120_000
 OWNER_RETIRED = "owner_retired"
@@ -32,7 +32,7 @@ def recurrence_of(payload: dict[str, Any] | None) -> str:
     return value if value in RECURRING else "none"  # missing means none, on every path
 
 
-def with_last_error(payload: dict[str, Any] | None, last_error: dict[str, Any] | None, user_key: str) -> str | None:
+def with_last_error(payload: dict[str, Any] | None, last_error: dict[str, Any] | None, codec: UserCodec) -> str | None:
     if payload is None:
         return None
     updated = dict(payload)
@@ -42,7 +42,12 @@ def with_last_error(payload: dict[str, Any] | None, last_error: dict[str, Any] |
         updated.pop("lastError")
     else:
         updated["lastError"] = last_error
-    return encrypt_for_storage(compact_json(updated), user_key)
+    return codec.encrypt(compact_json(updated))
+
+
+def occurrence_text(row: TaskRow) -> str:
+    """The occurrence as ``last_error`` records it (the stored ISO text; empty when the task has none)."""
+    return iso_from_ms(row.next_send_at_ms) if row.next_send_at_ms else ""
 
 
 def finalize_success(
@@ -53,26 +58,25 @@ def finalize_success(
     delivered: list[str] | None = None,
 ) -> bool:
     now = ctx.now_ms()
-    now_iso = iso_from_ms(now)
     recurrence = recurrence_of(payload)
     if recurrence == "none":
         settlement = Settlement(
-            next_send_at=row.next_send_at, delete=True, payload_rev=row.rev, payload_token=row.payload_token
+            next_send_at_ms=row.next_send_at_ms, delete=True, payload_rev=row.rev, payload_token=row.payload_token
         )
     else:
-        occurrence = parse_iso_ms(row.next_send_at) or now
+        occurrence = row.next_send_at_ms or now
         next_ms = plan_next_occurrence(occurrence, recurrence, now, payload.get("tzId")).next_ms
-        user_key = ctx.user_key(row.user_id)
+        codec = ctx.codec(row.user_id)
         settlement = Settlement(
-            next_send_at=iso_from_ms(next_ms),
+            next_send_at_ms=next_ms,
             retry_count=0,
             last_error=None,
-            encrypted_payload=with_last_error(payload, None, user_key),
+            encrypted_payload=with_last_error(payload, None, codec),
             payload_rev=row.rev,
         )
     settlement.delivered, settlement.delivered_at_ms = tuple(delivered or ()), now
     try:
-        written = ctx.claims.settle(row.user_id, row.uuid, row.claim_version, settlement, now_iso)
+        written = ctx.claims.settle(row.user_id, row.uuid, row.claim_version, settlement, now)
     except Exception as exc:
         return _post_send_persistence_failure(ctx, row, recurrence, settlement, summary, exc)
     if not written:
@@ -93,12 +97,12 @@ def _post_send_persistence_failure(
     summary.failed_count += 1
     entry: dict[str, Any] = {"taskId": row.id, "reason": sanitize_error_summary(str(exc)), "messageDelivered": True}
     fallback = (
-        Settlement(next_send_at=settlement.next_send_at, retry_count=0)
+        Settlement(next_send_at_ms=settlement.next_send_at_ms, retry_count=0)
         if recurrence != "none"
-        else Settlement(next_send_at=row.next_send_at, status="sent", retry_count=0)
+        else Settlement(next_send_at_ms=row.next_send_at_ms, status="sent", retry_count=0)
     )
     try:
-        ctx.claims.settle(row.user_id, row.uuid, row.claim_version, fallback, iso_from_ms(ctx.now_ms()))
+        ctx.claims.settle(row.user_id, row.uuid, row.claim_version, fallback, ctx.now_ms())
         entry["status"] = (
             "post_send_cleanup_failed_rescheduled" if recurrence != "none" else "post_send_cleanup_failed_marked_sent"
         )
@@ -112,7 +116,7 @@ def fail_task(
     ctx: AppContext,
     row: TaskRow,
     payload: dict[str, Any] | None,
-    user_key: str,
+    codec: UserCodec,
     exc: BaseException,
     summary: DeliverySummary,
     env: DeliveryEnv,
@@ -130,31 +134,33 @@ def fail_task(
     entry: dict[str, Any] = {"taskId": row.id, "reason": last_error["reason"]}
     if permanent or row.retry_count >= limit:
         if recurrence != "none":
-            occurrence = parse_iso_ms(row.next_send_at) or now
-            next_iso = iso_from_ms(
-                plan_next_occurrence(occurrence, recurrence, now, (payload or {}).get("tzId")).next_ms
+            occurrence = row.next_send_at_ms or now
+            next_ms = plan_next_occurrence(occurrence, recurrence, now, (payload or {}).get("tzId")).next_ms
+            settlement = Settlement(next_send_at_ms=next_ms, retry_count=0, last_error=compact_json(last_error))
+            entry.update(
+                {"retryCount": row.retry_count, "status": "occurrence_skipped", "nextSendAt": iso_from_ms(next_ms)}
             )
-            settlement = Settlement(next_send_at=next_iso, retry_count=0, last_error=compact_json(last_error))
-            entry.update({"retryCount": row.retry_count, "status": "occurrence_skipped", "nextSendAt": next_iso})
         else:
-            settlement = Settlement(next_send_at=row.next_send_at, status="failed", last_error=compact_json(last_error))
+            settlement = Settlement(
+                next_send_at_ms=row.next_send_at_ms, status="failed", last_error=compact_json(last_error)
+            )
             entry.update({"retryCount": row.retry_count, "status": "permanently_failed"})
         if permanent:
             entry["permanent"] = True
-        settlement.encrypted_payload = with_last_error(payload, raw_last_error, user_key)
+        settlement.encrypted_payload = with_last_error(payload, raw_last_error, codec)
         settlement.payload_rev = row.rev
     else:
-        retry_at = iso_from_ms(now + (row.retry_count + 1) * RETRY_STEP_MS)
+        retry_at = now + (row.retry_count + 1) * RETRY_STEP_MS
         settlement = Settlement(
-            next_send_at=row.next_send_at,
-            retry_after=retry_at,
+            next_send_at_ms=row.next_send_at_ms,
+            retry_after_ms=retry_at,
             keep_deferral=True,
             retry_count=row.retry_count + 1,
             last_error=compact_json(last_error),
         )
-        entry.update({"retryCount": row.retry_count + 1, "nextRetryAt": retry_at})
+        entry.update({"retryCount": row.retry_count + 1, "nextRetryAt": iso_from_ms(retry_at)})
     try:
-        written = ctx.claims.settle(row.user_id, row.uuid, row.claim_version, settlement, iso_from_ms(now))
+        written = ctx.claims.settle(row.user_id, row.uuid, row.claim_version, settlement, now)
     except Exception as write_error:
         entry.update({"status": "retry_update_failed", "updateError": sanitize_error_summary(str(write_error))})
         summary.failed.append(entry)
@@ -186,7 +192,7 @@ def failure_info(exc: BaseException, row: TaskRow, now_ms: int) -> FailureInfo:
     )
     last_error: dict[str, Any] = {
         "at": iso_from_ms(now_ms),
-        "occurrence": row.next_send_at,
+        "occurrence": occurrence_text(row),
         "reason": sanitize_error_summary(reason),
     }
     if code:
@@ -199,10 +205,11 @@ def failure_info(exc: BaseException, row: TaskRow, now_ms: int) -> FailureInfo:
 def cancel_retired(ctx: AppContext, row: TaskRow, summary: DeliverySummary) -> None:
     """The task's owner was retired: the task fails without a retry (out of the due index, so it never fires
     again; a restore does not revive it) and its unsent outbox rows are discarded. Its cleanup deletes it."""
-    last_error = {"reason": "owner retired", "errorCode": "CLOUD_OWNER_RETIRED", "at": iso_from_ms(ctx.now_ms())}
-    settlement = Settlement(next_send_at=row.next_send_at, status="failed", last_error=compact_json(last_error))
+    now = ctx.now_ms()
+    last_error = {"reason": "owner retired", "errorCode": "CLOUD_OWNER_RETIRED", "at": iso_from_ms(now)}
+    settlement = Settlement(next_send_at_ms=row.next_send_at_ms, status="failed", last_error=compact_json(last_error))
     try:
-        ctx.claims.settle(row.user_id, row.uuid, row.claim_version, settlement, iso_from_ms(ctx.now_ms()))
+        ctx.claims.settle(row.user_id, row.uuid, row.claim_version, settlement, now)
     except Exception as exc:  # the claim lease expires; the next run finds the owner retired again
         logger.warning("retired task settle failed", extra={"error": type(exc).__name__})
     record_cancelled(ctx, row, summary, OWNER_RETIRED)
@@ -223,8 +230,8 @@ def release_claim(ctx: AppContext, row: TaskRow) -> None:
             row.user_id,
             row.uuid,
             row.claim_version,
-            Settlement(next_send_at=row.next_send_at, retry_after=row.retry_after, keep_deferral=True),
-            iso_from_ms(ctx.now_ms()),
+            Settlement(next_send_at_ms=row.next_send_at_ms, retry_after_ms=row.retry_after_ms, keep_deferral=True),
+            ctx.now_ms(),
         )
     except Exception as exc:  # the lease expires by itself
         logger.warning("releasing a claim failed", extra={"error": type(exc).__name__})

@@ -17,11 +17,10 @@ from typing import Any
 
 from amsg import jsonio
 from amsg.context import AppContext
-from amsg.crypto import DecryptError, decrypt_from_storage, serialize_group_value
+from amsg.crypto import DecryptError, UserCodec
 from amsg.domain.delivery_policy import DeliveryPolicy, policy_from_stored, quiet_hours_end, window_bounds
 from amsg.observability import logger
 from amsg.ports import CapCharge, TaskRow
-from amsg.timeutil import parse_iso_ms
 
 
 @dataclass
@@ -37,7 +36,7 @@ def is_exempt(payload: dict[str, Any]) -> bool:
 
 
 def load_policy(
-    ctx: AppContext, user_id: str, user_key: str, prefetched: tuple[Any, ...] | None = None
+    ctx: AppContext, user_id: str, codec: UserCodec, prefetched: tuple[Any, ...] | None = None
 ) -> DeliveryPolicy | None:
     """The user's policy, or None (none set, no store, or unreadable under this master key). ``prefetched``
     is ``(row,)`` when run_task already read the policy item together with the task."""
@@ -47,7 +46,7 @@ def load_policy(
     if row is None:
         return None
     try:
-        return policy_from_stored(jsonio.loads(decrypt_from_storage(row.encrypted_policy, user_key)))
+        return policy_from_stored(jsonio.loads(codec.decrypt(row.encrypted_policy)))
     except (DecryptError, ValueError):
         logger.warning("stored delivery policy cannot be decrypted; it is not applied")
         return None
@@ -62,11 +61,11 @@ def character_of(payload: dict[str, Any]) -> str | None:
 
 
 def cap_charges(
-    policy: DeliveryPolicy, row: TaskRow, payload: dict[str, Any], user_key: str, now_ms: int
+    policy: DeliveryPolicy, row: TaskRow, payload: dict[str, Any], codec: UserCodec, now_ms: int
 ) -> list[CapCharge]:
     """The counters this occurrence is charged to at ``now_ms`` (character caps only for tasks with a charId;
     the character id is stored as an HMAC under the user key, never in clear)."""
-    occurrence = f"{row.uuid}@{parse_iso_ms(row.next_send_at)}"
+    occurrence = f"{row.uuid}@{row.next_send_at_ms or None}"
     character = character_of(payload)
     charges: list[CapCharge] = []
     for cap in policy.caps:
@@ -74,7 +73,7 @@ def cap_charges(
         if cap.scope == "user":
             counter = f"u#{cap.window_minutes}#{start}"
         elif character is not None:
-            counter = f"c#{serialize_group_value(user_key, 'charId:' + character)}#{cap.window_minutes}#{start}"
+            counter = f"c#{codec.group_value('charId:' + character)}#{cap.window_minutes}#{start}"
         else:
             continue
         charges.append(CapCharge(counter=counter, max=cap.max, window_end_ms=end, occurrence=occurrence))
@@ -85,7 +84,7 @@ def before_fire(
     ctx: AppContext,
     row: TaskRow,
     payload: dict[str, Any],
-    user_key: str,
+    codec: UserCodec,
     *,
     check_caps: bool,
     prefetched: tuple[Any, ...] | None = None,
@@ -96,7 +95,7 @@ def before_fire(
     was counted then."""
     if is_exempt(payload):
         return PolicyDecision()
-    policy = load_policy(ctx, row.user_id, user_key, prefetched)
+    policy = load_policy(ctx, row.user_id, codec, prefetched)
     if policy is None:
         return PolicyDecision()
     now = ctx.now_ms()
@@ -106,7 +105,7 @@ def before_fire(
             return PolicyDecision(defer_until_ms=ends)
     if not check_caps or not policy.caps:
         return PolicyDecision()
-    charges = cap_charges(policy, row, payload, user_key, now)
+    charges = cap_charges(policy, row, payload, codec, now)
     assert ctx.policies is not None
     full_until = ctx.policies.cap_room(row.user_id, charges) if charges else None
     if full_until is not None:

@@ -31,7 +31,7 @@ class Occurrence:
         return f"msg_task_{self.task_id}{self.suffix}_{index}"
 
 
-def _common(payload: dict[str, Any], occ: Occurrence, kind: str, message_id: str, now_ms: int) -> dict[str, Any]:
+def _common(payload: dict[str, Any], occ: Occurrence, kind: str, message_id: str, timestamp: str) -> dict[str, Any]:
     message_type = payload.get("messageType")
     return {
         "messageKind": kind,
@@ -39,7 +39,7 @@ def _common(payload: dict[str, Any], occ: Occurrence, kind: str, message_id: str
         "source": "instant" if message_type == "instant" else "scheduled",
         "messageId": message_id,
         "sessionId": occ.session_id,
-        "timestamp": iso_from_ms(now_ms),
+        "timestamp": timestamp,
     }
 
 
@@ -64,7 +64,7 @@ def _presentation(payload: dict[str, Any]) -> dict[str, Any]:
 
 
 def reasoning_push(payload: dict[str, Any], occ: Occurrence, reasoning: str, now_ms: int) -> dict[str, Any]:
-    push = _common(payload, occ, "reasoning", occ.message_id("reasoning"), now_ms)
+    push = _common(payload, occ, "reasoning", occ.message_id("reasoning"), iso_from_ms(now_ms))
     push["reasoningContent"] = reasoning
     push.update(_presentation(payload))
     return _stamp(push, payload, occ)
@@ -75,8 +75,9 @@ def content_pushes(payload: dict[str, Any], occ: Occurrence, segments: list[str]
     shown = _presentation(payload)
     metadata = shown.pop("metadata")
     pushes = []
+    timestamp = iso_from_ms(now_ms)  # the push's wire form, one for the whole batch
     for index, segment in enumerate(segments):
-        push = _common(payload, occ, "content", occ.message_id(index), now_ms)
+        push = _common(payload, occ, "content", occ.message_id(index), timestamp)
         push["message"] = segment
         push.update(shown)
         push.update({"messageIndex": index + 1, "totalMessages": len(segments), "metadata": metadata})

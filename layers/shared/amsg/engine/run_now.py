@@ -12,7 +12,7 @@ from amsg.engine.run_task import deliver_under_lease
 from amsg.engine.summary import DeliverySummary
 from amsg.engine.tick import SKIP, serialize_group
 from amsg.hooks import load_hooks
-from amsg.timeutil import iso_from_ms, parse_iso_ms
+from amsg.timeutil import iso_from_ms
 
 
 def run_task_now(ctx: AppContext, task_uuid: str, *, owner: str | None = None) -> dict[str, Any]:
@@ -32,12 +32,10 @@ def run_task_now(ctx: AppContext, task_uuid: str, *, owner: str | None = None) -
     if row.status != "pending":
         return {"ran": False, "reason": "already_settled", "status": row.status}
     now = ctx.now_ms()
-    occurrence = parse_iso_ms(row.next_send_at)
-    if occurrence is not None and occurrence > now:
-        return {"ran": False, "reason": "not_due", "nextSendAt": row.next_send_at}
-    retry_after = parse_iso_ms(row.retry_after) if row.retry_after else None
-    if retry_after is not None and retry_after > now:
-        return {"ran": False, "reason": "retry_pending", "retryAfter": row.retry_after}
+    if row.next_send_at_ms > now:
+        return {"ran": False, "reason": "not_due", "nextSendAt": iso_from_ms(row.next_send_at_ms)}
+    if row.retry_after_ms is not None and row.retry_after_ms > now:
+        return {"ran": False, "reason": "retry_pending", "retryAfter": iso_from_ms(row.retry_after_ms)}
     owner = owner or f"runTask:{uuid_lib.uuid4()}"
     group = serialize_group(ctx, load_hooks(ctx.settings.hooks_module), row.user_id, row.uuid, None)
     claimed = None
@@ -45,9 +43,9 @@ def run_task_now(ctx: AppContext, task_uuid: str, *, owner: str | None = None) -
         claimed = ctx.claims.claim(
             row.user_id,
             row.uuid,
-            expected_next_send_at=row.next_send_at,
-            now_iso=iso_from_ms(now),
-            lease_until=iso_from_ms(now + ctx.settings.run_lease_ms),
+            expected_next_send_at_ms=row.next_send_at_ms,
+            now_ms=now,
+            lease_until_ms=now + ctx.settings.run_lease_ms,
             owner=owner,
             group=group,
         )

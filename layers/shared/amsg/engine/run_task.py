@@ -17,7 +17,6 @@ from amsg.engine.outcomes import release_claim
 from amsg.engine.summary import DeliverySummary
 from amsg.observability import logger
 from amsg.ports import TaskRow
-from amsg.timeutil import iso_from_ms
 
 RECORD_WORKERS = 10  # records of one batch delivered at the same time (SQS hands at most 10 without a window)
 
@@ -78,7 +77,7 @@ def run_message(
     env = delivery_env(ctx, remaining_ms=remaining_ms)
     # one read: the task (is the message's claim still current?), the push subscription, the outbox counter;
     # the claim is adopted (run lease) by the transaction that appends the batch
-    snapshot = ctx.claims.open_run(message.user_id, message.uuid, message.claim_version, message.next_send_at)
+    snapshot = ctx.claims.open_run(message.user_id, message.uuid, message.claim_version, message.next_send_at_ms)
     if snapshot is None:  # delivered, settled, cancelled, rescheduled or taken over since the tick enqueued it
         return {"skipped": "claim_not_current", "taskUuid": message.uuid}
     row = snapshot.row
@@ -91,7 +90,7 @@ def run_message(
     env.prefetched = (snapshot.subscription,)
     env.prefetched_policy = (snapshot.policy,)
     env.outbox_seq = snapshot.outbox_seq
-    env.adopt_lease = lambda: iso_from_ms(ctx.now_ms() + ctx.settings.run_lease_ms)
+    env.adopt_lease = lambda: ctx.now_ms() + ctx.settings.run_lease_ms
     env.owner = owner
     return deliver_under_lease(ctx, row, env, owner, started)
 
@@ -101,8 +100,8 @@ def deliver_under_lease(ctx: AppContext, row: TaskRow, env: DeliveryEnv, owner: 
     settings = ctx.settings
 
     def renew() -> bool:
-        lease = iso_from_ms(ctx.now_ms() + settings.run_lease_ms)
-        return ctx.claims.renew_lease(row.user_id, row.uuid, row.claim_version, lease, owner)
+        lease_until_ms = ctx.now_ms() + settings.run_lease_ms
+        return ctx.claims.renew_lease(row.user_id, row.uuid, row.claim_version, lease_until_ms, owner)
 
     summary = DeliverySummary(total_tasks=1)
     with LeaseKeeper(renew, settings.heartbeat_ms / 1000) as keeper:

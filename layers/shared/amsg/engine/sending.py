@@ -8,7 +8,7 @@ from typing import Any
 
 from amsg import jsonio
 from amsg.context import AppContext
-from amsg.crypto import DecryptError, compact_json, decrypt_from_storage, encrypt_for_storage
+from amsg.crypto import DecryptError, UserCodec, compact_json
 from amsg.engine.env import Cancelled, DeliveryEnv
 from amsg.engine.pushes import encode_push
 from amsg.failures import DeliveryFailure
@@ -39,11 +39,11 @@ def time_to_push(env: DeliveryEnv, pushes_after: int = 0) -> float | None:
     return left_ms / 1000
 
 
-def append_batch(ctx: AppContext, row: TaskRow, pushes: list[dict[str, Any]], user_key: str) -> None:
-    ctx.outbox.append(row.user_id, outbox_rows(ctx, row, pushes, user_key))
+def append_batch(ctx: AppContext, row: TaskRow, pushes: list[dict[str, Any]], codec: UserCodec) -> None:
+    ctx.outbox.append(row.user_id, outbox_rows(ctx, row, pushes, codec))
 
 
-def outbox_rows(ctx: AppContext, row: TaskRow, pushes: list[dict[str, Any]], user_key: str) -> list[OutboxAppend]:
+def outbox_rows(ctx: AppContext, row: TaskRow, pushes: list[dict[str, Any]], codec: UserCodec) -> list[OutboxAppend]:
     now = ctx.now_ms()
     return [
         OutboxAppend(
@@ -52,7 +52,7 @@ def outbox_rows(ctx: AppContext, row: TaskRow, pushes: list[dict[str, Any]], use
             session_id=push.get("sessionId"),
             message_index=push.get("messageIndex"),
             total_messages=push.get("totalMessages"),
-            encrypted_push=encrypt_for_storage(compact_json(push), user_key),
+            encrypted_push=codec.encrypt(compact_json(push)),
             created_at=now,
             owner=row.owner,
         )
@@ -61,7 +61,7 @@ def outbox_rows(ctx: AppContext, row: TaskRow, pushes: list[dict[str, Any]], use
 
 
 def resolve_subscription(
-    ctx: AppContext, row: TaskRow, payload: dict[str, Any], user_key: str, env: DeliveryEnv | None = None
+    ctx: AppContext, row: TaskRow, payload: dict[str, Any], codec: UserCodec, env: DeliveryEnv | None = None
 ) -> dict:
     if env is not None and env.prefetched is not None:
         stored = env.prefetched[0]  # read together with the task
@@ -69,7 +69,7 @@ def resolve_subscription(
         stored = ctx.subscriptions.get_push_subscription(row.user_id)
     if stored is not None:
         try:
-            value = jsonio.loads(decrypt_from_storage(stored.encrypted_subscription, user_key))
+            value = jsonio.loads(codec.decrypt(stored.encrypted_subscription))
         except (DecryptError, ValueError) as exc:
             raise DeliveryFailure("stored push subscription cannot be decrypted") from exc
         if isinstance(value, dict):

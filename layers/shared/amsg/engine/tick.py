@@ -13,7 +13,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 from amsg.context import AppContext
-from amsg.crypto import StoredPayloadUnreadable, decrypt_payload, serialize_group_value
+from amsg.crypto import StoredPayloadUnreadable
 from amsg.engine import cleanup
 from amsg.engine.env import sandbox_pool
 from amsg.engine.messages import TaskMessage
@@ -73,7 +73,7 @@ def _claim_and_enqueue(ctx: AppContext, summary: TickSummary, remaining_ms: Call
     hooks = load_hooks(settings.hooks_module)
     released: set[tuple[str, str]] = set()  # (user, group key) released this tick: one per group per tick
     workers = max(1, settings.tick_claim_workers)
-    source = due_in_order(ctx, max(1, settings.due_shards), lambda: iso_from_ms(ctx.now_ms()))
+    source = due_in_order(ctx, max(1, settings.due_shards), ctx.now_ms)
     pool = sandbox_pool("claim", workers)  # one pool per sandbox: its threads keep their DynamoDB clients
     while True:
         if remaining_ms() < TICK_TIME_MARGIN_MS:
@@ -87,11 +87,7 @@ def _claim_and_enqueue(ctx: AppContext, summary: TickSummary, remaining_ms: Call
         if not chunk:
             break
         now = ctx.now_ms()
-        terms = {
-            "now_iso": iso_from_ms(now),
-            "lease_until": iso_from_ms(now + settings.tick_claim_lease_ms),
-            "owner": owner,
-        }
+        terms: dict[str, Any] = {"now_ms": now, "lease_until_ms": now + settings.tick_claim_lease_ms, "owner": owner}
         outcomes = _claim_chunk(ctx, chunk, hooks, released, pool, terms, summary)
         _take_claimed(ctx, outcomes, now, summary, enqueuer)
         enqueuer.flush()
@@ -120,7 +116,7 @@ class _Enqueuer:
             return
         messages = [
             TaskMessage(
-                row.user_id, row.uuid, row.claim_version, row.next_send_at, row.correlation_id or self.correlation
+                row.user_id, row.uuid, row.claim_version, row.next_send_at_ms, row.correlation_id or self.correlation
             ).to_body()
             for row in pending
         ]
@@ -140,7 +136,7 @@ def _claim_chunk(
     hooks: Hooks,
     released: set[tuple[str, str]],
     pool: ThreadPoolExecutor,
-    terms: dict[str, str],
+    terms: dict[str, Any],
     summary: TickSummary,
 ) -> list[tuple[DueCandidate, Any]]:
     """Claim one chunk of candidates (batched transactions, grouped or faulty ones alone); each candidate's
@@ -199,16 +195,16 @@ def _take_claimed(
 
 
 def _wanted(candidate: DueCandidate) -> ClaimWanted:
-    return ClaimWanted(candidate.user_id, candidate.uuid, candidate.next_send_at)
+    return ClaimWanted(candidate.user_id, candidate.uuid, candidate.next_send_at_ms)
 
 
-def _claim_alone(ctx: AppContext, candidate: DueCandidate, group: str | None, terms: dict[str, str]) -> TaskRow | None:
+def _claim_alone(ctx: AppContext, candidate: DueCandidate, group: str | None, terms: dict[str, Any]) -> TaskRow | None:
     return ctx.claims.claim(
-        candidate.user_id, candidate.uuid, expected_next_send_at=candidate.next_send_at, group=group, **terms
+        candidate.user_id, candidate.uuid, expected_next_send_at_ms=candidate.next_send_at_ms, group=group, **terms
     )
 
 
-def due_in_order(ctx: AppContext, shards: int, now_iso: Callable[[], str]) -> Iterator[DueCandidate]:
+def due_in_order(ctx: AppContext, shards: int, now_ms: Callable[[], int]) -> Iterator[DueCandidate]:
     """Every shard's due candidates merged by due-index key (earliest eligible first), one page per shard at
     a time: a k-way merge, so a shard is read further only when its next candidate is the earliest."""
     heap: list[tuple[str, int, int, DueCandidate]] = []
@@ -216,7 +212,7 @@ def due_in_order(ctx: AppContext, shards: int, now_iso: Callable[[], str]) -> It
     counter = itertools.count()
 
     def refill(shard: int, start: Any) -> None:
-        candidates, after = ctx.claims.due_candidates(shard, now_iso(), TICK_PAGE, start)
+        candidates, after = ctx.claims.due_candidates(shard, now_ms(), TICK_PAGE, start)
         pages[shard] = (candidates[1:], after)
         if candidates:
             heapq.heappush(heap, (candidates[0].due_key, next(counter), shard, candidates[0]))
@@ -253,12 +249,18 @@ def serialize_group(
     row = ctx.tasks.get_task(user_id, task_uuid)
     if row is None or row.status != "pending":
         return None  # the claim will fail by itself
-    user_key = ctx.user_key(user_id)
+    codec = ctx.codec(user_id)
     try:
-        payload = decrypt_payload(row.encrypted_payload, user_key)
+        payload = codec.decrypt_payload(row.encrypted_payload)
     except StoredPayloadUnreadable:
         return None  # delivery records the decrypt failure
-    view = task_view(payload, task_id=row.id, uuid=row.uuid, next_send_at=row.next_send_at, retry_count=row.retry_count)
+    view = task_view(
+        payload,
+        task_id=row.id,
+        uuid=row.uuid,
+        next_send_at=iso_from_ms(row.next_send_at_ms),
+        retry_count=row.retry_count,
+    )
     try:
         key = hooks.serialize_by(view)
     except Exception as exc:
@@ -270,17 +272,17 @@ def serialize_group(
         if (user_id, key) in released:
             return SKIP
         released.add((user_id, key))
-    return serialize_group_value(user_key, key)
+    return codec.group_value(key)
 
 
 def _settle_stale_in_tick(ctx: AppContext, row: TaskRow, summary: TickSummary) -> None:
-    user_key = ctx.user_key(row.user_id)
+    codec = ctx.codec(row.user_id)
     try:
-        payload = decrypt_payload(row.encrypted_payload, user_key)
+        payload = codec.decrypt_payload(row.encrypted_payload)
     except StoredPayloadUnreadable:
         payload = {}
     delivery = DeliverySummary()
-    settle_stale(ctx, row, payload, user_key, delivery)
+    settle_stale(ctx, row, payload, codec, delivery)
     summary.stale.extend(delivery.stale)
     summary.failed.extend(delivery.failed)
 
@@ -288,10 +290,9 @@ def _settle_stale_in_tick(ctx: AppContext, row: TaskRow, summary: TickSummary) -
 def _housekeeping(ctx: AppContext, summary: TickSummary) -> None:
     """Best-effort and isolated: housekeeping never aborts the tick or loses its summary."""
     now = ctx.now_ms()
-    cutoff = iso_from_ms(now - RETENTION_MS)
     try:
         summary.housekeeping["deletedSettledTasks"] = ctx.claims.delete_settled_before(
-            cutoff, shards=max(1, ctx.settings.due_shards), limit=HOUSEKEEPING_LIMIT
+            now - RETENTION_MS, shards=max(1, ctx.settings.due_shards), limit=HOUSEKEEPING_LIMIT
         )
     except Exception as exc:
         summary.housekeeping["settledTasksError"] = type(exc).__name__

@@ -9,7 +9,7 @@ import re
 from typing import Any
 
 from amsg import jsonio
-from amsg.crypto import DecryptError, constant_time_equals, decrypt_envelope_text
+from amsg.crypto import DecryptError, UserCodec, constant_time_equals
 from amsg.errors import ApiError, api_error
 from amsg.http.request import ApiRequest
 
@@ -70,7 +70,7 @@ def parse_json(text: str) -> Any:
 
 def decrypt_request_object(
     request: ApiRequest,
-    user_key: str,
+    codec: UserCodec,
     *,
     bad_json: ApiError | None = None,
     not_object: ApiError | None = None,
@@ -85,7 +85,7 @@ def decrypt_request_object(
     ):
         raise api_error("INVALID_ENCRYPTED_PAYLOAD")
     try:
-        text = decrypt_envelope_text(envelope, user_key)
+        text = codec.open_text(envelope)
     except DecryptError as exc:
         raise api_error("DECRYPTION_FAILED") from exc
     try:

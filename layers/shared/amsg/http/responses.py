@@ -6,7 +6,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from amsg.crypto import compact_json, encrypt_envelope
+from amsg.crypto import UserCodec, compact_json
 from amsg.errors import ApiError, api_error
 
 JSON_CONTENT_TYPE = "application/json; charset=utf-8"
@@ -29,10 +29,8 @@ def ok_fields(status: int = 200, **fields: Any) -> ApiResponse:
     return ApiResponse(status, {"success": True, **fields})
 
 
-def encrypted(payload: Any, user_key: str, status: int = 200) -> ApiResponse:
-    return ApiResponse(
-        status, {"success": True, "encrypted": True, "version": 1, "data": encrypt_envelope(payload, user_key)}
-    )
+def encrypted(payload: Any, codec: UserCodec, status: int = 200) -> ApiResponse:
+    return ApiResponse(status, {"success": True, "encrypted": True, "version": 1, "data": codec.seal(payload)})
 
 
 def from_error(error: ApiError) -> ApiResponse:

@@ -1,4 +1,4 @@
-"""Claims, leases and settlements of due tasks (see docs/delivery.md)."""
+"""Claims, leases and settlements of due tasks (see docs/delivery.md). Times are epoch ms (``*_ms``)."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from amsg.ports.tasks import PushSubscriptionRow, TaskRow
 class ClaimStore(Protocol):
     """The delivery side of the tasks: tick claims, run_task adopts; every write after a claim is fenced."""
 
-    def due_candidates(self, shard: int, now_iso: str, limit: int, start: Any = None) -> tuple[list[DueCandidate], Any]:
+    def due_candidates(self, shard: int, now_ms: int, limit: int, start: Any = None) -> tuple[list[DueCandidate], Any]:
         """One page of the due index (eligible time <= now); returns (candidates, next page token or None)."""
         ...
 
@@ -23,9 +23,9 @@ class ClaimStore(Protocol):
         user_id: str,
         uuid: str,
         *,
-        expected_next_send_at: str,
-        now_iso: str,
-        lease_until: str,
+        expected_next_send_at_ms: int,
+        now_ms: int,
+        lease_until_ms: int,
         owner: str,
         group: str | None = None,
     ) -> TaskRow | None:
@@ -34,7 +34,7 @@ class ClaimStore(Protocol):
         ...
 
     def claim_many(
-        self, wanted: Sequence[ClaimWanted], *, now_iso: str, lease_until: str, owner: str
+        self, wanted: Sequence[ClaimWanted], *, now_ms: int, lease_until_ms: int, owner: str
     ) -> list[TaskRow | object | None]:
         """:meth:`claim` for up to ``CLAIM_BATCH`` ungrouped tasks in one round trip (and one read back): per task, the
         claimed row, None when its condition failed, or ``CLAIM_ALONE`` when the batch could not run (the
@@ -42,13 +42,20 @@ class ClaimStore(Protocol):
         ...
 
     def adopt_claim(
-        self, user_id: str, uuid: str, claim_version: int, next_send_at: str, lease_until: str, owner: str, now_iso: str
+        self,
+        user_id: str,
+        uuid: str,
+        claim_version: int,
+        next_send_at_ms: int,
+        lease_until_ms: int,
+        owner: str,
+        now_ms: int,
     ) -> TaskRow | None:
         """Take over the tick's claim if it is still current, switching to the run lease, in one write. A claim
         is adopted once: while the run that adopted it holds its lease, raises ``amsg.failures.ClaimTaken``."""
         ...
 
-    def open_run(self, user_id: str, uuid: str, claim_version: int, next_send_at: str) -> RunSnapshot | None:
+    def open_run(self, user_id: str, uuid: str, claim_version: int, next_send_at_ms: int) -> RunSnapshot | None:
         """run_task's one read: the task (None unless the message's claim is still current), the user's push
         subscription, outbox counter and delivery policy, in one round trip. Adoption happens in
         :meth:`append_batch`."""
@@ -60,25 +67,25 @@ class ClaimStore(Protocol):
         rows: Sequence[OutboxAppend],
         *,
         now_ms: int,
-        lease_until: str | None,
+        lease_until_ms: int | None,
         owner: str,
         claim_first: str | None = None,
         outbox_seq: int | None = None,
     ) -> list[int] | object | None:
         """Append a new occurrence's batch in one transaction that also adopts the claim (fenced by
-        ``claim_version``, lease unexpired; ``lease_until`` becomes the lease) and records the occurrence on
+        ``claim_version``, lease unexpired; ``lease_until_ms`` becomes the lease) and records the occurrence on
         the task, optionally claiming row ``claim_first`` for sending. Returns the row ids, None when the claim
         is no longer ours, or :data:`APPEND_FALLBACK` when the batch does not fit one transaction or rows of
         these ids already exist (the caller then uses the outbox's general append)."""
         ...
 
-    def renew_lease(self, user_id: str, uuid: str, claim_version: int, lease_until: str, owner: str) -> bool: ...
+    def renew_lease(self, user_id: str, uuid: str, claim_version: int, lease_until_ms: int, owner: str) -> bool: ...
 
-    def settle(self, user_id: str, uuid: str, claim_version: int, settlement: Settlement, now_iso: str) -> bool:
+    def settle(self, user_id: str, uuid: str, claim_version: int, settlement: Settlement, now_ms: int) -> bool:
         """Apply a settlement if the claim is still ours; False means the row is gone or was taken over."""
         ...
 
-    def delete_settled_before(self, cutoff_iso: str, *, shards: int, limit: int) -> int: ...
+    def delete_settled_before(self, cutoff_ms: int, *, shards: int, limit: int) -> int: ...
 
 
 KEEP = object()
@@ -101,7 +108,7 @@ class ClaimWanted:
 
     user_id: str
     uuid: str
-    expected_next_send_at: str
+    expected_next_send_at_ms: int
 
 
 @dataclass
@@ -117,19 +124,19 @@ class Settlement:
     """What a fenced write after a claim does to the task (see docs/delivery.md).
 
     ``delete`` removes the task (one-shot success). ``status`` 'failed'/'sent' takes it out of the due index.
-    Otherwise the task stays pending and becomes due again at ``retry_after`` or ``next_send_at``. Every
+    Otherwise the task stays pending and becomes due again at ``retry_after_ms`` or ``next_send_at_ms``. Every
     settlement releases the lease unless ``keep_lease``.
     """
 
-    next_send_at: str
+    next_send_at_ms: int
     delete: bool = False
     status: str | None = None
-    retry_after: str | None = None
+    retry_after_ms: int | None = None
     retry_count: object = KEEP
     last_error: object = KEEP  # JSON text; None clears it
     encrypted_payload: str | None = None  # rewritten only if the payload is unchanged since the claim
     payload_rev: int | None = None
-    policy_deferred: bool = False  # ``retry_after`` is a delivery-policy deferral (kept as ``deferred_until``)
+    policy_deferred: bool = False  # ``retry_after_ms`` is a delivery-policy deferral (kept as ``deferred_until``)
     # the same occurrence stays pending (a retry, a hook's deferral, a released claim): an earlier policy
     # deferral's ``deferred_until`` stays its eligible time, from which DeliveryLatency and staleness count
     keep_deferral: bool = False
@@ -144,7 +151,7 @@ class Settlement:
 class DueCandidate:
     user_id: str
     uuid: str
-    next_send_at: str
+    next_send_at_ms: int
     retry_count: int = 0
-    retry_after: str | None = None
+    retry_after_ms: int | None = None
     due_key: str = ""  # its key in the due index (eligible time, then uuid): the order "earlier due first"

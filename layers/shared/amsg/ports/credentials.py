@@ -20,14 +20,14 @@ class CredentialWrite:
 
 
 class CredentialStore(Protocol):
-    def upsert(self, user_id: str, entries: Sequence[CredentialWrite], now_iso: str) -> int:
+    def upsert(self, user_id: str, entries: Sequence[CredentialWrite], now_ms: int) -> int:
         """≤ 100 distinct credIds in one all-or-nothing transaction (keeps ``created_at``); returns entry count."""
         ...
 
     def count(self, user_id: str) -> int: ...
 
-    def list(self, user_id: str) -> list[tuple[str, str]]:
-        """``[(credId, updatedAt ISO)]`` in binary credId order (strongly consistent)."""
+    def list(self, user_id: str) -> list[tuple[str, int | None]]:
+        """``[(credId, updated_at ms)]`` in binary credId order (strongly consistent)."""
         ...
 
     def get_values(self, user_id: str, cred_ids: Sequence[str]) -> dict[str, str]:

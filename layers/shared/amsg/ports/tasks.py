@@ -1,5 +1,8 @@
 """Tasks, push subscriptions and the schema check (see docs/data-model.md).
 
+Every time crossing these ports is an integer of epoch milliseconds (``*_ms``); the adapter converts to the
+stored form (see docs/architecture.md, "Times and the user codec").
+
 Rows are plain dataclasses; payloads stay encrypted (storage format) until the domain decrypts them with the
 user's key, so an adapter never sees plaintext task content.
 """
@@ -32,22 +35,22 @@ class TaskRow:
     id: int
     encrypted_payload: str
     message_type: str
-    next_send_at: str
+    next_send_at_ms: int
     status: str = "pending"
     retry_count: int = 0
     last_error: str | None = None
-    created_at: str = ""
-    updated_at: str = ""
-    lease_until: str | None = None
-    retry_after: str | None = None
+    created_at_ms: int | None = None
+    updated_at_ms: int | None = None
+    lease_until_ms: int | None = None
+    retry_after_ms: int | None = None
     serialize_group: str | None = None
     claim_version: int = 0
     rev: int = 0
     payload_token: str | None = None  # set when the payload is split across part items
-    outbox_occurrence: str | None = None  # the occurrence whose push batch is already in the outbox
+    outbox_occurrence_ms: int | None = None  # the occurrence whose push batch is already in the outbox
     correlation_id: str | None = None  # id of the API request that created the task (carried into run_task logs)
     owner: OwnerClaim | None = None  # the cloud-data owner the task (and all it derives) is guarded by
-    deferred_until: str | None = None  # the delivery policy moved this occurrence (quiet hours or a cap) to then
+    deferred_until_ms: int | None = None  # the delivery policy moved this occurrence (quiet hours or a cap) to then
 
 
 @dataclass
@@ -56,8 +59,8 @@ class NewTask:
     uuid: str
     encrypted_payload: str
     message_type: str
-    next_send_at: str
-    now_iso: str
+    next_send_at_ms: int
+    now_ms: int
     correlation_id: str | None = None  # the creating API request's id (logs only)
     owner: OwnerClaim | None = None
 
@@ -113,15 +116,15 @@ class TaskStore(Protocol):
         uuid: str,
         *,
         encrypted_payload: str,
-        next_send_at: str | None,
-        now_iso: str,
+        next_send_at_ms: int | None,
+        now_ms: int,
         expected_rev: int,
         owner: OwnerClaim | None = None,
         keep_deferral: bool = False,
-    ) -> str | None:
-        """Conditional on status pending (+ no live lease when moving next_send_at) and, for an owned task, on its
-        owner holding (``CloudGuardError`` otherwise); returns updated_at or None. Clears the retry state and a
-        delivery-policy deferral, unless ``keep_deferral`` and the occurrence does not move."""
+    ) -> int | None:
+        """Conditional on status pending (+ no live lease when moving the occurrence) and, for an owned task, on its
+        owner holding (``CloudGuardError`` otherwise); returns the new updated_at (ms) or None. Clears the retry
+        state and a delivery-policy deferral, unless ``keep_deferral`` and the occurrence does not move."""
         ...
 
     def delete_task(self, user_id: str, uuid: str) -> bool: ...

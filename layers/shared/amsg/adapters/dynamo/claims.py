@@ -17,6 +17,7 @@ from amsg.adapters.dynamo.outbox import fits_one_transaction, new_row_put
 from amsg.adapters.dynamo.settlements import DynamoSettlements
 from amsg.adapters.dynamo.subscriptions import subscription_row
 from amsg.adapters.dynamo.table import TransactionCancelled, backoff, item_int
+from amsg.adapters.dynamo.tasks import stored_ms
 from amsg.failures import ClaimTaken
 from amsg.ports import (
     APPEND_FALLBACK,
@@ -40,11 +41,11 @@ ADOPTING = f"attribute_exists(lease_until) AND {ADOPTABLE}"
 class DynamoClaimStore(DynamoSettlements):
     """Due index, claims fenced by ``claim_version``, adoption, the run's read, the batch append, leases."""
 
-    def due_candidates(self, shard: int, now_iso: str, limit: int, start: Any = None) -> tuple[list[DueCandidate], Any]:
+    def due_candidates(self, shard: int, now_ms: int, limit: int, start: Any = None) -> tuple[list[DueCandidate], Any]:
         kwargs: dict[str, Any] = {
             "IndexName": "due",
             "KeyConditionExpression": Key("due_pk").eq(keys.due_shard_pk(shard))
-            & Key("due_sk").lte(keys.due_window_end(now_iso)),
+            & Key("due_sk").lte(keys.due_window_end(iso_from_ms(now_ms))),
             "Limit": limit,
         }
         if start:
@@ -54,9 +55,9 @@ class DynamoClaimStore(DynamoSettlements):
             DueCandidate(
                 user_id=item["user_id"],
                 uuid=item["uuid"],
-                next_send_at=item["next_send_at"],
+                next_send_at_ms=stored_ms(item["next_send_at"]) or 0,
                 retry_count=item_int(item.get("retry_count")),
-                retry_after=item.get("retry_after"),
+                retry_after_ms=stored_ms(item.get("retry_after")),
                 due_key=item.get("due_sk", ""),
             )
             for item in response.get("Items", [])
@@ -68,12 +69,14 @@ class DynamoClaimStore(DynamoSettlements):
         user_id: str,
         uuid: str,
         *,
-        expected_next_send_at: str,
-        now_iso: str,
-        lease_until: str,
+        expected_next_send_at_ms: int,
+        now_ms: int,
+        lease_until_ms: int,
         owner: str,
         group: str | None = None,
     ) -> TaskRow | None:
+        expected_next_send_at = iso_from_ms(expected_next_send_at_ms)
+        now_iso, lease_until = iso_from_ms(now_ms), iso_from_ms(lease_until_ms)
         if group is not None:
             return self._claim_grouped(user_id, uuid, expected_next_send_at, now_iso, lease_until, owner, group)
         attributes = self._update_if(
@@ -83,7 +86,7 @@ class DynamoClaimStore(DynamoSettlements):
         return None if attributes is None else self._row(attributes)
 
     def claim_many(
-        self, wanted: Sequence[ClaimWanted], *, now_iso: str, lease_until: str, owner: str
+        self, wanted: Sequence[ClaimWanted], *, now_ms: int, lease_until_ms: int, owner: str
     ) -> list[TaskRow | object | None]:
         """Up to CLAIM_BATCH claims as one TransactWriteItems (the same conditions and writes as :meth:`claim`),
         then one consistent BatchGetItem of the claimed rows. The tick's claim rate is bound by its client CPU
@@ -98,10 +101,15 @@ class DynamoClaimStore(DynamoSettlements):
         if len(wanted) > CLAIM_BATCH:
             raise ValueError(f"at most {CLAIM_BATCH} claims per batch")
         results: list[TaskRow | object | None] = [None] * len(wanted)
+        now_iso, lease_until = iso_from_ms(now_ms), iso_from_ms(lease_until_ms)
         trying = list(range(len(wanted)))
         while trying:
             actions = [
-                {"Update": self._claim_update(w.user_id, w.uuid, w.expected_next_send_at, now_iso, lease_until, owner)}
+                {
+                    "Update": self._claim_update(
+                        w.user_id, w.uuid, iso_from_ms(w.expected_next_send_at_ms), now_iso, lease_until, owner
+                    )
+                }
                 for w in (wanted[i] for i in trying)
             ]
             try:
@@ -242,13 +250,27 @@ class DynamoClaimStore(DynamoSettlements):
         return self._row(item) if item else None
 
     def adopt_claim(
-        self, user_id: str, uuid: str, claim_version: int, next_send_at: str, lease_until: str, owner: str, now_iso: str
+        self,
+        user_id: str,
+        uuid: str,
+        claim_version: int,
+        next_send_at_ms: int,
+        lease_until_ms: int,
+        owner: str,
+        now_ms: int,
     ) -> TaskRow | None:
         """run_task takes over the tick's claim in one write: only if it is still current (same claim version
         and occurrence, still pending and leased) and not adopted by a run that still holds it, switching to
         the run lease; returns the task, None when the claim moved on, ClaimTaken when another run has it."""
+        now_iso = iso_from_ms(now_ms)
         attributes = self._move_lease(
-            user_id, uuid, claim_version, lease_until, owner, occurrence=next_send_at, adopt_at=now_iso
+            user_id,
+            uuid,
+            claim_version,
+            iso_from_ms(lease_until_ms),
+            owner,
+            occurrence=iso_from_ms(next_send_at_ms),
+            adopt_at=now_iso,
         )
         if attributes is None:
             item = self._refused_adoption(user_id, uuid, claim_version, now_iso, owner)
@@ -274,7 +296,7 @@ class DynamoClaimStore(DynamoSettlements):
             raise ClaimTaken(uuid)
         return None
 
-    def open_run(self, user_id: str, uuid: str, claim_version: int, next_send_at: str) -> RunSnapshot | None:
+    def open_run(self, user_id: str, uuid: str, claim_version: int, next_send_at_ms: int) -> RunSnapshot | None:
         """One consistent BatchGetItem: the task, the push subscription, the outbox counter and the delivery
         policy. The claim is current when the task is still pending under this claim version and occurrence and
         still leased."""
@@ -286,15 +308,17 @@ class DynamoClaimStore(DynamoSettlements):
             item is None
             or item_int(item.get("claim_version")) != claim_version
             or item.get("status", "pending") != "pending"
-            or item.get("next_send_at") != next_send_at
             or not item.get("lease_until")
         ):
+            return None
+        row = self._row(item)
+        if row.next_send_at_ms != next_send_at_ms:
             return None
         push = found.get((wanted[1]["PK"], wanted[1]["SK"]))
         subscription = subscription_row(push)
         counter = found.get((wanted[2]["PK"], wanted[2]["SK"]))
         policy = policy_row(found.get((wanted[3]["PK"], wanted[3]["SK"])))
-        return RunSnapshot(self._row(item), subscription, item_int(counter.get("n")) if counter else 0, policy)
+        return RunSnapshot(row, subscription, item_int(counter.get("n")) if counter else 0, policy)
 
     def append_batch(
         self,
@@ -302,7 +326,7 @@ class DynamoClaimStore(DynamoSettlements):
         rows: Sequence[OutboxAppend],
         *,
         now_ms: int,
-        lease_until: str | None,
+        lease_until_ms: int | None,
         owner: str,
         claim_first: str | None = None,
         outbox_seq: int | None = None,
@@ -313,9 +337,10 @@ class DynamoClaimStore(DynamoSettlements):
             return APPEND_FALLBACK  # owned tasks append through the outbox's owner-guarded path
         counter_key = keys.counter_key(row.user_id, "outbox")
         now_iso = iso_from_ms(now_ms)
+        lease_until = None if lease_until_ms is None else iso_from_ms(lease_until_ms)
         sets = ["ob_occ = :occ"]
         values: dict[str, Any] = {
-            ":occ": row.next_send_at,
+            ":occ": iso_from_ms(row.next_send_at_ms),
             ":cv": row.claim_version,
             ":pending": "pending",
         }
@@ -376,14 +401,14 @@ class DynamoClaimStore(DynamoSettlements):
                     return APPEND_FALLBACK  # rows of this occurrence exist already
                 current = None  # the counter moved: read it again
                 continue
-            row.outbox_occurrence = row.next_send_at
-            if lease_until is not None:
-                row.lease_until = lease_until
+            row.outbox_occurrence_ms = row.next_send_at_ms
+            if lease_until_ms is not None:
+                row.lease_until_ms = lease_until_ms
             return ids
         return APPEND_FALLBACK
 
-    def renew_lease(self, user_id: str, uuid: str, claim_version: int, lease_until: str, owner: str) -> bool:
-        return self._move_lease(user_id, uuid, claim_version, lease_until, owner) is not None
+    def renew_lease(self, user_id: str, uuid: str, claim_version: int, lease_until_ms: int, owner: str) -> bool:
+        return self._move_lease(user_id, uuid, claim_version, iso_from_ms(lease_until_ms), owner) is not None
 
     def _move_lease(
         self,

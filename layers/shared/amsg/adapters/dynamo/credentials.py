@@ -19,8 +19,10 @@ from typing import Any
 from amsg.adapters.dynamo import keys
 from amsg.adapters.dynamo.owners import GuardSet, effective_owner, owner_condition, owner_sets, raise_if_guard_failed
 from amsg.adapters.dynamo.table import DynamoTable, TransactionCancelled
+from amsg.adapters.dynamo.tasks import stored_ms
 from amsg.errors import CloudGuardError
 from amsg.ports import CredentialWrite
+from amsg.timeutil import iso_from_ms
 
 MAX_BATCH = 100  # one transaction
 
@@ -39,7 +41,7 @@ class DynamoCredentialStore:
 
     # ---- writes -----------------------------------------------------------------------------------------
 
-    def upsert(self, user_id: str, entries: Sequence[CredentialWrite], now_iso: str) -> int:
+    def upsert(self, user_id: str, entries: Sequence[CredentialWrite], now_ms: int) -> int:
         """Overwrite values (``created_at`` kept, ``updated_at`` refreshed) in one transaction; returns the
         number of entries written. Duplicate credIds collapse to the last entry."""
         latest: dict[str, CredentialWrite] = {}
@@ -66,7 +68,7 @@ class DynamoCredentialStore:
             for name, value in owner_sets(owner).items():
                 sets += f", {name} = :{name}"
                 values[f":{name}"] = value
-            values.update({":id": entry.cred_id, ":v": entry.encrypted_value, ":u": now_iso, ":one": 1})
+            values.update({":id": entry.cred_id, ":v": entry.encrypted_value, ":u": iso_from_ms(now_ms), ":one": 1})
             actions.append(
                 {
                     "Update": {
@@ -138,11 +140,11 @@ class DynamoCredentialStore:
                 return total
             kwargs["ExclusiveStartKey"] = last
 
-    def list(self, user_id: str) -> list[tuple[str, str]]:
+    def list(self, user_id: str) -> list[tuple[str, int | None]]:
         rows = self.t.query_prefix(
             keys.user_pk(user_id), keys.CREDENTIAL_PREFIX, ProjectionExpression="cred_id, updated_at"
         )
-        return [(str(row["cred_id"]), str(row.get("updated_at", ""))) for row in rows]
+        return [(str(row["cred_id"]), stored_ms(row.get("updated_at"))) for row in rows]
 
     def get_values(self, user_id: str, cred_ids: Sequence[str]) -> dict[str, str]:
         items = self._batch_get(user_id, cred_ids, "cred_id, encrypted_value")

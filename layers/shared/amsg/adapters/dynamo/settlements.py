@@ -16,6 +16,7 @@ from amsg.adapters.dynamo.outbox import delivered_update
 from amsg.adapters.dynamo.table import DynamoTable, TransactionCancelled, is_conditional_failure, item_int
 from amsg.adapters.dynamo.tasks import delete_with_registry, drop_parts, payload_attrs, registry_delete, task_row
 from amsg.ports import KEEP, Settlement, TaskRow
+from amsg.timeutil import iso_from_ms
 
 
 class DynamoSettlements:
@@ -47,9 +48,9 @@ class DynamoSettlements:
     # leaves the due window and comes back by itself if its worker dies (the lease expires): nothing is lost
     # and the tick's query needs no filter. Tasks leave the index for good only when they stop being pending.
 
-    def settle(self, user_id: str, uuid: str, claim_version: int, settlement: Settlement, now_iso: str) -> bool:
+    def settle(self, user_id: str, uuid: str, claim_version: int, settlement: Settlement, now_ms: int) -> bool:
         if not settlement.delivered:
-            return self._settle(user_id, uuid, claim_version, settlement, now_iso)
+            return self._settle(user_id, uuid, claim_version, settlement, now_ms)
         marks = [
             {"Update": delivered_update(user_id, message_id, settlement.delivered_at_ms)}
             for message_id in dict.fromkeys(settlement.delivered)
@@ -82,7 +83,7 @@ class DynamoSettlements:
                         drop_parts(self.t, user_id, uuid, settlement.payload_token)
                     return True
             elif settlement.encrypted_payload is None:
-                update = self._settle_update_kwargs(user_id, uuid, claim_version, settlement, now_iso)
+                update = self._settle_update_kwargs(user_id, uuid, claim_version, settlement, now_ms)
                 try:
                     self.t.transact([{"Update": update}, *marks])
                 except TransactionCancelled:
@@ -90,7 +91,7 @@ class DynamoSettlements:
                 else:
                     written = True
                     return True
-            return self._settle(user_id, uuid, claim_version, settlement, now_iso)
+            return self._settle(user_id, uuid, claim_version, settlement, now_ms)
         finally:
             if not written:  # the pushes went out: their rows say so whatever happened to the settlement
                 with contextlib.suppress(Exception):
@@ -98,31 +99,31 @@ class DynamoSettlements:
                         with contextlib.suppress(ClientError):
                             self.t.table.update_item(**mark["Update"])
 
-    def _settle(self, user_id: str, uuid: str, claim_version: int, settlement: Settlement, now_iso: str) -> bool:
+    def _settle(self, user_id: str, uuid: str, claim_version: int, settlement: Settlement, now_ms: int) -> bool:
         if settlement.delete:
             return self._delete_claimed(user_id, uuid, claim_version)
         with_payload = settlement.encrypted_payload is not None
         if with_payload:
-            if self._settle_update(user_id, uuid, claim_version, settlement, now_iso, rewrite_payload=True):
+            if self._settle_update(user_id, uuid, claim_version, settlement, now_ms, rewrite_payload=True):
                 return True
             current = self.t.get(self._key(user_id, uuid), projection="claim_version")
             if not current or item_int(current.get("claim_version")) != claim_version:
                 return False
             # the payload changed since the claim (an update-message): keep it, write the columns only
-        return self._settle_update(user_id, uuid, claim_version, settlement, now_iso, rewrite_payload=False)
+        return self._settle_update(user_id, uuid, claim_version, settlement, now_ms, rewrite_payload=False)
 
     def _settle_update_kwargs(
-        self, user_id: str, uuid: str, claim_version: int, s: Settlement, now_iso: str
+        self, user_id: str, uuid: str, claim_version: int, s: Settlement, now_ms: int
     ) -> dict[str, Any]:
         """The fenced UpdateItem of a settlement that keeps the task (payload untouched)."""
-        kwargs, _ = self._settle_update_parts(user_id, uuid, claim_version, s, now_iso, rewrite_payload=False)
+        kwargs, _ = self._settle_update_parts(user_id, uuid, claim_version, s, now_ms, rewrite_payload=False)
         return kwargs
 
     def _settle_update(
-        self, user_id: str, uuid: str, claim_version: int, s: Settlement, now_iso: str, *, rewrite_payload: bool
+        self, user_id: str, uuid: str, claim_version: int, s: Settlement, now_ms: int, *, rewrite_payload: bool
     ) -> bool:
         kwargs, blob = self._settle_update_parts(
-            user_id, uuid, claim_version, s, now_iso, rewrite_payload=rewrite_payload
+            user_id, uuid, claim_version, s, now_ms, rewrite_payload=rewrite_payload
         )
         kwargs["ReturnValues"] = "ALL_OLD"
         try:
@@ -138,11 +139,13 @@ class DynamoSettlements:
         return True
 
     def _settle_update_parts(
-        self, user_id: str, uuid: str, claim_version: int, s: Settlement, now_iso: str, *, rewrite_payload: bool
+        self, user_id: str, uuid: str, claim_version: int, s: Settlement, now_ms: int, *, rewrite_payload: bool
     ) -> tuple[dict[str, Any], Any]:
         sets = ["updated_at = :now", "next_send_at = :nsa"]
         removes = ["lease_until", "lease_owner"]
-        values: dict[str, Any] = {":now": now_iso, ":nsa": s.next_send_at, ":cv": claim_version}
+        next_iso = iso_from_ms(s.next_send_at_ms)
+        retry_iso = None if s.retry_after_ms is None else iso_from_ms(s.retry_after_ms)
+        values: dict[str, Any] = {":now": iso_from_ms(now_ms), ":nsa": next_iso, ":cv": claim_version}
         names: dict[str, str] = {}
         condition = "claim_version = :cv"
         if s.status is not None:
@@ -152,15 +155,15 @@ class DynamoSettlements:
             values[":rpk"] = keys.done_pk(uuid, self.due_shards)
             removes += ["due_pk", "due_sk", "retry_after"]
         else:
-            eligible = s.retry_after or s.next_send_at
+            eligible = retry_iso or next_iso
             sets.append("due_sk = :dsk")
             values[":dsk"] = keys.due_sk(eligible, uuid)
-            if s.retry_after:
+            if retry_iso:
                 sets.append("retry_after = :ra")
-                values[":ra"] = s.retry_after
+                values[":ra"] = retry_iso
             else:
                 removes.append("retry_after")
-        if s.policy_deferred and s.retry_after and s.status is None:
+        if s.policy_deferred and retry_iso and s.status is None:
             sets.append("deferred_until = :ra")
         elif not (s.keep_deferral and s.status is None):
             removes.append("deferred_until")
@@ -197,8 +200,9 @@ class DynamoSettlements:
     def _delete_claimed(self, user_id: str, uuid: str, claim_version: int) -> bool:
         return delete_with_registry(self.t, user_id, uuid, "claim_version = :cv", {":cv": claim_version})
 
-    def delete_settled_before(self, cutoff_iso: str, *, shards: int, limit: int) -> int:
-        """Housekeeping: delete sent/failed tasks not updated since ``cutoff_iso`` (bounded per tick)."""
+    def delete_settled_before(self, cutoff_ms: int, *, shards: int, limit: int) -> int:
+        """Housekeeping: delete sent/failed tasks not updated since ``cutoff_ms`` (bounded per tick)."""
+        cutoff_iso = iso_from_ms(cutoff_ms)
         deleted = 0
         for shard in range(shards):
             response = self.t.table.query(

@@ -25,6 +25,7 @@ from amsg.adapters.dynamo.table import (
 )
 from amsg.errors import StoreUnavailable, TaskUuidConflict
 from amsg.ports import CreatedTask, CreatePrep, NewTask, OwnerClaim, TaskRow
+from amsg.timeutil import iso_from_ms, parse_iso_ms
 
 CREATE_ATTEMPTS = 40
 
@@ -37,6 +38,11 @@ def payload_attrs(
         return {"payload": encrypted_payload}, None
     ref = t.write_blob(keys.user_pk(user_id), keys.task_part_prefix(uuid), encrypted_payload)
     return {"payload_token": ref.token, "payload_parts": ref.parts}, ref
+
+
+def stored_ms(value: Any) -> int | None:
+    """A stored ISO time attribute as epoch ms (None when absent): the storage edge of the task's times."""
+    return parse_iso_ms(value) if value else None
 
 
 def task_row(t: DynamoTable, item: dict[str, Any]) -> TaskRow:
@@ -55,22 +61,22 @@ def task_row(t: DynamoTable, item: dict[str, Any]) -> TaskRow:
         id=item_int(item.get("id")),
         encrypted_payload=payload or "",
         message_type=item.get("message_type", ""),
-        next_send_at=item.get("next_send_at", ""),
+        next_send_at_ms=stored_ms(item.get("next_send_at")) or 0,
         status=item.get("status", "pending"),
         retry_count=item_int(item.get("retry_count")),
         last_error=item.get("last_error"),
-        created_at=item.get("created_at", ""),
-        updated_at=item.get("updated_at", ""),
-        lease_until=item.get("lease_until"),
-        retry_after=item.get("retry_after"),
+        created_at_ms=stored_ms(item.get("created_at")),
+        updated_at_ms=stored_ms(item.get("updated_at")),
+        lease_until_ms=stored_ms(item.get("lease_until")),
+        retry_after_ms=stored_ms(item.get("retry_after")),
         serialize_group=item.get("serialize_group"),
         claim_version=item_int(item.get("claim_version")),
         rev=item_int(item.get("rev")),
         payload_token=item.get("payload_token"),
-        outbox_occurrence=item.get("ob_occ"),
+        outbox_occurrence_ms=stored_ms(item.get("ob_occ")),
         correlation_id=item.get("corr_id"),
         owner=task_owner(item),
-        deferred_until=item.get("deferred_until"),
+        deferred_until_ms=stored_ms(item.get("deferred_until")),
     )
 
 
@@ -174,6 +180,7 @@ class DynamoTaskStore:
                 current = item_int(counter.get("n")) if counter else 0
                 old = self.t.get(self._key(task.user_id, supersedes_uuid)) if supersedes_uuid else None
             new_id = current + 1
+            next_iso, now_iso = iso_from_ms(task.next_send_at_ms), iso_from_ms(task.now_ms)
             item: dict[str, Any] = {
                 **self._key(task.user_id, task.uuid),
                 "id": new_id,
@@ -181,15 +188,15 @@ class DynamoTaskStore:
                 "uuid": task.uuid,
                 **payload_attrs,
                 "message_type": task.message_type,
-                "next_send_at": task.next_send_at,
+                "next_send_at": next_iso,
                 "status": "pending",
                 "retry_count": 0,
-                "created_at": task.now_iso,
-                "updated_at": task.now_iso,
+                "created_at": now_iso,
+                "updated_at": now_iso,
                 "claim_version": 0,
                 "rev": 1,
                 "due_pk": keys.due_pk(task.uuid, self.due_shards),
-                "due_sk": keys.due_sk(task.next_send_at, task.uuid),
+                "due_sk": keys.due_sk(next_iso, task.uuid),
                 **owner_sets(task.owner),
             }
             if task.correlation_id:
@@ -255,12 +262,12 @@ class DynamoTaskStore:
         uuid: str,
         *,
         encrypted_payload: str,
-        next_send_at: str | None,
-        now_iso: str,
+        next_send_at_ms: int | None,
+        now_ms: int,
         expected_rev: int,
         owner: OwnerClaim | None = None,
         keep_deferral: bool = False,
-    ) -> str | None:
+    ) -> int | None:
         """Rewrite a pending task's payload (and occurrence) iff it is still at ``expected_rev``; an owned task's
         update commits only while its owner holds (``CLOUD_OWNER_RETIRED`` otherwise).
 
@@ -268,6 +275,8 @@ class DynamoTaskStore:
         go), except with ``keep_deferral``: a payload-only edit of a task held back by quiet hours or a cap
         keeps its wake-up, or it would be claimed at the old deferral time with nothing saying it was held."""
         payload_attrs, blob = self._payload_attrs(user_id, uuid, encrypted_payload)
+        now_iso = iso_from_ms(now_ms)
+        next_send_at = None if next_send_at_ms is None else iso_from_ms(next_send_at_ms)
         sets = ["updated_at = :now", "retry_count = :zero", "rev = rev + :one"]
         removes = [] if keep_deferral and next_send_at is None else ["retry_after", "deferred_until"]
         values: dict[str, Any] = {":now": now_iso, ":zero": 0, ":one": 1, ":pending": "pending", ":rev": expected_rev}
@@ -293,7 +302,7 @@ class DynamoTaskStore:
             "ExpressionAttributeValues": values,
         }
         if owner is not None:
-            return self._update_guarded(user_id, uuid, update, owner, payload_attrs, blob, now_iso)
+            return self._update_guarded(user_id, uuid, update, owner, payload_attrs, blob, now_ms)
         try:
             result = self.t.table.update_item(**update, ReturnValues="ALL_OLD")
         except ClientError as exc:
@@ -305,7 +314,7 @@ class DynamoTaskStore:
         old = result.get("Attributes") or {}
         if old.get("payload_token") and old.get("payload_token") != payload_attrs.get("payload_token"):
             self._drop_parts(user_id, uuid, str(old["payload_token"]))
-        return now_iso
+        return now_ms
 
     def _update_guarded(
         self,
@@ -315,8 +324,8 @@ class DynamoTaskStore:
         owner: OwnerClaim,
         payload_attrs: dict[str, Any],
         blob: BlobRef | None,
-        now_iso: str,
-    ) -> str | None:
+        now_ms: int,
+    ) -> int | None:
         old = self.t.get(self._key(user_id, uuid), projection="payload_token") or {}
         try:
             self.t.transact([{"Update": update}, guard_check(user_id, owner.ref, owner.generation)])
@@ -331,7 +340,7 @@ class DynamoTaskStore:
             raise
         if old.get("payload_token") and old.get("payload_token") != payload_attrs.get("payload_token"):
             self._drop_parts(user_id, uuid, str(old["payload_token"]))
-        return now_iso
+        return now_ms
 
     # ---- delete -----------------------------------------------------------------------------------------
 
