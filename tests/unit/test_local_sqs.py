@@ -343,3 +343,24 @@ def test_boto3_talks_to_the_endpoint_as_to_sqs() -> None:
         assert server.sqs.get_queue_attributes(url, ["ApproximateNumberOfMessages"]) == {
             "ApproximateNumberOfMessages": "0"
         }
+
+
+def test_the_event_source_polls_while_the_tick_is_still_enqueuing() -> None:
+    sqs, _, q, _ = make(vt=720)
+    queue = LocalQueue(url=q, arn=sqs.get_queue_attributes(q)["QueueArn"], dead_letter_url=None, batch_size=5)
+    runtime = FakeRuntime()
+    delivery = LocalDelivery(TEMPLATE, runtime, LocalSqsClient(sqs), queue)  # type: ignore[arg-type]
+    done = threading.Event()
+
+    def tick() -> None:  # enqueues in three bursts, like a tick claiming page after page
+        for burst in range(3):
+            time.sleep(0.2)
+            sqs.send_batch(q, [{"Id": str(i), "MessageBody": f"ok-{burst}-{i}"} for i in range(10)])
+        done.set()
+
+    producer = threading.Thread(target=tick)
+    producer.start()
+    summary = delivery.drain(producer_done=done)
+    producer.join()
+    assert (summary["received"], summary["deleted"], summary["failed"]) == (30, 30, 0)
+    assert len(runtime.batches) >= 6 and counts(sqs, q) == (0, 0, 0)
