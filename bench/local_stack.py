@@ -58,8 +58,27 @@ def _seed(stack: Any, push: Any, tasks: int) -> tuple[int, list[str]]:
     return due_ms, endpoints
 
 
-def _tree_cpu_s() -> float:
-    """CPU seconds of this process and every live descendant (sandboxes, DynamoDB Local, its relay)."""
+def _kind(pid: int) -> str:
+    if pid == os.getpid():
+        return "gateway"
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as cmdline:
+            argv = cmdline.read().split(b"\0")
+    except OSError:
+        return "other"
+    text = b" ".join(argv)
+    for marker, kind in (
+        (b"sandbox_worker", "sandboxes"),
+        (b"DynamoDBLocal", "dynamodb-local"),
+        (b"relay.py", "relay"),
+    ):
+        if marker in text:
+            return kind
+    return "other"
+
+
+def _tree_cpu_s() -> dict[str, float]:
+    """CPU seconds of this process and every live descendant, by kind (sandboxes, DynamoDB Local, relay)."""
     tick = os.sysconf("SC_CLK_TCK")
     parents: dict[int, int] = {}
     cpu: dict[int, float] = {}
@@ -79,7 +98,11 @@ def _tree_cpu_s() -> float:
         children = [pid for pid, ppid in parents.items() if ppid == parent and pid not in tree]
         tree.update(children)
         frontier.extend(children)
-    return sum(cpu.get(pid, 0.0) for pid in tree)
+    kinds: dict[str, float] = {}
+    for pid in tree:
+        kind = _kind(pid)
+        kinds[kind] = kinds.get(kind, 0.0) + cpu.get(pid, 0.0)
+    return kinds
 
 
 def _delivery(stack: Any, push: Any, tasks: int) -> dict[str, Any]:
@@ -95,7 +118,8 @@ def _delivery(stack: Any, push: Any, tasks: int) -> dict[str, Any]:
         tick_ms += float((summary.get("tick") or {}).get("durationMs") or 0.0)
         ticks += 1
     elapsed, cpu = time.perf_counter() - started, time.process_time() - cpu_started
-    tree_cpu, load = _tree_cpu_s() - tree_started, max(load_started, os.getloadavg()[0])
+    tree_ended, load = _tree_cpu_s(), max(load_started, os.getloadavg()[0])
+    tree_cpu = {kind: tree_ended[kind] - tree_started.get(kind, 0.0) for kind in tree_ended}
     per_endpoint = [len(push.received_for(endpoint)) for endpoint in endpoints]
     return {
         "delivered": sum(1 for n in per_endpoint if n >= 1),
@@ -104,7 +128,8 @@ def _delivery(stack: Any, push: Any, tasks: int) -> dict[str, Any]:
         "ticks": ticks,
         "tick_s": tick_ms / 1000,
         "gateway_cpu_s": cpu,
-        "tree_cpu_s": tree_cpu,
+        "tree_cpu_s": sum(tree_cpu.values()),
+        "cpu_by_kind_s": tree_cpu,
         "load": load,
         "push_cpu_s": push.cpu_s - push_started,
     }
@@ -202,7 +227,8 @@ def main() -> None:
             print(
                 f"               CPU per task: gateway process {1000 * d['gateway_cpu_s'] / tasks:.1f} ms"
                 f" (push service {1000 * d['push_cpu_s'] / tasks:.1f} ms), whole stack (sandboxes, DynamoDB"
-                f" Local, relay) {1000 * d['tree_cpu_s'] / tasks:.1f} ms"
+                f" Local, relay) {1000 * d['tree_cpu_s'] / tasks:.1f} ms:"
+                + ", ".join(f" {k} {1000 * v / tasks:.1f}" for k, v in sorted(d["cpu_by_kind_s"].items()))
             )
         for level, p50, p95, rate, errors in result["latency"]:
             print(
