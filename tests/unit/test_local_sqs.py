@@ -315,7 +315,7 @@ def test_boto3_talks_to_the_endpoint_as_to_sqs() -> None:
         )
         url = client.create_queue(QueueName="tasks", Attributes={"VisibilityTimeout": "720"})["QueueUrl"]
         assert client.get_queue_url(QueueName="tasks")["QueueUrl"] == url
-        attrs = {
+        attrs: dict[str, dict[str, Any]] = {
             "kind": {"DataType": "Binary", "BinaryValue": b"\x00\x01"},
             "n": {"DataType": "Number", "StringValue": "7"},
         }

@@ -29,7 +29,7 @@ import threading
 import time
 import uuid
 from collections import deque
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -277,7 +277,7 @@ class LocalSqs:
     # ------------------------------------------------------------------ sending
 
     def send(
-        self, url: str, body: str, attributes: Mapping[str, Any] | None = None, delay: int | None = None
+        self, url: str, body: str | None, attributes: Mapping[str, Any] | None = None, delay: int | None = None
     ) -> dict[str, str]:
         """One message (``SendMessage``); returns ``MessageId`` and the MD5s."""
         return self.send_batch(
@@ -294,7 +294,7 @@ class LocalSqs:
         )["Successful"][0]
 
     def send_batch(
-        self, url: str, entries: list[Mapping[str, Any]], *, single: bool = False
+        self, url: str, entries: Sequence[Mapping[str, Any]], *, single: bool = False
     ) -> dict[str, list[dict[str, Any]]]:
         """``SendMessageBatch``: per-entry failures for bad entries, errors for a bad batch."""
         with self._changed:
@@ -489,7 +489,7 @@ class LocalSqs:
             self._changed.notify_all()
 
     def batch(
-        self, url: str, entries: list[Mapping[str, Any]], apply: Callable[[Mapping[str, Any]], None]
+        self, url: str, entries: Sequence[Mapping[str, Any]], apply: Callable[[Mapping[str, Any]], None]
     ) -> dict[str, list[dict[str, Any]]]:
         """A ``*Batch`` call of deletes or visibility changes: per-entry results."""
         _check_batch(entries, None)
@@ -510,7 +510,7 @@ class LocalSqs:
             self._queue(url)
 
 
-def _check_batch(entries: list[Mapping[str, Any]], size_limit: int | None) -> None:
+def _check_batch(entries: Sequence[Mapping[str, Any]], size_limit: int | None) -> None:
     if not entries:
         raise SqsError(
             "EmptyBatchRequest",
@@ -565,7 +565,7 @@ class LocalSqsClient:
     def get_queue_attributes(self, *, QueueUrl: str, AttributeNames: list[str] | None = None) -> dict[str, Any]:
         return {"Attributes": self.sqs.get_queue_attributes(QueueUrl, AttributeNames or ["All"])}
 
-    def send_message_batch(self, *, QueueUrl: str, Entries: list[Mapping[str, Any]]) -> dict[str, Any]:
+    def send_message_batch(self, *, QueueUrl: str, Entries: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         return self.sqs.send_batch(QueueUrl, Entries)
 
     def receive_message(
@@ -589,7 +589,7 @@ class LocalSqsClient:
         self.sqs.delete(QueueUrl, ReceiptHandle)
         return {}
 
-    def delete_message_batch(self, *, QueueUrl: str, Entries: list[Mapping[str, Any]]) -> dict[str, Any]:
+    def delete_message_batch(self, *, QueueUrl: str, Entries: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         return self.sqs.batch(
             QueueUrl, Entries, lambda entry: self.sqs.delete(QueueUrl, str(entry.get("ReceiptHandle")))
         )
