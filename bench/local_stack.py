@@ -57,24 +57,79 @@ def _seed(stack: Any, push: Any, tasks: int) -> tuple[int, list[str]]:
     return due_ms, endpoints
 
 
+def _kind(pid: int) -> str:
+    if pid == os.getpid():
+        return "gateway"
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as cmdline:
+            argv = cmdline.read().split(b"\0")
+    except OSError:
+        return "other"
+    text = b" ".join(argv)
+    for marker, kind in (
+        (b"sandbox_worker", "sandboxes"),
+        (b"DynamoDBLocal", "dynamodb-local"),
+        (b"relay.py", "relay"),
+    ):
+        if marker in text:
+            return kind
+    return "other"
+
+
+def _tree_cpu_s() -> dict[str, float]:
+    """CPU seconds of this process and every live descendant, by kind (sandboxes, DynamoDB Local, relay)."""
+    tick = os.sysconf("SC_CLK_TCK")
+    parents: dict[int, int] = {}
+    cpu: dict[int, float] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", encoding="ascii", errors="replace") as stat:
+                fields = stat.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        parents[int(entry)] = int(fields[1])
+        cpu[int(entry)] = (int(fields[11]) + int(fields[12])) / tick
+    tree, frontier = {os.getpid()}, [os.getpid()]
+    while frontier:
+        parent = frontier.pop()
+        children = [pid for pid, ppid in parents.items() if ppid == parent and pid not in tree]
+        tree.update(children)
+        frontier.extend(children)
+    kinds: dict[str, float] = {}
+    for pid in tree:
+        kind = _kind(pid)
+        kinds[kind] = kinds.get(kind, 0.0) + cpu.get(pid, 0.0)
+    return kinds
+
+
 def _delivery(stack: Any, push: Any, tasks: int) -> dict[str, Any]:
     target = len(push.received) + tasks
     due_ms, endpoints = _seed(stack, push, tasks)
     now_ms = int(stack.post_local("/_local/clock", {"advanceMs": 0})["nowMs"])
     stack.post_local("/_local/clock", {"advanceMs": due_ms - now_ms + 1_000})
     started, cpu_started, push_started = time.perf_counter(), time.process_time(), push.cpu_s
-    ticks = 0
+    tree_started, load_started = _tree_cpu_s(), os.getloadavg()[0]
+    ticks, tick_ms = 0, 0.0
     while len(push.received) < target and time.perf_counter() - started < 600:
-        stack.post_local("/_local/tick")
+        summary = stack.post_local("/_local/tick")
+        tick_ms += float((summary.get("tick") or {}).get("durationMs") or 0.0)
         ticks += 1
     elapsed, cpu = time.perf_counter() - started, time.process_time() - cpu_started
+    tree_ended, load = _tree_cpu_s(), max(load_started, os.getloadavg()[0])
+    tree_cpu = {kind: tree_ended[kind] - tree_started.get(kind, 0.0) for kind in tree_ended}
     per_endpoint = [len(push.received_for(endpoint)) for endpoint in endpoints]
     return {
         "delivered": sum(1 for n in per_endpoint if n >= 1),
         "duplicates": sum(n - 1 for n in per_endpoint if n > 1),
         "seconds": elapsed,
         "ticks": ticks,
+        "tick_s": tick_ms / 1000,
         "gateway_cpu_s": cpu,
+        "tree_cpu_s": sum(tree_cpu.values()),
+        "cpu_by_kind_s": tree_cpu,
+        "load": load,
         "push_cpu_s": push.cpu_s - push_started,
     }
 
@@ -165,8 +220,14 @@ def main() -> None:
         for label, d in (("first run", result["delivery"]), ("second run", result["again"])):
             print(
                 f"    {label:<10} {d['delivered']}/{tasks} delivered in {d['seconds']:.1f} s"
-                f" = {d['delivered'] / d['seconds']:.1f} tasks/s ({d['ticks']} ticks, {d['duplicates']} duplicates;"
-                f" this process {d['gateway_cpu_s']:.1f} s CPU, of which the push service {d['push_cpu_s']:.1f} s)"
+                f" = {d['delivered'] / d['seconds']:.1f} tasks/s ({d['ticks']} ticks taking {d['tick_s']:.1f} s,"
+                f" {d['duplicates']} duplicates, {tasks - d['delivered']} lost; load average {d['load']:.1f})"
+            )
+            print(
+                f"               CPU per task: gateway process {1000 * d['gateway_cpu_s'] / tasks:.1f} ms"
+                f" (push service {1000 * d['push_cpu_s'] / tasks:.1f} ms), whole stack (sandboxes, DynamoDB"
+                f" Local, relay) {1000 * d['tree_cpu_s'] / tasks:.1f} ms:"
+                + ", ".join(f" {k} {1000 * v / tasks:.1f}" for k, v in sorted(d["cpu_by_kind_s"].items()))
             )
         for level, p50, p95, rate, errors in result["latency"]:
             print(

@@ -30,7 +30,8 @@ KEY = "sk-e2e-agentic-0123456789"
 def world() -> Iterator[dict]:
     with (
         FakeLlmServer() as llm,
-        # the hooks are scripted from this process (SCRIPT), so the sandboxes must live in it too
+        # the hooks are scripted from this process (SCRIPT: closures, live contexts, receipts), so the sandboxes
+        # must live in it too; the companion alone runs in process sandboxes in the last test
         stack_with_push(
             AMSG_CLIENT_TOKEN=TOKEN, AMSG_HOOKS_MODULE="tests.support.hooks_agentic", sandboxes="thread"
         ) as (stack, push),
@@ -209,3 +210,38 @@ def test_capabilities_advertise_the_hook_features_in_reference_order(world, user
         "after-send-hook", "hook-state-accessors", "recurring-stale-skip-hook", "fire-settled-hook",
         "agentic-cancel-renew-task", "hook-usage", "emit-result", "hook-usage-total", "before-fire-defer",
     ]  # fmt: skip
+
+
+def test_the_companion_hooks_run_inside_process_sandboxes() -> None:
+    """The example companion as the stack's hooks module, in process sandboxes (the default; the module loads
+    inside the tick and run_task sandboxes from ``AMSG_HOOKS_MODULE``): observed only over HTTP, through the
+    loopback LLM and through the push service, since nothing in this process can script those sandboxes."""
+    with (
+        FakeLlmServer() as llm,
+        stack_with_push(AMSG_CLIENT_TOKEN=TOKEN, AMSG_HOOKS_MODULE="examples.hooks.companion") as (stack, push),
+    ):
+        world = {"stack": stack, "push": push, "llm": llm}
+        assert stack.gateway.runtime.sandboxes == "process"
+        client = WireClient(http_transport(stack.base_url), str(uuid.uuid4()), server_token=TOKEN)
+        client.init()
+        subscription = push.subscribe()
+        assert client.put_subscription(subscription.to_json()).status == 200
+        client.endpoint_id = subscription.endpoint_id  # type: ignore[attr-defined]
+        start = now_ms(world)
+        entry = {"namespace": "companion", "key": "mood", "value": "tired", "updatedAt": start}
+        assert client.put_client_state([entry]).status == 200
+        created = schedule(world, client, start + MINUTE)
+        llm.reply_tool_calls(("call_t", "get_local_time", {}))
+        llm.reply_content("晚上好。")
+        advance_and_tick(world, MINUTE + 1_000)
+
+        first, second = (r.json for r in llm.requests)
+        assert "tired" in first["messages"][0]["content"] and first["tools"][0]["function"]["name"] == "get_local_time"
+        assert second["messages"][-1]["role"] == "tool"
+        (delivered,) = pushes(world, client)
+        assert delivered["message"] == "晚上好。" and delivered["taskUuid"] == created["uuid"]
+        assert state(client)["last_message"] == "晚上好。"
+        (follow,) = client.list_messages().data["tasks"]  # the hook's follow-up, scheduled from the sandbox
+        assert client.get_message(follow["uuid"]).data["task"]["metadata"] == {"followUpOf": created["uuid"]}
+        functions = stack.gateway.runtime.stats()["functions"]
+        assert functions["RunTaskFunction"]["invocations"] >= 1 and functions["TickFunction"]["invocations"] >= 1

