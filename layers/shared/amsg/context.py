@@ -21,6 +21,7 @@ if TYPE_CHECKING:  # annotations only: routes that touch no port never import am
         CredentialStore,
         DeliveryPolicyStore,
         LlmClient,
+        MasterKeys,
         OutboxStore,
         OwnerStore,
         PushSender,
@@ -28,6 +29,8 @@ if TYPE_CHECKING:  # annotations only: routes that touch no port never import am
         SchemaInspector,
         TaskQueue,
         TaskStore,
+        TenantDirectory,
+        TenantStore,
     )
 
 
@@ -78,6 +81,10 @@ class StoragePorts:
     cloud_data: CloudDataStore | None = None  # the /cloud-data inventory and its records
     coalescer: CallCoalescer | None = None  # a batch's concurrent records share storage round trips
     prepare: Callable[[], None] = lambda: None  # build the table's client now (init-phase work), send nothing
+    # the multi-tenant line (None in single mode): the registry, tenants' master keys, the active tenants
+    tenant_registry: TenantStore | None = None
+    tenant_keys: MasterKeys | None = None
+    tenants: TenantDirectory | None = None
 
 
 class AppContext:
@@ -154,6 +161,18 @@ class AppContext:
     @cached_property
     def coalescer(self) -> CallCoalescer | None:
         return self.storage.coalescer
+
+    @cached_property
+    def tenant_registry(self) -> TenantStore | None:
+        return self.storage.tenant_registry
+
+    @cached_property
+    def tenant_keys(self) -> MasterKeys | None:
+        return self.storage.tenant_keys
+
+    @cached_property
+    def tenants(self) -> TenantDirectory | None:
+        return self.storage.tenants
 
     def user_key(self, user_id: str) -> str:
         return derive_user_key(self.secrets.master_key, user_id)

@@ -25,6 +25,8 @@ SECRET_ENV = {
     "master_key": ("AMSG_MASTER_KEY", "AMSG_MASTER_KEY_PARAM"),
     "client_token": ("AMSG_CLIENT_TOKEN", "AMSG_CLIENT_TOKEN_PARAM"),
     "vapid_private_key": ("AMSG_VAPID_PRIVATE_KEY", "AMSG_VAPID_PRIVATE_KEY_PARAM"),
+    "tenant_token_signing_key": ("AMSG_TENANT_TOKEN_SIGNING_KEY", "AMSG_TENANT_TOKEN_SIGNING_KEY_PARAM"),
+    "init_secret": ("AMSG_INIT_SECRET", "AMSG_INIT_SECRET_PARAM"),
 }
 
 
@@ -109,7 +111,18 @@ def settings_from_env(env: Mapping[str, str]) -> Settings:
         total_timeout_ms=_int_env(env, "AMSG_TOTAL_TIMEOUT_MS", 240_000),
         max_scheduled_tasks_per_fire=_int_env(env, "AMSG_MAX_SCHEDULED_TASKS_PER_FIRE", 2),
         cloud_data_management=env.get("AMSG_CLOUD_DATA_MANAGEMENT", "true").strip().lower() not in ("false", "0", "no"),
+        tenancy=_tenancy(env),
+        public_base_url=env.get("AMSG_PUBLIC_BASE_URL", "").strip().rstrip("/"),
+        tenant_key_cache_s=_int_env(env, "AMSG_TENANT_KEY_CACHE_S", 300),
+        kms_key_id=env.get("AMSG_KMS_KEY_ID", "").strip(),
     )
+
+
+def _tenancy(env: Mapping[str, str]) -> str:
+    value = env.get("AMSG_TENANCY", "").strip().lower() or "single"
+    if value not in ("single", "multi"):
+        raise ConfigError("AMSG_TENANCY must be 'single' or 'multi'")
+    return value
 
 
 def secrets_from_env(env: Mapping[str, str]) -> Secrets:

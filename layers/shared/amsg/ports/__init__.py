@@ -46,6 +46,17 @@ from amsg.ports.tasks import (
     TaskRow,
     TaskStore,
 )
+from amsg.ports.tenants import (
+    KeyUnwrapError,
+    KeyWrapper,
+    MasterKeys,
+    TenantDirectory,
+    TenantExists,
+    TenantNotFound,
+    TenantPage,
+    TenantRecord,
+    TenantStore,
+)
 
 __all__ = [
     "APPEND_FALLBACK",
@@ -70,10 +81,13 @@ __all__ = [
     "DeliveryPolicyRow",
     "DeliveryPolicyStore",
     "DueCandidate",
+    "KeyUnwrapError",
+    "KeyWrapper",
     "LeasedWrite",
     "LlmClient",
     "LlmReply",
     "LlmRequest",
+    "MasterKeys",
     "NamespaceListing",
     "NamespaceStats",
     "NewTask",
@@ -98,4 +112,10 @@ __all__ = [
     "TaskQueue",
     "TaskRow",
     "TaskStore",
+    "TenantDirectory",
+    "TenantExists",
+    "TenantNotFound",
+    "TenantPage",
+    "TenantRecord",
+    "TenantStore",
 ]
