@@ -20,8 +20,8 @@ if TYPE_CHECKING:  # annotations only: routes that touch no port never import am
         CloudDataStore,
         CredentialStore,
         DeliveryPolicyStore,
+        KeyWrapper,
         LlmClient,
-        MasterKeys,
         OutboxStore,
         OwnerStore,
         PushSender,
@@ -29,6 +29,7 @@ if TYPE_CHECKING:  # annotations only: routes that touch no port never import am
         SchemaInspector,
         TaskQueue,
         TaskStore,
+        TenantAccessor,
         TenantDirectory,
         TenantStore,
     )
@@ -83,8 +84,9 @@ class StoragePorts:
     prepare: Callable[[], None] = lambda: None  # build the table's client now (init-phase work), send nothing
     # the multi-tenant line (None in single mode): the registry, tenants' master keys, the active tenants
     tenant_registry: TenantStore | None = None
-    tenant_keys: MasterKeys | None = None
+    tenant_keys: TenantAccessor | None = None  # a MasterKeys that also answers the record (the edge's auth)
     tenants: TenantDirectory | None = None
+    key_wrapper: KeyWrapper | None = None  # wraps a new tenant's master key (init-tenant, the CLI)
 
 
 class AppContext:
@@ -167,12 +169,16 @@ class AppContext:
         return self.storage.tenant_registry
 
     @cached_property
-    def tenant_keys(self) -> MasterKeys | None:
+    def tenant_keys(self) -> TenantAccessor | None:
         return self.storage.tenant_keys
 
     @cached_property
     def tenants(self) -> TenantDirectory | None:
         return self.storage.tenants
+
+    @cached_property
+    def key_wrapper(self) -> KeyWrapper | None:
+        return self.storage.key_wrapper
 
     def user_key(self, user_id: str) -> str:
         return derive_user_key(self.secrets.master_key, user_id)

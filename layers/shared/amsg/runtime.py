@@ -6,8 +6,9 @@ Tests and the local stack call :func:`use` to install a context of their own.
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Mapping
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from amsg import snapstart
 from amsg.clock import SystemClock
@@ -16,6 +17,7 @@ from amsg.context import AppContext, DeliveryPorts, StoragePorts
 from amsg.observability import logger, start_tracing
 
 if TYPE_CHECKING:  # annotations only (docs/cold-start.md)
+    from amsg.adapters.dynamo.table import DynamoTable
     from amsg.adapters.ssm import SsmSecretReader
     from amsg.ports import Clock, LlmClient, PushSender, TaskQueue
 
@@ -193,6 +195,7 @@ def storage_ports(settings: Settings, endpoint_url: str | None) -> StoragePorts:
 
     return StoragePorts(
         prepare=prepare,
+        **tenant_ports(settings, table),
         tasks=DynamoTaskStore(table, due_shards=settings.due_shards),
         claims=DynamoClaimStore(table, due_shards=settings.due_shards),
         subscriptions=DynamoPushSubscriptionStore(table),
@@ -205,6 +208,27 @@ def storage_ports(settings: Settings, endpoint_url: str | None) -> StoragePorts:
         cloud_data=DynamoCloudDataStore(table),
         coalescer=DynamoCoalescer(table),
     )
+
+
+def tenant_ports(settings: Settings, table: DynamoTable) -> dict[str, Any]:
+    """The registry, tenants' master keys (KMS, cached per sandbox) and the active tenants; none in single mode."""
+    if not settings.multi_tenant:
+        return {}
+    from amsg.adapters.dynamo.tenants import DynamoTenantStore
+    from amsg.adapters.kms import KmsKeyWrapper
+    from amsg.tenancy.keys import RegistryDirectory, TenantKeys
+
+    if not settings.kms_key_id:
+        raise ConfigError("AMSG_KMS_KEY_ID is not set (the multi-tenant line wraps master keys with it)")
+    registry = DynamoTenantStore(table)
+    wrapper = KmsKeyWrapper(settings.kms_key_id)
+    keys = TenantKeys(registry, wrapper, time.monotonic, max_age_s=settings.tenant_key_cache_s)
+    return {
+        "tenant_registry": registry,
+        "tenant_keys": keys,
+        "tenants": RegistryDirectory(registry),
+        "key_wrapper": wrapper,
+    }
 
 
 def delivery_ports(settings: Settings, secrets: Secrets) -> DeliveryPorts:

@@ -73,5 +73,17 @@ class MasterKeys(Protocol):
     def master_key(self, tenant_id: str) -> str | None: ...  # lowercase hex; None when unknown/disabled/deleting
 
 
+@dataclass(frozen=True)
+class TenantAccess:
+    record: TenantRecord
+    master_key: str  # lowercase hex
+
+
+class TenantAccessor(MasterKeys, Protocol):
+    """What the edge authenticates with: the active tenant's record (its revocation bound) and master key."""
+
+    def tenant(self, tenant_id: str) -> TenantAccess | None: ...
+
+
 class TenantDirectory(Protocol):
     def active_tenant_ids(self) -> list[str]: ...

@@ -1,8 +1,8 @@
 """Tenants' master keys: created, wrapped for the registry, and unwrapped on use with a bounded-age cache.
 
-A sandbox keeps an unwrapped key for ``max_age_s`` at most, so a disabled or deleted tenant stops being served
-within that bound without a KMS call per request (docs/tenancy.md). The cache lives in the context, which the
-SnapStart restore hook drops, so a restored sandbox starts with none.
+A sandbox keeps an unwrapped key for ``max_age_s`` at most, so a KMS key that is disabled stops serving within
+that bound without a KMS call per request (docs/tenancy.md). The cache lives in the context, which the SnapStart
+restore hook drops, so a restored sandbox starts with none.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import secrets
 import threading
 from collections.abc import Callable
 
-from amsg.ports.tenants import ACTIVE, KeyUnwrapError, KeyWrapper, TenantStore
+from amsg.ports.tenants import ACTIVE, KeyUnwrapError, KeyWrapper, TenantAccess, TenantRecord, TenantStore
 
 MASTER_KEY_BYTES = 32
 
@@ -28,8 +28,12 @@ def master_key_fingerprint(master_key_hex: str) -> str:
 
 
 class TenantKeys:
-    """``MasterKeys`` over the registry and a key wrapper. None for an unknown, disabled or deleting tenant, and
-    for a key that does not unwrap for this tenant (a record tampered with or copied from another tenant)."""
+    """``MasterKeys`` over the registry and a key wrapper.
+
+    The record is read on every call (one consistent GetItem), so disabling a tenant or rotating its tokens
+    takes effect on the next request; only the unwrapped key is cached, per wrapped key and for ``max_age_s``
+    at most, which spares the KMS call. None for an unknown, disabled or deleting tenant, and for a key that
+    does not unwrap for this tenant (a record tampered with or copied from another tenant)."""
 
     def __init__(
         self, registry: TenantStore, wrapper: KeyWrapper, now_s: Callable[[], float], *, max_age_s: float = 300
@@ -38,39 +42,39 @@ class TenantKeys:
         self._wrapper = wrapper
         self._now_s = now_s
         self._max_age_s = max_age_s
-        self._cache: dict[str, tuple[float, str]] = {}
+        self._cache: dict[tuple[str, str], tuple[float, str]] = {}
         self._lock = threading.Lock()
 
     def master_key(self, tenant_id: str) -> str | None:
-        now = self._now_s()
-        with self._lock:
-            cached = self._cache.get(tenant_id)
-        if cached is not None and now - cached[0] < self._max_age_s:
-            return cached[1]
-        key = self._load(tenant_id)
-        with self._lock:
-            if key is None:
-                self._cache.pop(tenant_id, None)
-            else:
-                self._cache[tenant_id] = (now, key)
-        return key
+        access = self.tenant(tenant_id)
+        return access.master_key if access else None
 
-    def forget(self, tenant_id: str | None = None) -> None:
-        """Drop one cached key (or all): the CLI after it disables or deletes a tenant in this process."""
-        with self._lock:
-            if tenant_id is None:
-                self._cache.clear()
-            else:
-                self._cache.pop(tenant_id, None)
-
-    def _load(self, tenant_id: str) -> str | None:
+    def tenant(self, tenant_id: str) -> TenantAccess | None:
         record = self._registry.get(tenant_id)
         if record is None or record.status != ACTIVE:
             return None
+        key = self._unwrapped(record)
+        return TenantAccess(record, key) if key else None
+
+    def forget(self) -> None:
+        with self._lock:
+            self._cache.clear()
+
+    def _unwrapped(self, record: TenantRecord) -> str | None:
+        now = self._now_s()
+        slot = (record.tenant_id, record.wrapped_master_key)
+        with self._lock:
+            cached = self._cache.get(slot)
+        if cached is not None and now - cached[0] < self._max_age_s:
+            return cached[1]
         try:
-            return self._wrapper.unwrap(tenant_id, record.wrapped_master_key).decode("ascii")
+            key = self._wrapper.unwrap(record.tenant_id, record.wrapped_master_key).decode("ascii")
         except (KeyUnwrapError, UnicodeDecodeError):
             return None
+        with self._lock:
+            self._cache = {k: v for k, v in self._cache.items() if now - v[0] < self._max_age_s}
+            self._cache[slot] = (now, key)
+        return key
 
 
 class RegistryDirectory:
