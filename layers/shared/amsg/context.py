@@ -20,6 +20,7 @@ if TYPE_CHECKING:  # annotations only: routes that touch no port never import am
         CloudDataStore,
         CredentialStore,
         DeliveryPolicyStore,
+        KeyWrapper,
         LlmClient,
         OutboxStore,
         OwnerStore,
@@ -28,6 +29,9 @@ if TYPE_CHECKING:  # annotations only: routes that touch no port never import am
         SchemaInspector,
         TaskQueue,
         TaskStore,
+        TenantAccessor,
+        TenantDirectory,
+        TenantStore,
     )
 
 
@@ -81,6 +85,11 @@ class StoragePorts:
     # one tenant's ports on the same table client (docs/tenancy.md); None where there is no table to share
     # (in-memory fakes) and on ports already confined to a tenant
     for_tenant: Callable[[str], StoragePorts] | None = None
+    # the multi-tenant line (None in single mode): the registry, tenants' master keys, the active tenants
+    tenant_registry: TenantStore | None = None
+    tenant_keys: TenantAccessor | None = None  # a MasterKeys that also answers the record (the edge's auth)
+    tenants: TenantDirectory | None = None
+    key_wrapper: KeyWrapper | None = None  # wraps a new tenant's master key (init-tenant, the CLI)
 
 
 class AppContext:
@@ -157,6 +166,22 @@ class AppContext:
     @cached_property
     def coalescer(self) -> CallCoalescer | None:
         return self.storage.coalescer
+
+    @cached_property
+    def tenant_registry(self) -> TenantStore | None:
+        return self.storage.tenant_registry
+
+    @cached_property
+    def tenant_keys(self) -> TenantAccessor | None:
+        return self.storage.tenant_keys
+
+    @cached_property
+    def tenants(self) -> TenantDirectory | None:
+        return self.storage.tenants
+
+    @cached_property
+    def key_wrapper(self) -> KeyWrapper | None:
+        return self.storage.key_wrapper
 
     def user_key(self, user_id: str) -> str:
         return derive_user_key(self.secrets.master_key, user_id)

@@ -6,8 +6,9 @@ Tests and the local stack call :func:`use` to install a context of their own.
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from amsg import snapstart
 from amsg.clock import SystemClock
@@ -27,6 +28,8 @@ SECRET_ENV = {
     "master_key": ("AMSG_MASTER_KEY", "AMSG_MASTER_KEY_PARAM"),
     "client_token": ("AMSG_CLIENT_TOKEN", "AMSG_CLIENT_TOKEN_PARAM"),
     "vapid_private_key": ("AMSG_VAPID_PRIVATE_KEY", "AMSG_VAPID_PRIVATE_KEY_PARAM"),
+    "tenant_token_signing_key": ("AMSG_TENANT_TOKEN_SIGNING_KEY", "AMSG_TENANT_TOKEN_SIGNING_KEY_PARAM"),
+    "init_secret": ("AMSG_INIT_SECRET", "AMSG_INIT_SECRET_PARAM"),
 }
 
 
@@ -111,7 +114,18 @@ def settings_from_env(env: Mapping[str, str]) -> Settings:
         total_timeout_ms=_int_env(env, "AMSG_TOTAL_TIMEOUT_MS", 240_000),
         max_scheduled_tasks_per_fire=_int_env(env, "AMSG_MAX_SCHEDULED_TASKS_PER_FIRE", 2),
         cloud_data_management=env.get("AMSG_CLOUD_DATA_MANAGEMENT", "true").strip().lower() not in ("false", "0", "no"),
+        tenancy=_tenancy(env),
+        public_base_url=env.get("AMSG_PUBLIC_BASE_URL", "").strip().rstrip("/"),
+        tenant_key_cache_s=_int_env(env, "AMSG_TENANT_KEY_CACHE_S", 300),
+        kms_key_id=env.get("AMSG_KMS_KEY_ID", "").strip(),
     )
+
+
+def _tenancy(env: Mapping[str, str]) -> str:
+    value = env.get("AMSG_TENANCY", "").strip().lower() or "single"
+    if value not in ("single", "multi"):
+        raise ConfigError("AMSG_TENANCY must be 'single' or 'multi'")
+    return value
 
 
 def secrets_from_env(env: Mapping[str, str]) -> Secrets:
@@ -194,6 +208,8 @@ def ports_in_space(
 
     return StoragePorts(
         prepare=prepare,
+        # the registry and tenants' keys belong to the deployment, never to a tenant's own ports
+        **(tenant_ports(settings, table) if space.tenant_id is None else {}),
         tasks=DynamoTaskStore(table, due_shards=settings.due_shards, space=space),
         claims=DynamoClaimStore(table, due_shards=settings.due_shards, space=space),
         subscriptions=DynamoPushSubscriptionStore(table, space=space),
@@ -207,6 +223,27 @@ def ports_in_space(
         coalescer=DynamoCoalescer(table),
         for_tenant=None if space.tenant_id is not None else for_tenant,
     )
+
+
+def tenant_ports(settings: Settings, table: DynamoTable) -> dict[str, Any]:
+    """The registry, tenants' master keys (KMS, cached per sandbox) and the active tenants; none in single mode."""
+    if not settings.multi_tenant:
+        return {}
+    from amsg.adapters.dynamo.tenants import DynamoTenantStore
+    from amsg.adapters.kms import KmsKeyWrapper
+    from amsg.tenancy.keys import RegistryDirectory, TenantKeys
+
+    if not settings.kms_key_id:
+        raise ConfigError("AMSG_KMS_KEY_ID is not set (the multi-tenant line wraps master keys with it)")
+    registry = DynamoTenantStore(table)
+    wrapper = KmsKeyWrapper(settings.kms_key_id)
+    keys = TenantKeys(registry, wrapper, time.monotonic, max_age_s=settings.tenant_key_cache_s)
+    return {
+        "tenant_registry": registry,
+        "tenant_keys": keys,
+        "tenants": RegistryDirectory(registry),
+        "key_wrapper": wrapper,
+    }
 
 
 def delivery_ports(settings: Settings, secrets: Secrets) -> DeliveryPorts:
