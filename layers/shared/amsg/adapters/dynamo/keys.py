@@ -32,8 +32,9 @@ they are built and never receive a partition key from outside.
 from __future__ import annotations
 
 import hashlib
-import re
 from dataclasses import dataclass, field
+
+from amsg.tenancy.ids import valid_tenant_id
 
 SCHEMA_VERSION = "2.6.0-cloud-data.1+ddb.1"
 
@@ -169,16 +170,6 @@ def work_pk(kind: str) -> str:
 def state_retention_pk(namespace: str) -> str:
     """Partition of the ``retention`` index for one client-state namespace (TTL sweeps)."""
     return f"{STATE_RETENTION_PREFIX}{namespace}"
-
-
-_TENANT_ID = re.compile(r"[A-Za-z0-9_.-]{1,128}")
-
-
-def valid_tenant_id(tenant_id: object) -> bool:
-    """A tenant id usable in a key: 1-128 of ``A-Z a-z 0-9 _ . -`` (the reference's ids are UUID v4). Never a
-    ``#``: the namespace ``N#<tenantId>#`` then ends at the id's first ``#``, so no tenant's keys can be spelled
-    as another tenant's (``N#a#U#b#U#x`` is tenant ``a``'s user ``b#U#x`` and nobody else's)."""
-    return isinstance(tenant_id, str) and _TENANT_ID.fullmatch(tenant_id) is not None
 
 
 @dataclass(frozen=True)
