@@ -34,14 +34,17 @@ class ConcurrentBatchProcessor(BatchProcessor):
 
 
 def _user_of(body: object) -> str | None:
-    """The record's user (a user's records run in batch order, one after the other); None when malformed (the
-    record handler then drops it, and says so once)."""
+    """The record's user, with its tenant on the multi-tenant line (a user's records run in batch order, one
+    after the other); None when malformed (the record handler then drops it, and says so once)."""
     try:
         data = jsonio.loads(body) if isinstance(body, str) else None
     except ValueError:
         return None
     user = data.get("userId") if isinstance(data, dict) else None
-    return user if isinstance(user, str) else None
+    if not isinstance(user, str):
+        return None
+    tenant = data.get("tenantId") if isinstance(data, dict) else None
+    return f"{tenant}\x1f{user}" if isinstance(tenant, str) else user
 
 
 processor = ConcurrentBatchProcessor(event_type=EventType.SQS)

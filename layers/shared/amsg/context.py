@@ -82,6 +82,9 @@ class StoragePorts:
     cloud_data: CloudDataStore | None = None  # the /cloud-data inventory and its records
     coalescer: CallCoalescer | None = None  # a batch's concurrent records share storage round trips
     prepare: Callable[[], None] = lambda: None  # build the table's client now (init-phase work), send nothing
+    # one tenant's ports on the same table client (docs/tenancy.md); None where there is no table to share
+    # (in-memory fakes) and on ports already confined to a tenant
+    for_tenant: Callable[[str], StoragePorts] | None = None
     # the multi-tenant line (None in single mode): the registry, tenants' master keys, the active tenants
     tenant_registry: TenantStore | None = None
     tenant_keys: TenantAccessor | None = None  # a MasterKeys that also answers the record (the edge's auth)

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from amsg import snapstart
@@ -17,6 +17,7 @@ from amsg.context import AppContext, DeliveryPorts, StoragePorts
 from amsg.observability import logger, start_tracing
 
 if TYPE_CHECKING:  # annotations only (docs/cold-start.md)
+    from amsg.adapters.dynamo.keys import KeySpace
     from amsg.adapters.dynamo.table import DynamoTable
     from amsg.adapters.ssm import SsmSecretReader
     from amsg.ports import Clock, LlmClient, PushSender, TaskQueue
@@ -174,7 +175,19 @@ def build_context(env: Mapping[str, str], *, clock: Clock | None = None) -> AppC
 
 
 def storage_ports(settings: Settings, endpoint_url: str | None) -> StoragePorts:
-    """The DynamoDB adapters of every storage port, sharing one table client."""
+    """The DynamoDB adapters of every storage port, sharing one table client; ``for_tenant`` builds a tenant's
+    ports on that same client (docs/tenancy.md)."""
+    from amsg.adapters.dynamo.keys import SINGLE, tenant_space
+    from amsg.adapters.dynamo.table import DynamoTable
+
+    table = DynamoTable(settings.table_name, endpoint_url=endpoint_url)
+    return ports_in_space(table, settings, SINGLE, tenant_space)
+
+
+def ports_in_space(
+    table: DynamoTable, settings: Settings, space: KeySpace, tenant_space: Callable[[str], KeySpace]
+) -> StoragePorts:
+    """Every storage adapter confined to one key space of the table (the single line's, or one tenant's)."""
     from amsg.adapters.dynamo.claims import DynamoClaimStore
     from amsg.adapters.dynamo.client_state import DynamoClientStateStore
     from amsg.adapters.dynamo.cloud_data import DynamoCloudDataStore
@@ -185,28 +198,30 @@ def storage_ports(settings: Settings, endpoint_url: str | None) -> StoragePorts:
     from amsg.adapters.dynamo.owners import DynamoOwnerStore
     from amsg.adapters.dynamo.schema import DynamoSchemaInspector
     from amsg.adapters.dynamo.subscriptions import DynamoPushSubscriptionStore
-    from amsg.adapters.dynamo.table import DynamoTable
     from amsg.adapters.dynamo.tasks import DynamoTaskStore
-
-    table = DynamoTable(settings.table_name, endpoint_url=endpoint_url)
 
     def prepare() -> None:
         _ = table.table  # this thread's boto3 resource and Table object: service model loaded, no request sent
 
+    def for_tenant(tenant_id: str) -> StoragePorts:
+        return ports_in_space(table, settings, tenant_space(tenant_id), tenant_space)
+
     return StoragePorts(
         prepare=prepare,
-        **tenant_ports(settings, table),
-        tasks=DynamoTaskStore(table, due_shards=settings.due_shards),
-        claims=DynamoClaimStore(table, due_shards=settings.due_shards),
-        subscriptions=DynamoPushSubscriptionStore(table),
-        outbox=DynamoOutboxStore(table),
+        # the registry and tenants' keys belong to the deployment, never to a tenant's own ports
+        **(tenant_ports(settings, table) if space.tenant_id is None else {}),
+        tasks=DynamoTaskStore(table, due_shards=settings.due_shards, space=space),
+        claims=DynamoClaimStore(table, due_shards=settings.due_shards, space=space),
+        subscriptions=DynamoPushSubscriptionStore(table, space=space),
+        outbox=DynamoOutboxStore(table, space=space),
         schema=DynamoSchemaInspector(table),
-        credentials=DynamoCredentialStore(table),
-        client_state=DynamoClientStateStore(table),
-        owners=DynamoOwnerStore(table),
-        policies=DynamoDeliveryPolicyStore(table),
-        cloud_data=DynamoCloudDataStore(table),
+        credentials=DynamoCredentialStore(table, space=space),
+        client_state=DynamoClientStateStore(table, space=space),
+        owners=DynamoOwnerStore(table, space=space),
+        policies=DynamoDeliveryPolicyStore(table, space=space),
+        cloud_data=DynamoCloudDataStore(table, space=space),
         coalescer=DynamoCoalescer(table),
+        for_tenant=None if space.tenant_id is not None else for_tenant,
     )
 
 

@@ -17,6 +17,7 @@ from amsg.engine.outcomes import release_claim
 from amsg.engine.summary import DeliverySummary
 from amsg.observability import logger
 from amsg.ports import TaskRow
+from amsg.tenancy.scope import scoped_context
 from amsg.timeutil import iso_from_ms
 
 RECORD_WORKERS = 10  # records of one batch delivered at the same time (SQS hands at most 10 without a window)
@@ -74,6 +75,31 @@ def run_message(
     """Adopt the tick's claim and deliver. A message whose claim is no longer current does nothing."""
     if message is None:
         return {"skipped": "malformed_message"}
+    scoped, skipped = message_scope(ctx, message)
+    if scoped is None:
+        return {"skipped": skipped, "taskUuid": message.uuid}
+    return _run_in_scope(scoped, message, remaining_ms=remaining_ms, owner=owner)
+
+
+def message_scope(ctx: AppContext, message: TaskMessage) -> tuple[AppContext | None, str | None]:
+    """The context a message is delivered in: the single line's own, or its tenant's scope with the tenant's
+    master key. A tenant that is unknown, disabled or being deleted delivers nothing: the claim is left to
+    expire, the task stays pending in the tenant's space and the tick, which serves active tenants only, does
+    not claim it again (docs/tenancy.md). Never the wrong key or space: a message of the other line is dropped."""
+    if not ctx.settings.multi_tenant:
+        return (ctx, None) if message.tenant_id is None else (None, "tenant_message_on_single_line")
+    if message.tenant_id is None:
+        return None, "tenant_missing"
+    keys = ctx.tenant_keys
+    master_key = keys.master_key(message.tenant_id) if keys is not None else None
+    if master_key is None:
+        return None, "tenant_inactive"
+    return scoped_context(ctx, message.tenant_id, master_key), None
+
+
+def _run_in_scope(
+    ctx: AppContext, message: TaskMessage, *, remaining_ms: Callable[[], int], owner: str
+) -> dict[str, Any]:
     started = ctx.now_ms()
     env = delivery_env(ctx, remaining_ms=remaining_ms)
     # one read: the task (is the message's claim still current?), the push subscription, the outbox counter;
