@@ -2,7 +2,7 @@
 with the tenant's cron token (docs/tenancy.md); 404 on the single line."""
 
 from amsg import runtime
-from amsg.api.tenants import send_notifications
+from amsg.api.send_notifications import send_notifications
 from amsg.http.lambda_app import http_app, serve
 from amsg.observability import logger
 from aws_lambda_powertools.logging import correlation_paths

@@ -85,25 +85,3 @@ def _check_storage(body: dict[str, Any]) -> None:
 
 def _storage_error(code: str, field: str) -> ApiError:
     return api_error(code, details={"field": field, "supportedDriver": OUR_DRIVER})
-
-
-def send_notifications(request: ApiRequest, ctx: AppContext) -> ApiResponse:
-    """``POST /api/v1/send-notifications``: the cron tenant's due work (the edge has checked the cron token and
-    scoped ``ctx`` to that tenant). Not a route of the single line: 404 there."""
-    if not ctx.settings.multi_tenant:
-        raise api_error("NOT_FOUND")
-    missing = _missing_vapid(ctx)
-    if missing:
-        raise api_error("VAPID_CONFIG_ERROR", "VAPID 配置缺失，无法发送推送通知", details={"missingKeys": missing})
-    from amsg.tenancy.scope import run_tenant_due_work
-
-    return ok(run_tenant_due_work(ctx))
-
-
-def _missing_vapid(ctx: AppContext) -> list[str]:
-    checks = (
-        ("VAPID_EMAIL", ctx.settings.vapid_email),
-        ("NEXT_PUBLIC_VAPID_PUBLIC_KEY", ctx.settings.vapid_public_key),
-        ("VAPID_PRIVATE_KEY", ctx.secrets.vapid_private_key),
-    )
-    return [name for name, value in checks if not value]
