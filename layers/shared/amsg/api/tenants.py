@@ -7,7 +7,6 @@ nothing, and a request for any other storage is refused (400) rather than silent
 
 from __future__ import annotations
 
-import uuid
 from typing import Any
 
 from amsg.context import AppContext
@@ -16,9 +15,8 @@ from amsg.errors import ApiError, api_error
 from amsg.http.gates import UUID_V4_RE, parse_json
 from amsg.http.request import ApiRequest
 from amsg.http.responses import ApiResponse, ok
-from amsg.ports.tenants import ACTIVE, TenantExists, TenantRecord
-from amsg.tenancy import tokens
-from amsg.tenancy.keys import master_key_fingerprint, new_master_key
+from amsg.ports.tenants import TenantExists
+from amsg.tenancy import lifecycle
 
 from .keys import init_tenant as init_single
 
@@ -38,42 +36,11 @@ def create_tenant(request: ApiRequest, ctx: AppContext) -> ApiResponse:
     body = _body(request)
     tenant_id = _tenant_id(body)
     _check_storage(body)
-    registry, wrapper = ctx.tenant_registry, ctx.key_wrapper
-    if registry is None or wrapper is None:
-        raise api_error("INIT_FAILED", "the tenant registry is not configured")
-    master_key = new_master_key()
-    now_ms = ctx.now_ms()
-    now_s = now_ms // 1000
-    record = TenantRecord(
-        tenant_id=tenant_id,
-        wrapped_master_key=wrapper.wrap(tenant_id, master_key.encode("ascii")),
-        token_generation=1,
-        status=ACTIVE,
-        created_at_ms=now_ms,
-        updated_at_ms=now_ms,
-        tokens_not_before_s=now_s,
-        master_key_fingerprint=master_key_fingerprint(master_key),
-    )
     try:
-        registry.create(record)
+        record = lifecycle.create(ctx, tenant_id or lifecycle.new_tenant_id())
     except TenantExists:
         raise api_error("TENANT_ALREADY_INITIALIZED") from None
-    return ok(tenant_credentials(ctx, record, now_s), status=201)
-
-
-def tenant_credentials(ctx: AppContext, record: TenantRecord, issued_at_s: int) -> dict[str, Any]:
-    """What init-tenant answers (and the CLI prints after a rotation): the tokens and the cron webhook URL."""
-    key = ctx.secrets.tenant_token_signing_key
-    tenant_token = tokens.issue(key, record.tenant_id, tokens.TENANT, issued_at_s)
-    cron_token = tokens.issue(key, record.tenant_id, tokens.CRON, issued_at_s)
-    base = ctx.settings.public_base_url.rstrip("/")
-    return {
-        "tenantId": record.tenant_id,
-        "tenantToken": tenant_token,
-        "cronToken": cron_token,
-        "cronWebhookUrl": f"{base}/api/v1/send-notifications?token={cron_token}" if base else "",
-        "masterKeyFingerprint": record.master_key_fingerprint,
-    }
+    return ok(lifecycle.credentials(ctx, record), status=201)
 
 
 def require_init_secret(request: ApiRequest, ctx: AppContext) -> None:
@@ -97,10 +64,10 @@ def _body(request: ApiRequest) -> dict[str, Any]:
     return body
 
 
-def _tenant_id(body: dict[str, Any]) -> str:
+def _tenant_id(body: dict[str, Any]) -> str | None:
     given = body.get("tenantId")
     if given is None:
-        return str(uuid.uuid4())
+        return None
     if not isinstance(given, str) or not UUID_V4_RE.match(given):
         raise api_error("INVALID_TENANT_ID")
     return given.lower()

@@ -14,6 +14,7 @@ from amsg.context import AppContext
 from amsg.errors import api_error
 from amsg.http.request import ApiRequest
 from amsg.tenancy import tokens
+from amsg.tenancy.scope import scoped_context
 
 PREFIX = "/api/v1"
 SELF_AUTHENTICATED = frozenset({"/init-tenant"})
@@ -74,6 +75,4 @@ def tenant_scoped(request: ApiRequest, ctx: AppContext) -> AppContext:
     if not needs_tenant(request):
         return ctx
     identity = authenticate(request, ctx)
-    from amsg.tenancy.scope import scoped_context
-
     return scoped_context(ctx, identity.tenant_id, identity.master_key)
