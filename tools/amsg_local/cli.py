@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from amsg_local import bootstrap_secrets
+from amsg_local import bootstrap_secrets, tenants_cli
 from amsg_local.delivery import LocalDelivery, TickNotConfigured
 from amsg_local.dynamodb_local import (
     DynamoDBLocal,
@@ -602,6 +602,7 @@ def _parser() -> argparse.ArgumentParser:
     run_task.add_argument("--env-file", type=Path, default=Path(".env"), help="dotenv file (default ./.env)")
     _import_command().add_parser(commands)
     bootstrap_secrets.add_parser(commands)
+    tenants_cli.add_parser(commands)
     return parser
 
 
@@ -702,6 +703,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _import_command().main(args)
     if args.command == "bootstrap-secrets":
         return bootstrap_secrets.main(args)
+    if args.command == "tenants":
+        return tenants_cli.main(args)
     return 2
 
 
