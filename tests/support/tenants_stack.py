@@ -77,3 +77,25 @@ def namespace_of(item: dict[str, Any]) -> str:
         else:
             found.add("unprefixed")
     return found.pop() if len(found) == 1 else "mixed"
+
+
+def memory_tenants(ctx: Any, tenant_ids: list[str]) -> dict[str, str]:
+    """Give a multi-mode context an in-memory registry (and key wrapper) holding ``tenant_ids``, all active;
+    returns each tenant's master key. For stores without KMS (DynamoDB Local): the registry's own contract is
+    tested with the DynamoDB adapter elsewhere."""
+    from amsg.ports.tenants import ACTIVE, TenantRecord
+    from amsg.tenancy.keys import RegistryDirectory, TenantKeys, new_master_key
+
+    from tests.support.fakes.tenants import LocalKeyWrapper, MemoryTenantStore
+
+    registry, wrapper = MemoryTenantStore(), LocalKeyWrapper()
+    master_keys = {}
+    for tenant_id in tenant_ids:
+        master_keys[tenant_id] = new_master_key()
+        wrapped = wrapper.wrap(tenant_id, master_keys[tenant_id].encode("ascii"))
+        registry.create(TenantRecord(tenant_id, wrapped, 0, ACTIVE, 0, 0))
+    ctx.tenant_registry = registry
+    ctx.tenant_keys = TenantKeys(registry, wrapper, lambda: 0.0, max_age_s=300)
+    ctx.tenants = RegistryDirectory(registry)
+    ctx.key_wrapper = wrapper
+    return master_keys

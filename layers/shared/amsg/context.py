@@ -33,6 +33,7 @@ if TYPE_CHECKING:  # annotations only: routes that touch no port never import am
         TenantDirectory,
         TenantStore,
     )
+    from amsg.ports.tenant_purge import TenantPurge
 
 
 @dataclass
@@ -90,6 +91,7 @@ class StoragePorts:
     tenant_keys: TenantAccessor | None = None  # a MasterKeys that also answers the record (the edge's auth)
     tenants: TenantDirectory | None = None
     key_wrapper: KeyWrapper | None = None  # wraps a new tenant's master key (init-tenant, the CLI)
+    tenant_purge: TenantPurge | None = None  # tenants' deletions, resumable (docs/tenancy.md)
 
 
 class AppContext:
@@ -182,6 +184,10 @@ class AppContext:
     @cached_property
     def key_wrapper(self) -> KeyWrapper | None:
         return self.storage.key_wrapper
+
+    @cached_property
+    def tenant_purge(self) -> TenantPurge | None:
+        return self.storage.tenant_purge
 
     def user_key(self, user_id: str) -> str:
         return derive_user_key(self.secrets.master_key, user_id)

@@ -199,6 +199,7 @@ def ports_in_space(
     from amsg.adapters.dynamo.schema import DynamoSchemaInspector
     from amsg.adapters.dynamo.subscriptions import DynamoPushSubscriptionStore
     from amsg.adapters.dynamo.tasks import DynamoTaskStore
+    from amsg.adapters.dynamo.tenant_purge import DynamoTenantPurge
 
     def prepare() -> None:
         _ = table.table  # this thread's boto3 resource and Table object: service model loaded, no request sent
@@ -222,6 +223,7 @@ def ports_in_space(
         cloud_data=DynamoCloudDataStore(table, space=space),
         coalescer=DynamoCoalescer(table),
         for_tenant=None if space.tenant_id is not None else for_tenant,
+        tenant_purge=DynamoTenantPurge(table) if settings.multi_tenant and space.tenant_id is None else None,
     )
 
 

@@ -78,7 +78,16 @@ def run_message(
     scoped, skipped = message_scope(ctx, message)
     if scoped is None:
         return {"skipped": skipped, "taskUuid": message.uuid}
-    return _run_in_scope(scoped, message, remaining_ms=remaining_ms, owner=owner)
+    active = _tenant_active(ctx, message.tenant_id)
+    return _run_in_scope(scoped, message, remaining_ms=remaining_ms, owner=owner, tenant_active=active)
+
+
+def _tenant_active(ctx: AppContext, tenant_id: str | None) -> Callable[[], bool] | None:
+    """Asked at each lease heartbeat: a tenant disabled or being deleted stops its running delivery there."""
+    keys = ctx.tenant_keys
+    if tenant_id is None or keys is None:
+        return None
+    return lambda: keys.master_key(tenant_id) is not None
 
 
 def message_scope(ctx: AppContext, message: TaskMessage) -> tuple[AppContext | None, str | None]:
@@ -98,7 +107,12 @@ def message_scope(ctx: AppContext, message: TaskMessage) -> tuple[AppContext | N
 
 
 def _run_in_scope(
-    ctx: AppContext, message: TaskMessage, *, remaining_ms: Callable[[], int], owner: str
+    ctx: AppContext,
+    message: TaskMessage,
+    *,
+    remaining_ms: Callable[[], int],
+    owner: str,
+    tenant_active: Callable[[], bool] | None = None,
 ) -> dict[str, Any]:
     started = ctx.now_ms()
     env = delivery_env(ctx, remaining_ms=remaining_ms)
@@ -119,14 +133,25 @@ def _run_in_scope(
     env.outbox_seq = snapshot.outbox_seq
     env.adopt_lease = lambda: iso_from_ms(ctx.now_ms() + ctx.settings.run_lease_ms)
     env.owner = owner
-    return deliver_under_lease(ctx, row, env, owner, started)
+    return deliver_under_lease(ctx, row, env, owner, started, tenant_active=tenant_active)
 
 
-def deliver_under_lease(ctx: AppContext, row: TaskRow, env: DeliveryEnv, owner: str, started: int) -> dict:
-    """Deliver a task whose run lease we just took (adopted or claimed), renewing it on a heartbeat."""
+def deliver_under_lease(
+    ctx: AppContext,
+    row: TaskRow,
+    env: DeliveryEnv,
+    owner: str,
+    started: int,
+    *,
+    tenant_active: Callable[[], bool] | None = None,
+) -> dict:
+    """Deliver a task whose run lease we just took (adopted or claimed), renewing it on a heartbeat (which a
+    tenant no longer active refuses: the delivery then stops as on a lost lease)."""
     settings = ctx.settings
 
     def renew() -> bool:
+        if tenant_active is not None and not tenant_active():
+            return False
         lease = iso_from_ms(ctx.now_ms() + settings.run_lease_ms)
         return ctx.claims.renew_lease(row.user_id, row.uuid, row.claim_version, lease, owner)
 

@@ -25,6 +25,7 @@ from amsg.engine.messages import TaskMessage
 from amsg.engine.outcomes import release_claim
 from amsg.engine.stale import is_stale, settle_stale
 from amsg.engine.summary import DeliverySummary, TickSummary
+from amsg.engine.tenant_deletion import advance_tenant_deletions
 from amsg.hooks import Hooks, load_hooks, task_view
 from amsg.observability import logger
 from amsg.ports import CLAIM_ALONE, CLAIM_BATCH, ClaimWanted, DueCandidate, TaskRow
@@ -160,6 +161,10 @@ def _tick_tenants(ctx: AppContext, summary: TickSummary, remaining_ms: Callable[
             total = summary.housekeeping.get(name)
             both_counts = isinstance(value, int) and isinstance(total, int)
             summary.housekeeping[name] = total + value if both_counts else value
+    try:  # tenants being deleted: bounded steps, resumed by the next tick (docs/tenancy.md)
+        summary.housekeeping.update(advance_tenant_deletions(ctx, remaining_ms))
+    except Exception as exc:
+        summary.housekeeping["tenantDeletionError"] = type(exc).__name__
 
 
 def claim_fairly(
