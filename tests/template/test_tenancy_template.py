@@ -14,7 +14,13 @@ import pytest
 from tests.support.template import functions, project_template
 from tests.template.test_iam import load_permissions
 
-TENANT_POLICIES = {"TenantAuthPolicy", "TenantInitPolicy", "TenantDirectoryPolicy", "TenantCronPolicy"}
+TENANT_POLICIES = {
+    "TenantAuthPolicy",
+    "TenantInitPolicy",
+    "TenantDirectoryPolicy",
+    "TenantCronPolicy",
+    "TenantSweepPolicy",
+}
 
 
 def _attached(tpl: dict[str, Any], function: str) -> list[Any]:
@@ -89,6 +95,7 @@ def test_only_init_tenant_encrypts_and_only_key_users_decrypt():
         "TenantDirectoryPolicy": {"kms:Decrypt"},
         "TenantInitPolicy": {"kms:Encrypt"},
         "TenantCronPolicy": set(),
+        "TenantSweepPolicy": set(),
     }
     encrypting = {f for f, entry in load_permissions().items() if "TenantInitPolicy" in entry.get("tenant", [])}
     assert encrypting == {"InitTenantFunction"}

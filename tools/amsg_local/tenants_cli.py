@@ -8,8 +8,8 @@ credentials (or ``AWS_ENDPOINT_URL_DYNAMODB`` / ``AWS_ENDPOINT_URL_KMS`` for loc
 * ``list``: every tenant with its status, token generation and dates (never a key);
 * ``rotate-tokens ID``: revokes every token of the tenant at once and prints new ones;
 * ``disable ID`` / ``enable ID``: a disabled tenant's requests and deliveries are refused; its data stays;
-* ``delete ID``: marks the tenant ``deleting`` (refused from then on) and starts the removal of its items as
-  resumable background work, when this version has it.
+* ``delete ID``: marks the tenant ``deleting`` (refused from then on) and starts the removal of all its items
+  as resumable background work (the tick advances it, then removes the record).
 """
 
 from __future__ import annotations
@@ -90,15 +90,12 @@ def _run(ctx: Any, args: argparse.Namespace) -> int:
 
 
 def _delete(ctx: Any, tenant_id: str) -> int:
-    from amsg.tenancy import lifecycle
+    from amsg.engine.tenant_deletion import start_tenant_deletion
 
-    record = lifecycle.set_status(ctx, tenant_id, "deleting")
-    try:
-        from amsg.tenancy.deletion import start_tenant_deletion  # type: ignore[import-not-found]
-    except ModuleNotFoundError:
-        _print({**_row(record), "deletion": "not available in this version: the tenant is refused from now on"})
-        return 1
-    _print({**_row(record), "deletion": start_tenant_deletion(ctx, tenant_id)})
+    start_tenant_deletion(ctx, tenant_id)  # records the work, then marks the tenant deleting
+    record = ctx.tenant_registry.get(tenant_id)
+    status = _row(record) if record is not None else {"tenantId": tenant_id}
+    _print({**status, "deletion": "started: the tick removes every item of the tenant, then its record"})
     return 0
 
 
