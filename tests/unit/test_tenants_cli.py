@@ -56,6 +56,11 @@ def test_the_lifecycle_from_the_command_line(deployment, capsys):
     code, row = _run(capsys, deployment, "enable", tenant_id)
     assert code == 0 and row["status"] == "active"
 
+    code, row = _run(capsys, deployment, "set-rate-limit", tenant_id, "5")
+    assert code == 0 and row["rateLimitRps"] == 5
+    code, row = _run(capsys, deployment, "set-rate-limit", tenant_id, "default")
+    assert code == 0 and row["rateLimitRps"] is None
+
     code, row = _run(capsys, deployment, "delete", tenant_id)
     assert row["status"] == "deleting"
     assert _run(capsys, deployment, "list")[1][0]["status"] == "deleting"

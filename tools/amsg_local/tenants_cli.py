@@ -7,6 +7,7 @@ credentials (or ``AWS_ENDPOINT_URL_DYNAMODB`` / ``AWS_ENDPOINT_URL_KMS`` for loc
 * ``create [--tenant-id ID]``: a tenant, as init-tenant makes it; prints its tokens (shown only now);
 * ``list``: every tenant with its status, token generation and dates (never a key);
 * ``rotate-tokens ID``: revokes every token of the tenant at once and prints new ones;
+* ``set-rate-limit ID RPS|default``: the tenant's requests per second (429 above it);
 * ``disable ID`` / ``enable ID``: a disabled tenant's requests and deliveries are refused; its data stays;
 * ``delete ID``: marks the tenant ``deleting`` (refused from then on) and starts the removal of all its items
   as resumable background work (the tick advances it, then removes the record).
@@ -40,6 +41,9 @@ def add_parser(commands: Any) -> None:
     ):
         action = actions.add_parser(name, help=text)
         action.add_argument("tenant_id")
+    limit = actions.add_parser("set-rate-limit", help="the tenant's requests per second (overrides the default)")
+    limit.add_argument("tenant_id")
+    limit.add_argument("rps", help="requests per second (0: no limit), or 'default' for the deployment's")
 
 
 def main(args: argparse.Namespace) -> int:
@@ -86,6 +90,9 @@ def _run(ctx: Any, args: argparse.Namespace) -> int:
         _print(_row(record))
     elif command == "delete":
         return _delete(ctx, args.tenant_id)
+    elif command == "set-rate-limit":
+        rps = None if args.rps == "default" else int(args.rps)
+        _print(_row(lifecycle.registry_of(ctx).set_rate_limit(args.tenant_id, rps, ctx.now_ms())))
     return 0
 
 
@@ -117,6 +124,7 @@ def _row(record: Any) -> dict[str, Any]:
         "createdAt": _iso(record.created_at_ms),
         "updatedAt": _iso(record.updated_at_ms),
         "masterKeyFingerprint": record.master_key_fingerprint,
+        "rateLimitRps": record.rate_limit_rps,
     }
 
 
