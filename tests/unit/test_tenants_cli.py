@@ -56,6 +56,8 @@ def test_the_lifecycle_from_the_command_line(deployment, capsys):
     code, row = _run(capsys, deployment, "enable", tenant_id)
     assert code == 0 and row["status"] == "active"
 
+    code, usage = _run(capsys, deployment, "usage")
+    assert code == 0 and usage == [{"tenantId": tenant_id, "status": "active", "pendingTasks": 0, "settledTasks": 0}]
     code, row = _run(capsys, deployment, "set-rate-limit", tenant_id, "5")
     assert code == 0 and row["rateLimitRps"] == 5
     code, row = _run(capsys, deployment, "set-rate-limit", tenant_id, "default")

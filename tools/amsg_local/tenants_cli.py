@@ -7,6 +7,7 @@ credentials (or ``AWS_ENDPOINT_URL_DYNAMODB`` / ``AWS_ENDPOINT_URL_KMS`` for loc
 * ``create [--tenant-id ID]``: a tenant, as init-tenant makes it; prints its tokens (shown only now);
 * ``list``: every tenant with its status, token generation and dates (never a key);
 * ``rotate-tokens ID``: revokes every token of the tenant at once and prints new ones;
+* ``usage [ID]``: pending and settled tasks of each tenant, counted from its index partitions;
 * ``set-rate-limit ID RPS|default``: the tenant's requests per second (429 above it);
 * ``disable ID`` / ``enable ID``: a disabled tenant's requests and deliveries are refused; its data stays;
 * ``delete ID``: marks the tenant ``deleting`` (refused from then on) and starts the removal of all its items
@@ -33,6 +34,8 @@ def add_parser(commands: Any) -> None:
     create = actions.add_parser("create", help="create a tenant and print its tokens")
     create.add_argument("--tenant-id", help="a UUID v4 (default: a random one)")
     actions.add_parser("list", help="list every tenant")
+    usage = actions.add_parser("usage", help="pending and settled tasks per tenant (every tenant without an id)")
+    usage.add_argument("tenant_id", nargs="?")
     for name, text in (
         ("rotate-tokens", "revoke every token of the tenant and print new ones"),
         ("disable", "refuse the tenant's requests and deliveries (its data stays)"),
@@ -90,6 +93,8 @@ def _run(ctx: Any, args: argparse.Namespace) -> int:
         _print(_row(record))
     elif command == "delete":
         return _delete(ctx, args.tenant_id)
+    elif command == "usage":
+        _print(_usage(ctx, args.tenant_id))
     elif command == "set-rate-limit":
         rps = None if args.rps == "default" else int(args.rps)
         _print(_row(lifecycle.registry_of(ctx).set_rate_limit(args.tenant_id, rps, ctx.now_ms())))
@@ -104,6 +109,15 @@ def _delete(ctx: Any, tenant_id: str) -> int:
     status = _row(record) if record is not None else {"tenantId": tenant_id}
     _print({**status, "deletion": "started: the tick removes every item of the tenant, then its record"})
     return 0
+
+
+def _usage(ctx: Any, tenant_id: str | None) -> list[dict[str, Any]]:
+    from amsg.tenancy import lifecycle
+
+    registry = lifecycle.registry_of(ctx)
+    records = lifecycle.all_records(ctx) if tenant_id is None else [r for r in [registry.get(tenant_id)] if r]
+    shards = ctx.settings.due_shards
+    return [{"tenantId": r.tenant_id, "status": r.status, **registry.usage(r.tenant_id, shards)} for r in records]
 
 
 def _tenant_id(given: str | None) -> str | None:

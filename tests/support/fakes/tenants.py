@@ -61,6 +61,9 @@ class MemoryTenantStore:
             self._windows[(tenant_id, second)] = counted + 1
             return True
 
+    def usage(self, tenant_id: str, due_shards: int) -> dict[str, int]:
+        return {"pendingTasks": 0, "settledTasks": 0}  # the fake holds no tasks
+
     def _update(self, tenant_id: str, **changes: object) -> TenantRecord:
         with self._lock:
             updated = replace(self._require(tenant_id), **changes)  # type: ignore[arg-type]

@@ -120,6 +120,27 @@ class DynamoTenantStore:
             raise
         return True
 
+    def usage(self, tenant_id: str, due_shards: int) -> dict[str, int]:
+        """Counted from the tenant's due and retention index partitions (``Select=COUNT``: no item is read out)."""
+        space = KeySpace(tenant_id)
+        pending = sum(self._count("due", "due_pk", space.due_shard_pk(s)) for s in range(due_shards))
+        settled = sum(self._count("retention", "ret_pk", space.done_shard_pk(s)) for s in range(due_shards))
+        return {"pendingTasks": pending, "settledTasks": settled}
+
+    def _count(self, index: str, attribute: str, partition: str) -> int:
+        kwargs: dict[str, Any] = {
+            "IndexName": index,
+            "KeyConditionExpression": Key(attribute).eq(partition),
+            "Select": "COUNT",
+        }
+        total = 0
+        while True:
+            page = self.t.table.query(**kwargs)
+            total += int(page.get("Count", 0))
+            if not page.get("LastEvaluatedKey"):
+                return total
+            kwargs["ExclusiveStartKey"] = page["LastEvaluatedKey"]
+
     def _update(self, tenant_id: str, expression: str, values: dict[str, Any]) -> TenantRecord:
         names = {"#s": "status"} if "#s" in expression else None
         kwargs: dict[str, Any] = {
