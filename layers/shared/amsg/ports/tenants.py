@@ -61,6 +61,7 @@ class TenantStore(Protocol):
     def count_request(self, tenant_id: str, second: int, limit: int) -> bool: ...
 
     def usage(self, tenant_id: str, due_shards: int) -> dict[str, int]: ...
+
     #   what the tenant holds now, counted from its indexes: pendingTasks, settledTasks
     #   counts one request in the tenant's window of ``second``; False (nothing counted) once ``limit`` are in it
 
