@@ -4,6 +4,7 @@ the records of one batch at the same time."""
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -20,6 +21,7 @@ from amsg.ports import TaskRow
 from amsg.tenancy.scope import scoped_context
 from amsg.timeutil import iso_from_ms
 
+_MEMO_LOCK = threading.Lock()
 RECORD_WORKERS = 10  # records of one batch delivered at the same time (SQS hands at most 10 without a window)
 
 
@@ -70,12 +72,19 @@ def run_together[T](
 
 
 def run_message(
-    ctx: AppContext, message: TaskMessage | None, *, remaining_ms: Callable[[], int], owner: str
+    ctx: AppContext,
+    message: TaskMessage | None,
+    *,
+    remaining_ms: Callable[[], int],
+    owner: str,
+    tenant_keys: dict[str, str | None] | None = None,
 ) -> dict[str, Any]:
-    """Adopt the tick's claim and deliver. A message whose claim is no longer current does nothing."""
+    """Adopt the tick's claim and deliver. A message whose claim is no longer current does nothing.
+    ``tenant_keys`` is shared by the records of one SQS batch: each tenant's key (and status) is read once per
+    batch, not once per record."""
     if message is None:
         return {"skipped": "malformed_message"}
-    scoped, skipped = message_scope(ctx, message)
+    scoped, skipped = message_scope(ctx, message, tenant_keys)
     if scoped is None:
         return {"skipped": skipped, "taskUuid": message.uuid}
     active = _tenant_active(ctx, message.tenant_id)
@@ -90,7 +99,9 @@ def _tenant_active(ctx: AppContext, tenant_id: str | None) -> Callable[[], bool]
     return lambda: keys.master_key(tenant_id) is not None
 
 
-def message_scope(ctx: AppContext, message: TaskMessage) -> tuple[AppContext | None, str | None]:
+def message_scope(
+    ctx: AppContext, message: TaskMessage, memo: dict[str, str | None] | None = None
+) -> tuple[AppContext | None, str | None]:
     """The context a message is delivered in: the single line's own, or its tenant's scope with the tenant's
     master key. A tenant that is unknown, disabled or being deleted delivers nothing: the claim is left to
     expire, the task stays pending in the tenant's space and the tick, which serves active tenants only, does
@@ -99,11 +110,24 @@ def message_scope(ctx: AppContext, message: TaskMessage) -> tuple[AppContext | N
         return (ctx, None) if message.tenant_id is None else (None, "tenant_message_on_single_line")
     if message.tenant_id is None:
         return None, "tenant_missing"
-    keys = ctx.tenant_keys
-    master_key = keys.master_key(message.tenant_id) if keys is not None else None
+    master_key = _tenant_key(ctx, message.tenant_id, memo)
     if master_key is None:
         return None, "tenant_inactive"
     return scoped_context(ctx, message.tenant_id, master_key), None
+
+
+def _tenant_key(ctx: AppContext, tenant_id: str, memo: dict[str, str | None] | None) -> str | None:
+    """The tenant's master key if it is active; read once per batch when the batch shares ``memo`` (its records
+    start together: the first one reads, the others wait for that read instead of repeating it)."""
+    keys = ctx.tenant_keys
+    if keys is None:
+        return None
+    if memo is None:
+        return keys.master_key(tenant_id)
+    with _MEMO_LOCK:
+        if tenant_id not in memo:
+            memo[tenant_id] = keys.master_key(tenant_id)
+        return memo[tenant_id]
 
 
 def _run_in_scope(

@@ -13,6 +13,7 @@ import heapq
 import itertools
 import random
 import uuid as uuid_lib
+import zlib
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
@@ -36,6 +37,7 @@ TICK_PAGE = 100
 TICK_TIME_MARGIN_MS = 8_000  # stop claiming while there is time left to enqueue and log
 RETENTION_MS = 7 * 86_400_000
 HOUSEKEEPING_LIMIT = 100
+TENANT_HOUSEKEEPING_EVERY = 10  # ticks (minutes) between one tenant's retention sweeps
 
 
 def run_tick(
@@ -155,7 +157,8 @@ def _tick_tenants(ctx: AppContext, summary: TickSummary, remaining_ms: Callable[
             summary.housekeeping["tenantsDeferred"] = summary.housekeeping.get("tenantsDeferred", 0) + 1
             continue
         part = TickSummary()
-        _housekeeping(lane, part)
+        if _housekeeping_turn(lane, ctx.now_ms()):
+            _housekeeping(lane, part)
         _resume_cleanups(lane, part, remaining_ms)
         for name, value in part.housekeeping.items():
             total = summary.housekeeping.get(name)
@@ -165,6 +168,13 @@ def _tick_tenants(ctx: AppContext, summary: TickSummary, remaining_ms: Callable[
         summary.housekeeping.update(advance_tenant_deletions(ctx, remaining_ms))
     except Exception as exc:
         summary.housekeeping["tenantDeletionError"] = type(exc).__name__
+
+
+def _housekeeping_turn(lane: AppContext, now_ms: int) -> bool:
+    """Retention and TTL sweeps of a tenant run one tick in :data:`TENANT_HOUSEKEEPING_EVERY` (their deadlines
+    are days, not minutes), spread over the minutes by tenant, so an idle tenant costs a tick few requests."""
+    tenant = tenant_of(lane) or ""
+    return zlib.crc32(tenant.encode()) % TENANT_HOUSEKEEPING_EVERY == (now_ms // 60_000) % TENANT_HOUSEKEEPING_EVERY
 
 
 def claim_fairly(
