@@ -79,3 +79,19 @@ def test_listing_pages_through_every_tenant_once(registry):
         if cursor is None:
             break
     assert sorted(seen) == sorted(ids)
+
+
+def test_request_windows_count_up_to_the_limit_per_tenant_and_second(registry):
+    tenant = "11111111-1111-4111-8111-111111111111"
+    other = "22222222-2222-4222-8222-222222222222"
+    assert [registry.count_request(tenant, 100, 2) for _ in range(3)] == [True, True, False]
+    assert registry.count_request(other, 100, 2) and registry.count_request(tenant, 101, 2)
+
+
+def test_a_tenants_rate_limit_is_set_and_cleared(registry):
+    registry.create(_record("t-3"))
+    assert registry.set_rate_limit("t-3", 7, 5).rate_limit_rps == 7
+    assert registry.get("t-3").rate_limit_rps == 7
+    assert registry.set_rate_limit("t-3", None, 6).rate_limit_rps is None
+    with pytest.raises(TenantNotFound):
+        registry.set_rate_limit("t-none", 1, 1)

@@ -128,3 +128,23 @@ def test_send_notifications_is_not_a_route_of_the_single_line(ctx, api):
 def test_the_single_line_ignores_bearer_tokens(ctx, api):
     resp = api.request("GET", "/get-user-key", headers={"Authorization": "Bearer whatever"})
     assert resp.status == 200
+
+
+def test_a_tenant_over_its_request_rate_gets_429_with_retry_after(make_context):
+    from tests.support.tenancy import build_multi_stack as build
+
+    stack = build(make_context, AMSG_TENANT_RATE_LIMIT_RPS="3")
+    a, b = stack.tenant(), stack.tenant()
+    user = str(uuid.uuid4())
+    client_a, client_b = stack.client(a["tenantToken"], user), stack.client(b["tenantToken"], user)
+    statuses = [client_a.request("GET", "/api/v1/get-user-key").status for _ in range(4)]
+    assert statuses == [200, 200, 200, 429]
+    limited = client_a.request("GET", "/api/v1/get-user-key")
+    assert (limited.status, limited.code, limited.headers.get("retry-after")) == (429, "TENANT_RATE_LIMITED", "1")
+    assert limited.body["error"]["details"] == {"limit": 3, "windowSeconds": 1}
+    assert client_b.request("GET", "/api/v1/get-user-key").status == 200  # another tenant has its own window
+    stack.ctx.clock.current_ms += 1000  # the next second is a new window
+    assert client_a.request("GET", "/api/v1/get-user-key").status == 200
+    # a tenant's own limit overrides the deployment's
+    stack.ctx.tenant_registry.set_rate_limit(b["tenantId"], 0, stack.ctx.now_ms())
+    assert all(client_b.request("GET", "/api/v1/get-user-key").status == 200 for _ in range(5))

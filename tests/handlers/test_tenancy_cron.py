@@ -26,6 +26,8 @@ def test_send_notifications_runs_only_the_cron_tenants_due_work(multi):  # noqa:
     a, b = _tenant(multi, user_id), _tenant(multi, user_id)
     for tenant, text in ((a, "for A"), (b, "for B")):
         assert tenant.client.schedule({**FIXED, "userMessage": text}).status == 201
+    registry = multi.ctx.tenant_registry
+    assert registry.usage(a.id, 1)["pendingTasks"] == registry.usage(b.id, 1)["pendingTasks"] == 1
     multi.ctx.clock.current_ms = T0_MS + 86_401_000  # just after firstSendTime
 
     resp = _cron(multi, a.cron, query=True)
@@ -34,6 +36,7 @@ def test_send_notifications_runs_only_the_cron_tenants_due_work(multi):  # noqa:
     multi.harness.drain()
     assert [r.endpoint_id for r in multi.push.received] == [a.sub.endpoint.rstrip("/").rsplit("/", 1)[-1]]
     assert b.client.list_messages().data["tasks"][0]["status"] == "pending"  # B's task was not touched
+    assert (registry.usage(a.id, 1)["pendingTasks"], registry.usage(b.id, 1)["pendingTasks"]) == (0, 1)
 
     resp = _cron(multi, b.cron, query=False)  # the header, case-insensitive "bearer"
     assert resp.status == 200 and resp.data["successCount"] == 1

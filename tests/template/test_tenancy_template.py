@@ -14,7 +14,13 @@ import pytest
 from tests.support.template import functions, project_template
 from tests.template.test_iam import load_permissions
 
-TENANT_POLICIES = {"TenantAuthPolicy", "TenantInitPolicy", "TenantDirectoryPolicy", "TenantCronPolicy"}
+TENANT_POLICIES = {
+    "TenantAuthPolicy",
+    "TenantInitPolicy",
+    "TenantDirectoryPolicy",
+    "TenantCronPolicy",
+    "TenantSweepPolicy",
+}
 
 
 def _attached(tpl: dict[str, Any], function: str) -> list[Any]:
@@ -89,16 +95,20 @@ def test_only_init_tenant_encrypts_and_only_key_users_decrypt():
         "TenantDirectoryPolicy": {"kms:Decrypt"},
         "TenantInitPolicy": {"kms:Encrypt"},
         "TenantCronPolicy": set(),
+        "TenantSweepPolicy": set(),
     }
     encrypting = {f for f, entry in load_permissions().items() if "TenantInitPolicy" in entry.get("tenant", [])}
     assert encrypting == {"InitTenantFunction"}
     assert "tenant" not in load_permissions()["NotFoundFunction"]
 
 
-def test_registry_reads_are_confined_to_the_registry_partition():
+def test_registry_reads_are_confined_to_the_registry_partition_and_writes_to_rate_windows():
     tpl = project_template()
     for policy in ("TenantAuthPolicy", "TenantDirectoryPolicy"):
         for statement in tpl["Resources"][policy]["Properties"]["PolicyDocument"]["Statement"]:
             actions = statement["Action"] if isinstance(statement["Action"], list) else [statement["Action"]]
-            if any(a.startswith("dynamodb:") for a in actions):
+            if actions == ["dynamodb:UpdateItem"]:
+                assert policy == "TenantAuthPolicy"
+                assert statement["Condition"] == {"ForAllValues:StringLike": {"dynamodb:LeadingKeys": ["N#*#RATE"]}}
+            elif any(a.startswith("dynamodb:") for a in actions):
                 assert statement["Condition"] == {"ForAllValues:StringEquals": {"dynamodb:LeadingKeys": ["TENANTS"]}}

@@ -65,6 +65,9 @@ def _signed(payload: dict | str) -> str:
         {"tid": TID, "typ": "admin", "iat": 1, "exp": 9_999_999_999, "v": 1},
         "not json",
         "[1,2]",
+        '{"tid":"t","typ":"tenant","iat":1,"exp":Infinity,"v":1}',
+        '{"tid":"t","typ":"tenant","iat":1,"exp":NaN,"v":1}',
+        '{"tid":"t","typ":"tenant","iat":1,"exp":1e400,"v":1}',
     ],
 )
 def test_correctly_signed_but_invalid_payloads_are_refused(payload):

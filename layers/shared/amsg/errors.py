@@ -58,6 +58,7 @@ CATALOGUE: dict[str, tuple[int, str]] = {
     "TENANT_ALREADY_INITIALIZED": (409, "tenantId 已存在，不能重复初始化"),
     "INVALID_INIT_AUTH": (401, "初始化鉴权失败"),
     "INVALID_TENANT_AUTH": (401, "租户令牌无效或已过期"),
+    "TENANT_RATE_LIMITED": (429, "该租户请求过于频繁，请稍后重试"),  # with Retry-After (docs/tenancy.md)
     # push subscription
     "INVALID_PUSH_SUBSCRIPTION": (400, "subscription 必须是带非空 endpoint 的对象"),
     "INVALID_UPDATED_AT": (400, "updatedAt 必须是正整数"),
@@ -140,6 +141,7 @@ class ApiError(Exception):
         self.code = code
         self.message = message
         self.details = details
+        self.headers: dict[str, str] = {}  # extra response headers (Retry-After of a 429)
 
     def body(self) -> dict[str, Any]:
         error: dict[str, Any] = {"code": self.code, "message": self.message}

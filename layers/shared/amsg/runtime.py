@@ -118,6 +118,7 @@ def settings_from_env(env: Mapping[str, str]) -> Settings:
         public_base_url=env.get("AMSG_PUBLIC_BASE_URL", "").strip().rstrip("/"),
         tenant_key_cache_s=_int_env(env, "AMSG_TENANT_KEY_CACHE_S", 300),
         kms_key_id=env.get("AMSG_KMS_KEY_ID", "").strip(),
+        tenant_rate_limit_rps=_int_env(env, "AMSG_TENANT_RATE_LIMIT_RPS", 0),
     )
 
 

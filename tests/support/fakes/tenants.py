@@ -15,6 +15,7 @@ from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 class MemoryTenantStore:
     def __init__(self) -> None:
         self._records: dict[str, TenantRecord] = {}
+        self._windows: dict[tuple[str, int], int] = {}
         self._lock = threading.Lock()
 
     def create(self, record: TenantRecord) -> None:
@@ -48,6 +49,20 @@ class MemoryTenantStore:
             )
             self._records[tenant_id] = updated
             return updated
+
+    def set_rate_limit(self, tenant_id: str, rps: int | None, now_ms: int) -> TenantRecord:
+        return self._update(tenant_id, rate_limit_rps=rps, updated_at_ms=now_ms)
+
+    def count_request(self, tenant_id: str, second: int, limit: int) -> bool:
+        with self._lock:
+            counted = self._windows.get((tenant_id, second), 0)
+            if counted >= limit:
+                return False
+            self._windows[(tenant_id, second)] = counted + 1
+            return True
+
+    def usage(self, tenant_id: str, due_shards: int) -> dict[str, int]:
+        return {"pendingTasks": 0, "settledTasks": 0}  # the fake holds no tasks
 
     def _update(self, tenant_id: str, **changes: object) -> TenantRecord:
         with self._lock:

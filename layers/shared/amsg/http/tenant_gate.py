@@ -29,6 +29,7 @@ class TenantIdentity:
     tenant_id: str
     master_key: str
     token_type: str
+    rate_limit_rps: int | None = None  # the tenant's own limit (None: the deployment's)
 
 
 def route_of(path: str) -> str:
@@ -67,7 +68,21 @@ def authenticate(request: ApiRequest, ctx: AppContext) -> TenantIdentity:
         raise api_error("INVALID_TENANT_AUTH", NO_TENANT)
     if claims.issued_at_s < access.record.tokens_not_before_s:
         raise api_error("INVALID_TENANT_AUTH", BAD_TOKEN)  # issued before the last rotation: revoked
-    return TenantIdentity(claims.tenant_id, access.master_key, claims.token_type)
+    return TenantIdentity(claims.tenant_id, access.master_key, claims.token_type, access.record.rate_limit_rps)
+
+
+def enforce_rate_limit(ctx: AppContext, identity: TenantIdentity) -> None:
+    """At most the tenant's requests per second (its record's limit, else ``AMSG_TENANT_RATE_LIMIT_RPS``; 0 or
+    less: none), counted in a one-second window shared by every sandbox; above it 429 with ``Retry-After``."""
+    limit = identity.rate_limit_rps if identity.rate_limit_rps is not None else ctx.settings.tenant_rate_limit_rps
+    registry = ctx.tenant_registry
+    if limit <= 0 or registry is None:
+        return
+    if registry.count_request(identity.tenant_id, ctx.now_ms() // 1000, limit):
+        return
+    error = api_error("TENANT_RATE_LIMITED", details={"limit": limit, "windowSeconds": 1})
+    error.headers["Retry-After"] = "1"
+    raise error
 
 
 def tenant_scoped(request: ApiRequest, ctx: AppContext) -> AppContext:
@@ -75,4 +90,5 @@ def tenant_scoped(request: ApiRequest, ctx: AppContext) -> AppContext:
     if not needs_tenant(request):
         return ctx
     identity = authenticate(request, ctx)
+    enforce_rate_limit(ctx, identity)
     return scoped_context(ctx, identity.tenant_id, identity.master_key)

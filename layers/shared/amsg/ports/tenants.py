@@ -26,6 +26,7 @@ class TenantRecord:
     updated_at_ms: int
     tokens_not_before_s: int = 0  # a token whose iat is earlier is refused (docs/tenancy.md, revocation)
     master_key_fingerprint: str = ""  # first 16 hex chars of SHA-256 of the master key (the reference's)
+    rate_limit_rps: int | None = None  # this tenant's requests per second (None: the deployment's default)
 
 
 @dataclass(frozen=True)
@@ -54,6 +55,15 @@ class TenantStore(Protocol):
     def set_status(self, tenant_id: str, status: str, now_ms: int) -> TenantRecord: ...  # raises TenantNotFound
 
     def rotate_tokens(self, tenant_id: str, not_before_s: int, now_ms: int) -> TenantRecord: ...  # TenantNotFound
+
+    def set_rate_limit(self, tenant_id: str, rps: int | None, now_ms: int) -> TenantRecord: ...  # TenantNotFound
+
+    def count_request(self, tenant_id: str, second: int, limit: int) -> bool: ...
+
+    def usage(self, tenant_id: str, due_shards: int) -> dict[str, int]: ...
+
+    #   what the tenant holds now, counted from its indexes: pendingTasks, settledTasks
+    #   counts one request in the tenant's window of ``second``; False (nothing counted) once ``limit`` are in it
 
 
 class KeyWrapper(Protocol):

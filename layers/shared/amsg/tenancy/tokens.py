@@ -17,7 +17,9 @@ import binascii
 import hashlib
 import hmac
 import json
+import math
 from dataclasses import dataclass
+from typing import TypeGuard
 
 TENANT = "tenant"
 CRON = "cron"
@@ -101,5 +103,6 @@ def _claims(raw: bytes, now_s: int, allowed_types: frozenset[str]) -> TokenClaim
     return TokenClaims(tenant_id=tid, token_type=typ, issued_at_s=issued, expires_at_s=int(exp))
 
 
-def _is_number(value: object) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
+def _is_number(value: object) -> TypeGuard[int | float]:
+    """A JSON number as JavaScript compares it: finite (``JSON.parse`` has no NaN or Infinity)."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)

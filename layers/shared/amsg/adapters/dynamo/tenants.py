@@ -1,8 +1,12 @@
 """The tenant registry in the stack's table: one item per tenant in one partition (docs/tenancy.md).
 
-| item   | PK        | SK          |
-|--------|-----------|-------------|
-| tenant | `TENANTS` | `<tenantId>` |
+| item                   | PK                  | SK                  |
+|------------------------|---------------------|---------------------|
+| tenant                 | `TENANTS`           | `<tenantId>`        |
+| request-rate window    | `N#<tenantId>#RATE` | `<epoch second>`    |
+
+A rate window lies in the tenant's own namespace (it is the tenant's data: deleted with it) and expires by TTL
+a minute after its second.
 
 One partition keeps ``list`` a paged Query; each tenant's record is read once per sandbox and key-cache age, so
 the partition's read rate is bounded by the number of warm sandboxes, not by requests. The item holds the
@@ -17,10 +21,12 @@ from typing import Any
 from boto3.dynamodb.conditions import Key
 from botocore.exceptions import ClientError
 
+from amsg.adapters.dynamo.keys import KeySpace
 from amsg.adapters.dynamo.table import DynamoTable, is_conditional_failure, item_int
 from amsg.ports.tenants import TenantExists, TenantNotFound, TenantPage, TenantRecord
 
 REGISTRY_PK = "TENANTS"
+RATE_WINDOW_TTL_S = 60
 
 
 def tenant_key(tenant_id: str) -> dict[str, str]:
@@ -37,6 +43,7 @@ def _record(item: dict[str, Any]) -> TenantRecord:
         updated_at_ms=item_int(item.get("updated_at")),
         tokens_not_before_s=item_int(item.get("tokens_not_before")),
         master_key_fingerprint=str(item.get("fingerprint", "")),
+        rate_limit_rps=item_int(item.get("rate_limit_rps"), None),
     )
 
 
@@ -55,6 +62,8 @@ class DynamoTenantStore:
             "tokens_not_before": record.tokens_not_before_s,
             "fingerprint": record.master_key_fingerprint,
         }
+        if record.rate_limit_rps is not None:
+            item["rate_limit_rps"] = record.rate_limit_rps
         try:
             self.t.table.put_item(Item=item, ConditionExpression="attribute_not_exists(PK)")
         except ClientError as exc:
@@ -90,6 +99,47 @@ class DynamoTenantStore:
             "SET tokens_not_before = :nb, updated_at = :now ADD token_generation :one",
             {":nb": not_before_s, ":now": now_ms, ":one": 1},
         )
+
+    def set_rate_limit(self, tenant_id: str, rps: int | None, now_ms: int) -> TenantRecord:
+        if rps is None:
+            return self._update(tenant_id, "SET updated_at = :now REMOVE rate_limit_rps", {":now": now_ms})
+        return self._update(tenant_id, "SET rate_limit_rps = :r, updated_at = :now", {":r": rps, ":now": now_ms})
+
+    def count_request(self, tenant_id: str, second: int, limit: int) -> bool:
+        try:
+            self.t.table.update_item(
+                Key={"PK": KeySpace(tenant_id).prefix + "RATE", "SK": str(second)},
+                UpdateExpression="ADD n :one SET #ttl = if_not_exists(#ttl, :ttl)",
+                ConditionExpression="attribute_not_exists(n) OR n < :limit",
+                ExpressionAttributeNames={"#ttl": "ttl"},
+                ExpressionAttributeValues={":one": 1, ":limit": limit, ":ttl": second + RATE_WINDOW_TTL_S},
+            )
+        except ClientError as exc:
+            if is_conditional_failure(exc):
+                return False
+            raise
+        return True
+
+    def usage(self, tenant_id: str, due_shards: int) -> dict[str, int]:
+        """Counted from the tenant's due and retention index partitions (``Select=COUNT``: no item is read out)."""
+        space = KeySpace(tenant_id)
+        pending = sum(self._count("due", "due_pk", space.due_shard_pk(s)) for s in range(due_shards))
+        settled = sum(self._count("retention", "ret_pk", space.done_shard_pk(s)) for s in range(due_shards))
+        return {"pendingTasks": pending, "settledTasks": settled}
+
+    def _count(self, index: str, attribute: str, partition: str) -> int:
+        kwargs: dict[str, Any] = {
+            "IndexName": index,
+            "KeyConditionExpression": Key(attribute).eq(partition),
+            "Select": "COUNT",
+        }
+        total = 0
+        while True:
+            page = self.t.table.query(**kwargs)
+            total += int(page.get("Count", 0))
+            if not page.get("LastEvaluatedKey"):
+                return total
+            kwargs["ExclusiveStartKey"] = page["LastEvaluatedKey"]
 
     def _update(self, tenant_id: str, expression: str, values: dict[str, Any]) -> TenantRecord:
         names = {"#s": "status"} if "#s" in expression else None
