@@ -4,6 +4,7 @@ lies in exactly one tenant's namespace (table and index partition keys alike) an
 
 from __future__ import annotations
 
+import json
 import types
 import uuid
 from collections import Counter
@@ -95,6 +96,13 @@ def test_two_tenants_with_one_user_id_are_two_users_and_every_item_is_keyed_unde
     # each push was decrypted by its own subscription's keys and carries its own tenant's content
     assert "for A" in (by_endpoint[ids[a.id]].plaintext or b"").decode()
     assert "for B" in (by_endpoint[ids[b.id]].plaintext or b"").decode()
+
+    # reads stay in the tenant too: outbox pages and client state
+    for tenant, text in ((a, "for A"), (b, "for B")):
+        entries = tenant.client.get_encrypted("/outbox").data["entries"]
+        assert {e["push"]["taskUuid"] for e in entries} == {made[tenant.id]}
+        state = tenant.client.get_client_state("ns")
+        assert (state.status == 200 and text in state.text) or text in json.dumps(state.data, ensure_ascii=False)
 
     after = Counter(namespace_of(item) for item in scan_all(moto_client("dynamodb"), multi.table))
     assert set(after) <= {f"tenant:{a.id}", f"tenant:{b.id}", "deployment"}, after
