@@ -1,5 +1,5 @@
 """``python -m bench [NAME ...]``: imports, cold, tick, requests, capacity, e2e, load, migration and hostile
-(all by default); moto-memory and local on request.
+(all by default); moto-memory, local and tenants on request.
 
 Numbers are printed, never asserted."""
 
@@ -18,7 +18,20 @@ for _key, _value in {
 }.items():
     os.environ.setdefault(_key, _value)
 
-from bench import capacity, cold, e2e, hostile, imports, load, local_stack, migration, moto_memory, requests, tick  # noqa: E402
+from bench import (  # noqa: E402
+    capacity,
+    cold,
+    e2e,
+    hostile,
+    imports,
+    load,
+    local_stack,
+    migration,
+    moto_memory,
+    requests,
+    tenants,
+    tick,
+)
 
 
 def main(argv: list[str]) -> int:
@@ -28,6 +41,7 @@ def main(argv: list[str]) -> int:
         runners.update(capacity=capacity, migration=migration, cold=cold, hostile=hostile)
         runners["moto-memory"] = moto_memory
         runners["local"] = local_stack
+        runners["tenants"] = tenants
         runners[name].main()
     return 0
 

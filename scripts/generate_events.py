@@ -64,6 +64,7 @@ _RESP_ENC = {"x-response-encrypted": "true", "x-encryption-version": "1"}
 # (function_dir, METHOD) -> request shape. user: send X-User-Id; body: plaintext (encrypted when enc=True).
 HTTP_SPECS: dict[tuple[str, str], dict[str, Any]] = {
     ("init_tenant", "POST"): {},
+    ("send_notifications", "POST"): {},
     ("get_user_key", "GET"): {"user": True},
     ("vapid_public_key", "GET"): {},
     ("capabilities", "GET"): {},

@@ -1,7 +1,8 @@
-"""POST /init-tenant (served at / and under /api/v1/)."""
+"""POST /init-tenant (served at / and under /api/v1/): the single line's schema check, or in multi mode the
+creation of a tenant (docs/tenancy.md)."""
 
 from amsg import runtime
-from amsg.api.keys import init_tenant
+from amsg.api.tenants import init_tenant
 from amsg.http.lambda_app import http_app, serve
 from amsg.observability import logger
 from aws_lambda_powertools.logging import correlation_paths

@@ -24,8 +24,11 @@ class ConcurrentBatchProcessor(BatchProcessor):
     """Partial batch responses as usual; the records run together, on this sandbox's own worker threads."""
 
     _pool: ThreadPoolExecutor | None = None
+    # the current batch's tenants' keys, read once per batch (the multi-tenant line; docs/tenancy-data.md)
+    tenant_keys: dict[str, str | None] | None = None
 
     def process(self) -> list[tuple]:
+        self.tenant_keys = {}
         if self._pool is None:  # built on the first batch, never at import
             self._pool = ThreadPoolExecutor(max_workers=RECORD_WORKERS, thread_name_prefix="record")
         records = [functools.partial(self._process_record, record) for record in self.records]
@@ -34,14 +37,17 @@ class ConcurrentBatchProcessor(BatchProcessor):
 
 
 def _user_of(body: object) -> str | None:
-    """The record's user (a user's records run in batch order, one after the other); None when malformed (the
-    record handler then drops it, and says so once)."""
+    """The record's user, with its tenant on the multi-tenant line (a user's records run in batch order, one
+    after the other); None when malformed (the record handler then drops it, and says so once)."""
     try:
         data = jsonio.loads(body) if isinstance(body, str) else None
     except ValueError:
         return None
     user = data.get("userId") if isinstance(data, dict) else None
-    return user if isinstance(user, str) else None
+    if not isinstance(user, str):
+        return None
+    tenant = data.get("tenantId") if isinstance(data, dict) else None
+    return f"{tenant}\x1f{user}" if isinstance(tenant, str) else user
 
 
 processor = ConcurrentBatchProcessor(event_type=EventType.SQS)
@@ -61,6 +67,7 @@ def record_handler(record: SQSRecord, lambda_context: LambdaContext) -> dict:
             message,
             remaining_ms=lambda_context.get_remaining_time_in_millis,
             owner=f"run:{lambda_context.aws_request_id}:{record.message_id}",
+            tenant_keys=processor.tenant_keys,
         )
     finally:
         logger.thread_safe_remove_keys(["correlation_id"])

@@ -496,7 +496,7 @@ def test_agentic_fires_count_against_caps_and_defer_when_a_cap_fills_mid_fire(ag
 
     def before(ctx):  # another fire takes the last slot while this one is being generated
         charge = CapCharge(f"u#60#{hour}", 1, hour + 3_600_000, "someone-else@1")
-        engine.ctx.policies.t.transact([cap_charge_action(engine.api.user_id, charge)])
+        engine.ctx.policies.t.transact([cap_charge_action(engine.ctx.policies.keys, engine.api.user_id, charge)])
         return [{"role": "user", "content": "x"}]
 
     SCRIPT.before = before

@@ -40,6 +40,7 @@ NAME_PROPERTIES: dict[str, tuple[str, ...]] = {
     "AWS::Scheduler::Schedule": ("Name",),
     "AWS::SSM::Parameter": ("Name",),
     "AWS::SNS::Topic": ("TopicName",),
+    "AWS::KMS::Key": (),  # no name; an alias would be one
 }
 # account-wide names a stack uses without creating them: the SSM secrets it reads, and the service dimension
 # of its custom metrics (the namespace is shared; the dashboard and DeliveryLatencyAlarm read this dimension)

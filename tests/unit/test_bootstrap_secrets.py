@@ -148,3 +148,22 @@ def test_the_names_are_the_ones_the_template_derives_for_the_stack(stack):
     tpl = project_template()
     env = resolve_in_stack(tpl["Globals"]["Function"]["Environment"]["Variables"], tpl, stack)
     assert stack_secret_names(stack) == (env["AMSG_MASTER_KEY_PARAM"], env["AMSG_VAPID_PRIVATE_KEY_PARAM"])
+
+
+def test_the_multi_tenant_line_gets_its_signing_key_and_init_secret(ssm):
+    from amsg.runtime import secrets_from_env
+    from amsg_local.bootstrap_secrets import tenancy_secret_names
+
+    names = tenancy_secret_names("amsg")
+    first = bootstrap(ssm, tenancy_params=names)
+    assert set(names) <= set(first.created)
+    assert first.parameter_overrides["Tenancy"] == "multi"
+    assert first.init_secret == _value(ssm, "/amsg/amsg/init-secret")
+    signing = _value(ssm, "/amsg/amsg/tenant-token-signing-key")
+    resolved = secrets_from_env({"AMSG_TENANT_TOKEN_SIGNING_KEY_PARAM": names[0], "AMSG_INIT_SECRET_PARAM": names[1]})
+    assert resolved.tenant_token_signing_key == signing and resolved.init_secret == first.init_secret
+    again = bootstrap(ssm, tenancy_params=names)
+    assert set(names) <= set(again.kept) and again.init_secret is None
+    rotated = bootstrap(ssm, tenancy_params=names, rotate=("signing-key",))
+    assert rotated.rotated == [names[0]] and _value(ssm, names[0]) != signing
+    assert rotated.init_secret is None  # the init secret was kept

@@ -294,6 +294,27 @@ def test_queries_page_and_filter_as_the_resource_layer_does(pair: Pair) -> None:
     assert len(got) == 5  # Limit 5 over 12 items: three pages, then the two other queries
 
 
+def test_filtered_scans_page_as_the_resource_layer_does(pair: Pair) -> None:
+    """A tenant's deletion walks the table with filtered scan pages (adapters/dynamo/tenant_purge.py)."""
+
+    def operation(table: Any, _: Any, pk: str) -> list[Any]:
+        with table.batch_writer() as writer:
+            for i in range(7):
+                writer.put_item(Item={"PK": f"{pk}#{i}", "SK": "x", "n": i})
+        pages, kwargs = [], {"FilterExpression": Attr("PK").begins_with(f"{pk}#"), "Limit": 50, "ConsistentRead": True}
+        while True:
+            page = table.scan(**kwargs)
+            pages.append(sorted((item["PK"], item["n"]) for item in page["Items"]))
+            if "LastEvaluatedKey" not in page:
+                break
+            kwargs["ExclusiveStartKey"] = page["LastEvaluatedKey"]
+        return sorted(item for page in pages for item in page)
+
+    expected, got = pair.both(operation)
+    assert got == expected
+    assert [n for _, n in got] == list(range(7))
+
+
 def test_batch_writes_and_batch_reads_match_the_resource_layer(pair: Pair) -> None:
     def operation(table: Any, resource: Any, pk: str) -> list[Any]:
         with table.batch_writer() as writer:

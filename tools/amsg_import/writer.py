@@ -246,7 +246,7 @@ class TargetWriter:
         ids = self._ids_in_target(self._task_ids, rec.user_id, keys.TASK_PREFIX, "uuid")
         if ids.get(rec.id, rec.uuid) != rec.uuid:
             return _failed("task id already used by another task in the target (import into a fresh table)")
-        payload, blob = task_payload_attrs(self.t, rec.user_id, rec.uuid, rec.encrypted_payload)
+        payload, blob = task_payload_attrs(self.t, keys.SINGLE, rec.user_id, rec.uuid, rec.encrypted_payload)
         put: dict[str, Any] = {"Item": self.task_item(rec, payload)}
         if existing is None:
             put["ConditionExpression"] = "attribute_not_exists(PK)"
@@ -267,13 +267,13 @@ class TargetWriter:
             self.t.transact([{"Put": put}, {"Put": registry}])
         except TransactionCancelled as cancelled:
             if blob is not None:
-                drop_task_parts(self.t, rec.user_id, rec.uuid, blob.token)
+                drop_task_parts(self.t, keys.SINGLE, rec.user_id, rec.uuid, blob.token)
             if cancelled.failed(1):
                 return _failed("task uuid already belongs to another user in the target")
             return _skipped("changed in the target while importing")
         ids[rec.id] = rec.uuid
         if existing is not None and existing.get("payload_token"):
-            drop_task_parts(self.t, rec.user_id, rec.uuid, str(existing["payload_token"]))
+            drop_task_parts(self.t, keys.SINGLE, rec.user_id, rec.uuid, str(existing["payload_token"]))
         return _written("replaced an older import") if existing is not None else _written()
 
     def _drop(self, pk: str, prefix: str, token: str) -> None:

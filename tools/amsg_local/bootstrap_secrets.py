@@ -5,7 +5,10 @@
   under keys derived from it, so replacing it would make all data unreadable;
 * the VAPID key pair (P-256): the private key goes to SSM, the public key is printed for the ``VapidPublicKey``
   template parameter (derived from the stored private key when that already exists);
-* optionally the shared client token (``--client-token-param``).
+* optionally the shared client token (``--client-token-param``);
+* with ``--multi-tenant`` (template parameter ``Tenancy=multi``, docs/tenancy.md): the tenant-token signing key
+  (``/amsg/<stack>/tenant-token-signing-key``) and the init-tenant secret (``/amsg/<stack>/init-secret``, printed
+  once for the operator). Rotating the signing key (``--rotate signing-key``) revokes every tenant's tokens.
 
 Existing parameters are kept, so running it again is safe. ``--rotate vapid`` / ``--rotate client-token``
 replace those two on purpose (see docs/operations.md for what clients see).
@@ -27,6 +30,11 @@ from typing import Any
 DEFAULT_STACK = "amsg"
 MASTER_KEY_NAME_PARAMETER = "MasterKeyParameterName"  # the template parameters that name the secrets
 VAPID_NAME_PARAMETER = "VapidPrivateKeyParameterName"
+
+
+def tenancy_secret_names(stack: str) -> tuple[str, str]:
+    """The names template.yaml reads with ``Tenancy=multi``: the token signing key and the init secret."""
+    return f"/amsg/{stack}/tenant-token-signing-key", f"/amsg/{stack}/init-secret"
 
 
 def stack_secret_names(stack: str) -> tuple[str, str]:
@@ -70,6 +78,7 @@ class BootstrapResult:
     rotated: list[str] = field(default_factory=list)
     client_token: str | None = None  # only when generated now (shown once, to the operator)
     parameter_overrides: dict[str, str] = field(default_factory=dict)
+    init_secret: str | None = None  # only when generated now (shown once)
 
     def as_json(self) -> dict[str, Any]:
         return {
@@ -79,6 +88,7 @@ class BootstrapResult:
             "rotated": self.rotated,
             "parameterOverrides": self.parameter_overrides,
             **({"clientToken": self.client_token} if self.client_token else {}),
+            **({"initSecret": self.init_secret} if self.init_secret else {}),
         }
 
 
@@ -102,6 +112,7 @@ def bootstrap(
     vapid_private_key_param: str = DEFAULT_VAPID_PRIVATE_KEY_PARAM,
     client_token_param: str | None = None,
     rotate: tuple[str, ...] = (),
+    tenancy_params: tuple[str, str] | None = None,
 ) -> BootstrapResult:
     """Create what is missing (and rotate what was asked) with the given boto3 SSM client."""
     from amsg.vapid import generate_vapid_keys, public_key_from_private
@@ -135,6 +146,8 @@ def bootstrap(
         else:
             kept.append(client_token_param)
 
+    init_secret = _tenancy_secrets(ssm, tenancy_params, rotate, created, kept, rotated) if tenancy_params else None
+
     overrides = {
         "VapidPublicKey": public,
         "MasterKeyParameterName": master_key_param,
@@ -142,7 +155,32 @@ def bootstrap(
     }
     if client_token_param:
         overrides["ClientTokenParameterName"] = client_token_param
-    return BootstrapResult(public, created, kept, rotated, token, overrides)
+    if tenancy_params:
+        overrides["Tenancy"] = "multi"
+    return BootstrapResult(public, created, kept, rotated, token, overrides, init_secret)
+
+
+def _tenancy_secrets(
+    ssm: Any,
+    names: tuple[str, str],
+    rotate: tuple[str, ...],
+    created: list[str],
+    kept: list[str],
+    rotated: list[str],
+) -> str | None:
+    """The signing key and the init secret; answers the init secret when it was generated now."""
+    generated: str | None = None
+    for name, label, rotation in ((names[0], "signing", "signing-key"), (names[1], "init", "init-secret")):
+        existing = _read(ssm, name)
+        if existing is not None and rotation not in rotate:
+            kept.append(name)
+            continue
+        value = secrets.token_urlsafe(48 if label == "signing" else 32)
+        _write(ssm, name, value, overwrite=existing is not None, description=f"amsg tenant {label} secret")
+        (rotated if existing is not None else created).append(name)
+        if label == "init":
+            generated = value
+    return generated
 
 
 def add_parser(commands: Any) -> None:
@@ -163,9 +201,14 @@ def add_parser(commands: Any) -> None:
     parser.add_argument(
         "--rotate",
         action="append",
-        choices=("vapid", "client-token"),
+        choices=("vapid", "client-token", "signing-key", "init-secret"),
         default=[],
         help="replace this secret even though it exists (the master key is never replaced)",
+    )
+    parser.add_argument(
+        "--multi-tenant",
+        action="store_true",
+        help="also the multi-tenant line's secrets (Tenancy=multi): the token signing key and the init secret",
     )
     parser.add_argument("--region", help="AWS region (default from the environment / AWS profile)")
     parser.add_argument("--json", action="store_true", help="print the result as JSON")
@@ -194,6 +237,7 @@ def main(args: argparse.Namespace) -> int:
             vapid_private_key_param=vapid_private_key_param,
             client_token_param=args.client_token_param,
             rotate=tuple(args.rotate),
+            tenancy_params=tenancy_secret_names(args.stack) if args.multi_tenant else None,
         )
     except (BotoCoreError, ClientError) as exc:
         print(f"amsg bootstrap-secrets: {type(exc).__name__}: {exc}", file=sys.stderr)
@@ -207,6 +251,8 @@ def main(args: argparse.Namespace) -> int:
     print(f"\nVAPID public key: {result.vapid_public_key}")
     if result.client_token:
         print(f"client token (give it to your app; shown only now): {result.client_token}")
+    if result.init_secret:
+        print(f"init secret (X-Init-Secret of init-tenant; shown only now): {result.init_secret}")
     overrides = " ".join(f"{key}={value}" for key, value in result.parameter_overrides.items())
     print(f"\nsam deploy --parameter-overrides {overrides}")
     return 0

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from amsg_local import bootstrap_secrets
+from amsg_local import bootstrap_secrets, tenants_cli
 from amsg_local.delivery import LocalDelivery, TickNotConfigured
 from amsg_local.dynamodb_local import (
     DynamoDBLocal,
@@ -236,6 +236,9 @@ class LocalStack:
             return
         self._stopped = True
         try:
+            stop_source = getattr(self.gateway.ticks.tick_then_drain, "stop_event_source", None)
+            if stop_source is not None:
+                stop_source()
             self.gateway.stop()
             self.gateway.runtime.close()
         finally:
@@ -408,6 +411,10 @@ def start_local_stack(
                 saved.setdefault(key, environ.get(key))
                 environ[key] = value
         environ["AWS_ENDPOINT_URL_SQS"] = sqs_server.endpoint_url
+        if environ.get("AMSG_TENANCY", "").strip().lower() == "multi":
+            if moto is None:  # the tenants' KMS key lives on an embedded moto server, whatever plays DynamoDB
+                moto = EmbeddedMoto().start()
+            _multi_tenant_environment(environ, saved, moto.endpoint_url, region, host, port)
         if use_aws:
             environ.pop("AWS_ENDPOINT_URL_DYNAMODB", None)
             environ.setdefault("AWS_DEFAULT_REGION", region)
@@ -459,6 +466,11 @@ def start_local_stack(
                 except Exception as exc:  # reported now; the route answers 500 until the handler imports
                     log.warning("%s: %s", logical_id, exc)
         gateway.start(host, port)
+        if environ.get("AMSG_TENANCY", "").strip().lower() == "multi" and not environ.get("AMSG_PUBLIC_BASE_URL"):
+            environ["AMSG_PUBLIC_BASE_URL"] = gateway.base_url  # a random port is known only now
+        if environ.get("AMSG_TENANCY", "").strip().lower() == "multi" and delivery.missing() is None:
+            # send-notifications enqueues outside any tick: the queue is consumed as on AWS (docs/tenancy-data.md)
+            delivery.start_event_source()
     except BaseException:
         if gateway is not None:
             gateway.stop()
@@ -485,6 +497,25 @@ def start_local_stack(
         _saved_env=saved,
         _environ=environ,
     )
+
+
+def _multi_tenant_environment(
+    environ: MutableMapping[str, str], saved: dict[str, str | None], moto_url: str, region: str, host: str, port: int
+) -> None:
+    """The multi-tenant line locally (docs/tenancy.md): KMS is the embedded moto server, with a key made now
+    unless AMSG_KMS_KEY_ID names one, and init-tenant's cronWebhookUrl points at this gateway."""
+    import boto3
+
+    for key in ("AWS_ENDPOINT_URL_KMS", "AMSG_KMS_KEY_ID", "AMSG_PUBLIC_BASE_URL"):
+        saved.setdefault(key, environ.get(key))
+    environ["AWS_ENDPOINT_URL_KMS"] = moto_url
+    if not environ.get("AMSG_KMS_KEY_ID"):
+        kms = boto3.client(
+            "kms", region_name=region, endpoint_url=moto_url, aws_access_key_id="local", aws_secret_access_key="local"
+        )
+        environ["AMSG_KMS_KEY_ID"] = kms.create_key(Description="amsg local tenants")["KeyMetadata"]["Arn"]
+    if port and not environ.get("AMSG_PUBLIC_BASE_URL"):
+        environ["AMSG_PUBLIC_BASE_URL"] = f"http://{host}:{port}"
 
 
 # --------------------------------------------------------------------------------------------- CLI
@@ -528,6 +559,10 @@ def _banner(
         f"  client token   {_mask(s.client_token) if s.client_token else 'none (all routes open)'}",
         f"  vapid          public key {s.vapid_public_key}; subject {s.vapid_email}",
     ]
+    if os.environ.get("AMSG_TENANCY", "").strip().lower() == "multi":
+        lines.append(
+            f"  tenancy        multi: POST {stack.base_url}/api/v1/init-tenant with X-Init-Secret (KMS: embedded moto)"
+        )
     if tick_interval_s > 0:
         lines.append(f"  tick           every {tick_interval_s:g}s; POST {stack.base_url}/_local/tick for one now")
     else:
@@ -608,6 +643,7 @@ def _parser() -> argparse.ArgumentParser:
     run_task.add_argument("--env-file", type=Path, default=Path(".env"), help="dotenv file (default ./.env)")
     _import_command().add_parser(commands)
     bootstrap_secrets.add_parser(commands)
+    tenants_cli.add_parser(commands)
     return parser
 
 
@@ -708,6 +744,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _import_command().main(args)
     if args.command == "bootstrap-secrets":
         return bootstrap_secrets.main(args)
+    if args.command == "tenants":
+        return tenants_cli.main(args)
     return 2
 
 

@@ -40,6 +40,16 @@ class Settings:
     total_timeout_ms: int = 240_000
     max_scheduled_tasks_per_fire: int = 2
     cloud_data_management: bool = True  # the /cloud-data routes (owners, inventory); off: they answer 501
+    # the multi-tenant line (docs/tenancy.md): "single" (one master key) or "multi" (tenants, Bearer tokens)
+    tenancy: str = "single"
+    public_base_url: str = ""  # init-tenant's cronWebhookUrl is built on it ('' without)
+    tenant_key_cache_s: int = 300  # how long a sandbox keeps a tenant's unwrapped master key
+    kms_key_id: str = ""  # the stack's KMS key that wraps tenants' master keys (multi only)
+    tenant_rate_limit_rps: int = 0  # requests per second per tenant (0: no limit; a tenant's record may override)
+
+    @property
+    def multi_tenant(self) -> bool:
+        return self.tenancy == "multi"
 
 
 @dataclass
@@ -67,3 +77,19 @@ class Secrets:
     @property
     def vapid_private_key(self) -> str | None:
         return self.resolve("vapid_private_key") or None
+
+    @property
+    def tenant_token_signing_key(self) -> str:
+        value = (self.resolve("tenant_token_signing_key") or "").strip()
+        if not value:
+            raise ConfigError(
+                "tenant token signing key is not configured "
+                "(AMSG_TENANT_TOKEN_SIGNING_KEY or AMSG_TENANT_TOKEN_SIGNING_KEY_PARAM)"
+            )
+        return value
+
+    @property
+    def init_secret(self) -> str | None:
+        """None when unset: init-tenant is then closed (docs/tenancy.md)."""
+        value = self.resolve("init_secret")
+        return value.strip() if value and value.strip() else None

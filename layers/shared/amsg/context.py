@@ -20,6 +20,7 @@ if TYPE_CHECKING:  # annotations only: routes that touch no port never import am
         CloudDataStore,
         CredentialStore,
         DeliveryPolicyStore,
+        KeyWrapper,
         LlmClient,
         OutboxStore,
         OwnerStore,
@@ -28,7 +29,11 @@ if TYPE_CHECKING:  # annotations only: routes that touch no port never import am
         SchemaInspector,
         TaskQueue,
         TaskStore,
+        TenantAccessor,
+        TenantDirectory,
+        TenantStore,
     )
+    from amsg.ports.tenant_purge import TenantPurge
 
 
 @dataclass
@@ -78,6 +83,15 @@ class StoragePorts:
     cloud_data: CloudDataStore | None = None  # the /cloud-data inventory and its records
     coalescer: CallCoalescer | None = None  # a batch's concurrent records share storage round trips
     prepare: Callable[[], None] = lambda: None  # build the table's client now (init-phase work), send nothing
+    # one tenant's ports on the same table client (docs/tenancy-data.md); None where there is no table to share
+    # (in-memory fakes) and on ports already confined to a tenant
+    for_tenant: Callable[[str], StoragePorts] | None = None
+    # the multi-tenant line (None in single mode): the registry, tenants' master keys, the active tenants
+    tenant_registry: TenantStore | None = None
+    tenant_keys: TenantAccessor | None = None  # a MasterKeys that also answers the record (the edge's auth)
+    tenants: TenantDirectory | None = None
+    key_wrapper: KeyWrapper | None = None  # wraps a new tenant's master key (init-tenant, the CLI)
+    tenant_purge: TenantPurge | None = None  # tenants' deletions, resumable (docs/tenancy-data.md)
 
 
 class AppContext:
@@ -159,6 +173,26 @@ class AppContext:
         """The user's ciphers (transport envelope, storage format); the same object for the same user while
         it stays in the process's small cache, so a request or record derives the key once."""
         return user_codec(self.secrets.master_key, user_id)
+
+    @cached_property
+    def tenant_registry(self) -> TenantStore | None:
+        return self.storage.tenant_registry
+
+    @cached_property
+    def tenant_keys(self) -> TenantAccessor | None:
+        return self.storage.tenant_keys
+
+    @cached_property
+    def tenants(self) -> TenantDirectory | None:
+        return self.storage.tenants
+
+    @cached_property
+    def key_wrapper(self) -> KeyWrapper | None:
+        return self.storage.key_wrapper
+
+    @cached_property
+    def tenant_purge(self) -> TenantPurge | None:
+        return self.storage.tenant_purge
 
     def user_key(self, user_id: str) -> str:
         """The user key as hex (what ``GET /get-user-key`` returns)."""

@@ -49,6 +49,16 @@ CATALOGUE: dict[str, tuple[int, str]] = {
     # init / keys / config
     "INIT_FAILED": (500, "初始化失败"),
     "VAPID_NOT_CONFIGURED": (503, "VAPID 公钥未配置：请为本 Worker 设置 VAPID_PUBLIC_KEY"),
+    # the multi-tenant line (docs/tenancy.md)
+    "INVALID_JSON": (400, "请求体不是有效的 JSON"),
+    "INVALID_REQUEST_BODY": (400, "请求体格式无效"),
+    "INVALID_TENANT_ID": (400, "tenantId 必须是 UUID v4 格式"),
+    "INVALID_DRIVER": (400, "driver 只能省略或为 dynamodb：本部署的租户数据存放在部署自己的表中"),
+    "DATABASE_URL_NOT_SUPPORTED": (400, "本部署不接受 databaseUrl：租户数据存放在部署自己的表中"),
+    "TENANT_ALREADY_INITIALIZED": (409, "tenantId 已存在，不能重复初始化"),
+    "INVALID_INIT_AUTH": (401, "初始化鉴权失败"),
+    "INVALID_TENANT_AUTH": (401, "租户令牌无效或已过期"),
+    "TENANT_RATE_LIMITED": (429, "该租户请求过于频繁，请稍后重试"),  # with Retry-After (docs/tenancy.md)
     # push subscription
     "INVALID_PUSH_SUBSCRIPTION": (400, "subscription 必须是带非空 endpoint 的对象"),
     "INVALID_UPDATED_AT": (400, "updatedAt 必须是正整数"),
@@ -131,6 +141,7 @@ class ApiError(Exception):
         self.code = code
         self.message = message
         self.details = details
+        self.headers: dict[str, str] = {}  # extra response headers (Retry-After of a 429)
 
     def body(self) -> dict[str, Any]:
         error: dict[str, Any] = {"code": self.code, "message": self.message}

@@ -6,8 +6,9 @@ Tests and the local stack call :func:`use` to install a context of their own.
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
-from typing import TYPE_CHECKING
+import time
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any
 
 from amsg import snapstart
 from amsg.clock import SystemClock
@@ -16,6 +17,8 @@ from amsg.context import AppContext, DeliveryPorts, StoragePorts
 from amsg.observability import logger, start_tracing
 
 if TYPE_CHECKING:  # annotations only (docs/cold-start.md)
+    from amsg.adapters.dynamo.keys import KeySpace
+    from amsg.adapters.dynamo.table import DynamoTable
     from amsg.adapters.ssm import SsmSecretReader
     from amsg.ports import Clock, LlmClient, PushSender, TaskQueue
 
@@ -25,6 +28,8 @@ SECRET_ENV = {
     "master_key": ("AMSG_MASTER_KEY", "AMSG_MASTER_KEY_PARAM"),
     "client_token": ("AMSG_CLIENT_TOKEN", "AMSG_CLIENT_TOKEN_PARAM"),
     "vapid_private_key": ("AMSG_VAPID_PRIVATE_KEY", "AMSG_VAPID_PRIVATE_KEY_PARAM"),
+    "tenant_token_signing_key": ("AMSG_TENANT_TOKEN_SIGNING_KEY", "AMSG_TENANT_TOKEN_SIGNING_KEY_PARAM"),
+    "init_secret": ("AMSG_INIT_SECRET", "AMSG_INIT_SECRET_PARAM"),
 }
 
 
@@ -109,7 +114,19 @@ def settings_from_env(env: Mapping[str, str]) -> Settings:
         total_timeout_ms=_int_env(env, "AMSG_TOTAL_TIMEOUT_MS", 240_000),
         max_scheduled_tasks_per_fire=_int_env(env, "AMSG_MAX_SCHEDULED_TASKS_PER_FIRE", 2),
         cloud_data_management=env.get("AMSG_CLOUD_DATA_MANAGEMENT", "true").strip().lower() not in ("false", "0", "no"),
+        tenancy=_tenancy(env),
+        public_base_url=env.get("AMSG_PUBLIC_BASE_URL", "").strip().rstrip("/"),
+        tenant_key_cache_s=_int_env(env, "AMSG_TENANT_KEY_CACHE_S", 300),
+        kms_key_id=env.get("AMSG_KMS_KEY_ID", "").strip(),
+        tenant_rate_limit_rps=_int_env(env, "AMSG_TENANT_RATE_LIMIT_RPS", 0),
     )
+
+
+def _tenancy(env: Mapping[str, str]) -> str:
+    value = env.get("AMSG_TENANCY", "").strip().lower() or "single"
+    if value not in ("single", "multi"):
+        raise ConfigError("AMSG_TENANCY must be 'single' or 'multi'")
+    return value
 
 
 def secrets_from_env(env: Mapping[str, str]) -> Secrets:
@@ -159,7 +176,19 @@ def build_context(env: Mapping[str, str], *, clock: Clock | None = None) -> AppC
 
 
 def storage_ports(settings: Settings, endpoint_url: str | None) -> StoragePorts:
-    """The DynamoDB adapters of every storage port, sharing one table client."""
+    """The DynamoDB adapters of every storage port, sharing one table client; ``for_tenant`` builds a tenant's
+    ports on that same client (docs/tenancy-data.md)."""
+    from amsg.adapters.dynamo.keys import SINGLE, tenant_space
+    from amsg.adapters.dynamo.table import DynamoTable
+
+    table = DynamoTable(settings.table_name, endpoint_url=endpoint_url)
+    return ports_in_space(table, settings, SINGLE, tenant_space)
+
+
+def ports_in_space(
+    table: DynamoTable, settings: Settings, space: KeySpace, tenant_space: Callable[[str], KeySpace]
+) -> StoragePorts:
+    """Every storage adapter confined to one key space of the table (the single line's, or one tenant's)."""
     from amsg.adapters.dynamo.claims import DynamoClaimStore
     from amsg.adapters.dynamo.client_state import DynamoClientStateStore
     from amsg.adapters.dynamo.cloud_data import DynamoCloudDataStore
@@ -170,28 +199,54 @@ def storage_ports(settings: Settings, endpoint_url: str | None) -> StoragePorts:
     from amsg.adapters.dynamo.owners import DynamoOwnerStore
     from amsg.adapters.dynamo.schema import DynamoSchemaInspector
     from amsg.adapters.dynamo.subscriptions import DynamoPushSubscriptionStore
-    from amsg.adapters.dynamo.table import DynamoTable
     from amsg.adapters.dynamo.tasks import DynamoTaskStore
-
-    table = DynamoTable(settings.table_name, endpoint_url=endpoint_url)
+    from amsg.adapters.dynamo.tenant_purge import DynamoTenantPurge
 
     def prepare() -> None:
         _ = table.table  # the table's botocore client: service model and endpoint rules loaded, no request sent
 
+    def for_tenant(tenant_id: str) -> StoragePorts:
+        return ports_in_space(table, settings, tenant_space(tenant_id), tenant_space)
+
     return StoragePorts(
         prepare=prepare,
-        tasks=DynamoTaskStore(table, due_shards=settings.due_shards),
-        claims=DynamoClaimStore(table, due_shards=settings.due_shards),
-        subscriptions=DynamoPushSubscriptionStore(table),
-        outbox=DynamoOutboxStore(table),
+        # the registry and tenants' keys belong to the deployment, never to a tenant's own ports
+        **(tenant_ports(settings, table) if space.tenant_id is None else {}),
+        tasks=DynamoTaskStore(table, due_shards=settings.due_shards, space=space),
+        claims=DynamoClaimStore(table, due_shards=settings.due_shards, space=space),
+        subscriptions=DynamoPushSubscriptionStore(table, space=space),
+        outbox=DynamoOutboxStore(table, space=space),
         schema=DynamoSchemaInspector(table),
-        credentials=DynamoCredentialStore(table),
-        client_state=DynamoClientStateStore(table),
-        owners=DynamoOwnerStore(table),
-        policies=DynamoDeliveryPolicyStore(table),
-        cloud_data=DynamoCloudDataStore(table),
+        credentials=DynamoCredentialStore(table, space=space),
+        client_state=DynamoClientStateStore(table, space=space),
+        owners=DynamoOwnerStore(table, space=space),
+        policies=DynamoDeliveryPolicyStore(table, space=space),
+        cloud_data=DynamoCloudDataStore(table, space=space),
         coalescer=DynamoCoalescer(table),
+        for_tenant=None if space.tenant_id is not None else for_tenant,
+        tenant_purge=DynamoTenantPurge(table) if settings.multi_tenant and space.tenant_id is None else None,
     )
+
+
+def tenant_ports(settings: Settings, table: DynamoTable) -> dict[str, Any]:
+    """The registry, tenants' master keys (KMS, cached per sandbox) and the active tenants; none in single mode."""
+    if not settings.multi_tenant:
+        return {}
+    from amsg.adapters.dynamo.tenants import DynamoTenantStore
+    from amsg.adapters.kms import KmsKeyWrapper
+    from amsg.tenancy.keys import RegistryDirectory, TenantKeys
+
+    if not settings.kms_key_id:
+        raise ConfigError("AMSG_KMS_KEY_ID is not set (the multi-tenant line wraps master keys with it)")
+    registry = DynamoTenantStore(table)
+    wrapper = KmsKeyWrapper(settings.kms_key_id)
+    keys = TenantKeys(registry, wrapper, time.monotonic, max_age_s=settings.tenant_key_cache_s)
+    return {
+        "tenant_registry": registry,
+        "tenant_keys": keys,
+        "tenants": RegistryDirectory(registry),
+        "key_wrapper": wrapper,
+    }
 
 
 def delivery_ports(settings: Settings, secrets: Secrets) -> DeliveryPorts:

@@ -4,6 +4,7 @@ the records of one batch at the same time."""
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -17,7 +18,9 @@ from amsg.engine.outcomes import release_claim
 from amsg.engine.summary import DeliverySummary
 from amsg.observability import logger
 from amsg.ports import TaskRow
+from amsg.tenancy.scope import scoped_context
 
+_MEMO_LOCK = threading.Lock()
 RECORD_WORKERS = 10  # records of one batch delivered at the same time (SQS hands at most 10 without a window)
 
 
@@ -68,11 +71,72 @@ def run_together[T](
 
 
 def run_message(
-    ctx: AppContext, message: TaskMessage | None, *, remaining_ms: Callable[[], int], owner: str
+    ctx: AppContext,
+    message: TaskMessage | None,
+    *,
+    remaining_ms: Callable[[], int],
+    owner: str,
+    tenant_keys: dict[str, str | None] | None = None,
 ) -> dict[str, Any]:
-    """Adopt the tick's claim and deliver. A message whose claim is no longer current does nothing."""
+    """Adopt the tick's claim and deliver. A message whose claim is no longer current does nothing.
+    ``tenant_keys`` is shared by the records of one SQS batch: each tenant's key (and status) is read once per
+    batch, not once per record."""
     if message is None:
         return {"skipped": "malformed_message"}
+    scoped, skipped = message_scope(ctx, message, tenant_keys)
+    if scoped is None:
+        return {"skipped": skipped, "taskUuid": message.uuid}
+    active = _tenant_active(ctx, message.tenant_id)
+    return _run_in_scope(scoped, message, remaining_ms=remaining_ms, owner=owner, tenant_active=active)
+
+
+def _tenant_active(ctx: AppContext, tenant_id: str | None) -> Callable[[], bool] | None:
+    """Asked at each lease heartbeat: a tenant disabled or being deleted stops its running delivery there."""
+    keys = ctx.tenant_keys
+    if tenant_id is None or keys is None:
+        return None
+    return lambda: keys.master_key(tenant_id) is not None
+
+
+def message_scope(
+    ctx: AppContext, message: TaskMessage, memo: dict[str, str | None] | None = None
+) -> tuple[AppContext | None, str | None]:
+    """The context a message is delivered in: the single line's own, or its tenant's scope with the tenant's
+    master key. A tenant that is unknown, disabled or being deleted delivers nothing: the claim is left to
+    expire, the task stays pending in the tenant's space and the tick, which serves active tenants only, does
+    not claim it again (docs/tenancy-data.md). Never the wrong key or space: a message of the other line is dropped."""
+    if not ctx.settings.multi_tenant:
+        return (ctx, None) if message.tenant_id is None else (None, "tenant_message_on_single_line")
+    if message.tenant_id is None:
+        return None, "tenant_missing"
+    master_key = _tenant_key(ctx, message.tenant_id, memo)
+    if master_key is None:
+        return None, "tenant_inactive"
+    return scoped_context(ctx, message.tenant_id, master_key), None
+
+
+def _tenant_key(ctx: AppContext, tenant_id: str, memo: dict[str, str | None] | None) -> str | None:
+    """The tenant's master key if it is active; read once per batch when the batch shares ``memo`` (its records
+    start together: the first one reads, the others wait for that read instead of repeating it)."""
+    keys = ctx.tenant_keys
+    if keys is None:
+        return None
+    if memo is None:
+        return keys.master_key(tenant_id)
+    with _MEMO_LOCK:
+        if tenant_id not in memo:
+            memo[tenant_id] = keys.master_key(tenant_id)
+        return memo[tenant_id]
+
+
+def _run_in_scope(
+    ctx: AppContext,
+    message: TaskMessage,
+    *,
+    remaining_ms: Callable[[], int],
+    owner: str,
+    tenant_active: Callable[[], bool] | None = None,
+) -> dict[str, Any]:
     started = ctx.now_ms()
     env = delivery_env(ctx, remaining_ms=remaining_ms)
     # one read: the task (is the message's claim still current?), the push subscription, the outbox counter;
@@ -92,14 +156,25 @@ def run_message(
     env.outbox_seq = snapshot.outbox_seq
     env.adopt_lease = lambda: ctx.now_ms() + ctx.settings.run_lease_ms
     env.owner = owner
-    return deliver_under_lease(ctx, row, env, owner, started)
+    return deliver_under_lease(ctx, row, env, owner, started, tenant_active=tenant_active)
 
 
-def deliver_under_lease(ctx: AppContext, row: TaskRow, env: DeliveryEnv, owner: str, started: int) -> dict:
-    """Deliver a task whose run lease we just took (adopted or claimed), renewing it on a heartbeat."""
+def deliver_under_lease(
+    ctx: AppContext,
+    row: TaskRow,
+    env: DeliveryEnv,
+    owner: str,
+    started: int,
+    *,
+    tenant_active: Callable[[], bool] | None = None,
+) -> dict:
+    """Deliver a task whose run lease we just took (adopted or claimed), renewing it on a heartbeat (which a
+    tenant no longer active refuses: the delivery then stops as on a lost lease)."""
     settings = ctx.settings
 
     def renew() -> bool:
+        if tenant_active is not None and not tenant_active():
+            return False
         lease_until_ms = ctx.now_ms() + settings.run_lease_ms
         return ctx.claims.renew_lease(row.user_id, row.uuid, row.claim_version, lease_until_ms, owner)
 

@@ -63,9 +63,10 @@ class TickSummary:
     failed: list[dict[str, Any]] = field(default_factory=list)
     stopped_by: str | None = None  # 'time' | 'limit' | 'vapid' when it stopped early
     housekeeping: dict[str, Any] = field(default_factory=dict)
+    tenants: int | None = None  # tenants served (the multi-tenant line only)
 
     def as_dict(self, *, started_ms: int, now_ms: int) -> dict[str, Any]:
-        return {
+        result: dict[str, Any] = {
             "scheduledTime": self.scheduled_time,
             "dueTasks": self.due,
             "claimedTasks": self.claimed,
@@ -82,3 +83,6 @@ class TickSummary:
                 "housekeeping": self.housekeeping,
             },
         }
+        if self.tenants is not None:
+            result["tenants"] = self.tenants
+        return result

@@ -1,13 +1,19 @@
 """The tick (EventBridge Scheduler, once a minute; see docs/architecture.md): claim due tasks (conditional
 writes), settle stale ones, enqueue the rest, housekeeping, then resume due cloud-data cleanup operations. The
-tick never delivers."""
+tick never delivers.
+
+On the multi-tenant line one tick serves every active tenant, each through its own scoped context: claims
+interleave tenants round by round with a per-tenant quota of the tick's claim limit, so no tenant's backlog can
+hold back another's due tasks (docs/tenancy-data.md)."""
 
 from __future__ import annotations
 
 import enum
 import heapq
 import itertools
+import random
 import uuid as uuid_lib
+import zlib
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
@@ -20,15 +26,18 @@ from amsg.engine.messages import TaskMessage
 from amsg.engine.outcomes import release_claim
 from amsg.engine.stale import is_stale, settle_stale
 from amsg.engine.summary import DeliverySummary, TickSummary
+from amsg.engine.tenant_deletion import advance_tenant_deletions
 from amsg.hooks import Hooks, load_hooks, task_view
 from amsg.observability import logger
 from amsg.ports import CLAIM_ALONE, CLAIM_BATCH, ClaimWanted, DueCandidate, TaskRow
+from amsg.tenancy.scope import TenantContext, scoped_context, tenant_of
 from amsg.timeutil import iso_from_ms
 
 TICK_PAGE = 100
 TICK_TIME_MARGIN_MS = 8_000  # stop claiming while there is time left to enqueue and log
 RETENTION_MS = 7 * 86_400_000
 HOUSEKEEPING_LIMIT = 100
+TENANT_HOUSEKEEPING_EVERY = 10  # ticks (minutes) between one tenant's retention sweeps
 
 
 def run_tick(
@@ -41,12 +50,15 @@ def run_tick(
     started = ctx.now_ms()
     summary = TickSummary(scheduled_time=scheduled_time)
     owner = owner or f"tick:{uuid_lib.uuid4()}"
-    if ctx.delivery.push_sender is None:
-        summary.stopped_by = "vapid"  # claim nothing without VAPID: no push could be sent
+    if ctx.settings.multi_tenant:
+        _tick_tenants(ctx, summary, remaining_ms, owner)
     else:
-        _claim_and_enqueue(ctx, summary, remaining_ms, owner)
-    _housekeeping(ctx, summary)
-    _resume_cleanups(ctx, summary, remaining_ms)
+        if ctx.delivery.push_sender is None:
+            summary.stopped_by = "vapid"  # claim nothing without VAPID: no push could be sent
+        else:
+            claim_and_enqueue(ctx, summary, remaining_ms, owner)
+        _housekeeping(ctx, summary)
+        _resume_cleanups(ctx, summary, remaining_ms)
     result = summary.as_dict(started_ms=started, now_ms=ctx.now_ms())
     busy = (
         summary.due
@@ -61,7 +73,7 @@ def run_tick(
     return result
 
 
-def _claim_and_enqueue(ctx: AppContext, summary: TickSummary, remaining_ms: Callable[[], int], owner: str) -> None:
+def claim_and_enqueue(ctx: AppContext, summary: TickSummary, remaining_ms: Callable[[], int], owner: str) -> None:
     """Claim due tasks in due order across every shard, up to ``tick_claim_workers`` claims in flight, and
     enqueue them in batches of ten; stop when the time margin or the claim limit is reached.
 
@@ -86,12 +98,121 @@ def _claim_and_enqueue(ctx: AppContext, summary: TickSummary, remaining_ms: Call
         chunk = list(itertools.islice(source, min(room, workers * CLAIM_BATCH)))
         if not chunk:
             break
-        now = ctx.now_ms()
-        terms: dict[str, Any] = {"now_ms": now, "lease_until_ms": now + settings.tick_claim_lease_ms, "owner": owner}
-        outcomes = _claim_chunk(ctx, chunk, hooks, released, pool, terms, summary)
-        _take_claimed(ctx, outcomes, now, summary, enqueuer)
-        enqueuer.flush()
+        _claim_step(ctx, chunk, _Lane(ctx, source, enqueuer, hooks, released), pool, owner, summary)
     enqueuer.flush()
+
+
+class _Lane:
+    """One key space's claiming state within a tick: its context, due candidates, enqueuer and groups."""
+
+    def __init__(
+        self, ctx: AppContext, source: Iterator[DueCandidate], enqueuer: _Enqueuer, hooks: Hooks, released: set
+    ) -> None:
+        self.ctx = ctx
+        self.source = source
+        self.enqueuer = enqueuer
+        self.hooks = hooks
+        self.released = released
+
+
+def _claim_step(
+    ctx: AppContext, chunk: list[DueCandidate], lane: _Lane, pool: ThreadPoolExecutor, owner: str, summary: TickSummary
+) -> None:
+    """Claim one chunk of one lane's candidates and enqueue (or settle) what was claimed."""
+    now = ctx.now_ms()
+    terms: dict[str, Any] = {"now_ms": now, "lease_until_ms": now + ctx.settings.tick_claim_lease_ms, "owner": owner}
+    outcomes = _claim_chunk(lane.ctx, chunk, lane.hooks, lane.released, pool, terms, summary)
+    _take_claimed(lane.ctx, outcomes, now, summary, lane.enqueuer)
+    lane.enqueuer.flush()
+
+
+def tenant_lanes(ctx: AppContext) -> list[TenantContext]:
+    """A scoped context per active tenant, in random order (no tenant is always first when time runs out).
+    Each tenant's master key is read (registry, KMS behind a bounded-age cache) only when its work needs it."""
+    directory, keys = ctx.tenants, ctx.tenant_keys
+    if directory is None or keys is None:
+        return []
+    ids = directory.active_tenant_ids()
+    random.shuffle(ids)
+    return [scoped_context(ctx, tenant_id, _key_reader(keys, tenant_id)) for tenant_id in ids]
+
+
+def _key_reader(keys: Any, tenant_id: str) -> Callable[[], str | None]:
+    """The tenant's key, read on first use and kept for this tick (one registry read per tenant per tick)."""
+    read: list[str | None] = []
+
+    def key() -> str | None:
+        if not read:
+            read.append(keys.master_key(tenant_id))
+        return read[0]
+
+    return key
+
+
+def _tick_tenants(ctx: AppContext, summary: TickSummary, remaining_ms: Callable[[], int], owner: str) -> None:
+    lanes = tenant_lanes(ctx)
+    summary.tenants = len(lanes)
+    if ctx.delivery.push_sender is None:
+        summary.stopped_by = "vapid"
+    else:
+        claim_fairly(ctx, lanes, summary, remaining_ms, owner)
+    for lane in lanes:  # housekeeping and cleanups per tenant, while there is time
+        if remaining_ms() < TICK_TIME_MARGIN_MS:
+            summary.housekeeping["tenantsDeferred"] = summary.housekeeping.get("tenantsDeferred", 0) + 1
+            continue
+        part = TickSummary()
+        if _housekeeping_turn(lane, ctx.now_ms()):
+            _housekeeping(lane, part)
+        _resume_cleanups(lane, part, remaining_ms)
+        for name, value in part.housekeeping.items():
+            total = summary.housekeeping.get(name)
+            both_counts = isinstance(value, int) and isinstance(total, int)
+            summary.housekeeping[name] = total + value if both_counts else value
+    try:  # tenants being deleted: bounded steps, resumed by the next tick (docs/tenancy-data.md)
+        summary.housekeeping.update(advance_tenant_deletions(ctx, remaining_ms))
+    except Exception as exc:
+        summary.housekeeping["tenantDeletionError"] = type(exc).__name__
+
+
+def _housekeeping_turn(lane: AppContext, now_ms: int) -> bool:
+    """Retention and TTL sweeps of a tenant run one tick in :data:`TENANT_HOUSEKEEPING_EVERY` (their deadlines
+    are days, not minutes), spread over the minutes by tenant, so an idle tenant costs a tick few requests."""
+    tenant = tenant_of(lane) or ""
+    return zlib.crc32(tenant.encode()) % TENANT_HOUSEKEEPING_EVERY == (now_ms // 60_000) % TENANT_HOUSEKEEPING_EVERY
+
+
+def claim_fairly(
+    ctx: AppContext, lanes: list[TenantContext], summary: TickSummary, remaining_ms: Callable[[], int], owner: str
+) -> None:
+    """Claim across tenants in rounds: each round gives every tenant that still has due work an equal share of
+    the room left under the claim limit (at least one task, at most one claim chunk); a tenant that takes less
+    than its share drops out and its unused share goes to the others in the next round. So tenant B's few
+    due tasks are claimed in the first round however large tenant A's backlog is."""
+    settings = ctx.settings
+    hooks = load_hooks(settings.hooks_module)
+    workers = max(1, settings.tick_claim_workers)
+    shards = max(1, settings.due_shards)
+    pool = sandbox_pool("claim", workers)
+
+    active = [_Lane(t, due_in_order(t, shards, ctx.now_ms), _Enqueuer(t, summary), hooks, set()) for t in lanes]
+    while active:
+        room = settings.tick_claim_limit - summary.claimed
+        if room <= 0:
+            summary.stopped_by = "limit"
+            break
+        quota = max(1, min(workers * CLAIM_BATCH, room // len(active)))
+        still: list[_Lane] = []
+        for lane in active:
+            if remaining_ms() < TICK_TIME_MARGIN_MS:
+                summary.stopped_by = "time"
+                return
+            take = min(quota, settings.tick_claim_limit - summary.claimed)
+            chunk = list(itertools.islice(lane.source, take)) if take > 0 else []
+            if chunk:
+                _claim_step(ctx, chunk, lane, pool, owner, summary)
+            if chunk and len(chunk) == take:
+                still.append(lane)
+        active = still
 
 
 class _Enqueuer:
@@ -114,9 +235,15 @@ class _Enqueuer:
         pending = self.pending
         if not pending:
             return
+        tenant = tenant_of(self.ctx)  # the message names the tenant whose space and key run_task uses
         messages = [
             TaskMessage(
-                row.user_id, row.uuid, row.claim_version, row.next_send_at_ms, row.correlation_id or self.correlation
+                row.user_id,
+                row.uuid,
+                row.claim_version,
+                row.next_send_at_ms,
+                row.correlation_id or self.correlation,
+                tenant,
             ).to_body()
             for row in pending
         ]

@@ -22,6 +22,7 @@ from amsg.errors import ApiError, CloudGuardError, StoreUnavailable, api_error
 from amsg.http.body import read_body
 from amsg.http.request import ApiRequest
 from amsg.http.responses import ApiResponse, from_error, internal_error, to_lambda_result
+from amsg.http.tenant_gate import tenant_scoped
 from amsg.observability import logger
 
 Endpoint = Callable[[ApiRequest, AppContext], ApiResponse]
@@ -120,6 +121,8 @@ def handle(event: dict, endpoint: Endpoint, lambda_context: Any = None) -> dict:
         logger.exception("configuration failed")
         return to_lambda_result(internal_error(exc, "config"))
     try:
+        if context.settings.multi_tenant:  # authenticate the tenant before the endpoint runs (docs/tenancy.md)
+            context = tenant_scoped(request, context)
         response = endpoint(request, context)
     except ApiError as error:
         response = from_error(error)

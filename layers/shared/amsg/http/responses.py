@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from amsg.crypto import UserCodec, compact_json
@@ -18,6 +18,7 @@ MAX_RESPONSE_BYTES = 5_900_000
 class ApiResponse:
     status: int
     body: dict[str, Any]
+    headers: dict[str, str] = field(default_factory=dict)  # beyond content-type (Retry-After)
 
 
 def ok(data: Any, status: int = 200) -> ApiResponse:
@@ -34,7 +35,7 @@ def encrypted(payload: Any, codec: UserCodec, status: int = 200) -> ApiResponse:
 
 
 def from_error(error: ApiError) -> ApiResponse:
-    return ApiResponse(error.status, error.body())
+    return ApiResponse(error.status, error.body(), dict(error.headers))
 
 
 _NAME_RE = re.compile(r"[^A-Za-z0-9_.:-]")
@@ -74,4 +75,8 @@ def to_lambda_result(response: ApiResponse) -> dict[str, Any]:
         )
         text = compact_json(too_large.body())
         return {"statusCode": 413, "headers": {"content-type": JSON_CONTENT_TYPE}, "body": text}
-    return {"statusCode": response.status, "headers": {"content-type": JSON_CONTENT_TYPE}, "body": text}
+    return {
+        "statusCode": response.status,
+        "headers": {"content-type": JSON_CONTENT_TYPE, **response.headers},
+        "body": text,
+    }

@@ -46,6 +46,19 @@ from amsg.ports.tasks import (
     TaskRow,
     TaskStore,
 )
+from amsg.ports.tenants import (
+    KeyUnwrapError,
+    KeyWrapper,
+    MasterKeys,
+    TenantAccess,
+    TenantAccessor,
+    TenantDirectory,
+    TenantExists,
+    TenantNotFound,
+    TenantPage,
+    TenantRecord,
+    TenantStore,
+)
 
 __all__ = [
     "APPEND_FALLBACK",
@@ -70,10 +83,13 @@ __all__ = [
     "DeliveryPolicyRow",
     "DeliveryPolicyStore",
     "DueCandidate",
+    "KeyUnwrapError",
+    "KeyWrapper",
     "LeasedWrite",
     "LlmClient",
     "LlmReply",
     "LlmRequest",
+    "MasterKeys",
     "NamespaceListing",
     "NamespaceStats",
     "NewTask",
@@ -98,4 +114,12 @@ __all__ = [
     "TaskQueue",
     "TaskRow",
     "TaskStore",
+    "TenantAccess",
+    "TenantAccessor",
+    "TenantDirectory",
+    "TenantExists",
+    "TenantNotFound",
+    "TenantPage",
+    "TenantRecord",
+    "TenantStore",
 ]

@@ -44,7 +44,7 @@ class DynamoClaimStore(DynamoSettlements):
     def due_candidates(self, shard: int, now_ms: int, limit: int, start: Any = None) -> tuple[list[DueCandidate], Any]:
         kwargs: dict[str, Any] = {
             "IndexName": "due",
-            "KeyConditionExpression": Key("due_pk").eq(keys.due_shard_pk(shard))
+            "KeyConditionExpression": Key("due_pk").eq(self.keys.due_shard_pk(shard))
             & Key("due_sk").lte(keys.due_window_end(iso_from_ms(now_ms))),
             "Limit": limit,
         }
@@ -178,7 +178,7 @@ class DynamoClaimStore(DynamoSettlements):
         item, whose ``holder`` names the last task that got a grouped lease. The claim commits only if that
         holder, checked at commit time, holds no unexpired pending lease, so at most one task of the group is
         ever in flight (no write skew)."""
-        lock_key = keys.group_lock_key(user_id, group)
+        lock_key = self.keys.group_lock_key(user_id, group)
         lock = self.t.get(lock_key)
         holder = lock.get("holder") if lock else None
         if holder and holder != uuid:
@@ -301,7 +301,12 @@ class DynamoClaimStore(DynamoSettlements):
         policy. The claim is current when the task is still pending under this claim version and occurrence and
         still leased."""
         task_key = self._key(user_id, uuid)
-        wanted = [task_key, keys.push_key(user_id), keys.counter_key(user_id, "outbox"), keys.policy_key(user_id)]
+        wanted = [
+            task_key,
+            self.keys.push_key(user_id),
+            self.keys.counter_key(user_id, "outbox"),
+            self.keys.policy_key(user_id),
+        ]
         found = self.t.batch_get(wanted)
         item = found.get((task_key["PK"], task_key["SK"]))
         if (
@@ -335,7 +340,7 @@ class DynamoClaimStore(DynamoSettlements):
         (claim still ours and leased; records the occurrence, takes the run lease) and every row as new."""
         if row.owner is not None or not fits_one_transaction(rows):
             return APPEND_FALLBACK  # owned tasks append through the outbox's owner-guarded path
-        counter_key = keys.counter_key(row.user_id, "outbox")
+        counter_key = self.keys.counter_key(row.user_id, "outbox")
         now_iso = iso_from_ms(now_ms)
         lease_until = None if lease_until_ms is None else iso_from_ms(lease_until_ms)
         sets = ["ob_occ = :occ"]
@@ -374,7 +379,7 @@ class DynamoClaimStore(DynamoSettlements):
             puts = [
                 {
                     "Put": new_row_put(
-                        keys.outbox_key(row.user_id, item.message_id),
+                        self.keys.outbox_key(row.user_id, item.message_id),
                         item,
                         row_id,
                         sending_at=now_ms if item.message_id == claim_first else None,

@@ -86,10 +86,6 @@ def value_parts_prefix(namespace: str, key: str) -> str:
     return namespace_parts_prefix(namespace) + key_part(namespace, key) + SEP
 
 
-def retention_pk(namespace: str) -> str:
-    return f"STNS#{namespace}"
-
-
 def pad_ms(ms: int) -> str:
     return f"{max(0, ms):016d}"
 
@@ -150,8 +146,9 @@ def _decide_group(
 
 
 class DynamoClientStateStore:
-    def __init__(self, table: DynamoTable) -> None:
+    def __init__(self, table: DynamoTable, *, space: keys.KeySpace = keys.SINGLE) -> None:
         self.t = table
+        self.keys = space
 
     # ---- write --------------------------------------------------------------------------------------------
 
@@ -170,7 +167,7 @@ class DynamoClientStateStore:
         Owned keys: each applied entry commits only while its owner (named, or recorded on the key) holds, in
         the same transaction; ``inherit`` is the owner of the task whose fire writes (every write is gated on it,
         and naming another owner is ``CLOUD_CROSS_OWNER_WRITE``)."""
-        pk = keys.user_pk(user_id)
+        pk = self.keys.user_pk(user_id)
         groups: dict[str, _Group] = {}
         for index, write in enumerate(writes):
             sk = root_sk(write.namespace, write.key)
@@ -266,7 +263,7 @@ class DynamoClientStateStore:
     ) -> _Attempt:
         """Read the part's roots (consistently: the linearization point) and decide every entry against them."""
         stored = self._read_roots(pk, [group.sk for group in part])
-        plan = _Attempt(GuardSet())
+        plan = _Attempt(GuardSet(self.keys))
         if inherit is not None:
             plan.guards.add(inherit.ref, inherit.generation)
         for group in part:
@@ -312,7 +309,7 @@ class DynamoClientStateStore:
     def _commit(self, pk: str, part: list[_Group], plan: _Attempt, check: dict[str, Any] | None, attempt: int) -> bool:
         """Send the attempt's transaction (with its owner guards and the fencing check); False: decide again."""
         data_actions = len(plan.actions)
-        actions = plan.actions + plan.guards.actions(pk[len(keys.USER_PREFIX) :])
+        actions = plan.actions + plan.guards.actions(self.keys.user_of(pk))
         if check is not None:
             actions.append(check)
         if len(actions) > TX_MAX_ACTIONS and len(part) > 1:
@@ -354,7 +351,7 @@ class DynamoClientStateStore:
             "rev": item_int(current.get("rev")) + 1 if current else 1,
             "ref_rows": rows,
             "ref_bytes": size,
-            "ret_pk": retention_pk(group.namespace),
+            "ret_pk": self.keys.state_retention_pk(group.namespace),
             "ret_sk": pad_ms(write.guard),
         }
         if blob is None:
@@ -393,7 +390,7 @@ class DynamoClientStateStore:
     def get_namespace(self, user_id: str, namespace: str) -> list[StateRow]:
         if not _addressable(namespace):
             return []
-        pk = keys.user_pk(user_id)
+        pk = self.keys.user_pk(user_id)
         rows: list[StateRow] = []
         for item in self.t.query_prefix(pk, root_prefix(namespace)):
             value = self._value_of(pk, item)
@@ -420,7 +417,7 @@ class DynamoClientStateStore:
         namespace, then cut to ``limit`` (``truncated`` when more exist)."""
         stats: dict[str, list[int]] = {}
         for item in self.t.query_prefix(
-            keys.user_pk(user_id),
+            self.keys.user_pk(user_id),
             ROOT_PREFIX,
             ProjectionExpression="#ns, #ua, #rr, #rb",
             ExpressionAttributeNames={"#ns": "ns", "#ua": "updated_at", "#rr": "ref_rows", "#rb": "ref_bytes"},
@@ -439,7 +436,7 @@ class DynamoClientStateStore:
 
     def delete_all(self, user_id: str) -> int:
         """Every root and part of the user (BatchWriteItem: not atomic, idempotent)."""
-        pk = keys.user_pk(user_id)
+        pk = self.keys.user_pk(user_id)
         doomed: list[dict[str, str]] = []
         count = 0
         for item in self.t.query_prefix(pk, ROOT_PREFIX, **_KEYS_AND_ROWS):
@@ -457,7 +454,7 @@ class DynamoClientStateStore:
         be had — documented in docs/compatibility.md)."""
         if not _addressable(namespace):
             return 0
-        pk = keys.user_pk(user_id)
+        pk = self.keys.user_pk(user_id)
         doomed: list[dict[str, str]] = []
         count = 0
         for item in self.t.query_prefix(pk, root_prefix(namespace), **_KEYS_AND_ROWS):
@@ -484,7 +481,8 @@ class DynamoClientStateStore:
                 continue
             page = self.t.table.query(
                 IndexName=RETENTION_INDEX,
-                KeyConditionExpression=Key("ret_pk").eq(retention_pk(namespace)) & Key("ret_sk").lt(pad_ms(before)),
+                KeyConditionExpression=Key("ret_pk").eq(self.keys.state_retention_pk(namespace))
+                & Key("ret_sk").lt(pad_ms(before)),
                 Limit=budget,
             )
             for hit in page.get("Items", []):

@@ -86,13 +86,14 @@ def _owned(item: dict[str, Any]) -> dict[str, Any]:
 
 
 class DynamoCloudDataStore:
-    def __init__(self, table: DynamoTable) -> None:
+    def __init__(self, table: DynamoTable, *, space: keys.KeySpace = keys.SINGLE) -> None:
         self.t = table
+        self.keys = space
 
     # ---- inventory source -------------------------------------------------------------------------------
 
     def list_resources(self, user_id: str) -> ResourceListing:
-        pk = keys.user_pk(user_id)
+        pk = self.keys.user_pk(user_id)
         listing = ResourceListing()
         readers = (
             ("task", lambda: self._tasks(pk)),
@@ -198,7 +199,7 @@ class DynamoCloudDataStore:
         return out
 
     def _subscription(self, user_id: str) -> list[StoredResource]:
-        item = self.t.get(keys.push_key(user_id))
+        item = self.t.get(self.keys.push_key(user_id))
         if not item:
             return []
         return [
@@ -223,15 +224,15 @@ class DynamoCloudDataStore:
         With ``progress`` the delete and the operation's progress write are one transaction that also checks the
         operation's lease: a worker that lost the lease deletes nothing (:class:`LeaseLost`), and a resource is
         never deleted without its count being recorded."""
-        pk = keys.user_pk(user_id)
+        pk = self.keys.user_pk(user_id)
         ident = str(resource.identity[0])
         rev_cond, rev_values = _rev_condition(resource.rev)
         parts: tuple[str, str] | None = None
         if resource.type == "task":
-            key = keys.task_key(user_id, ident)
+            key = self.keys.task_key(user_id, ident)
             token = (self.t.get(key, projection="payload_token") or {}).get("payload_token")
             parts = (keys.task_part_prefix(ident), str(token)) if token else None
-            actions = [_delete(key, rev_cond, rev_values), registry_delete(ident, user_id)]
+            actions = [_delete(key, rev_cond, rev_values), registry_delete(self.keys, ident, user_id)]
         elif resource.type == "state":
             namespace, key_part = ident, str(resource.identity[1])
             key = {"PK": pk, "SK": root_sk(namespace, key_part)}
@@ -239,14 +240,14 @@ class DynamoCloudDataStore:
             parts = (value_parts_prefix(namespace, key_part), str(token)) if token else None
             actions = [_delete(key, rev_cond, rev_values)]
         elif resource.type == "credential":
-            actions = [_delete(keys.credential_key(user_id, ident), rev_cond, rev_values)]
+            actions = [_delete(self.keys.credential_key(user_id, ident), rev_cond, rev_values)]
         elif resource.type == "outbox":
-            key = keys.outbox_key(user_id, ident)
+            key = self.keys.outbox_key(user_id, ident)
             token = (self.t.get(key, projection="payload_token") or {}).get("payload_token")
             parts = (keys.outbox_part_prefix(ident), str(token)) if token else None
             actions = [_delete(key, rev_cond, rev_values)]
         else:
-            actions = [_delete(keys.push_key(user_id), rev_cond, rev_values)]
+            actions = [_delete(self.keys.push_key(user_id), rev_cond, rev_values)]
         if progress is not None:
             actions.append(self._leased_update(user_id, progress))
         try:
@@ -263,7 +264,7 @@ class DynamoCloudDataStore:
     # ---- management records -----------------------------------------------------------------------------
 
     def _record_key(self, user_id: str, kind: str, record_id: str) -> dict[str, str]:
-        return {"PK": keys.user_pk(user_id), "SK": f"{RECORD_PREFIX}{kind}#{record_id}"}
+        return {"PK": self.keys.user_pk(user_id), "SK": f"{RECORD_PREFIX}{kind}#{record_id}"}
 
     def put_record(
         self,
@@ -282,7 +283,7 @@ class DynamoCloudDataStore:
         if ttl_s is not None:
             item["ttl"] = now_ms // 1000 + ttl_s
         if work_at is not None:
-            item.update(_work_keys(kind, work_at))
+            item.update(_work_keys(self.keys, kind, work_at))
         condition: dict[str, Any] = {}
         if create_only:  # an expired record (not yet removed by TTL) counts as absent
             condition = {
@@ -309,7 +310,7 @@ class DynamoCloudDataStore:
         chunks = [data[i : i + INLINE_RECORD_CHARS] for i in range(0, len(data), INLINE_RECORD_CHARS)]
         ttl = now_ms // 1000 + RECORD_PART_TTL_S
         self.t.batch_put(
-            {"PK": keys.user_pk(user_id), "SK": f"{prefix}{token}#{n:05d}", "v": chunk, "ttl": ttl}
+            {"PK": self.keys.user_pk(user_id), "SK": f"{prefix}{token}#{n:05d}", "v": chunk, "ttl": ttl}
             for n, chunk in enumerate(chunks)
         )
         return {"data_token": token, "data_parts": len(chunks)}
@@ -357,7 +358,9 @@ class DynamoCloudDataStore:
     def list_records(self, user_id: str, kind: str, *, now_ms: int | None = None) -> list[str]:
         prefix = f"{RECORD_PREFIX}{kind}#"
         found = (
-            self._data_of(item) for item in self.t.query_prefix(keys.user_pk(user_id), prefix) if _live(item, now_ms)
+            self._data_of(item)
+            for item in self.t.query_prefix(self.keys.user_pk(user_id), prefix)
+            if _live(item, now_ms)
         )
         return [data for data in found if data]
 
@@ -405,7 +408,7 @@ class DynamoCloudDataStore:
             values[":exp"] = expected
         fence = {
             "Update": {
-                "Key": owner_key(user_id, ref),
+                "Key": owner_key(self.keys, user_id, ref),
                 "UpdateExpression": "SET active = :a, updated_at = :now, owner_type = if_not_exists(owner_type, :t), "
                 "owner_id = if_not_exists(owner_id, :i) ADD generation :one",
                 "ConditionExpression": condition,
@@ -424,13 +427,12 @@ class DynamoCloudDataStore:
         """``(user_id, record_id)`` of records due for work (next attempt reached, lease free or expired)."""
         response = self.t.table.query(
             IndexName="work",
-            KeyConditionExpression=Key("work_pk").eq(WORK_PREFIX + kind) & Key("work_sk").lte(_work_sk(now_ms)),
+            KeyConditionExpression=Key("work_pk").eq(self.keys.work_pk(kind)) & Key("work_sk").lte(_work_sk(now_ms)),
             Limit=limit,
         )
         prefix = f"{RECORD_PREFIX}{kind}#"
         return [
-            (str(item["PK"])[len(keys.USER_PREFIX) :], str(item["SK"])[len(prefix) :])
-            for item in response.get("Items", [])
+            (self.keys.user_of(str(item["PK"])), str(item["SK"])[len(prefix) :]) for item in response.get("Items", [])
         ]
 
     def _leased_update(self, user_id: str, write: LeasedWrite) -> dict[str, Any]:
@@ -452,7 +454,7 @@ class DynamoCloudDataStore:
                 removes += ["work_pk", "work_sk"]
             else:
                 sets += ["work_pk = :wp", "work_sk = :ws"]
-                values[":wp"] = WORK_PREFIX + write.kind
+                values[":wp"] = self.keys.work_pk(write.kind)
                 values[":ws"] = _work_sk(eligible)
         if write.ttl_s is None:
             removes.append("#ttl")
@@ -471,7 +473,6 @@ class DynamoCloudDataStore:
         }
 
 
-WORK_PREFIX = "WORK#"
 WORK_KINDS = frozenset({"operation"})
 
 
@@ -484,8 +485,8 @@ def _work_sk(at_ms: int) -> str:
     return f"{max(0, at_ms):015d}"
 
 
-def _work_keys(kind: str, at_ms: int) -> dict[str, str]:
-    return {"work_pk": WORK_PREFIX + kind, "work_sk": _work_sk(at_ms)} if kind in WORK_KINDS else {}
+def _work_keys(space: keys.KeySpace, kind: str, at_ms: int) -> dict[str, str]:
+    return {"work_pk": space.work_pk(kind), "work_sk": _work_sk(at_ms)} if kind in WORK_KINDS else {}
 
 
 def _live(item: dict[str, Any], now_ms: int | None) -> bool:

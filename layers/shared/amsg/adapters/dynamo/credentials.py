@@ -36,8 +36,9 @@ def _distinct(ids: Iterable[str]) -> list[str]:
 
 
 class DynamoCredentialStore:
-    def __init__(self, table: DynamoTable) -> None:
+    def __init__(self, table: DynamoTable, *, space: keys.KeySpace = keys.SINGLE) -> None:
         self.t = table
+        self.keys = space
 
     # ---- writes -----------------------------------------------------------------------------------------
 
@@ -55,7 +56,7 @@ class DynamoCredentialStore:
             str(item["cred_id"]): str(item["owner_ref"]) if item.get("owner_ref") else None
             for item in self._batch_get(user_id, list(latest), "cred_id, owner_ref")
         }
-        guards = GuardSet()
+        guards = GuardSet(self.keys)
         actions: list[dict[str, Any]] = []
         for entry in latest.values():
             stored_ref = stored.get(entry.cred_id)
@@ -72,7 +73,7 @@ class DynamoCredentialStore:
             actions.append(
                 {
                     "Update": {
-                        "Key": keys.credential_key(user_id, entry.cred_id),
+                        "Key": self.keys.credential_key(user_id, entry.cred_id),
                         "UpdateExpression": f"{sets} ADD rev :one",
                         # the recorded owner is still the one read (ownership never changes under a write)
                         "ConditionExpression": condition,
@@ -97,7 +98,7 @@ class DynamoCredentialStore:
         """Per-item deletes (idempotent, so a partially applied list is harmless); counts rows that existed."""
         deleted = 0
         for cred_id in _distinct(cred_ids):
-            result = self.t.table.delete_item(Key=keys.credential_key(user_id, cred_id), ReturnValues="ALL_OLD")
+            result = self.t.table.delete_item(Key=self.keys.credential_key(user_id, cred_id), ReturnValues="ALL_OLD")
             if result.get("Attributes"):
                 deleted += 1
         return deleted
@@ -115,7 +116,9 @@ class DynamoCredentialStore:
     def _delete_matching(self, user_id: str, prefix: str) -> int:
         """Not atomic beyond one batch: deletes are idempotent, a retry finishes the job."""
         rows = list(
-            self.t.query_prefix(keys.user_pk(user_id), keys.CREDENTIAL_PREFIX + prefix, ProjectionExpression="PK, SK")
+            self.t.query_prefix(
+                self.keys.user_pk(user_id), keys.CREDENTIAL_PREFIX + prefix, ProjectionExpression="PK, SK"
+            )
         )
         if rows:
             self.t.batch_delete({"PK": row["PK"], "SK": row["SK"]} for row in rows)
@@ -127,7 +130,7 @@ class DynamoCredentialStore:
         """Paginated COUNT (a page stops at 1 MB, and 500 large values need several)."""
         kwargs: dict[str, Any] = {
             "KeyConditionExpression": "PK = :pk AND begins_with(SK, :p)",
-            "ExpressionAttributeValues": {":pk": keys.user_pk(user_id), ":p": keys.CREDENTIAL_PREFIX},
+            "ExpressionAttributeValues": {":pk": self.keys.user_pk(user_id), ":p": keys.CREDENTIAL_PREFIX},
             "ConsistentRead": True,
             "Select": "COUNT",
         }
@@ -142,7 +145,7 @@ class DynamoCredentialStore:
 
     def list(self, user_id: str) -> list[tuple[str, int | None]]:
         rows = self.t.query_prefix(
-            keys.user_pk(user_id), keys.CREDENTIAL_PREFIX, ProjectionExpression="cred_id, updated_at"
+            self.keys.user_pk(user_id), keys.CREDENTIAL_PREFIX, ProjectionExpression="cred_id, updated_at"
         )
         return [(str(row["cred_id"]), stored_ms(row.get("updated_at"))) for row in rows]
 
@@ -164,7 +167,7 @@ class DynamoCredentialStore:
         for start in range(0, len(wanted), 100):
             request: dict[str, Any] = {
                 self.t.name: {
-                    "Keys": [keys.credential_key(user_id, cred_id) for cred_id in wanted[start : start + 100]],
+                    "Keys": [self.keys.credential_key(user_id, cred_id) for cred_id in wanted[start : start + 100]],
                     "ConsistentRead": True,
                     "ProjectionExpression": projection,
                 }

@@ -19,11 +19,11 @@ from amsg.ports import CapCharge, DeliveryPolicyRow
 COUNTER_GRACE_S = 86_400  # counters outlive their window by a day (TTL deletion lags anyway)
 
 
-def cap_charge_action(user_id: str, charge: CapCharge) -> dict[str, Any]:
+def cap_charge_action(space: keys.KeySpace, user_id: str, charge: CapCharge) -> dict[str, Any]:
     """The transaction item that counts ``charge.occurrence`` unless the window is already full."""
     return {
         "Update": {
-            "Key": keys.cap_counter_key(user_id, charge.counter),
+            "Key": space.cap_counter_key(user_id, charge.counter),
             "UpdateExpression": "ADD occ :o SET #ttl = :ttl",
             "ConditionExpression": "attribute_not_exists(occ) OR size(occ) < :max OR contains(occ, :k)",
             "ExpressionAttributeNames": {"#ttl": "ttl"},
@@ -45,28 +45,29 @@ def policy_row(item: dict[str, Any] | None) -> DeliveryPolicyRow | None:
 
 
 class DynamoDeliveryPolicyStore:
-    def __init__(self, table: DynamoTable) -> None:
+    def __init__(self, table: DynamoTable, *, space: keys.KeySpace = keys.SINGLE) -> None:
         self.t = table
+        self.keys = space
 
     def get_policy(self, user_id: str) -> DeliveryPolicyRow | None:
-        return policy_row(self.t.get(keys.policy_key(user_id)))
+        return policy_row(self.t.get(self.keys.policy_key(user_id)))
 
     def put_policy(self, user_id: str, encrypted: str, updated_at: int) -> None:
         self.t.table.update_item(
-            Key=keys.policy_key(user_id),
+            Key=self.keys.policy_key(user_id),
             UpdateExpression="SET #p = :p, updated_at = :u",
             ExpressionAttributeNames={"#p": "policy"},
             ExpressionAttributeValues={":p": encrypted, ":u": updated_at},
         )
 
     def delete_policy(self, user_id: str) -> bool:
-        result = self.t.table.delete_item(Key=keys.policy_key(user_id), ReturnValues="ALL_OLD")
+        result = self.t.table.delete_item(Key=self.keys.policy_key(user_id), ReturnValues="ALL_OLD")
         return bool(result.get("Attributes"))
 
     def cap_room(self, user_id: str, charges: Sequence[CapCharge]) -> int | None:
         full: list[int] = []
         for charge in charges:
-            item = self.t.get(keys.cap_counter_key(user_id, charge.counter), projection="occ")
+            item = self.t.get(self.keys.cap_counter_key(user_id, charge.counter), projection="occ")
             counted = set((item or {}).get("occ") or ())
             if charge.occurrence not in counted and len(counted) >= charge.max:
                 full.append(charge.window_end_ms)

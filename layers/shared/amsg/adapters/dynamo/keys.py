@@ -20,11 +20,21 @@
 Index keys written on task items: GSI ``due`` — ``due_pk = DUE#<shard>``, ``due_sk = <eligible time>#<uuid>``
 (pending tasks only); GSI ``retention`` — ``ret_pk = TDONE#<shard>``, ``ret_sk = <settled time>`` (sent/failed).
 Every prefix and every parse of a key lives in this module.
+
+Tenants (docs/tenancy-data.md, docs/data-model.md): every partition key and every index partition key is built by a
+:class:`KeySpace`. The single-user line's space has no namespace and yields exactly the keys above; a tenant's
+space prefixes each of them with ``N#<tenantId>#`` (``N#<t>#U#<uid>``, ``N#<t>#TU#<uuid>``, ``N#<t>#DUE#<shard>``,
+``N#<t>#TDONE#<shard>``, ``N#<t>#WORK#<kind>``, ``N#<t>#STNS#<ns>``), so no query of one tenant's space can
+name another tenant's partition. Sort keys are the same in both. The DynamoDB adapters take their space when
+they are built and never receive a partition key from outside.
 """
 
 from __future__ import annotations
 
 import hashlib
+from dataclasses import dataclass, field
+
+from amsg.tenancy.ids import valid_tenant_id
 
 SCHEMA_VERSION = "2.6.0-cloud-data.1+ddb.1"
 
@@ -33,6 +43,9 @@ USER_PREFIX = "U#"
 TASK_PREFIX = "T#"
 DUE_PREFIX = "DUE#"
 DONE_PREFIX = "TDONE#"
+TENANT_PREFIX = "N#"
+WORK_PREFIX = "WORK#"
+STATE_RETENTION_PREFIX = "STNS#"
 
 
 def user_pk(user_id: str) -> str:
@@ -147,3 +160,108 @@ def done_shard_pk(shard: int) -> str:
 
 def done_pk(uuid: str, shard_count: int) -> str:
     return done_shard_pk(due_shard(uuid, shard_count))
+
+
+def work_pk(kind: str) -> str:
+    """Partition of the ``work`` index for one kind of background work (cloud-data cleanup operations)."""
+    return f"{WORK_PREFIX}{kind}"
+
+
+def state_retention_pk(namespace: str) -> str:
+    """Partition of the ``retention`` index for one client-state namespace (TTL sweeps)."""
+    return f"{STATE_RETENTION_PREFIX}{namespace}"
+
+
+@dataclass(frozen=True)
+class KeySpace:
+    """Every partition key of one namespace: the single-user line's (``tenant_id`` None, today's keys
+    byte for byte) or one tenant's (each partition key prefixed with ``N#<tenantId>#``). Parsing is against
+    the space's own prefix."""
+
+    tenant_id: str | None = None
+    prefix: str = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        if self.tenant_id is not None and not valid_tenant_id(self.tenant_id):
+            raise ValueError("invalid tenant id")
+        object.__setattr__(self, "prefix", "" if self.tenant_id is None else f"{TENANT_PREFIX}{self.tenant_id}#")
+
+    def owns(self, partition_key: str) -> bool:
+        """Whether a partition key (table or index) lies in this space; the single space owns no tenant's key."""
+        if self.tenant_id is None:
+            return not partition_key.startswith(TENANT_PREFIX)
+        return partition_key.startswith(self.prefix)
+
+    def user_pk(self, user_id: str) -> str:
+        return self.prefix + user_pk(user_id)
+
+    def user_of(self, partition_key: str) -> str:
+        """The user id of a user partition key of this space (ValueError for any other key)."""
+        head = self.prefix + USER_PREFIX
+        if not partition_key.startswith(head):
+            raise ValueError("not a user partition of this key space")
+        return partition_key[len(head) :]
+
+    def task_key(self, user_id: str, uuid: str) -> dict[str, str]:
+        return {"PK": self.user_pk(user_id), "SK": task_sk(uuid)}
+
+    def parse_task_key(self, item: dict[str, str]) -> tuple[str, str]:
+        """(user id, task uuid) of a task item's key of this space (e.g. from a keys-only index)."""
+        sk = item["SK"]
+        if not sk.startswith(TASK_PREFIX):
+            raise ValueError("not a task key")
+        return self.user_of(item["PK"]), sk[len(TASK_PREFIX) :]
+
+    def uuid_registry_key(self, uuid: str) -> dict[str, str]:
+        key = uuid_registry_key(uuid)
+        return {"PK": self.prefix + key["PK"], "SK": key["SK"]}
+
+    def _user_item(self, key: dict[str, str]) -> dict[str, str]:
+        return {"PK": self.prefix + key["PK"], "SK": key["SK"]}
+
+    def counter_key(self, user_id: str, name: str) -> dict[str, str]:
+        return self._user_item(counter_key(user_id, name))
+
+    def push_key(self, user_id: str) -> dict[str, str]:
+        return self._user_item(push_key(user_id))
+
+    def outbox_key(self, user_id: str, message_id: str) -> dict[str, str]:
+        return self._user_item(outbox_key(user_id, message_id))
+
+    def credential_key(self, user_id: str, cred_id: str) -> dict[str, str]:
+        return self._user_item(credential_key(user_id, cred_id))
+
+    def group_lock_key(self, user_id: str, group: str) -> dict[str, str]:
+        return self._user_item(group_lock_key(user_id, group))
+
+    def policy_key(self, user_id: str) -> dict[str, str]:
+        return self._user_item(policy_key(user_id))
+
+    def cap_counter_key(self, user_id: str, counter: str) -> dict[str, str]:
+        return self._user_item(cap_counter_key(user_id, counter))
+
+    def due_shard_pk(self, shard: int) -> str:
+        return self.prefix + due_shard_pk(shard)
+
+    def due_pk(self, uuid: str, shard_count: int) -> str:
+        return self.prefix + due_pk(uuid, shard_count)
+
+    def done_shard_pk(self, shard: int) -> str:
+        return self.prefix + done_shard_pk(shard)
+
+    def done_pk(self, uuid: str, shard_count: int) -> str:
+        return self.prefix + done_pk(uuid, shard_count)
+
+    def work_pk(self, kind: str) -> str:
+        return self.prefix + work_pk(kind)
+
+    def state_retention_pk(self, namespace: str) -> str:
+        return self.prefix + state_retention_pk(namespace)
+
+
+SINGLE = KeySpace()
+"""The single-user line's space: no namespace, the keys of the table above."""
+
+
+def tenant_space(tenant_id: str) -> KeySpace:
+    return KeySpace(tenant_id)

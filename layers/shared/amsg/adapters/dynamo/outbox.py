@@ -111,10 +111,10 @@ def new_row_put(
     return {"Item": item, "ConditionExpression": "attribute_not_exists(SK)"}
 
 
-def delivered_update(user_id: str, message_id: str, at_ms: int) -> dict[str, Any]:
+def delivered_update(space: keys.KeySpace, user_id: str, message_id: str, at_ms: int) -> dict[str, Any]:
     """The ``Update`` that marks a pushed row delivered (the row must still exist: never recreate one)."""
     return {
-        "Key": keys.outbox_key(user_id, message_id),
+        "Key": space.outbox_key(user_id, message_id),
         "UpdateExpression": "SET delivered_at = :t",
         "ConditionExpression": "attribute_exists(SK)",
         "ExpressionAttributeValues": {":t": at_ms},
@@ -153,8 +153,9 @@ def _counter_update(counter_key: dict[str, str], current: int, next_id: int) -> 
 
 
 class DynamoOutboxStore:
-    def __init__(self, table: DynamoTable) -> None:
+    def __init__(self, table: DynamoTable, *, space: keys.KeySpace = keys.SINGLE) -> None:
         self.t = table
+        self.keys = space
 
     # ---- mapping ----------------------------------------------------------------------------------------
 
@@ -231,7 +232,7 @@ class DynamoOutboxStore:
             yield chunk
 
     def _append_chunk(self, user_id: str, chunk: list[OutboxAppend]) -> dict[str, int]:
-        pk = keys.user_pk(user_id)
+        pk = self.keys.user_pk(user_id)
         blobs: dict[str, BlobRef] = {}
         for row in chunk:
             if len(row.encrypted_push) > INLINE_PAYLOAD_CHARS:
@@ -258,14 +259,14 @@ class DynamoOutboxStore:
     def _plan_append(self, user_id: str, chunk: list[OutboxAppend], blobs: dict[str, BlobRef]) -> _AppendPlan:
         """Read the rows and the per-user id counter, then the actions: new rows take the next ids, unacked
         rows are replaced in place, acked rows are final; the counter moves only if it still holds what was read."""
-        counter_key = keys.counter_key(user_id, "outbox")
-        existing = self._batch_get([keys.outbox_key(user_id, row.message_id) for row in chunk])
+        counter_key = self.keys.counter_key(user_id, "outbox")
+        existing = self._batch_get([self.keys.outbox_key(user_id, row.message_id) for row in chunk])
         counter = self.t.get(counter_key)
         current = item_int(counter.get("n")) if counter else 0
         next_id = current
         plan = _AppendPlan()
         for row in chunk:
-            key = keys.outbox_key(user_id, row.message_id)
+            key = self.keys.outbox_key(user_id, row.message_id)
             old = existing.get(key["SK"])
             blob = blobs.get(row.message_id)
             if old is None:
@@ -291,7 +292,7 @@ class DynamoOutboxStore:
     ) -> bool:
         """One transaction with the owners' guards; False when a condition failed (read again). A failed guard
         drops the chunk's parts and raises."""
-        guards = GuardSet()
+        guards = GuardSet(self.keys)
         for row in chunk:
             if row.owner is not None:  # rows of an owned task commit only while its owner holds
                 guards.add(row.owner.ref, row.owner.generation)
@@ -302,7 +303,7 @@ class DynamoOutboxStore:
                 raise_if_guard_failed(cancelled, len(actions), len(guards))
             except CloudGuardError:
                 for message_id, blob in blobs.items():
-                    self._drop_parts(keys.user_pk(user_id), message_id, blob.token)
+                    self._drop_parts(self.keys.user_pk(user_id), message_id, blob.token)
                 raise
             return False
         return True
@@ -356,18 +357,18 @@ class DynamoOutboxStore:
     ) -> bool:
         actions = self._claim_actions(user_id, message_id, task_uuid, claim_version, now_ms)
         if owner is not None:  # an owned task's push is taken only while its owner holds
-            actions.append(guard_check(user_id, owner.ref, owner.generation))
+            actions.append(guard_check(self.keys, user_id, owner.ref, owner.generation))
         if delivered is not None and not caps:
             # the previous row of the batch went out: its delivered mark rides along with this claim
             try:
-                self.t.transact([{"Update": delivered_update(user_id, delivered, now_ms)}, *actions])
+                self.t.transact([{"Update": delivered_update(self.keys, user_id, delivered, now_ms)}, *actions])
                 return True
             except TransactionCancelled:
                 self.mark_delivered(user_id, [delivered], now_ms)  # then decide the claim on its own
         elif delivered is not None:
             self.mark_delivered(user_id, [delivered], now_ms)
         first_cap = len(actions)
-        actions += [cap_charge_action(user_id, charge) for charge in caps]
+        actions += [cap_charge_action(self.keys, user_id, charge) for charge in caps]
         try:
             self.t.transact(actions)
         except TransactionCancelled as cancelled:
@@ -379,14 +380,13 @@ class DynamoOutboxStore:
             return False
         return True
 
-    @staticmethod
     def _claim_actions(
-        user_id: str, message_id: str, task_uuid: str, claim_version: int, now_ms: int
+        self, user_id: str, message_id: str, task_uuid: str, claim_version: int, now_ms: int
     ) -> list[dict[str, Any]]:
         return [
             {
                 "Update": {
-                    "Key": keys.outbox_key(user_id, message_id),
+                    "Key": self.keys.outbox_key(user_id, message_id),
                     "UpdateExpression": "SET sending_at = :t",
                     "ConditionExpression": "attribute_exists(SK) AND attribute_not_exists(sending_at) "
                     "AND attribute_not_exists(delivered_at) AND attribute_not_exists(acked_at)",
@@ -395,7 +395,7 @@ class DynamoOutboxStore:
             },
             {
                 "ConditionCheck": {
-                    "Key": {"PK": keys.user_pk(user_id), "SK": keys.task_sk(task_uuid)},
+                    "Key": {"PK": self.keys.user_pk(user_id), "SK": keys.task_sk(task_uuid)},
                     # our claim is current and its lease unexpired: a run that lost its lease sends nothing
                     "ConditionExpression": "claim_version = :cv AND #st = :pending AND lease_until > :now",
                     "ExpressionAttributeNames": {"#st": "status"},
@@ -411,7 +411,7 @@ class DynamoOutboxStore:
     def release_send(self, user_id: str, message_id: str) -> None:
         try:
             self.t.table.update_item(
-                Key=keys.outbox_key(user_id, message_id),
+                Key=self.keys.outbox_key(user_id, message_id),
                 UpdateExpression="REMOVE sending_at",
                 ConditionExpression="attribute_exists(SK) AND attribute_not_exists(delivered_at)",
             )
@@ -425,7 +425,7 @@ class DynamoOutboxStore:
         touched = 0
         for message_id in _distinct(message_ids):
             try:
-                self.t.table.update_item(**delivered_update(user_id, message_id, at_ms))
+                self.t.table.update_item(**delivered_update(self.keys, user_id, message_id, at_ms))
                 touched += 1
             except ClientError as exc:
                 if not is_conditional_failure(exc):
@@ -449,14 +449,16 @@ class DynamoOutboxStore:
 
     def discard_undelivered(self, user_id: str, message_ids: Sequence[str]) -> int:
         return sum(
-            1 for message_id in _distinct(message_ids) if self._delete_undelivered(keys.outbox_key(user_id, message_id))
+            1
+            for message_id in _distinct(message_ids)
+            if self._delete_undelivered(self.keys.outbox_key(user_id, message_id))
         )
 
     def _task_items(
         self, user_id: str, task_uuid: str, *, since_ms: int = 0, limit: int | None = None, projection: str = ""
     ) -> list[dict[str, Any]]:
         """The task's rows from LSI ``outbox_by_task`` (consistent), ordered by (created_at, id)."""
-        pk = keys.user_pk(user_id)
+        pk = self.keys.user_pk(user_id)
         low = f"{task_uuid}#{max(0, since_ms):013d}#"
         high = f"{task_uuid}#~"  # '~' sorts after every digit
         kwargs: dict[str, Any] = {
@@ -491,7 +493,7 @@ class DynamoOutboxStore:
             return []
         kwargs: dict[str, Any] = {
             "IndexName": "outbox_unacked",
-            "KeyConditionExpression": Key("PK").eq(keys.user_pk(user_id)) & Key("ob_lsk").gt(_pad(max(0, since))),
+            "KeyConditionExpression": Key("PK").eq(self.keys.user_pk(user_id)) & Key("ob_lsk").gt(_pad(max(0, since))),
             "FilterExpression": Attr("ttl").gt(now_ms // 1000),
             "ConsistentRead": True,
         }
@@ -511,7 +513,7 @@ class DynamoOutboxStore:
         now_s = now_ms // 1000
         newly = 0
         for message_id in _distinct(message_ids):
-            key = keys.outbox_key(user_id, message_id)
+            key = self.keys.outbox_key(user_id, message_id)
             # common case: the ack comes within 21 days of creation, so ack + 7 d is the earlier expiry
             if self._try_ack(key, now_ms, "AND #ttl > :a7", {":a7": acked_ttl}, set_ttl=acked_ttl):
                 newly += 1
@@ -557,7 +559,7 @@ class DynamoOutboxStore:
             return now_ms is None or ttl is None or ttl > now_ms // 1000
 
         if message_ids is None:
-            pk = keys.user_pk(user_id)
+            pk = self.keys.user_pk(user_id)
             rows = list(
                 self.t.query_prefix(
                     pk, keys.OUTBOX_PREFIX, ProjectionExpression="PK, SK, #ttl", ExpressionAttributeNames=dict(_NAMES)
@@ -568,7 +570,7 @@ class DynamoOutboxStore:
             return sum(1 for item in rows if live(item))
         deleted = 0
         for message_id in _distinct(message_ids):
-            result = self.t.table.delete_item(Key=keys.outbox_key(user_id, message_id), ReturnValues="ALL_OLD")
+            result = self.t.table.delete_item(Key=self.keys.outbox_key(user_id, message_id), ReturnValues="ALL_OLD")
             old = result.get("Attributes")
             self._drop_parts_of(old)
             if live(old):

@@ -32,14 +32,15 @@ RETIRED_MESSAGE = "该归属者已停用，写入被拒绝"
 IMMUTABLE_MESSAGE = "已有归属的资源不能通过普通写入改成其他归属者"
 
 
-def owner_key(user_id: str, ref: str) -> dict[str, str]:
-    return {"PK": keys.user_pk(user_id), "SK": OWNER_PREFIX + ref}
+def owner_key(space: keys.KeySpace, user_id: str, ref: str) -> dict[str, str]:
+    return {"PK": space.user_pk(user_id), "SK": OWNER_PREFIX + ref}
 
 
 class GuardSet:
     """The distinct owner checks one transaction carries (two generations of one owner can never both hold)."""
 
-    def __init__(self) -> None:
+    def __init__(self, space: keys.KeySpace) -> None:
+        self.space = space
         self.generations: dict[str, int] = {}
 
     def add(self, ref: str, generation: int) -> None:
@@ -51,12 +52,12 @@ class GuardSet:
         return len(self.generations)
 
     def actions(self, user_id: str) -> list[dict[str, Any]]:
-        return [guard_check(user_id, ref, generation) for ref, generation in self.generations.items()]
+        return [guard_check(self.space, user_id, ref, generation) for ref, generation in self.generations.items()]
 
 
-def guard_check(user_id: str, ref: str, generation: int) -> dict[str, Any]:
+def guard_check(space: keys.KeySpace, user_id: str, ref: str, generation: int) -> dict[str, Any]:
     """The ``ConditionCheck`` that holds iff the owner is active at ``generation``."""
-    check: dict[str, Any] = {"Key": owner_key(user_id, ref)}
+    check: dict[str, Any] = {"Key": owner_key(space, user_id, ref)}
     if generation == 0:
         check["ConditionExpression"] = "attribute_not_exists(PK)"
     else:
@@ -119,17 +120,18 @@ def _state(item: Mapping[str, Any]) -> OwnerState:
 
 
 class DynamoOwnerStore:
-    def __init__(self, table: DynamoTable) -> None:
+    def __init__(self, table: DynamoTable, *, space: keys.KeySpace = keys.SINGLE) -> None:
         self.t = table
+        self.keys = space
 
     def get(self, user_id: str, ref: str) -> OwnerState | None:
         """The owner item (consistent read), or None when the owner was never retired."""
-        item = self.t.get(owner_key(user_id, ref))
+        item = self.t.get(owner_key(self.keys, user_id, ref))
         return _state(item) if item else None
 
     def list(self, user_id: str) -> list[OwnerState]:
         """Every owner item of the user, ordered by (type, id)."""
-        states = [_state(item) for item in self.t.query_prefix(keys.user_pk(user_id), OWNER_PREFIX)]
+        states = [_state(item) for item in self.t.query_prefix(self.keys.user_pk(user_id), OWNER_PREFIX)]
         return sorted(states, key=lambda s: (s.owner_type, s.owner_id))
 
     def guard_holds(self, user_id: str, ref: str, generation: int) -> bool:
@@ -149,7 +151,7 @@ class DynamoOwnerStore:
             values[":exp"] = expected
         try:
             result = self.t.table.update_item(
-                Key=owner_key(user_id, ref),
+                Key=owner_key(self.keys, user_id, ref),
                 UpdateExpression="SET active = :a, updated_at = :now, owner_type = if_not_exists(owner_type, :t), "
                 "owner_id = if_not_exists(owner_id, :i) ADD generation :one",
                 ConditionExpression=condition,

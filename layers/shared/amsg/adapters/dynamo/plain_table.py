@@ -112,6 +112,9 @@ class PlainTable:
     def query(self, **params: Any) -> dict[str, Any]:
         return self._call(self._client.query, params)
 
+    def scan(self, **params: Any) -> dict[str, Any]:
+        return self._call(self._client.scan, params)
+
     def batch_writer(self) -> BatchWriter:
         return BatchWriter(self._client, self.name)
 

@@ -22,15 +22,16 @@ from amsg.timeutil import iso_from_ms
 class DynamoSettlements:
     """The table handle, the fenced writes every claim operation shares, and the settlement of a claim."""
 
-    def __init__(self, table: DynamoTable, *, due_shards: int = 1) -> None:
+    def __init__(self, table: DynamoTable, *, due_shards: int = 1, space: keys.KeySpace = keys.SINGLE) -> None:
         self.t = table
+        self.keys = space
         self.due_shards = due_shards
 
     def _row(self, item: dict[str, Any]) -> TaskRow:
         return task_row(self.t, item)
 
     def _key(self, user_id: str, uuid: str) -> dict[str, str]:
-        return keys.task_key(user_id, uuid)
+        return self.keys.task_key(user_id, uuid)
 
     def _update_if(self, **kwargs: Any) -> dict[str, Any] | None:
         """A conditional UpdateItem: the returned attributes, or None when the condition did not hold."""
@@ -52,7 +53,7 @@ class DynamoSettlements:
         if not settlement.delivered:
             return self._settle(user_id, uuid, claim_version, settlement, now_ms)
         marks = [
-            {"Update": delivered_update(user_id, message_id, settlement.delivered_at_ms)}
+            {"Update": delivered_update(self.keys, user_id, message_id, settlement.delivered_at_ms)}
             for message_id in dict.fromkeys(settlement.delivered)
         ]
         written = False
@@ -71,7 +72,7 @@ class DynamoSettlements:
                                     "ExpressionAttributeValues": {":cv": claim_version, ":rev": rev},
                                 }
                             },
-                            registry_delete(uuid, user_id),
+                            registry_delete(self.keys, uuid, user_id),
                             *marks,
                         ]
                     )
@@ -80,7 +81,7 @@ class DynamoSettlements:
                 else:
                     written = True
                     if settlement.payload_token:
-                        drop_parts(self.t, user_id, uuid, settlement.payload_token)
+                        drop_parts(self.t, self.keys, user_id, uuid, settlement.payload_token)
                     return True
             elif settlement.encrypted_payload is None:
                 update = self._settle_update_kwargs(user_id, uuid, claim_version, settlement, now_ms)
@@ -130,12 +131,12 @@ class DynamoSettlements:
             old = self.t.table.update_item(**kwargs).get("Attributes") or {}
         except ClientError as exc:
             if blob:
-                drop_parts(self.t, user_id, uuid, blob.token)
+                drop_parts(self.t, self.keys, user_id, uuid, blob.token)
             if is_conditional_failure(exc):
                 return False
             raise
         if rewrite_payload and old.get("payload_token"):
-            drop_parts(self.t, user_id, uuid, str(old["payload_token"]))
+            drop_parts(self.t, self.keys, user_id, uuid, str(old["payload_token"]))
         return True
 
     def _settle_update_parts(
@@ -152,7 +153,7 @@ class DynamoSettlements:
             names["#st"] = "status"
             sets += ["#st = :status", "ret_pk = :rpk", "ret_sk = :now"]
             values[":status"] = s.status
-            values[":rpk"] = keys.done_pk(uuid, self.due_shards)
+            values[":rpk"] = self.keys.done_pk(uuid, self.due_shards)
             removes += ["due_pk", "due_sk", "retry_after"]
         else:
             eligible = retry_iso or next_iso
@@ -178,7 +179,7 @@ class DynamoSettlements:
                 values[":le"] = s.last_error
         blob = None
         if rewrite_payload and s.encrypted_payload is not None:
-            attrs, blob = payload_attrs(self.t, user_id, uuid, s.encrypted_payload)
+            attrs, blob = payload_attrs(self.t, self.keys, user_id, uuid, s.encrypted_payload)
             for name, value in attrs.items():
                 sets.append(f"{name} = :{name}")
                 values[f":{name}"] = value
@@ -198,7 +199,7 @@ class DynamoSettlements:
         return kwargs, blob
 
     def _delete_claimed(self, user_id: str, uuid: str, claim_version: int) -> bool:
-        return delete_with_registry(self.t, user_id, uuid, "claim_version = :cv", {":cv": claim_version})
+        return delete_with_registry(self.t, self.keys, user_id, uuid, "claim_version = :cv", {":cv": claim_version})
 
     def delete_settled_before(self, cutoff_ms: int, *, shards: int, limit: int) -> int:
         """Housekeeping: delete sent/failed tasks not updated since ``cutoff_ms`` (bounded per tick)."""
@@ -207,11 +208,11 @@ class DynamoSettlements:
         for shard in range(shards):
             response = self.t.table.query(
                 IndexName="retention",
-                KeyConditionExpression=Key("ret_pk").eq(keys.done_shard_pk(shard)) & Key("ret_sk").lt(cutoff_iso),
+                KeyConditionExpression=Key("ret_pk").eq(self.keys.done_shard_pk(shard)) & Key("ret_sk").lt(cutoff_iso),
                 Limit=max(1, limit - deleted),
             )
             for item in response.get("Items", []):
-                user_id, uuid = keys.parse_task_key(item)
+                user_id, uuid = self.keys.parse_task_key(item)
                 # the index does not project the payload token; read it so the parts go with the task
                 existing = self.t.get(self._key(user_id, uuid), projection="payload_token")
                 try:
@@ -229,14 +230,14 @@ class DynamoSettlements:
                                     },
                                 }
                             },
-                            registry_delete(uuid, user_id),
+                            registry_delete(self.keys, uuid, user_id),
                         ]
                     )
                     deleted += 1
                 except TransactionCancelled:
                     continue
                 if existing and existing.get("payload_token"):
-                    drop_parts(self.t, user_id, uuid, str(existing["payload_token"]))
+                    drop_parts(self.t, self.keys, user_id, uuid, str(existing["payload_token"]))
             if deleted >= limit:
                 break
         return deleted

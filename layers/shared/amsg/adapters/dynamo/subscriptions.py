@@ -15,19 +15,20 @@ def subscription_row(item: dict | None) -> PushSubscriptionRow | None:
 
 
 class DynamoPushSubscriptionStore:
-    def __init__(self, table: DynamoTable) -> None:
+    def __init__(self, table: DynamoTable, *, space: keys.KeySpace = keys.SINGLE) -> None:
         self.t = table
+        self.keys = space
 
     def get_push_subscription(self, user_id: str) -> PushSubscriptionRow | None:
-        return subscription_row(self.t.get(keys.push_key(user_id)))
+        return subscription_row(self.t.get(self.keys.push_key(user_id)))
 
     def put_push_subscription(self, user_id: str, encrypted: str, updated_at: int) -> None:
         self.t.table.update_item(
-            Key=keys.push_key(user_id),
+            Key=self.keys.push_key(user_id),
             UpdateExpression="SET subscription = :s, updated_at = :u ADD rev :one",
             ExpressionAttributeValues={":s": encrypted, ":u": updated_at, ":one": 1},
         )
 
     def delete_push_subscription(self, user_id: str) -> bool:
-        result = self.t.table.delete_item(Key=keys.push_key(user_id), ReturnValues="ALL_OLD")
+        result = self.t.table.delete_item(Key=self.keys.push_key(user_id), ReturnValues="ALL_OLD")
         return bool(result.get("Attributes"))

@@ -31,12 +31,12 @@ CREATE_ATTEMPTS = 40
 
 
 def payload_attrs(
-    t: DynamoTable, user_id: str, uuid: str, encrypted_payload: str
+    t: DynamoTable, space: keys.KeySpace, user_id: str, uuid: str, encrypted_payload: str
 ) -> tuple[dict[str, Any], BlobRef | None]:
     """Inline payload, or parts written now and referenced by the item about to be written."""
     if len(encrypted_payload) <= INLINE_CHARS:
         return {"payload": encrypted_payload}, None
-    ref = t.write_blob(keys.user_pk(user_id), keys.task_part_prefix(uuid), encrypted_payload)
+    ref = t.write_blob(space.user_pk(user_id), keys.task_part_prefix(uuid), encrypted_payload)
     return {"payload_token": ref.token, "payload_parts": ref.parts}, ref
 
 
@@ -86,62 +86,70 @@ def task_owner(item: dict[str, Any]) -> OwnerClaim | None:
     return OwnerClaim(ref=str(ref), generation=item_int(item.get("owner_gen"))) if ref else None
 
 
-def registry_delete(uuid: str, user_id: str) -> dict[str, Any]:
+def registry_delete(space: keys.KeySpace, uuid: str, user_id: str) -> dict[str, Any]:
     """The transaction action that removes a task's uuid registry entry (only if it still names this user)."""
     return {
         "Delete": {
-            "Key": keys.uuid_registry_key(uuid),
+            "Key": space.uuid_registry_key(uuid),
             "ConditionExpression": "attribute_not_exists(PK) OR user_id = :uid",
             "ExpressionAttributeValues": {":uid": user_id},
         }
     }
 
 
-def drop_parts(t: DynamoTable, user_id: str, uuid: str, token: str) -> None:
+def drop_parts(t: DynamoTable, space: keys.KeySpace, user_id: str, uuid: str, token: str) -> None:
     """Best-effort removal of a replaced payload's parts (unreferenced parts are harmless garbage)."""
     with contextlib.suppress(ClientError):
-        t.delete_blob(keys.user_pk(user_id), keys.task_part_prefix(uuid), token)
+        t.delete_blob(space.user_pk(user_id), keys.task_part_prefix(uuid), token)
 
 
 def delete_with_registry(
-    t: DynamoTable, user_id: str, uuid: str, condition: str, values: dict[str, Any], *, extra: list | None = None
+    t: DynamoTable,
+    space: keys.KeySpace,
+    user_id: str,
+    uuid: str,
+    condition: str,
+    values: dict[str, Any],
+    *,
+    extra: list | None = None,
 ) -> bool:
     """Delete the task and its uuid registry entry (plus ``extra`` actions) in one transaction; False when a
     condition failed. The payload token is read first so split payload parts can be removed afterwards."""
-    existing = t.get(keys.task_key(user_id, uuid), projection="payload_token")
-    task_delete: dict[str, Any] = {"Key": keys.task_key(user_id, uuid), "ConditionExpression": condition}
+    existing = t.get(space.task_key(user_id, uuid), projection="payload_token")
+    task_delete: dict[str, Any] = {"Key": space.task_key(user_id, uuid), "ConditionExpression": condition}
     if values:
         task_delete["ExpressionAttributeValues"] = values
     try:
-        t.transact([{"Delete": task_delete}, registry_delete(uuid, user_id), *(extra or [])])
+        t.transact([{"Delete": task_delete}, registry_delete(space, uuid, user_id), *(extra or [])])
     except TransactionCancelled:
         return False
     if existing and existing.get("payload_token"):
-        drop_parts(t, user_id, uuid, str(existing["payload_token"]))
+        drop_parts(t, space, user_id, uuid, str(existing["payload_token"]))
     return True
 
 
 class DynamoTaskStore:
-    def __init__(self, table: DynamoTable, *, due_shards: int = 1) -> None:
+    def __init__(self, table: DynamoTable, *, due_shards: int = 1, space: keys.KeySpace = keys.SINGLE) -> None:
         self.t = table
+        self.keys = space
         self.due_shards = due_shards
 
     def _payload_attrs(self, user_id: str, uuid: str, encrypted_payload: str) -> tuple[dict[str, Any], BlobRef | None]:
-        return payload_attrs(self.t, user_id, uuid, encrypted_payload)
+        return payload_attrs(self.t, self.keys, user_id, uuid, encrypted_payload)
 
     def _row(self, item: dict[str, Any]) -> TaskRow:
         return task_row(self.t, item)
 
     def _key(self, user_id: str, uuid: str) -> dict[str, str]:
-        return keys.task_key(user_id, uuid)
+        return self.keys.task_key(user_id, uuid)
 
     def _drop_parts(self, user_id: str, uuid: str, token: str) -> None:
-        drop_parts(self.t, user_id, uuid, token)
+        drop_parts(self.t, self.keys, user_id, uuid, token)
 
     # ---- create -----------------------------------------------------------------------------------------
 
     def prepare_create(self, user_id: str, supersedes_uuid: str | None = None) -> CreatePrep:
-        wanted = [keys.push_key(user_id), keys.counter_key(user_id, "task")]
+        wanted = [self.keys.push_key(user_id), self.keys.counter_key(user_id, "task")]
         if supersedes_uuid:
             wanted.append(self._key(user_id, supersedes_uuid))
         found = self.t.batch_get(wanted)
@@ -163,13 +171,13 @@ class DynamoTaskStore:
             return self._create(task, payload_attrs, supersedes_uuid, hint)
         except BaseException:
             if blob:
-                self.t.delete_blob(keys.user_pk(task.user_id), keys.task_part_prefix(task.uuid), blob.token)
+                self.t.delete_blob(self.keys.user_pk(task.user_id), keys.task_part_prefix(task.uuid), blob.token)
             raise
 
     def _create(
         self, task: NewTask, payload_attrs: dict[str, Any], supersedes_uuid: str | None, hint: tuple | None
     ) -> CreatedTask:
-        counter_key = keys.counter_key(task.user_id, "task")
+        counter_key = self.keys.counter_key(task.user_id, "task")
         for attempt in range(CREATE_ATTEMPTS):
             if attempt:
                 backoff(attempt)
@@ -195,7 +203,7 @@ class DynamoTaskStore:
                 "updated_at": now_iso,
                 "claim_version": 0,
                 "rev": 1,
-                "due_pk": keys.due_pk(task.uuid, self.due_shards),
+                "due_pk": self.keys.due_pk(task.uuid, self.due_shards),
                 "due_sk": keys.due_sk(next_iso, task.uuid),
                 **owner_sets(task.owner),
             }
@@ -213,7 +221,7 @@ class DynamoTaskStore:
                 {"Put": {"Item": item, "ConditionExpression": "attribute_not_exists(PK)"}},
                 {
                     "Put": {
-                        "Item": {**keys.uuid_registry_key(task.uuid), "user_id": task.user_id, "id": new_id},
+                        "Item": {**self.keys.uuid_registry_key(task.uuid), "user_id": task.user_id, "id": new_id},
                         "ConditionExpression": "attribute_not_exists(PK)",
                     }
                 },
@@ -228,9 +236,9 @@ class DynamoTaskStore:
                         }
                     }
                 )
-                actions.append(registry_delete(supersedes_uuid or "", task.user_id))
+                actions.append(registry_delete(self.keys, supersedes_uuid or "", task.user_id))
             if task.owner is not None:
-                actions.append(guard_check(task.user_id, task.owner.ref, task.owner.generation))
+                actions.append(guard_check(self.keys, task.user_id, task.owner.ref, task.owner.generation))
             try:
                 self.t.transact(actions)
             except TransactionCancelled as cancelled:
@@ -251,7 +259,7 @@ class DynamoTaskStore:
         return self._row(item) if item else None
 
     def list_tasks(self, user_id: str) -> list[TaskRow]:
-        items = self.t.query_prefix(keys.user_pk(user_id), keys.TASK_PREFIX)
+        items = self.t.query_prefix(self.keys.user_pk(user_id), keys.TASK_PREFIX)
         return [self._row(item) for item in items]
 
     # ---- update -----------------------------------------------------------------------------------------
@@ -307,7 +315,7 @@ class DynamoTaskStore:
             result = self.t.table.update_item(**update, ReturnValues="ALL_OLD")
         except ClientError as exc:
             if blob:
-                self.t.delete_blob(keys.user_pk(user_id), keys.task_part_prefix(uuid), blob.token)
+                self.t.delete_blob(self.keys.user_pk(user_id), keys.task_part_prefix(uuid), blob.token)
             if is_conditional_failure(exc):
                 return None
             raise
@@ -328,15 +336,15 @@ class DynamoTaskStore:
     ) -> int | None:
         old = self.t.get(self._key(user_id, uuid), projection="payload_token") or {}
         try:
-            self.t.transact([{"Update": update}, guard_check(user_id, owner.ref, owner.generation)])
+            self.t.transact([{"Update": update}, guard_check(self.keys, user_id, owner.ref, owner.generation)])
         except TransactionCancelled as cancelled:
             if blob:
-                self.t.delete_blob(keys.user_pk(user_id), keys.task_part_prefix(uuid), blob.token)
+                self.t.delete_blob(self.keys.user_pk(user_id), keys.task_part_prefix(uuid), blob.token)
             raise_if_guard_failed(cancelled, 1, 1)
             return None
         except BaseException:
             if blob:
-                self.t.delete_blob(keys.user_pk(user_id), keys.task_part_prefix(uuid), blob.token)
+                self.t.delete_blob(self.keys.user_pk(user_id), keys.task_part_prefix(uuid), blob.token)
             raise
         if old.get("payload_token") and old.get("payload_token") != payload_attrs.get("payload_token"):
             self._drop_parts(user_id, uuid, str(old["payload_token"]))
@@ -345,10 +353,10 @@ class DynamoTaskStore:
     # ---- delete -----------------------------------------------------------------------------------------
 
     def delete_task(self, user_id: str, uuid: str) -> bool:
-        return delete_with_registry(self.t, user_id, uuid, "attribute_exists(PK)", {})
+        return delete_with_registry(self.t, self.keys, user_id, uuid, "attribute_exists(PK)", {})
 
     def find_task(self, uuid: str) -> TaskRow | None:
-        registry = self.t.get(keys.uuid_registry_key(uuid))
+        registry = self.t.get(self.keys.uuid_registry_key(uuid))
         if not registry:
             return None
         return self.get_task(str(registry["user_id"]), uuid)

@@ -1,0 +1,1 @@
+"""The multi-tenant line (docs/tenancy.md): tokens, tenants' master keys, authentication at the edge."""

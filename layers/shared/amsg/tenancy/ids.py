@@ -1,0 +1,14 @@
+"""What a tenant id may be wherever it travels (item keys, queue messages, tokens): docs/tenancy-data.md."""
+
+from __future__ import annotations
+
+import re
+
+_TENANT_ID = re.compile(r"[A-Za-z0-9_.-]{1,128}")
+
+
+def valid_tenant_id(tenant_id: object) -> bool:
+    """1-128 of ``A-Z a-z 0-9 _ . -`` (the reference's ids are UUID v4). Never a ``#``: a tenant's key namespace
+    ``N#<tenantId>#`` then ends at the id's first ``#``, so no tenant's keys can be spelled as another tenant's
+    (``N#a#U#b#U#x`` is tenant ``a``'s user ``b#U#x`` and nobody else's)."""
+    return isinstance(tenant_id, str) and _TENANT_ID.fullmatch(tenant_id) is not None

@@ -1,0 +1,97 @@
+"""A tenant's life: creation (init-tenant and ``amsg tenants create``), token rotation, disabling, listing.
+
+Revocation (docs/tenancy.md): the reference's token payload has a fixed set of claims, so a token is bound to
+its tenant's rotation by time instead of by a claim. Rotation sets the record's ``tokens_not_before_s`` to the
+next whole second and mints the new tokens with that ``iat``; the edge refuses a token whose ``iat`` is earlier,
+so every token issued before the rotation (even within the same second) stops working at once.
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+from amsg.context import AppContext
+from amsg.ports.tenants import ACTIVE, DELETING, DISABLED, TenantRecord, TenantStore
+from amsg.tenancy import tokens
+from amsg.tenancy.keys import master_key_fingerprint, new_master_key
+
+
+class TenancyUnavailable(Exception):
+    """The deployment is not in ``multi`` mode (no registry or key wrapper)."""
+
+
+def registry_of(ctx: AppContext) -> TenantStore:
+    registry = ctx.tenant_registry
+    if registry is None:
+        raise TenancyUnavailable("the multi-tenant line is off (AMSG_TENANCY is not 'multi')")
+    return registry
+
+
+def new_tenant_id() -> str:
+    return str(uuid.uuid4())
+
+
+def create(ctx: AppContext, tenant_id: str) -> TenantRecord:
+    """A new active tenant with a fresh master key, stored wrapped; raises ``TenantExists`` when the id is taken
+    (a conditional write: of concurrent creates of one id exactly one wins)."""
+    registry, wrapper = registry_of(ctx), ctx.key_wrapper
+    if wrapper is None:
+        raise TenancyUnavailable("no key wrapper (AMSG_KMS_KEY_ID)")
+    master_key = new_master_key()
+    now_ms = ctx.now_ms()
+    record = TenantRecord(
+        tenant_id=tenant_id,
+        wrapped_master_key=wrapper.wrap(tenant_id, master_key.encode("ascii")),
+        token_generation=1,
+        status=ACTIVE,
+        created_at_ms=now_ms,
+        updated_at_ms=now_ms,
+        tokens_not_before_s=now_ms // 1000,
+        master_key_fingerprint=master_key_fingerprint(master_key),
+    )
+    registry.create(record)
+    return record
+
+
+def credentials(ctx: AppContext, record: TenantRecord) -> dict[str, Any]:
+    """init-tenant's answer for ``record``: tokens issued at its ``tokens_not_before_s``, the cron webhook URL."""
+    key = ctx.secrets.tenant_token_signing_key
+    issued_at_s = record.tokens_not_before_s
+    tenant_token = tokens.issue(key, record.tenant_id, tokens.TENANT, issued_at_s)
+    cron_token = tokens.issue(key, record.tenant_id, tokens.CRON, issued_at_s)
+    base = ctx.settings.public_base_url.rstrip("/")
+    return {
+        "tenantId": record.tenant_id,
+        "tenantToken": tenant_token,
+        "cronToken": cron_token,
+        "cronWebhookUrl": f"{base}/api/v1/send-notifications?token={cron_token}" if base else "",
+        "masterKeyFingerprint": record.master_key_fingerprint,
+    }
+
+
+def rotate_tokens(ctx: AppContext, tenant_id: str) -> dict[str, Any]:
+    """Revoke every token of the tenant and answer new ones (raises ``TenantNotFound``)."""
+    not_before_s = ctx.now_ms() // 1000 + 1
+    record = registry_of(ctx).rotate_tokens(tenant_id, not_before_s, ctx.now_ms())
+    return credentials(ctx, record)
+
+
+def set_status(ctx: AppContext, tenant_id: str, status: str) -> TenantRecord:
+    """``active`` or ``disabled`` (a disabled tenant's tokens are refused; its data stays); ``deleting`` is set by
+    the deletion work."""
+    if status not in (ACTIVE, DISABLED, DELETING):
+        raise ValueError(f"unknown tenant status {status!r}")
+    return registry_of(ctx).set_status(tenant_id, status, ctx.now_ms())
+
+
+def all_records(ctx: AppContext) -> list[TenantRecord]:
+    registry = registry_of(ctx)
+    records: list[TenantRecord] = []
+    cursor: str | None = None
+    while True:
+        page = registry.list_page(cursor, 100)
+        records.extend(page.records)
+        if page.cursor is None:
+            return records
+        cursor = page.cursor

@@ -1,0 +1,150 @@
+"""``amsg tenants``: the operator's commands for the multi-tenant line (docs/tenancy.md).
+
+They run with the operator's credentials against the deployment the environment (or ``--env-file``) describes:
+``AMSG_TENANCY=multi``, ``AMSG_TABLE_NAME``, ``AMSG_KMS_KEY_ID``, ``AMSG_TENANT_TOKEN_SIGNING_KEY[_PARAM]`` and AWS
+credentials (or ``AWS_ENDPOINT_URL_DYNAMODB`` / ``AWS_ENDPOINT_URL_KMS`` for local endpoints).
+
+* ``create [--tenant-id ID]``: a tenant, as init-tenant makes it; prints its tokens (shown only now);
+* ``list``: every tenant with its status, token generation and dates (never a key);
+* ``rotate-tokens ID``: revokes every token of the tenant at once and prints new ones;
+* ``usage [ID]``: pending and settled tasks of each tenant, counted from its index partitions;
+* ``set-rate-limit ID RPS|default``: the tenant's requests per second (429 above it);
+* ``disable ID`` / ``enable ID``: a disabled tenant's requests and deliveries are refused; its data stays;
+* ``delete ID``: marks the tenant ``deleting`` (refused from then on) and starts the removal of all its items
+  as resumable background work (the tick advances it, then removes the record).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from amsg_local.envfile import read_env_file
+
+
+def add_parser(commands: Any) -> None:
+    parser = commands.add_parser("tenants", help="manage the tenants of a multi-tenant deployment (Tenancy=multi)")
+    parser.add_argument("--env-file", type=Path, default=Path(".env"), help="dotenv file (default ./.env)")
+    actions = parser.add_subparsers(dest="tenants_command", required=True)
+    create = actions.add_parser("create", help="create a tenant and print its tokens")
+    create.add_argument("--tenant-id", help="a UUID v4 (default: a random one)")
+    actions.add_parser("list", help="list every tenant")
+    usage = actions.add_parser("usage", help="pending and settled tasks per tenant (every tenant without an id)")
+    usage.add_argument("tenant_id", nargs="?")
+    for name, text in (
+        ("rotate-tokens", "revoke every token of the tenant and print new ones"),
+        ("disable", "refuse the tenant's requests and deliveries (its data stays)"),
+        ("enable", "serve a disabled tenant again"),
+        ("delete", "mark the tenant deleting and start removing all its items"),
+    ):
+        action = actions.add_parser(name, help=text)
+        action.add_argument("tenant_id")
+    limit = actions.add_parser("set-rate-limit", help="the tenant's requests per second (overrides the default)")
+    limit.add_argument("tenant_id")
+    limit.add_argument("rps", help="requests per second (0: no limit), or 'default' for the deployment's")
+
+
+def main(args: argparse.Namespace) -> int:
+    from amsg import runtime
+    from amsg.config import ConfigError
+    from amsg.ports.tenants import TenantExists, TenantNotFound
+    from amsg.tenancy.lifecycle import TenancyUnavailable
+    from botocore.exceptions import BotoCoreError, ClientError
+
+    values = {**read_env_file(args.env_file), **os.environ}
+    try:
+        ctx = runtime.build_context(values)
+        return _run(ctx, args)
+    except (ConfigError, TenancyUnavailable) as exc:
+        print(f"amsg tenants: {exc}", file=sys.stderr)
+        return 2
+    except TenantExists as exc:
+        print(f"amsg tenants: tenant {exc} exists already", file=sys.stderr)
+        return 1
+    except TenantNotFound as exc:
+        print(f"amsg tenants: no tenant {exc}", file=sys.stderr)
+        return 1
+    except (BotoCoreError, ClientError) as exc:
+        print(f"amsg tenants: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return 1
+
+
+def _run(ctx: Any, args: argparse.Namespace) -> int:
+    from amsg.tenancy import lifecycle
+
+    command = args.tenants_command
+    if command == "create":
+        tenant_id = _tenant_id(args.tenant_id)
+        if tenant_id is None:
+            print("amsg tenants: --tenant-id must be a UUID v4", file=sys.stderr)
+            return 2
+        _print(lifecycle.credentials(ctx, lifecycle.create(ctx, tenant_id)))
+    elif command == "list":
+        _print([_row(record) for record in lifecycle.all_records(ctx)])
+    elif command == "rotate-tokens":
+        _print(lifecycle.rotate_tokens(ctx, args.tenant_id))
+    elif command in ("disable", "enable"):
+        record = lifecycle.set_status(ctx, args.tenant_id, "disabled" if command == "disable" else "active")
+        _print(_row(record))
+    elif command == "delete":
+        return _delete(ctx, args.tenant_id)
+    elif command == "usage":
+        _print(_usage(ctx, args.tenant_id))
+    elif command == "set-rate-limit":
+        rps = None if args.rps == "default" else int(args.rps)
+        _print(_row(lifecycle.registry_of(ctx).set_rate_limit(args.tenant_id, rps, ctx.now_ms())))
+    return 0
+
+
+def _delete(ctx: Any, tenant_id: str) -> int:
+    from amsg.engine.tenant_deletion import start_tenant_deletion
+
+    start_tenant_deletion(ctx, tenant_id)  # records the work, then marks the tenant deleting
+    record = ctx.tenant_registry.get(tenant_id)
+    status = _row(record) if record is not None else {"tenantId": tenant_id}
+    _print({**status, "deletion": "started: the tick removes every item of the tenant, then its record"})
+    return 0
+
+
+def _usage(ctx: Any, tenant_id: str | None) -> list[dict[str, Any]]:
+    from amsg.tenancy import lifecycle
+
+    registry = lifecycle.registry_of(ctx)
+    records = lifecycle.all_records(ctx) if tenant_id is None else [r for r in [registry.get(tenant_id)] if r]
+    shards = ctx.settings.due_shards
+    return [{"tenantId": r.tenant_id, "status": r.status, **registry.usage(r.tenant_id, shards)} for r in records]
+
+
+def _tenant_id(given: str | None) -> str | None:
+    from amsg.http.gates import UUID_V4_RE
+    from amsg.tenancy.lifecycle import new_tenant_id
+
+    if given is None:
+        return new_tenant_id()
+    return given.lower() if UUID_V4_RE.match(given) else None
+
+
+def _row(record: Any) -> dict[str, Any]:
+    return {
+        "tenantId": record.tenant_id,
+        "status": record.status,
+        "tokenGeneration": record.token_generation,
+        "tokensNotBefore": _iso(record.tokens_not_before_s * 1000),
+        "createdAt": _iso(record.created_at_ms),
+        "updatedAt": _iso(record.updated_at_ms),
+        "masterKeyFingerprint": record.master_key_fingerprint,
+        "rateLimitRps": record.rate_limit_rps,
+    }
+
+
+def _iso(ms: int) -> str:
+    return datetime.fromtimestamp(ms / 1000, UTC).isoformat().replace("+00:00", "Z")
+
+
+def _print(value: Any) -> None:
+    print(json.dumps(value, ensure_ascii=False, indent=2))
