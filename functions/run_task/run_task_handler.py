@@ -24,7 +24,7 @@ class ConcurrentBatchProcessor(BatchProcessor):
     """Partial batch responses as usual; the records run together, on this sandbox's own worker threads."""
 
     _pool: ThreadPoolExecutor | None = None
-    # the current batch's tenants' keys, read once per batch (the multi-tenant line; docs/tenancy.md)
+    # the current batch's tenants' keys, read once per batch (the multi-tenant line; docs/tenancy-data.md)
     tenant_keys: dict[str, str | None] | None = None
 
     def process(self) -> list[tuple]:

@@ -233,6 +233,9 @@ class LocalStack:
             return
         self._stopped = True
         try:
+            stop_source = getattr(self.gateway.ticks.tick_then_drain, "stop_event_source", None)
+            if stop_source is not None:
+                stop_source()
             self.gateway.stop()
             self.gateway.runtime.close()
         finally:
@@ -460,6 +463,9 @@ def start_local_stack(
         gateway.start(host, port)
         if environ.get("AMSG_TENANCY", "").strip().lower() == "multi" and not environ.get("AMSG_PUBLIC_BASE_URL"):
             environ["AMSG_PUBLIC_BASE_URL"] = gateway.base_url  # a random port is known only now
+        if environ.get("AMSG_TENANCY", "").strip().lower() == "multi" and delivery.missing() is None:
+            # send-notifications enqueues outside any tick: the queue is consumed as on AWS (docs/tenancy-data.md)
+            delivery.start_event_source()
     except BaseException:
         if gateway is not None:
             gateway.stop()

@@ -176,6 +176,32 @@ class LocalDelivery:
             consumer = runtime.function(self.consumer_function)  # every poller needs a sandbox of its own
             consumer.max_sandboxes = max(consumer.max_sandboxes, self.concurrency)
         self._input = self._schedule_input()
+        self._drain_lock = threading.Lock()  # one drain at a time: a tick's drain waits for the event source's
+        self._source_stop = threading.Event()
+        self._source: threading.Thread | None = None
+
+    def start_event_source(self, interval_s: float = 0.5) -> None:
+        """Poll the queue in the background, as the event source mapping does on AWS, so messages enqueued
+        outside a tick (the multi-tenant line's ``send-notifications``) are delivered without one. A tick's own
+        drain still returns only once the queue is empty (the two never drain at the same time)."""
+        if self._source is not None or self.consumer_function is None:
+            return
+
+        def loop() -> None:
+            while not self._source_stop.wait(interval_s):
+                try:
+                    self.drain()
+                except Exception as exc:  # the next poll tries again; a broken consumer is reported by its drain
+                    log.warning("local event source: %s", exc)
+
+        self._source = threading.Thread(target=loop, name="amsg-local-event-source", daemon=True)
+        self._source.start()
+
+    def stop_event_source(self, timeout_s: float = 10.0) -> None:
+        self._source_stop.set()
+        source, self._source = self._source, None
+        if source is not None:
+            source.join(timeout_s)
 
     def _schedule_input(self) -> str | None:
         if not self.tick_function:
@@ -229,7 +255,10 @@ class LocalDelivery:
         visibility timeout, so they are not retried within this drain) or after ``max_batches`` in total.
         """
         assert self.consumer_function is not None
-        consumer = self.consumer_function
+        with self._drain_lock:
+            return self._drain(self.consumer_function)
+
+    def _drain(self, consumer: str) -> dict[str, Any]:
         totals: dict[str, Any] = {"function": consumer, "batches": 0, "received": 0, "deleted": 0, "failed": 0}
         errors: list[dict[str, Any]] = []
         results: list[Any] = []

@@ -83,7 +83,7 @@ class StoragePorts:
     cloud_data: CloudDataStore | None = None  # the /cloud-data inventory and its records
     coalescer: CallCoalescer | None = None  # a batch's concurrent records share storage round trips
     prepare: Callable[[], None] = lambda: None  # build the table's client now (init-phase work), send nothing
-    # one tenant's ports on the same table client (docs/tenancy.md); None where there is no table to share
+    # one tenant's ports on the same table client (docs/tenancy-data.md); None where there is no table to share
     # (in-memory fakes) and on ports already confined to a tenant
     for_tenant: Callable[[str], StoragePorts] | None = None
     # the multi-tenant line (None in single mode): the registry, tenants' master keys, the active tenants
@@ -91,7 +91,7 @@ class StoragePorts:
     tenant_keys: TenantAccessor | None = None  # a MasterKeys that also answers the record (the edge's auth)
     tenants: TenantDirectory | None = None
     key_wrapper: KeyWrapper | None = None  # wraps a new tenant's master key (init-tenant, the CLI)
-    tenant_purge: TenantPurge | None = None  # tenants' deletions, resumable (docs/tenancy.md)
+    tenant_purge: TenantPurge | None = None  # tenants' deletions, resumable (docs/tenancy-data.md)
 
 
 class AppContext:

@@ -177,7 +177,7 @@ def build_context(env: Mapping[str, str], *, clock: Clock | None = None) -> AppC
 
 def storage_ports(settings: Settings, endpoint_url: str | None) -> StoragePorts:
     """The DynamoDB adapters of every storage port, sharing one table client; ``for_tenant`` builds a tenant's
-    ports on that same client (docs/tenancy.md)."""
+    ports on that same client (docs/tenancy-data.md)."""
     from amsg.adapters.dynamo.keys import SINGLE, tenant_space
     from amsg.adapters.dynamo.table import DynamoTable
 

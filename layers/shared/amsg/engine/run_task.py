@@ -105,7 +105,7 @@ def message_scope(
     """The context a message is delivered in: the single line's own, or its tenant's scope with the tenant's
     master key. A tenant that is unknown, disabled or being deleted delivers nothing: the claim is left to
     expire, the task stays pending in the tenant's space and the tick, which serves active tenants only, does
-    not claim it again (docs/tenancy.md). Never the wrong key or space: a message of the other line is dropped."""
+    not claim it again (docs/tenancy-data.md). Never the wrong key or space: a message of the other line is dropped."""
     if not ctx.settings.multi_tenant:
         return (ctx, None) if message.tenant_id is None else (None, "tenant_message_on_single_line")
     if message.tenant_id is None:

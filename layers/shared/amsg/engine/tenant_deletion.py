@@ -1,4 +1,4 @@
-"""Deleting a tenant (docs/tenancy.md): the operator starts it, the tick carries it out in bounded steps.
+"""Deleting a tenant (docs/tenancy-data.md): the operator starts it, the tick carries it out in bounded steps.
 
 Starting marks the tenant ``deleting`` in the registry, after which nothing of it runs: its tokens are refused at
 the edge, the tick no longer claims its tasks, run_task delivers none of its queued messages, and a delivery

@@ -1,4 +1,4 @@
-"""``send-notifications`` on the multi-tenant line: one tenant's due work, on demand (docs/tenancy.md).
+"""``send-notifications`` on the multi-tenant line: one tenant's due work, on demand (docs/tenancy-data.md).
 
 It runs the tick's own claim-and-enqueue for the cron token's tenant only, in the tenant's scoped context: due
 tasks are claimed with the same conditional writes and handed to the queue, whose consumer delivers them (on

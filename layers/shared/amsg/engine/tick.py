@@ -4,7 +4,7 @@ tick never delivers.
 
 On the multi-tenant line one tick serves every active tenant, each through its own scoped context: claims
 interleave tenants round by round with a per-tenant quota of the tick's claim limit, so no tenant's backlog can
-hold back another's due tasks (docs/tenancy.md)."""
+hold back another's due tasks (docs/tenancy-data.md)."""
 
 from __future__ import annotations
 
@@ -164,7 +164,7 @@ def _tick_tenants(ctx: AppContext, summary: TickSummary, remaining_ms: Callable[
             total = summary.housekeeping.get(name)
             both_counts = isinstance(value, int) and isinstance(total, int)
             summary.housekeeping[name] = total + value if both_counts else value
-    try:  # tenants being deleted: bounded steps, resumed by the next tick (docs/tenancy.md)
+    try:  # tenants being deleted: bounded steps, resumed by the next tick (docs/tenancy-data.md)
         summary.housekeeping.update(advance_tenant_deletions(ctx, remaining_ms))
     except Exception as exc:
         summary.housekeeping["tenantDeletionError"] = type(exc).__name__

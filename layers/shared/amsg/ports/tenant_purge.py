@@ -1,4 +1,4 @@
-"""Deleting a tenant's data as resumable background work (docs/tenancy.md)."""
+"""Deleting a tenant's data as resumable background work (docs/tenancy-data.md)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""What a tenant id may be wherever it travels (item keys, queue messages, tokens): docs/tenancy.md."""
+"""What a tenant id may be wherever it travels (item keys, queue messages, tokens): docs/tenancy-data.md."""
 
 from __future__ import annotations
 

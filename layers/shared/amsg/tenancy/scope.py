@@ -1,4 +1,4 @@
-"""One tenant's view of the deployment (docs/tenancy.md): the same :class:`AppContext` API, every storage port
+"""One tenant's view of the deployment (docs/tenancy-data.md): the same :class:`AppContext` API, every storage port
 confined to the tenant's key space, the tenant's master key, and no client token.
 
 API and engine functions stay tenant-unaware: they are handed a scoped context and cannot name another tenant's

@@ -21,7 +21,7 @@ Index keys written on task items: GSI ``due`` — ``due_pk = DUE#<shard>``, ``du
 (pending tasks only); GSI ``retention`` — ``ret_pk = TDONE#<shard>``, ``ret_sk = <settled time>`` (sent/failed).
 Every prefix and every parse of a key lives in this module.
 
-Tenants (docs/tenancy.md, docs/data-model.md): every partition key and every index partition key is built by a
+Tenants (docs/tenancy-data.md, docs/data-model.md): every partition key and every index partition key is built by a
 :class:`KeySpace`. The single-user line's space has no namespace and yields exactly the keys above; a tenant's
 space prefixes each of them with ``N#<tenantId>#`` (``N#<t>#U#<uid>``, ``N#<t>#TU#<uuid>``, ``N#<t>#DUE#<shard>``,
 ``N#<t>#TDONE#<shard>``, ``N#<t>#WORK#<kind>``, ``N#<t>#STNS#<ns>``), so no query of one tenant's space can

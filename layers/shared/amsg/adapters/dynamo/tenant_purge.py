@@ -1,5 +1,5 @@
 """A tenant's deletion in the stack's table: passes of a filtered Scan over the tenant's namespace, one page per
-step, the cursor kept in a deletion record so any tick resumes it (docs/tenancy.md).
+step, the cursor kept in a deletion record so any tick resumes it (docs/tenancy-data.md).
 
 | item              | PK             | SK           |
 |-------------------|----------------|--------------|
@@ -12,12 +12,12 @@ bounded per step. Steps are idempotent: two ticks advancing one deletion delete 
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from boto3.dynamodb.conditions import Attr, Key
 from botocore.exceptions import ClientError
 
+from amsg import jsonio
 from amsg.adapters.dynamo.keys import tenant_space
 from amsg.adapters.dynamo.table import DynamoTable, is_conditional_failure, item_int
 from amsg.adapters.dynamo.tenants import tenant_key
@@ -60,7 +60,7 @@ class DynamoTenantPurge:
             "Limit": SCAN_PAGE,
         }
         if cursor:
-            kwargs["ExclusiveStartKey"] = json.loads(str(cursor))
+            kwargs["ExclusiveStartKey"] = jsonio.loads(str(cursor))
         page = self.t.table.scan(**kwargs)
         doomed = [{"PK": item["PK"], "SK": item["SK"]} for item in page.get("Items", [])]
         if doomed:
@@ -71,7 +71,7 @@ class DynamoTenantPurge:
             self._save(
                 tenant_id,
                 len(doomed),
-                cursor=json.dumps(page["LastEvaluatedKey"]),
+                cursor=jsonio.dumps(page["LastEvaluatedKey"]),
                 pass_deleted=pass_deleted,
                 pass_started_at=pass_started,
                 clean_pass=False,
