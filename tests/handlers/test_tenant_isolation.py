@@ -96,6 +96,14 @@ def test_two_tenants_with_one_user_id_are_two_users_and_every_item_is_keyed_unde
     assert "for A" in (by_endpoint[ids[a.id]].plaintext or b"").decode()
     assert "for B" in (by_endpoint[ids[b.id]].plaintext or b"").decode()
 
+    # reads stay in the tenant too: outbox pages and client state
+    for tenant, text in ((a, "for A"), (b, "for B")):
+        entries = tenant.client.get_encrypted("/outbox").data["entries"]
+        assert {e["push"]["taskUuid"] for e in entries} == {made[tenant.id]}
+        state = tenant.client.get_client_state("ns")
+        assert state.status == 200, state.text
+        assert [(e["key"], e["value"]) for e in state.data["entries"]] == [("k", text)]
+
     after = Counter(namespace_of(item) for item in scan_all(moto_client("dynamodb"), multi.table))
     assert set(after) <= {f"tenant:{a.id}", f"tenant:{b.id}", "deployment"}, after
 
@@ -124,3 +132,26 @@ def test_run_task_delivers_nothing_for_a_message_without_an_active_tenant(multi)
         result = run_message(multi.ctx, message, remaining_ms=lambda: 100_000, owner="t")
         assert result["skipped"] == reason
     assert multi.push.received == []
+
+
+def test_a_tenants_cleanup_operation_is_resumed_by_the_tick_in_its_own_space(multi):
+    from amsg.engine.tick import run_tick
+
+    from tests.handlers.test_cloud_cleanup_operations import owned, seed_many
+    from tests.handlers.test_cloud_data import ALICE, BOB, get, post
+
+    user_id = str(uuid.uuid4())
+    a, b = _tenant(multi, user_id), _tenant(multi, user_id)
+    for tenant in (a, b):
+        seed_many(tenant.client)
+    plan = post(a.client, "cleanup-plans", {"mode": "retire-owner", "owner": ALICE}).data
+    op = post(a.client, "cleanup-operations", {"planId": plan["id"], "idempotencyKey": "big"}).data
+    assert op["status"] == "pending" and owned(a.client, ALICE) == 35
+
+    assert run_tick(multi.ctx)["details"]["housekeeping"]["cleanupOperationsAdvanced"] == 1
+    run_tick(multi.ctx)
+    assert get(a.client, f"cleanup-operations/{op['id']}").data["status"] == "completed"
+    assert owned(a.client, ALICE) == 0 and owned(a.client, BOB) == 2
+    # the other tenant's owner of the same name, with the same user id, is untouched
+    assert owned(b.client, ALICE) == 60 and owned(b.client, BOB) == 2
+    assert get(b.client, f"cleanup-operations/{op['id']}").status == 404

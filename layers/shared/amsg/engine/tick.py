@@ -142,7 +142,15 @@ def tenant_lanes(ctx: AppContext) -> list[TenantContext]:
 
 
 def _key_reader(keys: Any, tenant_id: str) -> Callable[[], str | None]:
-    return lambda: keys.master_key(tenant_id)
+    """The tenant's key, read on first use and kept for this tick (one registry read per tenant per tick)."""
+    read: list[str | None] = []
+
+    def key() -> str | None:
+        if not read:
+            read.append(keys.master_key(tenant_id))
+        return read[0]
+
+    return key
 
 
 def _tick_tenants(ctx: AppContext, summary: TickSummary, remaining_ms: Callable[[], int], owner: str) -> None:
