@@ -25,7 +25,8 @@ client-state-delete-namespace llm-credentials-delete-prefix outbox-delete llm-pe
 redeliver-committed-batch hook-usage-total max-delivery-retries max-generation-retries before-fire-defer
 """.split()
 DYNAMIC = ["cloud-data-management"]
-OWN = ["delivery-policy"]  # our own features (no reference name), listed after the reference's
+# our own features (no reference name), listed after the reference's; the last three on the multi-tenant line only
+OWN = ["delivery-policy", "multi-tenant", "tenant-token-revocation", "tenant-rate-limit"]
 
 ENC = {"X-Payload-Encrypted": "true", "X-Encryption-Version": "1"}
 

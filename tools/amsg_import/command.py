@@ -238,6 +238,7 @@ def run_import(
     now_ms: int | None = None,
     progress: TextIO | None = None,
     kinds: tuple[str, ...] = KINDS,
+    space: Any = None,
 ) -> Report:
     """Import ``source`` into ``table`` (a :class:`~amsg.adapters.dynamo.table.DynamoTable`); returns the
     report. Raises :class:`ImportStopped` before any write when the source or the key is wrong."""
@@ -259,6 +260,7 @@ def run_import(
             now_ms=now,
             task_floor=report.counters.get("tasks", 0),
             outbox_floor=report.counters.get("outbox", 0),
+            **({"space": space} if space is not None else {}),
         )
         dispatch = _dispatcher(writer)
     label = "would write" if dry_run else "written"
@@ -302,6 +304,20 @@ def add_parser(commands: Any) -> None:
     parser.add_argument("--region", help="AWS region of the table (default from the environment)")
     parser.add_argument("--env-file", type=Path, default=Path(".env"), help="dotenv file (default ./.env)")
     parser.add_argument("--json", action="store_true", help="print the end report as JSON")
+    parser.add_argument(
+        "--tenant",
+        metavar="ID",
+        help="multi-tenant line: import one reference tenant's database into that tenant here (created with its "
+        "own master key if absent; docs/tenancy.md)",
+    )
+    parser.add_argument(
+        "--tenant-config",
+        metavar="BLOB",
+        help="with --tenant: the reference's encrypted tenant config (v1.…), decrypted with AMSG_REFERENCE_KEK",
+    )
+    parser.add_argument(
+        "--tenant-master-key", metavar="HEX", help="with --tenant: the tenant's master key, instead of --tenant-config"
+    )
 
 
 def _table(values: Mapping[str, str], args: argparse.Namespace) -> Any:
@@ -325,6 +341,33 @@ def _table(values: Mapping[str, str], args: argparse.Namespace) -> Any:
     return table
 
 
+def _tenant_target(values: Mapping[str, str], args: argparse.Namespace) -> tuple[str, Any]:
+    """The tenant's master key and key space; the tenant is created here first (unless a dry run)."""
+    from amsg import runtime
+    from amsg.adapters.dynamo.keys import KeySpace
+    from amsg.http.gates import UUID_V4_RE
+
+    from amsg_import.tenant import TenantImportError, ensure_tenant, reference_tenant
+
+    if not UUID_V4_RE.match(args.tenant):
+        raise ImportStopped("--tenant must be a UUID v4")
+    try:
+        tenant = reference_tenant(
+            args.tenant,
+            blob=args.tenant_config,
+            kek=values.get("AMSG_REFERENCE_KEK"),
+            master_key=args.tenant_master_key,
+        )
+        if not args.dry_run:
+            ctx = runtime.build_context(values)
+            if not ctx.settings.multi_tenant:
+                raise ImportStopped("--tenant needs the multi-tenant line (AMSG_TENANCY=multi)")
+            print(f"amsg import: tenant {tenant.tenant_id} {ensure_tenant(ctx, tenant)}", file=sys.stderr)
+    except TenantImportError as exc:
+        raise ImportStopped(str(exc)) from None
+    return tenant.master_key, KeySpace(tenant.tenant_id)
+
+
 def main(args: argparse.Namespace) -> int:
     from amsg.config import ConfigError
     from amsg.runtime import secrets_from_env
@@ -333,8 +376,12 @@ def main(args: argparse.Namespace) -> int:
     values = {**read_env_file(args.env_file), **os.environ}
     source: Source | None = None
     try:
+        space = None
         try:
-            master_key = secrets_from_env(values).master_key
+            if getattr(args, "tenant", None):
+                master_key, space = _tenant_target(values, args)
+            else:
+                master_key = secrets_from_env(values).master_key
         except ConfigError as exc:
             raise ImportStopped(str(exc)) from None
         source = open_source(args.source)
@@ -347,6 +394,7 @@ def main(args: argparse.Namespace) -> int:
             due_shards=due_shards,
             dry_run=args.dry_run,
             progress=sys.stderr,
+            space=space,
         )
     except (ImportStopped, SourceError) as exc:
         print(f"amsg import: {exc}", file=sys.stderr)
