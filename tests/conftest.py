@@ -62,6 +62,26 @@ def moto_applies_one_request_at_a_time() -> Iterator[None]:
     BotocoreStubber.process_request = original  # type: ignore[method-assign]
 
 
+@pytest.fixture(scope="session", autouse=True)
+def botocore_sessions_share_one_loader() -> Iterator[None]:
+    """Every boto3 session in a process reads the same service models, endpoints and paginators from disk;
+    the adapters make a session per table and each test a new table, so each test parsed those JSON files
+    again. One loader for every session in the test process, as boto3's default session already shares one
+    between its clients; the loaded documents are only read."""
+    import botocore.loaders
+    import botocore.session
+
+    shared = botocore.loaders.create_loader()
+    original = botocore.session.Session._register_data_loader
+
+    def register(self):  # type: ignore[no-untyped-def]
+        self._components.lazy_register_component("data_loader", lambda: shared)
+
+    botocore.session.Session._register_data_loader = register  # type: ignore[method-assign]
+    yield
+    botocore.session.Session._register_data_loader = original  # type: ignore[method-assign]
+
+
 _session_cache: dict[str, Any] = {}
 
 
