@@ -30,7 +30,9 @@ run: venv ## the service locally: API + tick + run_task (DynamoDB Local when Jav
 
 # both print their wall time last; XDIST=0 runs in one process (e.g. to read a traceback in order)
 XDIST ?= auto
-TIMED = scripts/timed
+# bytecode is cached (under .cache/pycache) even where the environment turns writing it off: each pytest
+# process (the controller and every xdist worker) otherwise compiles some 850 modules again, ~3 s of CPU each
+TIMED = PYTHONDONTWRITEBYTECODE= PYTHONPYCACHEPREFIX=$(CURDIR)/.cache/pycache scripts/timed
 
 test: venv dynamodb-local ## the full test suite on every core (PYTEST_ARGS=... to narrow it)
 	@CI=$${CI:-true} $(TIMED) "make test" .venv/bin/pytest -q -n $(XDIST) --dist loadgroup $(PYTEST_ARGS)
