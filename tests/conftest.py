@@ -197,7 +197,7 @@ def engine(moto_table, make_context):
         client.init()
         subscription = push.subscribe()
         assert client.put_subscription(subscription.to_json()).status == 200
-        harness = EngineHarness(queue.url, queue.arn)
+        harness = EngineHarness(queue.url, queue.arn, moto_client("sqs"))
         yield types.SimpleNamespace(
             ctx=ctx, api=client, push=push, llm=llm, subscription=subscription, harness=harness, queue=queue
         )
