@@ -24,6 +24,12 @@ def fixed(**extra):
     return {"contactName": "Rei", "messageType": "fixed", "userMessage": "hi", "firstSendTime": FUTURE, **extra}
 
 
+def test_the_module_runs_on_the_fakes(ctx):
+    from tests.support.fakes import MemoryOutboxStore, MemoryTaskStore
+
+    assert isinstance(ctx.tasks, MemoryTaskStore) and isinstance(ctx.outbox, MemoryOutboxStore)
+
+
 @pytest.fixture
 def ready(api):
     assert api.put_subscription(dummy_subscription()).status == 200
