@@ -205,3 +205,12 @@ def test_the_fake_refuses_owned_tasks():
     task.owner = OwnerClaim(ref="r", generation=1)
     with pytest.raises(NotFaked):
         tasks.create_task(task)
+
+
+def test_concurrent_creates_of_one_user_get_distinct_consecutive_ids(stores):
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(max_workers=3) as pool:
+        ids = list(pool.map(lambda n: stores.tasks.create_task(new(uid(n))).id, range(1, 10)))
+    assert sorted(ids) == list(range(1, 10))
+    assert sorted(row.id for row in stores.tasks.list_tasks(USER)) == list(range(1, 10))
