@@ -38,7 +38,7 @@ test: venv dynamodb-local ## the full test suite on every core (PYTEST_ARGS=... 
 	@CI=$${CI:-true} $(TIMED) "make test" .venv/bin/pytest -q -n $(XDIST) --dist loadgroup $(PYTEST_ARGS)
 
 unit: venv ## the fast tests: no DynamoDB Local, no subprocess, no local stack (a minute at most)
-	@AMSG_FAST_TESTS=1 $(TIMED) "make unit" .venv/bin/pytest -q -p no:cacheprovider -n $(XDIST) \
+	@AMSG_FAST_TESTS=1 $(TIMED) "make unit" .venv/bin/pytest -q -p no:cacheprovider -n $(XDIST) --dist loadgroup \
 		-m "not ddb_local and not e2e and not slow" $(PYTEST_ARGS)
 
 FUZZ_EXAMPLES ?= 5000
