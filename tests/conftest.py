@@ -227,6 +227,22 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             if item.get_closest_marker(group) and not item.get_closest_marker("xdist_group"):
                 item.add_marker(pytest.mark.xdist_group(group))
                 break
+    if getattr(config.option, "loadgroup", False):  # set in each xdist worker under --dist loadgroup
+        _name_xdist_groups(items)
+
+
+def _name_xdist_groups(items: list[pytest.Item]) -> None:
+    """pytest-xdist sends a group to one worker by the ``@group`` suffix it appends to each test's node id, but
+    it writes ``item._nodeid``, which pytest 9 no longer reads (the id is ``item._id``): without this every
+    group was silently spread over the workers (two DynamoDB Local JVMs, stacks and journeys built twice)."""
+    from _pytest.nodeid import NodeId
+
+    for item in items:
+        mark = item.get_closest_marker("xdist_group")
+        if mark is None or "@" in item.nodeid:
+            continue  # no group, or a pytest whose ids xdist still sets itself
+        name = mark.args[0] if mark.args else mark.kwargs.get("name", "default")
+        item._id = NodeId.parse(f"{item.nodeid}@{name}")  # type: ignore[attr-defined]
 
 
 @pytest.fixture(scope="session", autouse=True)
