@@ -59,14 +59,20 @@ def dynamo_stores(table_name: str, endpoint_url: str | None = None) -> types.Sim
 
 def _write_task_fields(table: Any, user_id: str, uuid: str, fields: dict[str, Any]) -> None:
     """What the delivery side writes on a task item (a lease, a retry, a deferral, a status), written directly:
-    the contract of the API side only needs a task in that state."""
+    the contract of the API side only needs a task in that state. Times come as ``*_ms`` (the ports' form) and
+    are stored as the adapter stores them (ISO text under the name without ``_ms``)."""
     from amsg.adapters.dynamo import keys
+    from amsg.timeutil import iso_from_ms
 
-    names = {f"#f{i}": name for i, name in enumerate(fields)}
-    values = {f":v{i}": value for i, value in enumerate(fields.values())}
+    stored = {
+        (name[:-3] if name.endswith("_ms") else name): (iso_from_ms(value) if name.endswith("_ms") else value)
+        for name, value in fields.items()
+    }
+    names = {f"#f{i}": name for i, name in enumerate(stored)}
+    values = {f":v{i}": value for i, value in enumerate(stored.values())}
     table.table.update_item(
         Key=keys.task_key(user_id, uuid),
-        UpdateExpression="SET " + ", ".join(f"#f{i} = :v{i}" for i in range(len(fields))),
+        UpdateExpression="SET " + ", ".join(f"#f{i} = :v{i}" for i in range(len(stored))),
         ConditionExpression="attribute_exists(PK)",
         ExpressionAttributeNames=names,
         ExpressionAttributeValues=values,

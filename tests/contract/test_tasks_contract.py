@@ -9,11 +9,11 @@ from amsg.ports import NewTask, OwnerClaim
 
 USER = "u-contract"
 OTHER = "u-other"
-T1 = "2030-01-01T00:00:00.000Z"
-T2 = "2030-01-01T00:00:05.000Z"
-T3 = "2030-01-01T00:00:10.000Z"
-DUE = "2030-01-02T00:00:00.000Z"
-LATER = "2030-01-03T00:00:00.000Z"
+T1 = 1_893_456_000_000  # 2030-01-01T00:00:00.000Z (the ports carry epoch ms)
+T2 = T1 + 5_000
+T3 = T1 + 10_000
+DUE = T1 + 86_400_000
+LATER = T1 + 2 * 86_400_000
 
 
 def new(uuid: str, user: str = USER, *, payload: str = "ct", correlation_id: str | None = None) -> NewTask:
@@ -22,8 +22,8 @@ def new(uuid: str, user: str = USER, *, payload: str = "ct", correlation_id: str
         uuid=uuid,
         encrypted_payload=payload,
         message_type="fixed",
-        next_send_at=DUE,
-        now_iso=T1,
+        next_send_at_ms=DUE,
+        now_ms=T1,
         correlation_id=correlation_id,
     )
 
@@ -38,7 +38,7 @@ def test_ids_count_per_user_and_a_new_task_reads_back_as_written(stores):
     assert tasks.create_task(new(uid(4), OTHER)).id == 1
     row = tasks.create_task(new(uid(5), correlation_id="req-1")) and tasks.get_task(USER, uid(5))
     assert row is not None
-    assert (row.user_id, row.uuid, row.id, row.encrypted_payload, row.message_type, row.next_send_at) == (
+    assert (row.user_id, row.uuid, row.id, row.encrypted_payload, row.message_type, row.next_send_at_ms) == (
         USER,
         uid(5),
         4,
@@ -47,8 +47,8 @@ def test_ids_count_per_user_and_a_new_task_reads_back_as_written(stores):
         DUE,
     )
     assert (row.status, row.retry_count, row.rev, row.claim_version) == ("pending", 0, 1, 0)
-    assert (row.created_at, row.updated_at, row.correlation_id) == (T1, T1, "req-1")
-    assert (row.lease_until, row.retry_after, row.deferred_until, row.last_error, row.owner) == (None,) * 5
+    assert (row.created_at_ms, row.updated_at_ms, row.correlation_id) == (T1, T1, "req-1")
+    assert (row.lease_until_ms, row.retry_after_ms, row.deferred_until_ms, row.last_error, row.owner) == (None,) * 5
     assert tasks.get_task(OTHER, uid(5)) is None and tasks.get_task(USER, uid(99)) is None
 
 
@@ -113,30 +113,32 @@ def test_update_is_conditional_on_the_revision_and_pending(stores):
     tasks = stores.tasks
     tasks.create_task(new(uid(1)))
     assert (
-        tasks.update_pending_task(USER, uid(1), encrypted_payload="x", next_send_at=None, now_iso=T2, expected_rev=2)
+        tasks.update_pending_task(USER, uid(1), encrypted_payload="x", next_send_at_ms=None, now_ms=T2, expected_rev=2)
         is None
     )
     assert (
-        tasks.update_pending_task(OTHER, uid(1), encrypted_payload="x", next_send_at=None, now_iso=T2, expected_rev=1)
+        tasks.update_pending_task(OTHER, uid(1), encrypted_payload="x", next_send_at_ms=None, now_ms=T2, expected_rev=1)
         is None
     )
     stores.set_delivery_state(USER, uid(1), retry_count=3)
     assert (
-        tasks.update_pending_task(USER, uid(1), encrypted_payload="v2", next_send_at=LATER, now_iso=T2, expected_rev=1)
+        tasks.update_pending_task(
+            USER, uid(1), encrypted_payload="v2", next_send_at_ms=LATER, now_ms=T2, expected_rev=1
+        )
         == T2
     )
     row = tasks.get_task(USER, uid(1))
-    assert (row.encrypted_payload, row.next_send_at, row.rev, row.retry_count, row.updated_at) == (
+    assert (row.encrypted_payload, row.next_send_at_ms, row.rev, row.retry_count, row.updated_at_ms) == (
         "v2",
         LATER,
         2,
         0,
         T2,
     )
-    assert row.created_at == T1 and row.id == 1
+    assert row.created_at_ms == T1 and row.id == 1
     stores.set_delivery_state(USER, uid(1), status="failed")
     assert (
-        tasks.update_pending_task(USER, uid(1), encrypted_payload="v3", next_send_at=None, now_iso=T3, expected_rev=2)
+        tasks.update_pending_task(USER, uid(1), encrypted_payload="v3", next_send_at_ms=None, now_ms=T3, expected_rev=2)
         is None
     )
     assert tasks.get_task(USER, uid(1)).encrypted_payload == "v2"
@@ -145,22 +147,26 @@ def test_update_is_conditional_on_the_revision_and_pending(stores):
 def test_a_live_lease_blocks_moving_the_occurrence_but_not_a_payload_edit(stores):
     tasks = stores.tasks
     tasks.create_task(new(uid(1)))
-    stores.set_delivery_state(USER, uid(1), lease_until=T3)
+    stores.set_delivery_state(USER, uid(1), lease_until_ms=T3)
     assert (
-        tasks.update_pending_task(USER, uid(1), encrypted_payload="v2", next_send_at=LATER, now_iso=T2, expected_rev=1)
+        tasks.update_pending_task(
+            USER, uid(1), encrypted_payload="v2", next_send_at_ms=LATER, now_ms=T2, expected_rev=1
+        )
         is None
     )
     assert (
-        tasks.update_pending_task(USER, uid(1), encrypted_payload="v2", next_send_at=None, now_iso=T2, expected_rev=1)
+        tasks.update_pending_task(USER, uid(1), encrypted_payload="v2", next_send_at_ms=None, now_ms=T2, expected_rev=1)
         == T2
     )
-    assert tasks.get_task(USER, uid(1)).next_send_at == DUE
+    assert tasks.get_task(USER, uid(1)).next_send_at_ms == DUE
     # a lease that ends exactly now is over
     assert (
-        tasks.update_pending_task(USER, uid(1), encrypted_payload="v3", next_send_at=LATER, now_iso=T3, expected_rev=2)
+        tasks.update_pending_task(
+            USER, uid(1), encrypted_payload="v3", next_send_at_ms=LATER, now_ms=T3, expected_rev=2
+        )
         == T3
     )
-    assert tasks.get_task(USER, uid(1)).next_send_at == LATER
+    assert tasks.get_task(USER, uid(1)).next_send_at_ms == LATER
 
 
 @pytest.mark.parametrize(
@@ -171,21 +177,21 @@ def test_an_update_clears_the_retry_and_deferral_unless_a_payload_edit_keeps_the
 ):
     tasks = stores.tasks
     tasks.create_task(new(uid(1)))
-    stores.set_delivery_state(USER, uid(1), retry_after=T3, deferred_until=T3)
+    stores.set_delivery_state(USER, uid(1), retry_after_ms=T3, deferred_until_ms=T3)
     assert (
         tasks.update_pending_task(
             USER,
             uid(1),
             encrypted_payload="v2",
-            next_send_at=next_send_at,
-            now_iso=T2,
+            next_send_at_ms=next_send_at,
+            now_ms=T2,
             expected_rev=1,
             keep_deferral=keep_deferral,
         )
         == T2
     )
     row = tasks.get_task(USER, uid(1))
-    assert (row.retry_after, row.deferred_until) == ((T3, T3) if kept else (None, None))
+    assert (row.retry_after_ms, row.deferred_until_ms) == ((T3, T3) if kept else (None, None))
 
 
 def test_prepare_create_reads_the_users_subscription(stores):

@@ -4,7 +4,7 @@ conditions of an update, binary uuid order in a listing.
 
 Not modelled: payload parts (a payload of any size is kept inline, so ``payload_token`` stays None), owner
 guards (an owned create or update raises :class:`NotFaked`) and the delivery side (claims, leases and
-settlements are the ``ClaimStore``'s, which has no fake; ``lease_until`` is only read here).
+settlements are the ``ClaimStore``'s, which has no fake; ``lease_until_ms`` is only read here).
 """
 
 from __future__ import annotations
@@ -17,18 +17,17 @@ from amsg.ports import CreatedTask, CreatePrep, NewTask, OwnerClaim, TaskRow
 
 from tests.support.fakes.memory import MemoryPushSubscriptionStore, NotFaked
 
-# ---- time: the only places that read a time value (the ports carry ISO-8601 strings today) ---------------
+# ---- time: the only places that read a time value (the ports carry epoch ms) ------------------------------
 
 
-def _stamp(now: str) -> str:
-    """The value written to ``created_at`` / ``updated_at`` and returned by an update."""
-    return now
+def _stamp(now_ms: int) -> int:
+    """The value written to ``created_at_ms`` / ``updated_at_ms`` and returned by an update."""
+    return now_ms
 
 
-def _lease_free(lease_until: str | None, now: str) -> bool:
-    """The adapter's lease gate: no lease, or one that ended at or before ``now`` (same-format ISO strings
-    compare in time order)."""
-    return lease_until is None or lease_until <= now
+def _lease_free(lease_until_ms: int | None, now_ms: int) -> bool:
+    """The adapter's lease gate: no lease, or one that ended at or before ``now_ms``."""
+    return lease_until_ms is None or lease_until_ms <= now_ms
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -82,9 +81,9 @@ class MemoryTaskStore:
             id=new_id,
             encrypted_payload=task.encrypted_payload,
             message_type=task.message_type,
-            next_send_at=task.next_send_at,
-            created_at=_stamp(task.now_iso),
-            updated_at=_stamp(task.now_iso),
+            next_send_at_ms=task.next_send_at_ms,
+            created_at_ms=_stamp(task.now_ms),
+            updated_at_ms=_stamp(task.now_ms),
             rev=1,
             correlation_id=task.correlation_id or None,
         )
@@ -114,29 +113,29 @@ class MemoryTaskStore:
         uuid: str,
         *,
         encrypted_payload: str,
-        next_send_at: str | None,
-        now_iso: str,
+        next_send_at_ms: int | None,
+        now_ms: int,
         expected_rev: int,
         owner: OwnerClaim | None = None,
         keep_deferral: bool = False,
-    ) -> str | None:
+    ) -> int | None:
         _no_owner(owner)
         with self._lock:
             row = self._user(user_id).get(uuid)
             if row is None or row.status != "pending" or row.rev != expected_rev:
                 return None
-            if next_send_at is not None and not _lease_free(row.lease_until, now_iso):
+            if next_send_at_ms is not None and not _lease_free(row.lease_until_ms, now_ms):
                 return None  # never move the occurrence of a task that is being delivered
             row.encrypted_payload = encrypted_payload
-            row.updated_at = _stamp(now_iso)
+            row.updated_at_ms = _stamp(now_ms)
             row.retry_count = 0
             row.rev += 1
-            if not (keep_deferral and next_send_at is None):
-                row.retry_after = None
-                row.deferred_until = None
-            if next_send_at is not None:
-                row.next_send_at = next_send_at
-            return row.updated_at
+            if not (keep_deferral and next_send_at_ms is None):
+                row.retry_after_ms = None
+                row.deferred_until_ms = None
+            if next_send_at_ms is not None:
+                row.next_send_at_ms = next_send_at_ms
+            return row.updated_at_ms
 
     def delete_task(self, user_id: str, uuid: str) -> bool:
         with self._lock:
@@ -150,7 +149,7 @@ class MemoryTaskStore:
 
     def set_delivery_state(self, user_id: str, uuid: str, **fields: object) -> None:
         """Put a task into a state only the engine reaches (a live lease, a retry, a deferral, a status)."""
-        allowed = {"lease_until", "retry_after", "deferred_until", "status", "retry_count"}
+        allowed = {"lease_until_ms", "retry_after_ms", "deferred_until_ms", "status", "retry_count"}
         unknown = set(fields) - allowed
         if unknown:
             raise NotFaked(f"not a delivery-side field of the fake: {sorted(unknown)}")
