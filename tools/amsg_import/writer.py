@@ -100,15 +100,25 @@ def outbox_ttl(rec: OutboxRecord) -> int:
 
 
 class TargetWriter:
-    def __init__(self, table: DynamoTable, *, due_shards: int, now_ms: int, task_floor: int, outbox_floor: int) -> None:
+    def __init__(
+        self,
+        table: DynamoTable,
+        *,
+        due_shards: int,
+        now_ms: int,
+        task_floor: int,
+        outbox_floor: int,
+        space: keys.KeySpace = keys.SINGLE,
+    ) -> None:
         self.t = table
+        self.space = space  # a tenant's import writes under its namespace (docs/tenancy.md)
         self.due_shards = due_shards
         self.now_ms = now_ms
         self.now_iso = iso_from_ms(now_ms)
         self.task_floor = task_floor
         self.outbox_floor = outbox_floor
-        self.state_store = DynamoClientStateStore(table)
-        self.outbox_store = DynamoOutboxStore(table)
+        self.state_store = DynamoClientStateStore(table, space=space)
+        self.outbox_store = DynamoOutboxStore(table, space=space)
         self._counted: set[str] = set()
         self._task_ids: dict[str, dict[int, str]] = {}
         self._outbox_ids: dict[str, dict[int, str]] = {}
@@ -139,22 +149,22 @@ class TargetWriter:
     def _locate(self, kind: str, rec: Any) -> tuple[dict[str, str], dict[str, str]] | None:
         """(the row's item key, its ledger key) for the kinds a client or the engine can delete."""
         if kind == "tasks":
-            identity, item_key = rec.uuid, keys.task_key(rec.user_id, rec.uuid)
+            identity, item_key = rec.uuid, self.space.task_key(rec.user_id, rec.uuid)
         elif kind == "state":
             identity = f"{rec.namespace}\x1f{rec.key}"
-            item_key = {"PK": keys.user_pk(rec.user_id), "SK": root_sk(rec.namespace, rec.key)}
+            item_key = {"PK": self.space.user_pk(rec.user_id), "SK": root_sk(rec.namespace, rec.key)}
         elif kind == "subscriptions":
-            identity, item_key = rec.user_id, keys.push_key(rec.user_id)
+            identity, item_key = rec.user_id, self.space.push_key(rec.user_id)
         elif kind == "credentials":
-            identity, item_key = rec.cred_id, keys.credential_key(rec.user_id, rec.cred_id)
+            identity, item_key = rec.cred_id, self.space.credential_key(rec.user_id, rec.cred_id)
         elif kind == "outbox":
-            identity, item_key = rec.message_id, keys.outbox_key(rec.user_id, rec.message_id)
+            identity, item_key = rec.message_id, self.space.outbox_key(rec.user_id, rec.message_id)
         elif kind == "records":
             identity = f"{rec.kind}\x1f{rec.id}"
-            item_key = {"PK": keys.user_pk(rec.user_id), "SK": f"R#{rec.kind}#{rec.id}"}
+            item_key = {"PK": self.space.user_pk(rec.user_id), "SK": f"R#{rec.kind}#{rec.id}"}
         else:
             return None
-        ledger_key = {"PK": keys.user_pk(rec.user_id), "SK": f"{LEDGER_PREFIX}{kind}#{keys.sha256_hex(identity)}"}
+        ledger_key = {"PK": self.space.user_pk(rec.user_id), "SK": f"{LEDGER_PREFIX}{kind}#{keys.sha256_hex(identity)}"}
         return item_key, ledger_key
 
     # ---- counters ---------------------------------------------------------------------------------------
@@ -168,7 +178,7 @@ class TargetWriter:
                 continue
             try:
                 self.t.table.update_item(
-                    Key=keys.counter_key(user_id, name),
+                    Key=self.space.counter_key(user_id, name),
                     UpdateExpression="SET n = :m",
                     ConditionExpression="attribute_not_exists(n) OR n < :m",
                     ExpressionAttributeValues={":m": floor},
@@ -183,7 +193,10 @@ class TargetWriter:
             cache[user_id] = {
                 int(item["id"]): str(item[name])
                 for item in self.t.query_prefix(
-                    keys.user_pk(user_id), prefix, ProjectionExpression="id, #n", ExpressionAttributeNames={"#n": name}
+                    self.space.user_pk(user_id),
+                    prefix,
+                    ProjectionExpression="id, #n",
+                    ExpressionAttributeNames={"#n": name},
                 )
                 if _int(item.get("id")) is not None and name in item
             }
@@ -196,7 +209,7 @@ class TargetWriter:
         becomes eligible when it ends, as it would have there); an expired one and the serialize group are
         dropped (nobody here holds them). A future back-off is kept."""
         item: dict[str, Any] = {
-            **keys.task_key(rec.user_id, rec.uuid),
+            **self.space.task_key(rec.user_id, rec.uuid),
             "id": rec.id,
             "user_id": rec.user_id,
             "uuid": rec.uuid,
@@ -224,17 +237,17 @@ class TargetWriter:
             if rec.retry_after and rec.retry_after > self.now_iso:
                 item["retry_after"] = rec.retry_after
                 eligible = max(eligible, rec.retry_after)
-            item["due_pk"] = keys.due_pk(rec.uuid, self.due_shards)
+            item["due_pk"] = self.space.due_pk(rec.uuid, self.due_shards)
             item["due_sk"] = keys.due_sk(eligible, rec.uuid)
         else:
-            item["ret_pk"] = keys.done_pk(rec.uuid, self.due_shards)
+            item["ret_pk"] = self.space.done_pk(rec.uuid, self.due_shards)
             item["ret_sk"] = rec.updated_at
         return item
 
     def write_task(self, rec: TaskRecord) -> Outcome:
         self.ensure_counters(rec.user_id)
         projection = "rev, claim_version, updated_at, imported, payload_token"
-        existing = self.t.get(keys.task_key(rec.user_id, rec.uuid), projection=projection)
+        existing = self.t.get(self.space.task_key(rec.user_id, rec.uuid), projection=projection)
         if existing is not None:
             untouched = (
                 existing.get("imported") and _int(existing.get("rev")) == 1 and not existing.get("claim_version")
@@ -246,7 +259,7 @@ class TargetWriter:
         ids = self._ids_in_target(self._task_ids, rec.user_id, keys.TASK_PREFIX, "uuid")
         if ids.get(rec.id, rec.uuid) != rec.uuid:
             return _failed("task id already used by another task in the target (import into a fresh table)")
-        payload, blob = task_payload_attrs(self.t, keys.SINGLE, rec.user_id, rec.uuid, rec.encrypted_payload)
+        payload, blob = task_payload_attrs(self.t, self.space, rec.user_id, rec.uuid, rec.encrypted_payload)
         put: dict[str, Any] = {"Item": self.task_item(rec, payload)}
         if existing is None:
             put["ConditionExpression"] = "attribute_not_exists(PK)"
@@ -259,7 +272,7 @@ class TargetWriter:
                 ":seen": existing.get("updated_at", ""),
             }
         registry = {
-            "Item": {**keys.uuid_registry_key(rec.uuid), "user_id": rec.user_id, "id": rec.id},
+            "Item": {**self.space.uuid_registry_key(rec.uuid), "user_id": rec.user_id, "id": rec.id},
             "ConditionExpression": "attribute_not_exists(PK) OR user_id = :uid",
             "ExpressionAttributeValues": {":uid": rec.user_id},
         }
@@ -267,13 +280,13 @@ class TargetWriter:
             self.t.transact([{"Put": put}, {"Put": registry}])
         except TransactionCancelled as cancelled:
             if blob is not None:
-                drop_task_parts(self.t, keys.SINGLE, rec.user_id, rec.uuid, blob.token)
+                drop_task_parts(self.t, self.space, rec.user_id, rec.uuid, blob.token)
             if cancelled.failed(1):
                 return _failed("task uuid already belongs to another user in the target")
             return _skipped("changed in the target while importing")
         ids[rec.id] = rec.uuid
         if existing is not None and existing.get("payload_token"):
-            drop_task_parts(self.t, keys.SINGLE, rec.user_id, rec.uuid, str(existing["payload_token"]))
+            drop_task_parts(self.t, self.space, rec.user_id, rec.uuid, str(existing["payload_token"]))
         return _written("replaced an older import") if existing is not None else _written()
 
     def _drop(self, pk: str, prefix: str, token: str) -> None:
@@ -284,7 +297,7 @@ class TargetWriter:
 
     def write_state(self, rec: StateRecord) -> Outcome:
         current = self.t.get(
-            {"PK": keys.user_pk(rec.user_id), "SK": root_sk(rec.namespace, rec.key)}, projection="updated_at"
+            {"PK": self.space.user_pk(rec.user_id), "SK": root_sk(rec.namespace, rec.key)}, projection="updated_at"
         )
         if current is not None and (_int(current.get("updated_at")) or 0) >= rec.updated_at:
             return _skipped("already in the target (same or newer)")
@@ -307,7 +320,7 @@ class TargetWriter:
 
     def write_subscription(self, rec: SubscriptionRecord) -> Outcome:
         done = self._conditional_update(
-            Key=keys.push_key(rec.user_id),
+            Key=self.space.push_key(rec.user_id),
             UpdateExpression="SET subscription = :s, updated_at = :u ADD rev :one",
             ConditionExpression="attribute_not_exists(PK) OR updated_at < :u",
             ExpressionAttributeValues={":s": rec.subscription, ":u": rec.updated_at, ":one": 1},
@@ -316,7 +329,7 @@ class TargetWriter:
 
     def write_credential(self, rec: CredentialRecord) -> Outcome:
         done = self._conditional_update(
-            Key=keys.credential_key(rec.user_id, rec.cred_id),
+            Key=self.space.credential_key(rec.user_id, rec.cred_id),
             UpdateExpression="SET cred_id = :id, encrypted_value = :v, created_at = :c, updated_at = :u ADD rev :one",
             ConditionExpression="attribute_not_exists(SK) OR updated_at < :u",
             ExpressionAttributeValues={
@@ -336,7 +349,7 @@ class TargetWriter:
         if ttl <= self.now_ms // 1000:
             return _skipped(RETENTION_SKIP)
         self.ensure_counters(rec.user_id)
-        key = keys.outbox_key(rec.user_id, rec.message_id)
+        key = self.space.outbox_key(rec.user_id, rec.message_id)
         existing = self.t.get(key, projection="id, acked_at, delivered_at")
         if existing is not None:
             return self._advance_outbox(rec, key, existing, ttl)
@@ -344,7 +357,7 @@ class TargetWriter:
         if ids.get(rec.id, rec.message_id) != rec.message_id:
             return _failed("outbox id already used by another row in the target (import into a fresh table)")
         blob = None
-        pk = keys.user_pk(rec.user_id)
+        pk = self.space.user_pk(rec.user_id)
         if len(rec.payload) > INLINE_PAYLOAD_CHARS:
             blob = self.outbox_store._write_parts(pk, rec.message_id, rec.payload, ttl)
         row = OutboxAppend(
@@ -403,7 +416,7 @@ class TargetWriter:
         """Owner fences as ``W#<sha256(compact JSON [type, id])>`` items (the cloud-data layout of the table)."""
         sk = "W#" + keys.sha256_hex(compact_json([rec.owner_type, rec.owner_id]))
         done = self._conditional_update(
-            Key={"PK": keys.user_pk(rec.user_id), "SK": sk},
+            Key={"PK": self.space.user_pk(rec.user_id), "SK": sk},
             UpdateExpression="SET owner_type = :t, owner_id = :i, active = :a, generation = :g, updated_at = :u",
             ConditionExpression="attribute_not_exists(SK) OR generation < :g",
             ExpressionAttributeValues={
@@ -419,7 +432,7 @@ class TargetWriter:
     def write_record(self, rec: CloudRecord) -> Outcome:
         """Cloud management records as ``R#<kind>#<id>`` (data inline, or parts ``RC#<kind>#<id>#<token>#<i>``
         written with the table's blob helper) plus ``RI#<kind>#<sha256(idempotency key)>`` when keyed."""
-        pk = keys.user_pk(rec.user_id)
+        pk = self.space.user_pk(rec.user_id)
         sk = f"R#{rec.kind}#{rec.id}"
         current = self.t.get({"PK": pk, "SK": sk}, projection="updated_at")
         if current is not None and (_int(current.get("updated_at")) or 0) >= rec.updated_at:
@@ -496,19 +509,19 @@ class TargetWriter:
         if not parts:
             return None
         kind, rest = parts[0], parts[1:]
-        pk = keys.user_pk(rec.user_id)
+        pk = self.space.user_pk(rec.user_id)
         if kind == "task" and len(rest) == 1:
             identity = rest[0]
             if isinstance(identity, list) and len(identity) == 2 and identity[0] == "row":
                 # a legacy row without uuid: it was imported under its derived uuid
-                return keys.task_key(rec.user_id, derived_task_uuid(rec.user_id, int(identity[1])))
-            return keys.task_key(rec.user_id, str(identity))
+                return self.space.task_key(rec.user_id, derived_task_uuid(rec.user_id, int(identity[1])))
+            return self.space.task_key(rec.user_id, str(identity))
         if kind == "state" and len(rest) == 2:
             return {"PK": pk, "SK": root_sk(str(rest[0]), str(rest[1]))}
         if kind == "credential" and len(rest) == 1:
-            return keys.credential_key(rec.user_id, str(rest[0]))
+            return self.space.credential_key(rec.user_id, str(rest[0]))
         if kind == "outbox" and len(rest) == 1:
-            return keys.outbox_key(rec.user_id, str(rest[0]))
+            return self.space.outbox_key(rec.user_id, str(rest[0]))
         if kind == "subscription":
-            return keys.push_key(rec.user_id)
+            return self.space.push_key(rec.user_id)
         return None
