@@ -72,7 +72,9 @@ def kek_key(kek: str) -> bytes:
 
 def seal_tenant_config(config: dict[str, Any], kek: str, iv: bytes) -> str:
     """The reference's blob for ``config`` (used by tests and by operators checking their export)."""
-    sealed = AESGCM(kek_key(kek)).encrypt(iv, json.dumps(config).encode("utf-8"), None)
+    sealed = AESGCM(kek_key(kek)).encrypt(
+        iv, json.dumps(config, separators=(",", ":"), ensure_ascii=False).encode("utf-8"), None
+    )
 
     def enc(raw: bytes) -> str:
         return base64.urlsafe_b64encode(raw).rstrip(b"=").decode("ascii")
