@@ -108,7 +108,8 @@ def _config(data: dict[str, Any], tenant_id: str) -> TenantConfig:
     if not isinstance(master_key, str) or not _HEX_KEY.match(master_key):
         # kept byte for byte (user keys derive from the string), so only the reference's lowercase form is taken
         raise TenantConfigError("the tenant config has no master key of 32 bytes in lowercase hex")
-    db = data.get("db") if isinstance(data.get("db"), dict) else {}
+    raw_db = data.get("db")
+    db: dict[str, Any] = raw_db if isinstance(raw_db, dict) else {}
     return TenantConfig(
         tenant_id=found,
         driver=str(db.get("driver") or ""),
