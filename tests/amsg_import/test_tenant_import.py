@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import io
 import json
 import uuid
 from pathlib import Path
@@ -210,3 +211,37 @@ def test_the_command_line_reads_the_kek_from_the_environment(stack, reference, t
     assert main(args) == 2
     err = capsys.readouterr().err
     assert "wrong KEK" in err and "not-the-kek" not in err
+
+
+def test_dry_run_reads_the_kek_from_a_file_and_the_blob_from_stdin_and_writes_nothing(
+    stack, reference, tmp_path, monkeypatch, capsys
+):
+    _, path = reference
+    kek_file = tmp_path / "kek"
+    kek_file.write_text(KEK + "\n")
+    monkeypatch.setattr("sys.stdin", io.StringIO(_blob()))
+    argv = ["import", path, "--tenant", TENANT, "--tenant-config", "-", "--kek-file", str(kek_file), "--dry-run"]
+    args = _parser().parse_args([*argv, "--env-file", str(tmp_path / "none.env"), "--json"])
+    assert main(args) == 0, capsys.readouterr().err
+    out = json.loads(capsys.readouterr().out)
+    assert out["dryRun"] and out["source"]["tenantRecord"] == "would be created"
+    assert out["kinds"]["tasks"]["written"] == 2
+    assert stack.ctx.tenant_registry.get(TENANT) is None
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (["--kek-env", "NOPE_UNSET"], "NOPE_UNSET is empty or not set"),
+        ([], "exactly one of --kek-env"),
+        (["--kek-env", "REF_KEK", "--kek-file", "x"], "exactly one of --kek-env"),
+    ],
+)
+def test_the_kek_must_come_from_exactly_one_place(stack, reference, tmp_path, monkeypatch, capsys, extra, message):
+    _, path = reference
+    blob_file = tmp_path / "tenant.blob"
+    blob_file.write_text(_blob())
+    monkeypatch.setenv("REF_KEK", KEK)
+    argv = ["import", path, "--tenant", TENANT, "--tenant-config", str(blob_file), "--dry-run", *extra]
+    assert main(_parser().parse_args([*argv, "--env-file", str(tmp_path / "none.env")])) == 2
+    assert message in capsys.readouterr().err
