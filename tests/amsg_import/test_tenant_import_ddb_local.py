@@ -12,11 +12,14 @@ import pytest
 from amsg.adapters.dynamo.table import DynamoTable
 from amsg.adapters.dynamo.tenants import DynamoTenantStore
 from amsg.crypto import compact_json, decrypt_payload, derive_user_key, encrypt_for_storage
+from amsg.engine.tick import run_tick
+from amsg.tenancy.keys import RegistryDirectory, TenantKeys
 from amsg_import.command import import_tenant
 from amsg_import.sources import open_source
 from amsg_import.tenant import TenantConfigError, open_tenant_config, seal_tenant_config
 
 from tests.amsg_import.test_postgres import PG_2_6, PG_TASKS_2_0
+from tests.support.ddb_engine import MemoryQueue, RecordingPushSender, consume, ddb_context, with_fakes
 from tests.support.fakes.tenants import LocalKeyWrapper
 from tests.support.postgres_server import PostgresUnavailable, postgres_server
 from tests.support.tenants_stack import scan_all
@@ -26,6 +29,7 @@ KEK = "reference-kek"
 TENANT = "5d2e8f61-3a4b-4c7d-8e9f-0a1b2c3d4e5f"
 MASTER = "0f" * 32
 NOW = 1_900_000_000_000
+DUE_MS = 1_893_571_200_000  # 2030-01-02T08:00:00Z, the tasks' next_send_at
 
 
 @pytest.fixture(scope="module")
@@ -135,3 +139,24 @@ def test_racing_imports_of_one_tenant_register_it_once(tenant_db, ddb_local_endp
         thread.join(60)
     assert sorted(o == "created" for o in outcomes) == [False, False, True], outcomes
     assert all("--resume" in o for o in outcomes if o != "created")
+
+
+def test_the_imported_tenants_due_tasks_are_delivered_by_the_tick(tenant_db, ddb_local_endpoint, ddb_local_table):
+    """The tick serves the imported tenant from the shared due index and run_task delivers with its user keys."""
+    url, tasks = tenant_db
+    table = DynamoTable(ddb_local_table, endpoint_url=ddb_local_endpoint, region="us-east-1")
+    registry, wrapper = DynamoTenantStore(table), LocalKeyWrapper()
+    assert _run(_config(url), table, registry, wrapper).failed == 0
+    ctx = ddb_context(ddb_local_endpoint, ddb_local_table, AMSG_TENANCY="multi", AMSG_KMS_KEY_ID="unused-local-wrapper")
+    ctx.tenant_registry, ctx.key_wrapper = registry, wrapper
+    ctx.tenant_keys = TenantKeys(registry, wrapper, lambda: 0.0, max_age_s=300)
+    ctx.tenants = RegistryDirectory(registry)
+    sender, queue = RecordingPushSender(), MemoryQueue()
+    with_fakes(ctx, sender, queue)
+    ctx.clock.current_ms = DUE_MS + 60_000  # a minute after the tasks' next_send_at (later ones expire as stale)
+    assert run_tick(ctx)["claimedTasks"] == 2
+    stop = threading.Event()
+    stop.set()
+    consume(ctx, queue, stop)
+    subscribed = next(iter(tasks))  # only this user has a push subscription
+    assert [p["taskUuid"] for p in sender.sent] == [tasks[subscribed]["uuid"]]
