@@ -30,13 +30,15 @@ run: venv ## the service locally: API + tick + run_task (DynamoDB Local when Jav
 
 # both print their wall time last; XDIST=0 runs in one process (e.g. to read a traceback in order)
 XDIST ?= auto
-TIMED = scripts/timed
+# bytecode is cached (under .cache/pycache) even where the environment turns writing it off: each pytest
+# process (the controller and every xdist worker) otherwise compiles some 850 modules again, ~3 s of CPU each
+TIMED = PYTHONDONTWRITEBYTECODE= PYTHONPYCACHEPREFIX=$(CURDIR)/.cache/pycache scripts/timed
 
 test: venv dynamodb-local ## the full test suite on every core (PYTEST_ARGS=... to narrow it)
 	@CI=$${CI:-true} $(TIMED) "make test" .venv/bin/pytest -q -n $(XDIST) --dist loadgroup $(PYTEST_ARGS)
 
 unit: venv ## the fast tests: no DynamoDB Local, no subprocess, no local stack (a minute at most)
-	@AMSG_FAST_TESTS=1 $(TIMED) "make unit" .venv/bin/pytest -q -p no:cacheprovider -n $(XDIST) \
+	@AMSG_FAST_TESTS=1 $(TIMED) "make unit" .venv/bin/pytest -q -p no:cacheprovider -n $(XDIST) --dist loadgroup \
 		-m "not ddb_local and not e2e and not slow" $(PYTEST_ARGS)
 
 FUZZ_EXAMPLES ?= 5000

@@ -62,6 +62,26 @@ def moto_applies_one_request_at_a_time() -> Iterator[None]:
     BotocoreStubber.process_request = original  # type: ignore[method-assign]
 
 
+@pytest.fixture(scope="session", autouse=True)
+def botocore_sessions_share_one_loader() -> Iterator[None]:
+    """Every boto3 session in a process reads the same service models, endpoints and paginators from disk;
+    the adapters make a session per table and each test a new table, so each test parsed those JSON files
+    again. One loader for every session in the test process, as boto3's default session already shares one
+    between its clients; the loaded documents are only read."""
+    import botocore.loaders
+    import botocore.session
+
+    shared = botocore.loaders.create_loader()
+    original = botocore.session.Session._register_data_loader
+
+    def register(self):  # type: ignore[no-untyped-def]
+        self._components.lazy_register_component("data_loader", lambda: shared)
+
+    botocore.session.Session._register_data_loader = register  # type: ignore[method-assign]
+    yield
+    botocore.session.Session._register_data_loader = original  # type: ignore[method-assign]
+
+
 _session_cache: dict[str, Any] = {}
 
 
@@ -177,7 +197,7 @@ def engine(moto_table, make_context):
         client.init()
         subscription = push.subscribe()
         assert client.put_subscription(subscription.to_json()).status == 200
-        harness = EngineHarness(queue.url, queue.arn)
+        harness = EngineHarness(queue.url, queue.arn, moto_client("sqs"))
         yield types.SimpleNamespace(
             ctx=ctx, api=client, push=push, llm=llm, subscription=subscription, harness=harness, queue=queue
         )
@@ -207,6 +227,22 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             if item.get_closest_marker(group) and not item.get_closest_marker("xdist_group"):
                 item.add_marker(pytest.mark.xdist_group(group))
                 break
+    if getattr(config.option, "loadgroup", False):  # set in each xdist worker under --dist loadgroup
+        _name_xdist_groups(items)
+
+
+def _name_xdist_groups(items: list[pytest.Item]) -> None:
+    """pytest-xdist sends a group to one worker by the ``@group`` suffix it appends to each test's node id, but
+    it writes ``item._nodeid``, which pytest 9 no longer reads (the id is ``item._id``): without this every
+    group was silently spread over the workers (two DynamoDB Local JVMs, stacks and journeys built twice)."""
+    from _pytest.nodeid import NodeId
+
+    for item in items:
+        mark = item.get_closest_marker("xdist_group")
+        if mark is None or "@" in item.nodeid:
+            continue  # no group, or a pytest whose ids xdist still sets itself
+        name = mark.args[0] if mark.args else mark.kwargs.get("name", "default")
+        item._id = NodeId.parse(f"{item.nodeid}@{name}")  # type: ignore[attr-defined]
 
 
 @pytest.fixture(scope="session", autouse=True)

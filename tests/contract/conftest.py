@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import types
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
@@ -25,11 +26,15 @@ BACKENDS = [
 def memory_stores() -> types.SimpleNamespace:
     from tests.support import fakes
 
+    subscriptions = fakes.MemoryPushSubscriptionStore()
+    tasks = fakes.MemoryTaskStore(subscriptions)
     return types.SimpleNamespace(
         outbox=fakes.MemoryOutboxStore(),
         credentials=fakes.MemoryCredentialStore(),
-        subscriptions=fakes.MemoryPushSubscriptionStore(),
+        subscriptions=subscriptions,
         policies=fakes.MemoryDeliveryPolicyStore(),
+        tasks=tasks,
+        set_delivery_state=tasks.set_delivery_state,
     )
 
 
@@ -39,6 +44,7 @@ def dynamo_stores(table_name: str, endpoint_url: str | None = None) -> types.Sim
     from amsg.adapters.dynamo.outbox import DynamoOutboxStore
     from amsg.adapters.dynamo.subscriptions import DynamoPushSubscriptionStore
     from amsg.adapters.dynamo.table import DynamoTable
+    from amsg.adapters.dynamo.tasks import DynamoTaskStore
 
     table = DynamoTable(table_name, endpoint_url=endpoint_url)
     return types.SimpleNamespace(
@@ -46,13 +52,37 @@ def dynamo_stores(table_name: str, endpoint_url: str | None = None) -> types.Sim
         credentials=DynamoCredentialStore(table),
         subscriptions=DynamoPushSubscriptionStore(table),
         policies=DynamoDeliveryPolicyStore(table),
+        tasks=DynamoTaskStore(table),
+        set_delivery_state=lambda user_id, uuid, **fields: _write_task_fields(table, user_id, uuid, fields),
+    )
+
+
+def _write_task_fields(table: Any, user_id: str, uuid: str, fields: dict[str, Any]) -> None:
+    """What the delivery side writes on a task item (a lease, a retry, a deferral, a status), written directly:
+    the contract of the API side only needs a task in that state. Times come as ``*_ms`` (the ports' form) and
+    are stored as the adapter stores them (ISO text under the name without ``_ms``)."""
+    from amsg.adapters.dynamo import keys
+    from amsg.timeutil import iso_from_ms
+
+    stored = {
+        (name[:-3] if name.endswith("_ms") else name): (iso_from_ms(value) if name.endswith("_ms") else value)
+        for name, value in fields.items()
+    }
+    names = {f"#f{i}": name for i, name in enumerate(stored)}
+    values = {f":v{i}": value for i, value in enumerate(stored.values())}
+    table.table.update_item(
+        Key=keys.task_key(user_id, uuid),
+        UpdateExpression="SET " + ", ".join(f"#f{i} = :v{i}" for i in range(len(stored))),
+        ConditionExpression="attribute_exists(PK)",
+        ExpressionAttributeNames=names,
+        ExpressionAttributeValues=values,
     )
 
 
 @pytest.fixture(params=BACKENDS)
 def stores(request: pytest.FixtureRequest) -> Iterator[types.SimpleNamespace]:
     """The storage ports under test, on one backend: ``outbox``, ``credentials``, ``subscriptions``,
-    ``policies``."""
+    ``policies``, ``tasks`` (and ``set_delivery_state``, which puts a task in a state only the engine writes)."""
     if request.param == "memory":
         yield memory_stores()
     elif request.param == "moto":

@@ -13,11 +13,21 @@ import pytest
 from tests.support.inprocess import InProcessApi
 from tests.support.wire_client import WireClient, dummy_subscription, encrypt
 
+# the routes' wire contract, not storage: the in-memory fakes (tests/contract checks them against the adapter);
+# a test that builds its own context with ``make_context`` stays on moto
+pytestmark = pytest.mark.memory_store
+
 FUTURE = "2030-01-01T00:00:00.000Z"
 
 
 def fixed(**extra):
     return {"contactName": "Rei", "messageType": "fixed", "userMessage": "hi", "firstSendTime": FUTURE, **extra}
+
+
+def test_the_module_runs_on_the_fakes(ctx):
+    from tests.support.fakes import MemoryOutboxStore, MemoryTaskStore
+
+    assert isinstance(ctx.tasks, MemoryTaskStore) and isinstance(ctx.outbox, MemoryOutboxStore)
 
 
 @pytest.fixture
@@ -173,6 +183,7 @@ def test_vapid_public_key_and_capabilities(make_context):
     assert client.vapid_public_key().body == {"success": True, "publicKey": "BKey"}
 
 
+@pytest.mark.dynamo_store  # the schema check reads the table's description
 def test_init_tenant_checks_the_schema(api):
     resp = api.request("POST", "/init-tenant", body="ignored")
     assert resp.status == 200, resp.text
@@ -271,6 +282,7 @@ def test_payload_size_gate(ready):
     assert resp.body["error"]["details"]["maxBytes"] == 995871
 
 
+@pytest.mark.dynamo_store  # the adapter splits the payload across items; the fake keeps it inline
 def test_large_payload_round_trips_across_items(ready):
     blob = "名" * 300_000  # ~900 KB of UTF-8: about 1.8 MB of ciphertext, split across items
     created = ready.schedule(fixed(metadata={"blob": blob})).data

@@ -1,4 +1,8 @@
+import pytest
+
 from tests.support.wire_client import dummy_subscription
+
+pytestmark = pytest.mark.memory_store  # a round trip through the routes: the in-memory fakes are enough
 
 
 def test_fixed_task_round_trip(api):

@@ -148,3 +148,16 @@ def test_a_tenant_over_its_request_rate_gets_429_with_retry_after(make_context):
     # a tenant's own limit overrides the deployment's
     stack.ctx.tenant_registry.set_rate_limit(b["tenantId"], 0, stack.ctx.now_ms())
     assert all(client_b.request("GET", "/api/v1/get-user-key").status == 200 for _ in range(5))
+
+
+def test_capabilities_say_what_the_multi_tenant_line_offers(stack):
+    tenant = stack.tenant()
+    resp = stack.client(tenant["tenantToken"]).capabilities()
+    features = resp.body["features"]
+    assert {"multi-tenant", "tenant-token-revocation", "tenant-rate-limit", "message-outbox"} <= set(features)
+    assert "schema-self-check" not in features  # init-tenant creates tenants here
+
+
+def test_the_single_line_does_not_advertise_tenancy(api):
+    features = api.capabilities().body["features"]
+    assert "multi-tenant" not in features and "schema-self-check" in features

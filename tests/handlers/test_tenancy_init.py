@@ -133,3 +133,15 @@ def test_a_wrapped_key_copied_to_another_tenant_does_not_unwrap(stack):
 def test_single_mode_keeps_the_schema_check(ctx, api):
     resp = api.request("POST", "/api/v1/init-tenant", user=False)
     assert resp.status == 200 and resp.data["tenantId"] == "single"
+
+
+def test_a_snapstart_restore_forgets_every_unwrapped_tenant_key(stack):
+    """The unwrapped keys live in the context, which the restore hook drops: a restored sandbox unwraps anew."""
+    from amsg import runtime, snapstart
+
+    tenant_id = stack.tenant()["tenantId"]
+    before = runtime.app_context()
+    assert before.tenant_keys.master_key(tenant_id) is not None
+    assert before.tenant_keys._cache  # the key is cached in this context
+    snapstart.after_restore()
+    assert runtime._current is None  # the next request builds a new context, with an empty cache

@@ -17,10 +17,10 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 class EngineHarness:
-    def __init__(self, queue_url: str, queue_arn: str) -> None:
+    def __init__(self, queue_url: str, queue_arn: str, sqs: Any = None) -> None:
         self.queue_url = queue_url
         self.queue_arn = queue_arn
-        self.sqs = boto3.client("sqs", region_name="us-east-1")
+        self.sqs = sqs or boto3.client("sqs", region_name="us-east-1")  # the caller's client saves building one
         self.tick_module = load_handler_module(ROOT / "functions/tick/tick_handler.py")
         self.run_module = load_handler_module(ROOT / "functions/run_task/run_task_handler.py")
         self.last_run_results: list[dict[str, Any]] = []

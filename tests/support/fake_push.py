@@ -313,7 +313,7 @@ class FakePushService:
         server.daemon_threads = True
         self._server = server
         self._thread = threading.Thread(
-            target=server.serve_forever, kwargs={"poll_interval": 0.05}, name="fake-push", daemon=True
+            target=server.serve_forever, kwargs={"poll_interval": 0.02}, name="fake-push", daemon=True
         )
         self._thread.start()
         return self

@@ -11,6 +11,7 @@ import importlib.util
 import sys
 import uuid
 from dataclasses import dataclass
+from functools import cache
 from pathlib import Path
 from types import ModuleType
 from urllib.parse import urlsplit
@@ -50,13 +51,21 @@ class LambdaContext:
         return self.remaining_ms
 
 
+@cache
+def _routing(template_path: Path) -> tuple[tuple[Route, ...], Router]:
+    """The routes of a template and their router, once per process: neither changes after it is built, and
+    parsing template.yaml again for every client was a large part of each handler test's setup."""
+    routes = tuple(http_routes(load_template(template_path)))
+    return routes, Router(routes)  # API Gateway's selection: exact, then {param} / {proxy+}, else $default
+
+
 class InProcessApi:
     """A transport: ``(method, path, headers, body) -> (status, headers, body)``."""
 
     def __init__(self, template_path: Path = ROOT / "template.yaml") -> None:
-        self.routes = http_routes(load_template(template_path))
+        routes, self.router = _routing(template_path.resolve())
+        self.routes = list(routes)
         self.default = next(r for r in self.routes if r.path == "$default")
-        self.router = Router(self.routes)  # API Gateway's selection: exact, then {param} / {proxy+}, else $default
 
     def route_for(self, method: str, path: str) -> Route:
         return self.router.match(method, path)[0] or self.default

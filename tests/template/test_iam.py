@@ -78,6 +78,8 @@ def permissions_of_call(call: Call) -> set[str]:
 
 # --------------------------------------------------------------------------------------------- the journey
 
+# the journey is a module fixture: under xdist (--dist loadgroup) its three tests share one worker, so it runs once
+JOURNEY = pytest.mark.xdist_group("iam_journey")
 T0_MS = 1_893_369_600_000  # 2029-12-31T00:00:00Z
 FIRST = "2029-12-31T00:01:00.000Z"
 TOKEN = "iam-journey-token"
@@ -600,6 +602,7 @@ def test_the_client_token_is_granted_only_when_configured():
         assert ("HasClientToken" in conditions) == ("client_token" in table.get("secrets", [])), function
 
 
+@JOURNEY
 def test_every_call_of_the_journey_is_granted(observed):
     table = load_permissions()
     missing = {
@@ -612,6 +615,7 @@ def test_every_call_of_the_journey_is_granted(observed):
     )
 
 
+@JOURNEY
 def test_every_granted_permission_is_used_by_the_journey(observed):
     table = load_permissions()
     unused = {}
@@ -623,6 +627,7 @@ def test_every_granted_permission_is_used_by_the_journey(observed):
     )
 
 
+@JOURNEY
 def test_the_journey_reached_every_function(observed):
     silent = set(load_permissions()) - set(observed)
     # the 404 route touches nothing; send-notifications is a route of the multi-tenant line only

@@ -7,6 +7,7 @@ import ast
 import json
 import subprocess
 import sys
+from functools import lru_cache
 from pathlib import Path
 
 import pytest
@@ -17,8 +18,20 @@ FORBIDDEN = {"boto3", "botocore", "httpx", "http_ece", "pywebpush", "aiohttp", "
 PURE_PACKAGES = ["domain", "api", "engine", "http"]
 
 
+def _tree(path: Path) -> ast.Module:
+    """A file's syntax tree, parsed once per content: the checks below walk every module of the package, most
+    of them in several tests (the trees are only read)."""
+    stat = path.stat()
+    return _parsed(path, stat.st_mtime_ns, stat.st_size)
+
+
+@lru_cache(maxsize=4096)
+def _parsed(path: Path, mtime_ns: int, size: int) -> ast.Module:
+    return ast.parse(path.read_text(encoding="utf-8"))
+
+
 def imported_modules(path: Path) -> set[str]:
-    tree = ast.parse(path.read_text(encoding="utf-8"))
+    tree = _tree(path)
     found: set[str] = set()
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
@@ -84,7 +97,7 @@ def amsg_imports(path: Path) -> set[str]:
     module = _module_name(path)
     package = module.split(".") if path.name == "__init__.py" else module.split(".")[:-1]
     found: set[str] = set()
-    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+    for node in ast.walk(_tree(path)):
         if isinstance(node, ast.Import):
             found |= {alias.name for alias in node.names}
         elif isinstance(node, ast.ImportFrom):
@@ -183,7 +196,7 @@ def module_imports(path: Path, module: str, known: set[str] | dict[str, Path]) -
     module ``a.b`` when there is one, else ``a`` (the package whose ``__init__`` provides ``b``)."""
     package = module.split(".") if path.name == "__init__.py" else module.split(".")[:-1]
     found: set[str] = set()
-    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+    for node in ast.walk(_tree(path)):
         if isinstance(node, ast.Import):
             found |= {alias.name for alias in node.names}
         elif isinstance(node, ast.ImportFrom):

@@ -79,7 +79,7 @@ FEATURES: list[tuple[str, Callable[[AppContext], bool]]] = [
     ("hook-usage", _agentic),
     ("llm-extra-body", _always),
     ("error-cause", _always),
-    ("schema-self-check", _always),
+    ("schema-self-check", lambda ctx: not ctx.settings.multi_tenant),  # multi: init-tenant creates tenants
     ("worker-run-task", _always),
     ("llm-credentials", _always),
     ("gzip-request-body", _always),
@@ -99,6 +99,10 @@ FEATURES: list[tuple[str, Callable[[AppContext], bool]]] = [
     ("cloud-data-management", lambda ctx: ctx.settings.cloud_data_management),
     # our own features, after the reference's
     ("delivery-policy", lambda ctx: ctx.provides("policies")),  # asked without building the storage
+    # the multi-tenant line (docs/tenancy.md): tenants, revocable tokens, a per-tenant request rate
+    ("multi-tenant", lambda ctx: ctx.settings.multi_tenant),
+    ("tenant-token-revocation", lambda ctx: ctx.settings.multi_tenant),
+    ("tenant-rate-limit", lambda ctx: ctx.settings.multi_tenant),
 ]
 
 

@@ -12,12 +12,14 @@ from tests.support.fakes.memory import (
     MemoryPushSubscriptionStore,
     NotFaked,
 )
+from tests.support.fakes.tasks import MemoryTaskStore
 
 __all__ = [
     "MemoryCredentialStore",
     "MemoryDeliveryPolicyStore",
     "MemoryOutboxStore",
     "MemoryPushSubscriptionStore",
+    "MemoryTaskStore",
     "NotFaked",
     "memory_context",
 ]

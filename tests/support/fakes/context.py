@@ -1,6 +1,6 @@
 """An ``AppContext`` on the in-memory stores: what the Lambda handlers see, minus DynamoDB.
 
-Ports without a fake (tasks, claims, client state, cloud data, owners, schema) are a stand-in that
+Ports without a fake (claims, client state, cloud data, owners, schema) are a stand-in that
 raises :class:`NotFaked` on first use, so a route that needs them fails loudly instead of half-working.
 """
 
@@ -19,6 +19,7 @@ from tests.support.fakes.memory import (
     MemoryPushSubscriptionStore,
     NotFaked,
 )
+from tests.support.fakes.tasks import MemoryTaskStore
 
 
 class Unfaked:
@@ -38,10 +39,11 @@ def memory_context(env: Mapping[str, str], now_ms: int) -> AppContext:
 
     settings = settings_from_env(env)
     secrets = secrets_from_env(env)
+    subscriptions = MemoryPushSubscriptionStore()
     storage = StoragePorts(
-        tasks=Unfaked("TaskStore"),  # type: ignore[arg-type]
+        tasks=MemoryTaskStore(subscriptions),
         claims=Unfaked("ClaimStore"),  # type: ignore[arg-type]
-        subscriptions=MemoryPushSubscriptionStore(),
+        subscriptions=subscriptions,
         outbox=MemoryOutboxStore(),
         schema=Unfaked("SchemaInspector"),  # type: ignore[arg-type]
         credentials=MemoryCredentialStore(),

@@ -32,13 +32,17 @@ def new_tenant_id() -> str:
     return str(uuid.uuid4())
 
 
-def create(ctx: AppContext, tenant_id: str) -> TenantRecord:
-    """A new active tenant with a fresh master key, stored wrapped; raises ``TenantExists`` when the id is taken
-    (a conditional write: of concurrent creates of one id exactly one wins)."""
+def create(
+    ctx: AppContext, tenant_id: str, *, master_key: str | None = None, tokens_not_before_s: int | None = None
+) -> TenantRecord:
+    """A new active tenant with a fresh master key (or, moving a reference tenant in, its own), stored wrapped;
+    raises ``TenantExists`` when the id is taken (a conditional write: of concurrent creates exactly one wins).
+    ``tokens_not_before_s`` defaults to now; an imported tenant takes 0, so its reference tokens keep working
+    under the same signing key until its first rotation."""
     registry, wrapper = registry_of(ctx), ctx.key_wrapper
     if wrapper is None:
         raise TenancyUnavailable("no key wrapper (AMSG_KMS_KEY_ID)")
-    master_key = new_master_key()
+    master_key = master_key or new_master_key()
     now_ms = ctx.now_ms()
     record = TenantRecord(
         tenant_id=tenant_id,
@@ -47,7 +51,7 @@ def create(ctx: AppContext, tenant_id: str) -> TenantRecord:
         status=ACTIVE,
         created_at_ms=now_ms,
         updated_at_ms=now_ms,
-        tokens_not_before_s=now_ms // 1000,
+        tokens_not_before_s=now_ms // 1000 if tokens_not_before_s is None else tokens_not_before_s,
         master_key_fingerprint=master_key_fingerprint(master_key),
     )
     registry.create(record)

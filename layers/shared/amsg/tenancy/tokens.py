@@ -16,10 +16,11 @@ import base64
 import binascii
 import hashlib
 import hmac
-import json
 import math
 from dataclasses import dataclass
 from typing import TypeGuard
+
+from amsg import jsonio
 
 TENANT = "tenant"
 CRON = "cron"
@@ -66,7 +67,7 @@ def _sign(signing_key: str, message: str) -> bytes:
 def issue(signing_key: str, tenant_id: str, token_type: str, now_s: int, lifetime_s: int = DEFAULT_LIFETIME_S) -> str:
     """A token for ``tenant_id`` of ``token_type``, issued at ``now_s``."""
     payload = {"tid": tenant_id, "typ": token_type, "iat": now_s, "exp": now_s + lifetime_s, "v": 1}
-    body = json.dumps(payload, separators=(",", ":"), ensure_ascii=False)
+    body = jsonio.dumps(payload)
     signing_input = _b64url(_HEADER.encode("utf-8")) + "." + _b64url(body.encode("utf-8"))
     return signing_input + "." + _b64url(_sign(signing_key, signing_input))
 
@@ -87,8 +88,8 @@ def verify(signing_key: str, token: str, now_s: int, allowed_types: frozenset[st
 
 def _claims(raw: bytes, now_s: int, allowed_types: frozenset[str]) -> TokenClaims:
     try:
-        payload = json.loads(raw.decode("utf-8"))
-    except (UnicodeDecodeError, ValueError) as exc:
+        payload = jsonio.loads(raw)
+    except ValueError as exc:
         raise InvalidToken("payload is not JSON") from exc
     if not isinstance(payload, dict) or payload.get("v") != 1 or isinstance(payload.get("v"), bool):
         raise InvalidToken("unknown version")

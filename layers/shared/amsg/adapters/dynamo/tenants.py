@@ -15,7 +15,6 @@ master key only wrapped by the stack's KMS key.
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from boto3.dynamodb.conditions import Key
@@ -81,13 +80,13 @@ class DynamoTenantStore:
             "ConsistentRead": True,
             "Limit": max(1, min(limit, 1000)),
         }
-        if cursor:
-            kwargs["ExclusiveStartKey"] = json.loads(cursor)
+        if cursor:  # only a key of the registry's own partition: a cursor cannot point the query elsewhere
+            kwargs["ExclusiveStartKey"] = {"PK": REGISTRY_PK, "SK": str(cursor)}
         page = self.t.table.query(**kwargs)
         last = page.get("LastEvaluatedKey")
         return TenantPage(
             records=[_record(item) for item in page.get("Items", [])],
-            cursor=json.dumps({"PK": last["PK"], "SK": last["SK"]}) if last else None,
+            cursor=str(last["SK"]) if last else None,
         )
 
     def set_status(self, tenant_id: str, status: str, now_ms: int) -> TenantRecord:
