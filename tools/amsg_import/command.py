@@ -20,8 +20,12 @@ from itertools import islice
 from pathlib import Path
 from typing import Any, TextIO
 
+from amsg.adapters.dynamo.keys import tenant_space
+from amsg.tenancy.ids import valid_tenant_id
+
 from amsg_import.reader import KINDS, OutboxRecord, Problem, Record, ReferenceReader
 from amsg_import.sources import Source, SourceError, open_source
+from amsg_import.tenant import MAX_BLOB_CHARS, TenantConfigError, open_tenant_config, register_tenant
 from amsg_import.writer import FAILED, RETENTION_SKIP, SKIPPED, WRITTEN, Outcome, TargetWriter, outbox_ttl
 
 KEY_SAMPLE = 3
@@ -241,7 +245,8 @@ def run_import(
     space: Any = None,
 ) -> Report:
     """Import ``source`` into ``table`` (a :class:`~amsg.adapters.dynamo.table.DynamoTable`); returns the
-    report. Raises :class:`ImportStopped` before any write when the source or the key is wrong."""
+    report. Raises :class:`ImportStopped` before any write when the source or the key is wrong. ``space`` (an
+    ``amsg.adapters.dynamo.keys.KeySpace``) is the tenant's for ``--tenant``; the single-user line's otherwise."""
     started = time.monotonic()
     now = int(time.time() * 1000) if now_ms is None else now_ms
     reader = ReferenceReader(source, master_key)
@@ -297,26 +302,30 @@ def add_parser(commands: Any) -> None:
         description="Copy a reference amsg-server database into this deployment's table, with the same master "
         "key. Safe to run again: conditional writes skip what is already here and never overwrite newer data.",
     )
-    parser.add_argument("source", help="a .sqlite/.db file, a .sql dump, or postgres://user@host/db")
+    parser.add_argument(
+        "source",
+        nargs="?",
+        help="a .sqlite/.db file, a .sql dump, or postgres://user@host/db (with --tenant: default the database "
+        "named in the tenant config)",
+    )
     parser.add_argument("--dry-run", action="store_true", help="read and check everything, write nothing")
     parser.add_argument("--dynamodb-endpoint", metavar="URL", help="target DynamoDB endpoint (e.g. DynamoDB Local)")
     parser.add_argument("--table", metavar="NAME", help="target table (default AMSG_TABLE_NAME)")
     parser.add_argument("--region", help="AWS region of the table (default from the environment)")
     parser.add_argument("--env-file", type=Path, default=Path(".env"), help="dotenv file (default ./.env)")
     parser.add_argument("--json", action="store_true", help="print the end report as JSON")
-    parser.add_argument(
-        "--tenant",
-        metavar="ID",
-        help="multi-tenant line: import one reference tenant's database into that tenant here (created with its "
-        "own master key if absent; docs/tenancy.md)",
+    tenant = parser.add_argument_group(
+        "a tenant of a reference multi-tenant deployment (this deployment runs with AMSG_TENANCY=multi)"
     )
-    parser.add_argument(
-        "--tenant-config",
-        metavar="BLOB",
-        help="with --tenant: the reference's encrypted tenant config (v1.…), decrypted with AMSG_REFERENCE_KEK",
+    tenant.add_argument("--tenant", metavar="ID", help="the tenant id to move in, with its master key")
+    tenant.add_argument(
+        "--tenant-config", metavar="FILE", help="the tenant's exported v1. config blob (a file, or - for stdin)"
     )
-    parser.add_argument(
-        "--tenant-master-key", metavar="HEX", help="with --tenant: the tenant's master key, instead of --tenant-config"
+    tenant.add_argument("--kek-env", metavar="VAR", help="the environment variable holding the reference's KEK")
+    tenant.add_argument("--kek-file", metavar="FILE", type=Path, help="a file holding the reference's KEK")
+    tenant.add_argument("--database-url", metavar="URL", help="read the tenant's data here, not from its config")
+    tenant.add_argument(
+        "--resume", action="store_true", help="the tenant exists from an earlier run of this import: continue it"
     )
 
 
@@ -341,47 +350,26 @@ def _table(values: Mapping[str, str], args: argparse.Namespace) -> Any:
     return table
 
 
-def _tenant_target(values: Mapping[str, str], args: argparse.Namespace) -> tuple[str, Any]:
-    """The tenant's master key and key space; the tenant is created here first (unless a dry run)."""
-    from amsg import runtime
-    from amsg.adapters.dynamo.keys import KeySpace
-    from amsg.http.gates import UUID_V4_RE
-
-    from amsg_import.tenant import TenantImportError, ensure_tenant, reference_tenant
-
-    if not UUID_V4_RE.match(args.tenant):
-        raise ImportStopped("--tenant must be a UUID v4")
-    try:
-        tenant = reference_tenant(
-            args.tenant,
-            blob=args.tenant_config,
-            kek=values.get("AMSG_REFERENCE_KEK"),
-            master_key=args.tenant_master_key,
-        )
-        if not args.dry_run:
-            ctx = runtime.build_context(values)
-            if not ctx.settings.multi_tenant:
-                raise ImportStopped("--tenant needs the multi-tenant line (AMSG_TENANCY=multi)")
-            print(f"amsg import: tenant {tenant.tenant_id} {ensure_tenant(ctx, tenant)}", file=sys.stderr)
-    except TenantImportError as exc:
-        raise ImportStopped(str(exc)) from None
-    return tenant.master_key, KeySpace(tenant.tenant_id)
-
-
 def main(args: argparse.Namespace) -> int:
-    from amsg.config import ConfigError
-    from amsg.runtime import secrets_from_env
     from amsg_local.envfile import read_env_file
 
     values = {**read_env_file(args.env_file), **os.environ}
+    if args.tenant or args.tenant_config:
+        return tenant_main(args, values)
+    if not args.source:
+        print("amsg import: name the source (a file or a postgres:// URL)", file=sys.stderr)
+        return 2
+    return _single_main(args, values)
+
+
+def _single_main(args: argparse.Namespace, values: Mapping[str, str]) -> int:
+    from amsg.config import ConfigError
+    from amsg.runtime import secrets_from_env
+
     source: Source | None = None
     try:
-        space = None
         try:
-            if getattr(args, "tenant", None):
-                master_key, space = _tenant_target(values, args)
-            else:
-                master_key = secrets_from_env(values).master_key
+            master_key = secrets_from_env(values).master_key
         except ConfigError as exc:
             raise ImportStopped(str(exc)) from None
         source = open_source(args.source)
@@ -394,7 +382,6 @@ def main(args: argparse.Namespace) -> int:
             due_shards=due_shards,
             dry_run=args.dry_run,
             progress=sys.stderr,
-            space=space,
         )
     except (ImportStopped, SourceError) as exc:
         print(f"amsg import: {exc}", file=sys.stderr)
@@ -403,4 +390,125 @@ def main(args: argparse.Namespace) -> int:
         if source is not None:
             source.close()
     print(json.dumps(report.as_json(), ensure_ascii=False, indent=2) if args.json else report.render())
+    return 1 if report.failed else 0
+
+
+# ---- --tenant: a tenant of a reference multi-tenant deployment (docs/tenancy.md, "moving in") -------------
+
+
+def _read_kek(args: argparse.Namespace, values: Mapping[str, str]) -> str:
+    """The KEK from an environment variable or a file, never from the command line (shell history, ps)."""
+    if bool(args.kek_env) == bool(args.kek_file):
+        raise ImportStopped("name the reference's KEK with exactly one of --kek-env VAR or --kek-file FILE")
+    if args.kek_env:
+        kek = values.get(args.kek_env, "")
+        if not kek.strip():
+            raise ImportStopped(f"the environment variable {args.kek_env} is empty or not set")
+        return kek
+    try:
+        kek = Path(args.kek_file).read_text(encoding="utf-8").rstrip("\r\n")
+    except OSError as exc:
+        raise ImportStopped(f"cannot read the KEK file ({type(exc).__name__})") from None
+    if not kek.strip():
+        raise ImportStopped("the KEK file is empty")
+    return kek
+
+
+def _read_blob(name: str | None) -> str:
+    if not name:
+        raise ImportStopped("--tenant needs --tenant-config FILE (or - for stdin): the tenant's exported v1. blob")
+    try:
+        if name == "-":
+            blob = sys.stdin.read(MAX_BLOB_CHARS + 1)
+        else:
+            with open(name, encoding="utf-8") as handle:
+                blob = handle.read(MAX_BLOB_CHARS + 1)
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ImportStopped(f"cannot read the tenant config ({type(exc).__name__})") from None
+    return blob.strip()
+
+
+def _tenant_target(values: Mapping[str, str], args: argparse.Namespace) -> tuple[Any, Any, Any]:
+    """(table, registry, key wrapper) of a multi-tenant deployment."""
+    from amsg.adapters.dynamo.tenants import DynamoTenantStore
+    from amsg.adapters.kms import KmsKeyWrapper
+
+    if (values.get("AMSG_TENANCY") or "").strip().lower() != "multi":
+        raise ImportStopped("--tenant imports into a multi-tenant deployment: set AMSG_TENANCY=multi")
+    kms_key = (values.get("AMSG_KMS_KEY_ID") or "").strip()
+    if not kms_key:
+        raise ImportStopped("AMSG_KMS_KEY_ID is not set (the tenant's master key is stored wrapped by it)")
+    table = _table(values, args)
+    region = args.region or values.get("AWS_REGION") or values.get("AWS_DEFAULT_REGION") or None
+    endpoint = values.get("AWS_ENDPOINT_URL_KMS") or None
+    wrapper = KmsKeyWrapper(kms_key, endpoint_url=endpoint, region=region or ("us-east-1" if endpoint else None))
+    return table, DynamoTenantStore(table), wrapper
+
+
+def import_tenant(
+    config: Any,
+    source: Source,
+    *,
+    target: tuple[Any, Any, Any] | None,
+    due_shards: int = 1,
+    resume: bool = False,
+    dry_run: bool = False,
+    now_ms: int | None = None,
+    progress: TextIO | None = None,
+) -> Report:
+    """Check the key against the source, register the tenant (its own master key, wrapped), then import the
+    source into the tenant's key space. ``target`` is (table, registry, wrapper); None only for a dry run."""
+    now = int(time.time() * 1000) if now_ms is None else now_ms
+    check_master_key(ReferenceReader(source, config.master_key))  # a wrong key stops before the tenant exists
+    registered = "would be created"
+    table = None
+    if not dry_run:
+        if target is None:
+            raise ImportStopped("no target table")
+        table, registry, wrapper = target
+        _, created = register_tenant(registry, wrapper, config, now, resume=resume)
+        registered = "created" if created else "resumed (exists with this master key)"
+    report = run_import(
+        source,
+        master_key=config.master_key,
+        table=table,
+        due_shards=due_shards,
+        dry_run=dry_run,
+        now_ms=now,
+        progress=progress,
+        space=tenant_space(config.tenant_id),
+    )
+    report.source = {**report.source, "tenant": config.tenant_id, "tenantRecord": registered}
+    return report
+
+
+def tenant_main(args: argparse.Namespace, values: Mapping[str, str]) -> int:
+    source: Source | None = None
+    try:
+        if not args.tenant or not valid_tenant_id(args.tenant):
+            raise ImportStopped("--tenant ID (a reference tenant id, a UUID) is required with --tenant-config")
+        config = open_tenant_config(_read_blob(args.tenant_config), _read_kek(args, values), args.tenant)
+        location = args.database_url or args.source or config.connection_string
+        if not location:
+            raise ImportStopped("the tenant config names no database: pass --database-url URL")
+        source = open_source(location)
+        report = import_tenant(
+            config,
+            source,
+            target=None if args.dry_run else _tenant_target(values, args),
+            due_shards=int(values.get("AMSG_DUE_SHARDS") or 1),
+            resume=args.resume,
+            dry_run=args.dry_run,
+            progress=sys.stderr,
+        )
+    except (ImportStopped, SourceError, TenantConfigError) as exc:
+        print(f"amsg import: {exc}", file=sys.stderr)
+        return 2
+    finally:
+        if source is not None:
+            source.close()
+    if args.json:
+        print(json.dumps(report.as_json(), ensure_ascii=False, indent=2))
+    else:
+        print(f"tenant   {report.source['tenant']}: record {report.source['tenantRecord']}\n{report.render()}")
     return 1 if report.failed else 0

@@ -99,19 +99,6 @@ def outbox_ttl(rec: OutboxRecord) -> int:
     return expires // 1000
 
 
-class _SpaceKeys:
-    """The key builders of :mod:`amsg.adapters.dynamo.keys` in one key space: the partition-key builders a
-    :class:`KeySpace` has come from the space, every other name (sort keys, prefixes) from the module."""
-
-    def __init__(self, space: keys.KeySpace) -> None:
-        self._space = space
-
-    def __getattr__(self, name: str) -> Any:
-        if name != "prefix" and hasattr(self._space, name):
-            return getattr(self._space, name)
-        return getattr(keys, name)
-
-
 class TargetWriter:
     def __init__(
         self,
@@ -124,8 +111,7 @@ class TargetWriter:
         space: keys.KeySpace = keys.SINGLE,
     ) -> None:
         self.t = table
-        self.space = space  # a tenant's key space for ``amsg import --tenant`` (docs/tenancy.md)
-        self.k: Any = _SpaceKeys(space)
+        self.space = space  # a tenant's import writes under its namespace (docs/tenancy.md)
         self.due_shards = due_shards
         self.now_ms = now_ms
         self.now_iso = iso_from_ms(now_ms)
@@ -163,22 +149,22 @@ class TargetWriter:
     def _locate(self, kind: str, rec: Any) -> tuple[dict[str, str], dict[str, str]] | None:
         """(the row's item key, its ledger key) for the kinds a client or the engine can delete."""
         if kind == "tasks":
-            identity, item_key = rec.uuid, self.k.task_key(rec.user_id, rec.uuid)
+            identity, item_key = rec.uuid, self.space.task_key(rec.user_id, rec.uuid)
         elif kind == "state":
             identity = f"{rec.namespace}\x1f{rec.key}"
-            item_key = {"PK": self.k.user_pk(rec.user_id), "SK": root_sk(rec.namespace, rec.key)}
+            item_key = {"PK": self.space.user_pk(rec.user_id), "SK": root_sk(rec.namespace, rec.key)}
         elif kind == "subscriptions":
-            identity, item_key = rec.user_id, self.k.push_key(rec.user_id)
+            identity, item_key = rec.user_id, self.space.push_key(rec.user_id)
         elif kind == "credentials":
-            identity, item_key = rec.cred_id, self.k.credential_key(rec.user_id, rec.cred_id)
+            identity, item_key = rec.cred_id, self.space.credential_key(rec.user_id, rec.cred_id)
         elif kind == "outbox":
-            identity, item_key = rec.message_id, self.k.outbox_key(rec.user_id, rec.message_id)
+            identity, item_key = rec.message_id, self.space.outbox_key(rec.user_id, rec.message_id)
         elif kind == "records":
             identity = f"{rec.kind}\x1f{rec.id}"
-            item_key = {"PK": self.k.user_pk(rec.user_id), "SK": f"R#{rec.kind}#{rec.id}"}
+            item_key = {"PK": self.space.user_pk(rec.user_id), "SK": f"R#{rec.kind}#{rec.id}"}
         else:
             return None
-        ledger_key = {"PK": self.k.user_pk(rec.user_id), "SK": f"{LEDGER_PREFIX}{kind}#{self.k.sha256_hex(identity)}"}
+        ledger_key = {"PK": self.space.user_pk(rec.user_id), "SK": f"{LEDGER_PREFIX}{kind}#{keys.sha256_hex(identity)}"}
         return item_key, ledger_key
 
     # ---- counters ---------------------------------------------------------------------------------------
@@ -192,7 +178,7 @@ class TargetWriter:
                 continue
             try:
                 self.t.table.update_item(
-                    Key=self.k.counter_key(user_id, name),
+                    Key=self.space.counter_key(user_id, name),
                     UpdateExpression="SET n = :m",
                     ConditionExpression="attribute_not_exists(n) OR n < :m",
                     ExpressionAttributeValues={":m": floor},
@@ -207,7 +193,7 @@ class TargetWriter:
             cache[user_id] = {
                 int(item["id"]): str(item[name])
                 for item in self.t.query_prefix(
-                    self.k.user_pk(user_id),
+                    self.space.user_pk(user_id),
                     prefix,
                     ProjectionExpression="id, #n",
                     ExpressionAttributeNames={"#n": name},
@@ -223,7 +209,7 @@ class TargetWriter:
         becomes eligible when it ends, as it would have there); an expired one and the serialize group are
         dropped (nobody here holds them). A future back-off is kept."""
         item: dict[str, Any] = {
-            **self.k.task_key(rec.user_id, rec.uuid),
+            **self.space.task_key(rec.user_id, rec.uuid),
             "id": rec.id,
             "user_id": rec.user_id,
             "uuid": rec.uuid,
@@ -251,17 +237,17 @@ class TargetWriter:
             if rec.retry_after and rec.retry_after > self.now_iso:
                 item["retry_after"] = rec.retry_after
                 eligible = max(eligible, rec.retry_after)
-            item["due_pk"] = self.k.due_pk(rec.uuid, self.due_shards)
-            item["due_sk"] = self.k.due_sk(eligible, rec.uuid)
+            item["due_pk"] = self.space.due_pk(rec.uuid, self.due_shards)
+            item["due_sk"] = keys.due_sk(eligible, rec.uuid)
         else:
-            item["ret_pk"] = self.k.done_pk(rec.uuid, self.due_shards)
+            item["ret_pk"] = self.space.done_pk(rec.uuid, self.due_shards)
             item["ret_sk"] = rec.updated_at
         return item
 
     def write_task(self, rec: TaskRecord) -> Outcome:
         self.ensure_counters(rec.user_id)
         projection = "rev, claim_version, updated_at, imported, payload_token"
-        existing = self.t.get(self.k.task_key(rec.user_id, rec.uuid), projection=projection)
+        existing = self.t.get(self.space.task_key(rec.user_id, rec.uuid), projection=projection)
         if existing is not None:
             untouched = (
                 existing.get("imported") and _int(existing.get("rev")) == 1 and not existing.get("claim_version")
@@ -270,7 +256,7 @@ class TargetWriter:
                 return _skipped("already in the target and changed there since")
             if str(existing.get("updated_at", "")) >= rec.updated_at:
                 return _skipped("already in the target (same or newer)")
-        ids = self._ids_in_target(self._task_ids, rec.user_id, self.k.TASK_PREFIX, "uuid")
+        ids = self._ids_in_target(self._task_ids, rec.user_id, keys.TASK_PREFIX, "uuid")
         if ids.get(rec.id, rec.uuid) != rec.uuid:
             return _failed("task id already used by another task in the target (import into a fresh table)")
         payload, blob = task_payload_attrs(self.t, self.space, rec.user_id, rec.uuid, rec.encrypted_payload)
@@ -286,7 +272,7 @@ class TargetWriter:
                 ":seen": existing.get("updated_at", ""),
             }
         registry = {
-            "Item": {**self.k.uuid_registry_key(rec.uuid), "user_id": rec.user_id, "id": rec.id},
+            "Item": {**self.space.uuid_registry_key(rec.uuid), "user_id": rec.user_id, "id": rec.id},
             "ConditionExpression": "attribute_not_exists(PK) OR user_id = :uid",
             "ExpressionAttributeValues": {":uid": rec.user_id},
         }
@@ -311,7 +297,7 @@ class TargetWriter:
 
     def write_state(self, rec: StateRecord) -> Outcome:
         current = self.t.get(
-            {"PK": self.k.user_pk(rec.user_id), "SK": root_sk(rec.namespace, rec.key)}, projection="updated_at"
+            {"PK": self.space.user_pk(rec.user_id), "SK": root_sk(rec.namespace, rec.key)}, projection="updated_at"
         )
         if current is not None and (_int(current.get("updated_at")) or 0) >= rec.updated_at:
             return _skipped("already in the target (same or newer)")
@@ -334,7 +320,7 @@ class TargetWriter:
 
     def write_subscription(self, rec: SubscriptionRecord) -> Outcome:
         done = self._conditional_update(
-            Key=self.k.push_key(rec.user_id),
+            Key=self.space.push_key(rec.user_id),
             UpdateExpression="SET subscription = :s, updated_at = :u ADD rev :one",
             ConditionExpression="attribute_not_exists(PK) OR updated_at < :u",
             ExpressionAttributeValues={":s": rec.subscription, ":u": rec.updated_at, ":one": 1},
@@ -343,7 +329,7 @@ class TargetWriter:
 
     def write_credential(self, rec: CredentialRecord) -> Outcome:
         done = self._conditional_update(
-            Key=self.k.credential_key(rec.user_id, rec.cred_id),
+            Key=self.space.credential_key(rec.user_id, rec.cred_id),
             UpdateExpression="SET cred_id = :id, encrypted_value = :v, created_at = :c, updated_at = :u ADD rev :one",
             ConditionExpression="attribute_not_exists(SK) OR updated_at < :u",
             ExpressionAttributeValues={
@@ -363,15 +349,15 @@ class TargetWriter:
         if ttl <= self.now_ms // 1000:
             return _skipped(RETENTION_SKIP)
         self.ensure_counters(rec.user_id)
-        key = self.k.outbox_key(rec.user_id, rec.message_id)
+        key = self.space.outbox_key(rec.user_id, rec.message_id)
         existing = self.t.get(key, projection="id, acked_at, delivered_at")
         if existing is not None:
             return self._advance_outbox(rec, key, existing, ttl)
-        ids = self._ids_in_target(self._outbox_ids, rec.user_id, self.k.OUTBOX_PREFIX, "message_id")
+        ids = self._ids_in_target(self._outbox_ids, rec.user_id, keys.OUTBOX_PREFIX, "message_id")
         if ids.get(rec.id, rec.message_id) != rec.message_id:
             return _failed("outbox id already used by another row in the target (import into a fresh table)")
         blob = None
-        pk = self.k.user_pk(rec.user_id)
+        pk = self.space.user_pk(rec.user_id)
         if len(rec.payload) > INLINE_PAYLOAD_CHARS:
             blob = self.outbox_store._write_parts(pk, rec.message_id, rec.payload, ttl)
         row = OutboxAppend(
@@ -396,7 +382,7 @@ class TargetWriter:
             self.t.table.put_item(Item=item, ConditionExpression=put["ConditionExpression"])
         except ClientError as exc:
             if blob is not None:
-                self._drop(pk, self.k.outbox_part_prefix(rec.message_id), blob.token)
+                self._drop(pk, keys.outbox_part_prefix(rec.message_id), blob.token)
             if is_conditional_failure(exc):
                 return _skipped("written in the target while importing")
             raise
@@ -428,9 +414,9 @@ class TargetWriter:
 
     def write_owner(self, rec: OwnerRecord) -> Outcome:
         """Owner fences as ``W#<sha256(compact JSON [type, id])>`` items (the cloud-data layout of the table)."""
-        sk = "W#" + self.k.sha256_hex(compact_json([rec.owner_type, rec.owner_id]))
+        sk = "W#" + keys.sha256_hex(compact_json([rec.owner_type, rec.owner_id]))
         done = self._conditional_update(
-            Key={"PK": self.k.user_pk(rec.user_id), "SK": sk},
+            Key={"PK": self.space.user_pk(rec.user_id), "SK": sk},
             UpdateExpression="SET owner_type = :t, owner_id = :i, active = :a, generation = :g, updated_at = :u",
             ConditionExpression="attribute_not_exists(SK) OR generation < :g",
             ExpressionAttributeValues={
@@ -446,7 +432,7 @@ class TargetWriter:
     def write_record(self, rec: CloudRecord) -> Outcome:
         """Cloud management records as ``R#<kind>#<id>`` (data inline, or parts ``RC#<kind>#<id>#<token>#<i>``
         written with the table's blob helper) plus ``RI#<kind>#<sha256(idempotency key)>`` when keyed."""
-        pk = self.k.user_pk(rec.user_id)
+        pk = self.space.user_pk(rec.user_id)
         sk = f"R#{rec.kind}#{rec.id}"
         current = self.t.get({"PK": pk, "SK": sk}, projection="updated_at")
         if current is not None and (_int(current.get("updated_at")) or 0) >= rec.updated_at:
@@ -486,7 +472,7 @@ class TargetWriter:
             self.t.table.put_item(
                 Item={
                     "PK": pk,
-                    "SK": f"RI#{rec.kind}#{self.k.sha256_hex(rec.idempotency_key)}",
+                    "SK": f"RI#{rec.kind}#{keys.sha256_hex(rec.idempotency_key)}",
                     "idempotency_key": rec.idempotency_key,
                     "record_id": rec.id,
                 }
@@ -523,19 +509,19 @@ class TargetWriter:
         if not parts:
             return None
         kind, rest = parts[0], parts[1:]
-        pk = self.k.user_pk(rec.user_id)
+        pk = self.space.user_pk(rec.user_id)
         if kind == "task" and len(rest) == 1:
             identity = rest[0]
             if isinstance(identity, list) and len(identity) == 2 and identity[0] == "row":
                 # a legacy row without uuid: it was imported under its derived uuid
-                return self.k.task_key(rec.user_id, derived_task_uuid(rec.user_id, int(identity[1])))
-            return self.k.task_key(rec.user_id, str(identity))
+                return self.space.task_key(rec.user_id, derived_task_uuid(rec.user_id, int(identity[1])))
+            return self.space.task_key(rec.user_id, str(identity))
         if kind == "state" and len(rest) == 2:
             return {"PK": pk, "SK": root_sk(str(rest[0]), str(rest[1]))}
         if kind == "credential" and len(rest) == 1:
-            return self.k.credential_key(rec.user_id, str(rest[0]))
+            return self.space.credential_key(rec.user_id, str(rest[0]))
         if kind == "outbox" and len(rest) == 1:
-            return self.k.outbox_key(rec.user_id, str(rest[0]))
+            return self.space.outbox_key(rec.user_id, str(rest[0]))
         if kind == "subscription":
-            return self.k.push_key(rec.user_id)
+            return self.space.push_key(rec.user_id)
         return None
