@@ -119,6 +119,7 @@ def settings_from_env(env: Mapping[str, str]) -> Settings:
         tenant_key_cache_s=_int_env(env, "AMSG_TENANT_KEY_CACHE_S", 300),
         kms_key_id=env.get("AMSG_KMS_KEY_ID", "").strip(),
         tenant_rate_limit_rps=_int_env(env, "AMSG_TENANT_RATE_LIMIT_RPS", 0),
+        tenant_max_pending_tasks=_int_env(env, "AMSG_TENANT_MAX_PENDING_TASKS", 0),
     )
 
 
@@ -212,7 +213,9 @@ def ports_in_space(
         prepare=prepare,
         # the registry and tenants' keys belong to the deployment, never to a tenant's own ports
         **(tenant_ports(settings, table) if space.tenant_id is None else {}),
-        tasks=DynamoTaskStore(table, due_shards=settings.due_shards, space=space),
+        tasks=DynamoTaskStore(
+            table, due_shards=settings.due_shards, space=space, pending_limit=settings.tenant_max_pending_tasks
+        ),
         claims=DynamoClaimStore(table, due_shards=settings.due_shards, space=space),
         subscriptions=DynamoPushSubscriptionStore(table, space=space),
         outbox=DynamoOutboxStore(table, space=space),

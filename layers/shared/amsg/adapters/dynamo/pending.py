@@ -1,0 +1,102 @@
+"""A tenant's count of pending tasks, kept exact by the writes that create or end a pending task
+(docs/tenancy.md, limits).
+
+Every write that makes a task pending adds one to ``N#<tenantId>#PENDING`` in the same transaction, under the
+tenant's limit; every write that ends a pending task (settled, cancelled, deleted, removed by a cleanup)
+subtracts one in the same transaction, conditioned on the task still being pending. The count is therefore
+exact whatever runs concurrently, and the limit check costs no read: the counter item carries a per-tenant
+override (``mx``; 0 = no limit) next to the count, and the deployment's default is in the condition.
+
+The single line keeps no counter: :func:`counted` is False and callers add nothing to their writes.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from amsg.adapters.dynamo.keys import KeySpace
+
+COUNT = "n"
+OVERRIDE = "mx"
+
+
+def counted(space: KeySpace) -> bool:
+    """Whether writes in this space keep the pending count (a tenant's space only)."""
+    return space.tenant_id is not None
+
+
+def increment(space: KeySpace, default_limit: int) -> dict[str, Any]:
+    """The transaction action that counts one more pending task, refused (ConditionalCheckFailed) at the limit:
+    the override when the counter carries one (0: none), else ``default_limit`` (0: none)."""
+    condition = f"attribute_not_exists({COUNT}) OR {OVERRIDE} = :zero OR {COUNT} < {OVERRIDE}"
+    values: dict[str, Any] = {":one": 1, ":zero": 0}
+    if default_limit > 0:
+        condition += f" OR (attribute_not_exists({OVERRIDE}) AND {COUNT} < :dflt)"
+        values[":dflt"] = default_limit
+    else:
+        condition += f" OR attribute_not_exists({OVERRIDE})"
+    return {
+        "Update": {
+            "Key": space.pending_counter_key(),
+            "UpdateExpression": f"SET {COUNT} = if_not_exists({COUNT}, :zero) + :one",
+            "ConditionExpression": condition,
+            "ExpressionAttributeValues": values,
+        }
+    }
+
+
+def decrement(space: KeySpace) -> dict[str, Any]:
+    """The transaction action that counts one pending task less (its caller conditions the task on being
+    pending, so a task is never subtracted twice)."""
+    return {
+        "Update": {
+            "Key": space.pending_counter_key(),
+            "UpdateExpression": f"SET {COUNT} = if_not_exists({COUNT}, :zero) - :one",
+            "ExpressionAttributeValues": {":one": 1, ":zero": 0},
+        }
+    }
+
+
+def and_pending(action: dict[str, Any]) -> dict[str, Any]:
+    """``action`` (a Delete or Update body of a task) additionally conditioned on the task being pending."""
+    body = dict(action)
+    condition = body.get("ConditionExpression")
+    body["ConditionExpression"] = f"({condition}) AND #st = :pst" if condition else "#st = :pst"
+    body["ExpressionAttributeNames"] = {**body.get("ExpressionAttributeNames", {}), "#st": "status"}
+    body["ExpressionAttributeValues"] = {**body.get("ExpressionAttributeValues", {}), ":pst": "pending"}
+    return body
+
+
+def with_status(action: dict[str, Any], status: str) -> dict[str, Any]:
+    """A task's Delete body additionally conditioned on the status it was read with."""
+    body = dict(action)
+    condition = body.get("ConditionExpression")
+    body["ConditionExpression"] = f"({condition}) AND #st = :rst" if condition else "#st = :rst"
+    body["ExpressionAttributeNames"] = {**body.get("ExpressionAttributeNames", {}), "#st": "status"}
+    body["ExpressionAttributeValues"] = {**body.get("ExpressionAttributeValues", {}), ":rst": status}
+    return body
+
+
+def read(table: Any, space: KeySpace) -> tuple[int, int | None]:
+    """(pending count, per-tenant override or None) of a space (0, None for the single line)."""
+    if not counted(space):
+        return 0, None
+    item = table.get(space.pending_counter_key(), consistent=True) or {}
+    override = item.get(OVERRIDE)
+    return int(item.get(COUNT, 0)), None if override is None else int(override)
+
+
+def set_override(table: Any, space: KeySpace, limit: int | None) -> None:
+    """A tenant's own pending-task limit (0: none), or None to follow the deployment's default."""
+    if not counted(space):
+        raise ValueError("the single line has no per-tenant limit")
+    if limit is None:
+        table.table.update_item(Key=space.pending_counter_key(), UpdateExpression=f"REMOVE {OVERRIDE}")
+        return
+    if limit < 0:
+        raise ValueError("a limit is 0 (none) or positive")
+    table.table.update_item(
+        Key=space.pending_counter_key(),
+        UpdateExpression=f"SET {OVERRIDE} = :mx",
+        ExpressionAttributeValues={":mx": limit},
+    )
