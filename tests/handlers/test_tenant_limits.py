@@ -137,3 +137,38 @@ def test_the_single_line_keeps_no_counter(ctx):
     assert client.cancel(client.list_messages().data["tasks"][0]["uuid"]).status == 200
     items = scan_all(moto_client("dynamodb"), ctx.settings.table_name)
     assert not [item for item in items if "PENDING" in item["PK"]["S"]]
+
+
+def test_delivery_metrics_carry_a_bounded_tenant_dimension(multi, capsys, monkeypatch):
+    import dataclasses
+
+    from tests.handlers.test_metrics import emitted
+    from tests.support.tenants_stack import init_tenant
+
+    monkeypatch.delenv("POWERTOOLS_METRICS_DISABLED", raising=False)
+    named_id = str(uuid.uuid4())
+    multi.ctx.settings = dataclasses.replace(multi.ctx.settings, metrics_tenants=frozenset({named_id}))
+    created = init_tenant(multi.api, body=f'{{"tenantId": "{named_id}"}}')
+    assert created.status == 201, created.text
+    named = tenant_client(multi.api, created.data["tenantToken"])
+    named.init()
+    assert named.put_subscription(multi.push.subscribe().to_json()).status == 200
+    others = [_tenant(multi) for _ in range(2)]
+    for client in (named, *(t.client for t in others)):
+        assert client.schedule(FIXED).status == 201
+    multi.ctx.clock.current_ms = T0_MS + 86_401_000
+    capsys.readouterr()
+    multi.harness.tick()
+    multi.harness.drain()
+    metrics = emitted(capsys.readouterr().out)
+    by_tenant: dict[tuple[str, str], float] = {}
+    for name, _, dims, values in metrics:
+        if "Tenant" in dims:
+            assert set(dims) == {"service", "Tenant"}
+            key = (name, dims["Tenant"])
+            by_tenant[key] = by_tenant.get(key, 0) + (len(values) if name == "DeliveryLatency" else sum(values))
+    # the named tenant under its id, the two others together under "other"; the aggregate metrics stay as they were
+    assert by_tenant[("TasksDelivered", named_id)] == 1 and by_tenant[("TasksDelivered", "other")] == 2
+    assert by_tenant[("DeliveryLatency", named_id)] == 1 and by_tenant[("DeliveryLatency", "other")] == 2
+    assert {dims["Tenant"] for _, _, dims, _ in metrics if "Tenant" in dims} == {named_id, "other"}
+    assert sum(1 for name, _, dims, _ in metrics if name == "DeliveryLatency" and "Tenant" not in dims) == 3

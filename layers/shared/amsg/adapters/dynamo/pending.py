@@ -45,16 +45,48 @@ def increment(space: KeySpace, default_limit: int) -> dict[str, Any]:
     }
 
 
-def decrement(space: KeySpace) -> dict[str, Any]:
-    """The transaction action that counts one pending task less (its caller conditions the task on being
+DECREMENT = f"SET {COUNT} = if_not_exists({COUNT}, :zero) - :by"
+
+
+def decrement(space: KeySpace, by: int = 1) -> dict[str, Any]:
+    """The transaction action that counts ``by`` pending tasks less (its caller conditions each task on being
     pending, so a task is never subtracted twice)."""
-    return {
-        "Update": {
-            "Key": space.pending_counter_key(),
-            "UpdateExpression": f"SET {COUNT} = if_not_exists({COUNT}, :zero) - :one",
-            "ExpressionAttributeValues": {":one": 1, ":zero": 0},
-        }
-    }
+    return {"Update": _decrement_body(space.pending_counter_key(), by)}
+
+
+def _decrement_body(key: dict[str, str], by: int) -> dict[str, Any]:
+    return {"Key": key, "UpdateExpression": DECREMENT, "ExpressionAttributeValues": {":by": by, ":zero": 0}}
+
+
+def is_decrement(action: dict[str, Any]) -> bool:
+    """An unconditional decrement of a pending counter: several of them on one counter fold into one action
+    when the coalescer merges a batch's settlements into one transaction (coalescing.py)."""
+    body = action.get("Update")
+    return isinstance(body, dict) and body.get("UpdateExpression") == DECREMENT and "ConditionExpression" not in body
+
+
+def fold(actions: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """``actions`` with the decrements of each counter summed into one (at the place of the first)."""
+    totals: dict[tuple[str, str, str], int] = {}
+    out: list[dict[str, Any]] = []
+    for action in actions:
+        if not is_decrement(action):
+            out.append(action)
+            continue
+        body = action["Update"]
+        item = (str(body.get("TableName")), body["Key"]["PK"], body["Key"]["SK"])
+        if item not in totals:
+            out.append(action)  # replaced below by the total
+        totals[item] = totals.get(item, 0) + int(body["ExpressionAttributeValues"][":by"])
+    for index, action in enumerate(out):
+        if is_decrement(action):
+            body = action["Update"]
+            item = (str(body.get("TableName")), body["Key"]["PK"], body["Key"]["SK"])
+            merged = _decrement_body(body["Key"], totals[item])
+            if "TableName" in body:
+                merged["TableName"] = body["TableName"]
+            out[index] = {"Update": merged}
+    return out
 
 
 def and_pending(action: dict[str, Any]) -> dict[str, Any]:
