@@ -212,8 +212,8 @@ class HookServices:
             if existing is not None and existing.status == "pending":
                 projection = self._project(existing)
             return {"created": False, "reason": "duplicate", "uuid": task_uuid, "task": projection}
-        except TenantPendingLimit as limited:  # the tenant's pending-task limit (docs/tenancy.md, limits)
-            return {"created": False, "reason": "pending_limit", "uuid": task_uuid, "limit": limited.limit}
+        except TenantPendingLimit:  # the tenant's pending-task limit (docs/tenancy.md, limits)
+            return {"created": False, "reason": "pending_limit", "uuid": task_uuid}
         return {"created": True, "id": created.id, "uuid": task_uuid, "nextSendAt": iso_from_ms(first_ms)}
 
     def _project(self, row: TaskRow) -> dict[str, Any] | None:
