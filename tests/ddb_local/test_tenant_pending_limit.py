@@ -4,6 +4,7 @@ stops being pending (delivered, failed, cancelled, superseded, removed by a clea
 
 from __future__ import annotations
 
+import functools
 import json
 import uuid
 from concurrent.futures import ThreadPoolExecutor
@@ -150,3 +151,37 @@ def test_the_count_follows_every_way_a_task_stops_being_pending(tenants):
     for row in [row for user in USERS for row in a.tasks.list_tasks(user)]:
         a.tasks.delete_task(row.user_id, row.uuid)
     assert scanned(client, table, "tenant-a") == (0, 0)
+
+
+def test_a_batch_of_settlements_merged_into_one_transaction_folds_its_decrements(tenants):
+    """run_task's records run together and their settlements go out as one merged transaction, each tenant's
+    decrements folded into one action per counter: the counts come out exact (the request saving is measured by
+    ``python -m bench tenants``, docs/performance.md)."""
+    from amsg.engine.run_task import run_together
+
+    ctx, scopes, sender, queue, client, table = tenants
+    for tenant in ("tenant-a", "tenant-b"):
+        for i in range(3):
+            create(scopes[tenant], i, T0_MS + 1_000)
+    ctx.clock.current_ms = T0_MS + 61_000
+    run_tick(ctx)
+    bodies = [queue.items.get_nowait() for _ in range(queue.items.qsize())]
+    assert len(bodies) == 6
+    jobs = [
+        functools.partial(
+            run_message, ctx, parse_task_message(json.dumps(body)), remaining_ms=lambda: 100_000, owner=f"b{i}"
+        )
+        for i, body in enumerate(bodies)
+    ]
+    assert sum(result.get("successCount", 0) for result in run_together(ctx, jobs)) == 6
+    assert len(sender.sent) == 6
+    assert scanned(client, table, "tenant-a") == (0, 0)
+    assert scanned(client, table, "tenant-b") == (0, 0)
+
+
+def test_fold_sums_each_counters_decrements_and_keeps_everything_else():
+    a, b = tenant_space("tenant-a"), tenant_space("tenant-b")
+    other = {"Delete": {"Key": {"PK": "N#tenant-a#U#u", "SK": "T#x"}}}
+    folded = pending.fold([pending.decrement(a), other, pending.decrement(b), pending.decrement(a, 2)])
+    assert folded == [pending.decrement(a, 3), other, pending.decrement(b)]
+    assert not pending.is_decrement(pending.increment(a, 5))
