@@ -66,7 +66,6 @@ def _multi_context(endpoint: str, table: str, tenants: list[str], **extra: str) 
 def _seed(ctx: Any, count: int, due_ms: int, users: int, workers: int = 8) -> list[str]:
     from amsg.crypto import compact_json, encrypt_for_storage
     from amsg.ports import NewTask
-    from amsg.timeutil import iso_from_ms
 
     ids = [str(uuid.uuid4()) for _ in range(users)]
     for user in ids:
@@ -82,8 +81,8 @@ def _seed(ctx: Any, count: int, due_ms: int, users: int, workers: int = 8) -> li
                 task_uuid,
                 encrypt_for_storage(payload, ctx.user_key(user)),
                 "fixed",
-                iso_from_ms(due_ms),
-                iso_from_ms(T0_MS),
+                due_ms,
+                T0_MS,
             )
         )
         return task_uuid

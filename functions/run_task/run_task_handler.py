@@ -7,11 +7,12 @@ outcomes are written to DynamoDB before the record is acked, so a failed task is
 import functools
 import threading
 from concurrent.futures import ThreadPoolExecutor
+from typing import Any
 
 from amsg import jsonio, runtime
 from amsg.engine.messages import parse_task_message
 from amsg.engine.run_task import RECORD_WORKERS, run_message, run_together
-from amsg.observability import logger, metrics
+from amsg.observability import emit_metric, logger, metrics, tenant_dimension
 from aws_lambda_powertools.utilities.batch import BatchProcessor, EventType, process_partial_response
 from aws_lambda_powertools.utilities.batch.types import PartialItemFailureResponse
 from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
@@ -74,7 +75,18 @@ def record_handler(record: SQSRecord, lambda_context: LambdaContext) -> dict:
     with _metrics_lock:  # DeliveryLatency is the engine's (amsg.observability.record_delivery_latency)
         metrics.add_metric(name="TasksDelivered", unit="Count", value=summary.get("successCount", 0))
         metrics.add_metric(name="DeliveryFailures", unit="Count", value=summary.get("failedCount", 0))
+    _tenant_counts(ctx, message, summary)
     return summary
+
+
+def _tenant_counts(ctx: Any, message: Any, summary: dict) -> None:
+    """The multi-tenant line: the record's counts again under its ``Tenant`` dimension (a named tenant's id, else
+    ``other``; docs/operations.md). Emitted at once, as the batch's metric set has one dimension set."""
+    tenant = tenant_dimension(getattr(message, "tenant_id", None), ctx.settings.metrics_tenants)
+    if tenant is None or not ctx.settings.multi_tenant:
+        return
+    emit_metric("TasksDelivered", "Count", summary.get("successCount", 0), Tenant=tenant)
+    emit_metric("DeliveryFailures", "Count", summary.get("failedCount", 0), Tenant=tenant)
 
 
 @metrics.log_metrics

@@ -46,6 +46,9 @@ class Settings:
     tenant_key_cache_s: int = 300  # how long a sandbox keeps a tenant's unwrapped master key
     kms_key_id: str = ""  # the stack's KMS key that wraps tenants' master keys (multi only)
     tenant_rate_limit_rps: int = 0  # requests per second per tenant (0: no limit; a tenant's record may override)
+    tenant_max_pending_tasks: int = 0  # pending tasks per tenant (0: no limit; the tenant's counter may override)
+    # tenants whose delivery metrics carry their own Tenant dimension; every other tenant's is "other"
+    metrics_tenants: frozenset[str] = frozenset()
 
     @property
     def multi_tenant(self) -> bool:

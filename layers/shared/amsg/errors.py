@@ -59,6 +59,7 @@ CATALOGUE: dict[str, tuple[int, str]] = {
     "INVALID_INIT_AUTH": (401, "初始化鉴权失败"),
     "INVALID_TENANT_AUTH": (401, "租户令牌无效或已过期"),
     "TENANT_RATE_LIMITED": (429, "该租户请求过于频繁，请稍后重试"),  # with Retry-After (docs/tenancy.md)
+    "TENANT_PENDING_LIMIT": (429, "该租户待发送的任务已达上限，请等待任务发送或取消后重试"),  # with Retry-After
     # push subscription
     "INVALID_PUSH_SUBSCRIPTION": (400, "subscription 必须是带非空 endpoint 的对象"),
     "INVALID_UPDATED_AT": (400, "updatedAt 必须是正整数"),
@@ -181,6 +182,14 @@ class StoreError(Exception):
 
 class TaskUuidConflict(StoreError):
     """A task with this uuid already exists somewhere in the deployment."""
+
+
+class TenantPendingLimit(StoreError):
+    """A task create found its tenant at its pending-task limit (docs/tenancy.md, limits)."""
+
+    def __init__(self, limit: int) -> None:
+        super().__init__(f"the tenant has {limit} pending task(s), its limit")
+        self.limit = limit
 
 
 class ClaimLost(StoreError):

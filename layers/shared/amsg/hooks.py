@@ -99,7 +99,7 @@ class ScheduleResult(TypedDict, total=False):
     id: int
     uuid: str
     nextSendAt: str
-    reason: str  # 'duplicate'
+    reason: str  # 'duplicate', or 'pending_limit' (the tenant's pending-task limit; docs/tenancy.md)
     task: dict[str, Any] | None
 
 

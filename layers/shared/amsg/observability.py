@@ -73,11 +73,32 @@ def delivery_latency_ms(occurrence_ms: int | None, deferred_until_ms: int | None
     return max(0, delivered_ms - max(occurrence_ms, deferred_until_ms or occurrence_ms))
 
 
+MAX_METRIC_TENANTS = 20  # tenants named in AMSG_METRICS_TENANTS; each is a metric per name (docs/operations.md)
+OTHER_TENANTS = "other"
+
+
+def tenant_dimension(tenant_id: str | None, named: frozenset[str]) -> str | None:
+    """The ``Tenant`` dimension of a delivery metric: the tenant's id when the deployment names it, ``other``
+    for every other tenant (bounded cardinality), None on the single line (no dimension)."""
+    if tenant_id is None:
+        return None
+    return tenant_id if tenant_id in named else OTHER_TENANTS
+
+
 def record_delivery_latency(
-    occurrence_ms: int | None, deferred_until_ms: int | None, delivered_ms: int, pushed: int
+    occurrence_ms: int | None,
+    deferred_until_ms: int | None,
+    delivered_ms: int,
+    pushed: int,
+    *,
+    tenant: str | None = None,
 ) -> None:
     """``DeliveryLatency`` for one scheduled delivery that pushed at least once (what DeliveryLatencyAlarm reads;
-    docs/operations.md). Emitted at once: run_task flushes its metric set per batch, ``amsg run-task`` never."""
+    docs/operations.md), and on the multi-tenant line the same value again under its ``Tenant`` dimension (see
+    :func:`tenant_dimension`). Emitted at once: run_task flushes its metric set per batch, ``amsg run-task``
+    never."""
     latency = delivery_latency_ms(occurrence_ms, deferred_until_ms, delivered_ms) if pushed else None
     if latency is not None:
         emit_metric("DeliveryLatency", "Milliseconds", latency)
+        if tenant is not None:
+            emit_metric("DeliveryLatency", "Milliseconds", latency, Tenant=tenant)

@@ -69,6 +69,16 @@ def use(context: AppContext | None) -> None:
 snapstart.on_reset(lambda: use(None))  # a restored sandbox builds its own context (docs/operations.md)
 
 
+def _metrics_tenants(env: Mapping[str, str]) -> frozenset[str]:
+    """``AMSG_METRICS_TENANTS``: comma-separated tenant ids, at most MAX_METRIC_TENANTS (each one is a metric)."""
+    from amsg.observability import MAX_METRIC_TENANTS
+
+    names = frozenset(part.strip().lower() for part in env.get("AMSG_METRICS_TENANTS", "").split(",") if part.strip())
+    if len(names) > MAX_METRIC_TENANTS:
+        raise ConfigError(f"AMSG_METRICS_TENANTS names at most {MAX_METRIC_TENANTS} tenants")
+    return names
+
+
 def _int_env(env: Mapping[str, str], name: str, default: int) -> int:
     raw = env.get(name, "").strip()
     if not raw:
@@ -119,6 +129,8 @@ def settings_from_env(env: Mapping[str, str]) -> Settings:
         tenant_key_cache_s=_int_env(env, "AMSG_TENANT_KEY_CACHE_S", 300),
         kms_key_id=env.get("AMSG_KMS_KEY_ID", "").strip(),
         tenant_rate_limit_rps=_int_env(env, "AMSG_TENANT_RATE_LIMIT_RPS", 0),
+        tenant_max_pending_tasks=_int_env(env, "AMSG_TENANT_MAX_PENDING_TASKS", 0),
+        metrics_tenants=_metrics_tenants(env),
     )
 
 
@@ -212,7 +224,9 @@ def ports_in_space(
         prepare=prepare,
         # the registry and tenants' keys belong to the deployment, never to a tenant's own ports
         **(tenant_ports(settings, table) if space.tenant_id is None else {}),
-        tasks=DynamoTaskStore(table, due_shards=settings.due_shards, space=space),
+        tasks=DynamoTaskStore(
+            table, due_shards=settings.due_shards, space=space, pending_limit=settings.tenant_max_pending_tasks
+        ),
         claims=DynamoClaimStore(table, due_shards=settings.due_shards, space=space),
         subscriptions=DynamoPushSubscriptionStore(table, space=space),
         outbox=DynamoOutboxStore(table, space=space),

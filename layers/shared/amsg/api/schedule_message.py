@@ -15,7 +15,7 @@ from amsg.domain.validation import (
     payload_too_large_error,
     validate_schedule_payload,
 )
-from amsg.errors import TaskUuidConflict, api_error, invalid_parameters
+from amsg.errors import ApiError, TaskUuidConflict, TenantPendingLimit, api_error, invalid_parameters
 from amsg.http.request import ApiRequest
 from amsg.http.responses import ApiResponse, ok
 from amsg.observability import logger
@@ -77,6 +77,8 @@ def schedule_message(request: ApiRequest, ctx: AppContext) -> ApiResponse:
         created = ctx.tasks.create_task(task, req.supersedes_uuid, prepared=prepared)
     except TaskUuidConflict:
         raise api_error("TASK_UUID_CONFLICT") from None
+    except TenantPendingLimit as limited:
+        raise pending_limit_error(limited.limit) from None
     if created.superseded and req.supersedes_uuid:
         _discard_outbox(ctx, user_id, req.supersedes_uuid)
 
@@ -157,3 +159,13 @@ def _discard_outbox(ctx: AppContext, user_id: str, task_uuid: str) -> None:
         ctx.outbox.discard_undelivered_for_task(user_id, task_uuid)
     except Exception as exc:
         logger.warning("outbox discard failed", extra={"error": type(exc).__name__})
+
+
+PENDING_LIMIT_RETRY_AFTER_S = 60  # a pending task leaves when it is delivered, cancelled or deleted: no exact time
+
+
+def pending_limit_error(limit: int) -> ApiError:
+    """429 ``TENANT_PENDING_LIMIT`` (docs/tenancy.md, limits): the tenant holds ``limit`` pending tasks."""
+    error = api_error("TENANT_PENDING_LIMIT", details={"limit": limit})
+    error.headers["Retry-After"] = str(PENDING_LIMIT_RETRY_AFTER_S)
+    return error

@@ -35,8 +35,9 @@ from amsg.engine.summary import DeliverySummary
 from amsg.errors import CloudGuardError
 from amsg.failures import ClaimTaken, DeliveryFailure, PushSendError
 from amsg.hooks import Hooks, load_hooks, task_view
-from amsg.observability import logger, record_delivery_latency
+from amsg.observability import logger, record_delivery_latency, tenant_dimension
 from amsg.ports import APPEND_FALLBACK, CapReached, TaskRow
+from amsg.tenancy.scope import tenant_of
 from amsg.timeutil import iso_from_ms
 
 
@@ -70,7 +71,8 @@ def deliver_claimed(ctx: AppContext, row: TaskRow, summary: DeliverySummary, env
     if outcome.reasoning_error:
         summary.reasoning_skipped.append({"taskId": row.id, "reason": outcome.reasoning_error})
     if finalize_success(ctx, row, payload, summary, outcome.unmarked):
-        record_delivery_latency(row.next_send_at_ms, row.deferred_until_ms, ctx.now_ms(), outcome.pushed)
+        tenant = tenant_dimension(tenant_of(ctx), ctx.settings.metrics_tenants)
+        record_delivery_latency(row.next_send_at_ms, row.deferred_until_ms, ctx.now_ms(), outcome.pushed, tenant=tenant)
         return outcome
     return None
 

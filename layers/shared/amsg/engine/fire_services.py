@@ -28,7 +28,7 @@ from amsg.engine.fire_rules import (
 )
 from amsg.engine.pushes import Occurrence
 from amsg.engine.sending import resolve_subscription, send_one
-from amsg.errors import ClaimLost, CloudGuardError, TaskUuidConflict
+from amsg.errors import ClaimLost, CloudGuardError, TaskUuidConflict, TenantPendingLimit
 from amsg.hooks import EmitResult, ScheduleResult
 from amsg.observability import logger
 from amsg.ports import NewTask, OutboxAppend, TaskRow
@@ -212,6 +212,8 @@ class HookServices:
             if existing is not None and existing.status == "pending":
                 projection = self._project(existing)
             return {"created": False, "reason": "duplicate", "uuid": task_uuid, "task": projection}
+        except TenantPendingLimit:  # the tenant's pending-task limit (docs/tenancy.md, limits)
+            return {"created": False, "reason": "pending_limit", "uuid": task_uuid}
         return {"created": True, "id": created.id, "uuid": task_uuid, "nextSendAt": iso_from_ms(first_ms)}
 
     def _project(self, row: TaskRow) -> dict[str, Any] | None:

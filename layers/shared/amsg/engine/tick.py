@@ -38,6 +38,12 @@ TICK_TIME_MARGIN_MS = 8_000  # stop claiming while there is time left to enqueue
 RETENTION_MS = 7 * 86_400_000
 HOUSEKEEPING_LIMIT = 100
 TENANT_HOUSEKEEPING_EVERY = 10  # ticks (minutes) between one tenant's retention sweeps
+# ticks (minutes) between two reads of an idle tenant's cloud-data cleanup index; the API advances an operation
+# on every poll, so the tick only resumes abandoned ones (docs/tenancy-data.md, the cost of idle tenants)
+TENANT_CLEANUP_EVERY = 5
+# tenants whose last cleanup read found work: read again next tick (per sandbox, best effort; a lost sandbox
+# costs an operation at most TENANT_CLEANUP_EVERY minutes)
+_cleanups_in_progress: set[str] = set()
 
 
 def run_tick(
@@ -163,7 +169,8 @@ def _tick_tenants(ctx: AppContext, summary: TickSummary, remaining_ms: Callable[
         part = TickSummary()
         if _housekeeping_turn(lane, ctx.now_ms()):
             _housekeeping(lane, part)
-        _resume_cleanups(lane, part, remaining_ms)
+        if _cleanup_turn(lane, ctx.now_ms()):
+            _resume_tenant_cleanups(lane, part, remaining_ms)
         for name, value in part.housekeeping.items():
             total = summary.housekeeping.get(name)
             both_counts = isinstance(value, int) and isinstance(total, int)
@@ -179,6 +186,26 @@ def _housekeeping_turn(lane: AppContext, now_ms: int) -> bool:
     are days, not minutes), spread over the minutes by tenant, so an idle tenant costs a tick few requests."""
     tenant = tenant_of(lane) or ""
     return zlib.crc32(tenant.encode()) % TENANT_HOUSEKEEPING_EVERY == (now_ms // 60_000) % TENANT_HOUSEKEEPING_EVERY
+
+
+def _cleanup_turn(lane: AppContext, now_ms: int) -> bool:
+    """A tenant's cleanup index is read one tick in :data:`TENANT_CLEANUP_EVERY` (spread over the minutes by
+    tenant), and every tick while its last read found work."""
+    tenant = tenant_of(lane) or ""
+    if tenant in _cleanups_in_progress:
+        return True
+    slot = zlib.crc32(f"cleanup:{tenant}".encode()) % TENANT_CLEANUP_EVERY
+    return slot == (now_ms // 60_000) % TENANT_CLEANUP_EVERY
+
+
+def _resume_tenant_cleanups(lane: AppContext, summary: TickSummary, remaining_ms: Callable[[], int]) -> None:
+    _resume_cleanups(lane, summary, remaining_ms)
+    tenant = tenant_of(lane) or ""
+    found = summary.housekeeping.get("cleanupOperationsAdvanced") or summary.housekeeping.get("cleanupOperationsFailed")
+    if found or "cleanupError" in summary.housekeeping:
+        _cleanups_in_progress.add(tenant)
+    else:
+        _cleanups_in_progress.discard(tenant)
 
 
 def claim_fairly(

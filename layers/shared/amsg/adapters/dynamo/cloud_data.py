@@ -25,7 +25,7 @@ from boto3.dynamodb.conditions import Key
 from botocore.exceptions import ClientError
 
 from amsg import jsonio
-from amsg.adapters.dynamo import keys
+from amsg.adapters.dynamo import keys, pending
 from amsg.adapters.dynamo.client_state import root_sk, value_parts_prefix
 from amsg.adapters.dynamo.owners import owner_key
 from amsg.adapters.dynamo.table import BlobRef, DynamoTable, TransactionCancelled, is_conditional_failure
@@ -232,7 +232,10 @@ class DynamoCloudDataStore:
             key = self.keys.task_key(user_id, ident)
             token = (self.t.get(key, projection="payload_token") or {}).get("payload_token")
             parts = (keys.task_part_prefix(ident), str(token)) if token else None
-            actions = [_delete(key, rev_cond, rev_values), registry_delete(self.keys, ident, user_id)]
+            actions = [
+                *_task_delete(self.keys, key, resource, rev_cond, rev_values),
+                registry_delete(self.keys, ident, user_id),
+            ]
         elif resource.type == "state":
             namespace, key_part = ident, str(resource.identity[1])
             key = {"PK": pk, "SK": root_sk(namespace, key_part)}
@@ -498,6 +501,19 @@ def _rev_condition(rev: int | None) -> tuple[str, dict[str, Any]]:
     if rev is None:
         return "attribute_exists(SK) AND attribute_not_exists(rev)", {}
     return "attribute_exists(SK) AND rev = :rev", {":rev": rev}
+
+
+def _task_delete(
+    space: keys.KeySpace, key: dict[str, str], resource: StoredResource, condition: str, values: dict[str, Any]
+) -> list[dict[str, Any]]:
+    """A listed task's delete; in a tenant's space only in the status it was listed in, and a pending one leaves
+    the tenant's pending count in the same transaction (docs/tenancy.md, limits)."""
+    action = _delete(key, condition, values)
+    if not pending.counted(space):
+        return [action]
+    status = resource.status or "pending"
+    ending = [pending.decrement(space)] if status == "pending" else []
+    return [{"Delete": pending.with_status(action["Delete"], status)}, *ending]
 
 
 def _delete(key: dict[str, str], condition: str, values: dict[str, Any]) -> dict[str, Any]:

@@ -9,7 +9,8 @@ While a session is open, the calls that its participants make at about the same 
   actions. It commits only when every part would have committed, and no two parts touch the same item, so it
   is the same as running the parts one after the other. When it is cancelled (a condition of one part failed,
   a conflict) or refused (too large), every part runs again on its own: each caller gets exactly the outcome
-  and the cancellation reasons it would have had alone.
+  and the cancellation reasons it would have had alone. The one exception to "all different": a tenant's
+  pending-count decrements (pending.py), unconditional and additive, are summed into one action per counter.
 
 A call waits until every participant still running is waiting too, or for at most ``max_wait_s``; calls from
 threads outside the session (the lease heartbeat) never wait. One of the waiting threads sends the merged
@@ -26,6 +27,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from botocore.exceptions import ClientError
+
+from amsg.adapters.dynamo import pending
 
 if TYPE_CHECKING:
     from amsg.adapters.dynamo.table import DynamoTable
@@ -142,7 +145,8 @@ class CoalescingSession:
 
     def _run_transactions(self, calls: list[_Call]) -> None:
         if len(calls) > 1:
-            merged = [action for call in calls for action in call.payload]
+            # a tenant's pending-count decrements (one per settled task) fold into one action per counter
+            merged = pending.fold([action for call in calls for action in call.payload])
             try:
                 self._table.transact_once(merged)
             except ClientError as exc:
@@ -187,24 +191,27 @@ def _size(value: Any) -> int:
 def _disjoint_groups(calls: list[_Call]) -> list[list[_Call]]:
     """Calls packed in arrival order into groups whose items are all different, within DynamoDB's limits; a
     call that touches an item of every open group starts a new one (sent after the earlier groups)."""
-    groups: list[tuple[list[_Call], set[tuple[str, str, str]], list[int]]] = []
+    groups: list[tuple[list[_Call], set[tuple[str, str, str]], set[tuple[str, str, str]], list[int]]] = []
     for call in calls:
-        items = {_item_of(action) for action in call.payload}
+        items = {_item_of(action) for action in call.payload if not pending.is_decrement(action)}
+        folds = {_item_of(action) for action in call.payload if pending.is_decrement(action)}
         size = _size(call.payload)
-        for members, seen, totals in groups:
+        for members, seen, folded, totals in groups:
             if (
-                not (items & seen)
+                not (items & (seen | folded))
+                and not (folds & seen)
                 and totals[0] + len(call.payload) <= MAX_TRANSACTION_ACTIONS
                 and totals[1] + size <= MAX_MERGED_BYTES
             ):
                 members.append(call)
                 seen |= items
+                folded |= folds
                 totals[0] += len(call.payload)
                 totals[1] += size
                 break
         else:
-            groups.append(([call], set(items), [len(call.payload), size]))
-    return [members for members, _, _ in groups]
+            groups.append(([call], set(items), set(folds), [len(call.payload), size]))
+    return [members for members, _, _, _ in groups]
 
 
 class DynamoCoalescer:

@@ -24,7 +24,8 @@ Every prefix and every parse of a key lives in this module.
 Tenants (docs/tenancy-data.md, docs/data-model.md): every partition key and every index partition key is built by a
 :class:`KeySpace`. The single-user line's space has no namespace and yields exactly the keys above; a tenant's
 space prefixes each of them with ``N#<tenantId>#`` (``N#<t>#U#<uid>``, ``N#<t>#TU#<uuid>``, ``N#<t>#DUE#<shard>``,
-``N#<t>#TDONE#<shard>``, ``N#<t>#WORK#<kind>``, ``N#<t>#STNS#<ns>``), so no query of one tenant's space can
+``N#<t>#TDONE#<shard>``, ``N#<t>#WORK#<kind>``, ``N#<t>#STNS#<ns>``; a tenant's pending-task counter is
+``N#<t>#PENDING``), so no query of one tenant's space can
 name another tenant's partition. Sort keys are the same in both. The DynamoDB adapters take their space when
 they are built and never receive a partition key from outside.
 """
@@ -46,6 +47,7 @@ DONE_PREFIX = "TDONE#"
 TENANT_PREFIX = "N#"
 WORK_PREFIX = "WORK#"
 STATE_RETENTION_PREFIX = "STNS#"
+PENDING_COUNTER_PK = "PENDING"
 
 
 def user_pk(user_id: str) -> str:
@@ -257,6 +259,10 @@ class KeySpace:
 
     def state_retention_pk(self, namespace: str) -> str:
         return self.prefix + state_retention_pk(namespace)
+
+    def pending_counter_key(self) -> dict[str, str]:
+        """The tenant's count of pending tasks (docs/tenancy.md, limits); the single line keeps none."""
+        return {"PK": self.prefix + PENDING_COUNTER_PK, "SK": "#"}
 
 
 SINGLE = KeySpace()

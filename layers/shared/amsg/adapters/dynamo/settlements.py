@@ -11,7 +11,7 @@ from typing import Any
 from boto3.dynamodb.conditions import Key
 from botocore.exceptions import ClientError
 
-from amsg.adapters.dynamo import keys
+from amsg.adapters.dynamo import keys, pending
 from amsg.adapters.dynamo.outbox import delivered_update
 from amsg.adapters.dynamo.table import DynamoTable, TransactionCancelled, is_conditional_failure, item_int
 from amsg.adapters.dynamo.tasks import delete_with_registry, drop_parts, payload_attrs, registry_delete, task_row
@@ -62,19 +62,14 @@ class DynamoSettlements:
                 # one-shot success: task, registry entry and delivered marks in one transaction; ``rev`` proves the
                 # payload (and so its parts) is the one we read, else the general path reads the part token first
                 rev = settlement.payload_rev if settlement.payload_rev is not None else -1
+                delete = {
+                    "Key": self._key(user_id, uuid),
+                    "ConditionExpression": "claim_version = :cv AND rev = :rev",
+                    "ExpressionAttributeValues": {":cv": claim_version, ":rev": rev},
+                }
                 try:
                     self.t.transact(
-                        [
-                            {
-                                "Delete": {
-                                    "Key": self._key(user_id, uuid),
-                                    "ConditionExpression": "claim_version = :cv AND rev = :rev",
-                                    "ExpressionAttributeValues": {":cv": claim_version, ":rev": rev},
-                                }
-                            },
-                            registry_delete(self.keys, uuid, user_id),
-                            *marks,
-                        ]
+                        [*self._ending({"Delete": delete}), registry_delete(self.keys, uuid, user_id), *marks]
                     )
                 except TransactionCancelled:
                     pass
@@ -85,8 +80,9 @@ class DynamoSettlements:
                     return True
             elif settlement.encrypted_payload is None:
                 update = self._settle_update_kwargs(user_id, uuid, claim_version, settlement, now_ms)
+                actions = self._ending({"Update": update}) if settlement.status is not None else [{"Update": update}]
                 try:
-                    self.t.transact([{"Update": update}, *marks])
+                    self.t.transact([*actions, *marks])
                 except TransactionCancelled:
                     pass
                 else:
@@ -99,6 +95,14 @@ class DynamoSettlements:
                     for mark in marks:
                         with contextlib.suppress(ClientError):
                             self.t.table.update_item(**mark["Update"])
+
+    def _ending(self, action: dict[str, Any]) -> list[dict[str, Any]]:
+        """The actions of a write that ends a pending task: in a tenant's space the task must still be pending and
+        the pending count goes down with it (docs/tenancy.md, limits); elsewhere ``action`` as it is."""
+        if not pending.counted(self.keys):
+            return [action]
+        ((kind, body),) = action.items()
+        return [{kind: pending.and_pending(body)}, pending.decrement(self.keys)]
 
     def _settle(self, user_id: str, uuid: str, claim_version: int, settlement: Settlement, now_ms: int) -> bool:
         if settlement.delete:
@@ -126,6 +130,8 @@ class DynamoSettlements:
         kwargs, blob = self._settle_update_parts(
             user_id, uuid, claim_version, s, now_ms, rewrite_payload=rewrite_payload
         )
+        if s.status is not None and pending.counted(self.keys):
+            return self._settle_ending(user_id, uuid, kwargs, blob, rewrite_payload=rewrite_payload)
         kwargs["ReturnValues"] = "ALL_OLD"
         try:
             old = self.t.table.update_item(**kwargs).get("Attributes") or {}
@@ -136,6 +142,22 @@ class DynamoSettlements:
                 return False
             raise
         if rewrite_payload and old.get("payload_token"):
+            drop_parts(self.t, self.keys, user_id, uuid, str(old["payload_token"]))
+        return True
+
+    def _settle_ending(
+        self, user_id: str, uuid: str, update: dict[str, Any], blob: Any, *, rewrite_payload: bool
+    ) -> bool:
+        """A settlement that ends a pending task of a tenant: the update and the pending count in one transaction
+        (which returns no old attributes, so a payload about to be replaced has its part token read first)."""
+        old = self.t.get(self._key(user_id, uuid), projection="payload_token") if rewrite_payload else None
+        try:
+            self.t.transact(self._ending({"Update": update}))
+        except TransactionCancelled:
+            if blob:
+                drop_parts(self.t, self.keys, user_id, uuid, blob.token)
+            return False
+        if old and old.get("payload_token"):
             drop_parts(self.t, self.keys, user_id, uuid, str(old["payload_token"]))
         return True
 
@@ -199,7 +221,18 @@ class DynamoSettlements:
         return kwargs, blob
 
     def _delete_claimed(self, user_id: str, uuid: str, claim_version: int) -> bool:
-        return delete_with_registry(self.t, self.keys, user_id, uuid, "claim_version = :cv", {":cv": claim_version})
+        if not pending.counted(self.keys):
+            return delete_with_registry(self.t, self.keys, user_id, uuid, "claim_version = :cv", {":cv": claim_version})
+        return delete_with_registry(
+            self.t,
+            self.keys,
+            user_id,
+            uuid,
+            "claim_version = :cv AND #st = :pst",
+            {":cv": claim_version, ":pst": "pending"},
+            extra=[pending.decrement(self.keys)],
+            names={"#st": "status"},
+        )
 
     def delete_settled_before(self, cutoff_ms: int, *, shards: int, limit: int) -> int:
         """Housekeeping: delete sent/failed tasks not updated since ``cutoff_ms`` (bounded per tick)."""

@@ -11,7 +11,7 @@ from typing import Any
 
 from botocore.exceptions import ClientError
 
-from amsg.adapters.dynamo import keys
+from amsg.adapters.dynamo import keys, pending
 from amsg.adapters.dynamo.owners import guard_check, owner_sets, raise_if_guard_failed
 from amsg.adapters.dynamo.subscriptions import subscription_row
 from amsg.adapters.dynamo.table import (
@@ -23,7 +23,7 @@ from amsg.adapters.dynamo.table import (
     is_conditional_failure,
     item_int,
 )
-from amsg.errors import StoreUnavailable, TaskUuidConflict
+from amsg.errors import StoreUnavailable, TaskUuidConflict, TenantPendingLimit
 from amsg.ports import CreatedTask, CreatePrep, NewTask, OwnerClaim, TaskRow
 from amsg.timeutil import iso_from_ms, parse_iso_ms
 
@@ -112,6 +112,7 @@ def delete_with_registry(
     values: dict[str, Any],
     *,
     extra: list | None = None,
+    names: dict[str, str] | None = None,
 ) -> bool:
     """Delete the task and its uuid registry entry (plus ``extra`` actions) in one transaction; False when a
     condition failed. The payload token is read first so split payload parts can be removed afterwards."""
@@ -119,6 +120,8 @@ def delete_with_registry(
     task_delete: dict[str, Any] = {"Key": space.task_key(user_id, uuid), "ConditionExpression": condition}
     if values:
         task_delete["ExpressionAttributeValues"] = values
+    if names:
+        task_delete["ExpressionAttributeNames"] = names
     try:
         t.transact([{"Delete": task_delete}, registry_delete(space, uuid, user_id), *(extra or [])])
     except TransactionCancelled:
@@ -128,11 +131,43 @@ def delete_with_registry(
     return True
 
 
+def delete_counted(t: DynamoTable, space: keys.KeySpace, user_id: str, uuid: str) -> bool:
+    """:func:`delete_with_registry` in a tenant's space: the task is deleted in the status it was read in, and a
+    pending one leaves the pending count in the same transaction (read again if the status moved meanwhile)."""
+    for attempt in range(CREATE_ATTEMPTS):
+        if attempt:
+            backoff(attempt)
+        existing = t.get(space.task_key(user_id, uuid), projection="payload_token, #st", names={"#st": "status"})
+        if existing is None:
+            return False
+        status = str(existing.get("status", "pending"))
+        task_delete = pending.with_status({"Key": space.task_key(user_id, uuid)}, status)
+        extra = [pending.decrement(space)] if status == "pending" else []
+        try:
+            t.transact([{"Delete": task_delete}, registry_delete(space, uuid, user_id), *extra])
+        except TransactionCancelled as cancelled:
+            if cancelled.failed(0):
+                continue  # gone, or its status moved: read again
+            return False
+        if existing.get("payload_token"):
+            drop_parts(t, space, user_id, uuid, str(existing["payload_token"]))
+        return True
+    raise StoreUnavailable("task delete kept conflicting")
+
+
 class DynamoTaskStore:
-    def __init__(self, table: DynamoTable, *, due_shards: int = 1, space: keys.KeySpace = keys.SINGLE) -> None:
+    def __init__(
+        self,
+        table: DynamoTable,
+        *,
+        due_shards: int = 1,
+        space: keys.KeySpace = keys.SINGLE,
+        pending_limit: int = 0,
+    ) -> None:
         self.t = table
         self.keys = space
         self.due_shards = due_shards
+        self.pending_limit = pending_limit  # a tenant's default pending-task limit (0: none; pending.py)
 
     def _payload_attrs(self, user_id: str, uuid: str, encrypted_payload: str) -> tuple[dict[str, Any], BlobRef | None]:
         return payload_attrs(self.t, self.keys, user_id, uuid, encrypted_payload)
@@ -227,16 +262,8 @@ class DynamoTaskStore:
                 },
             ]
             if old is not None:
-                actions.append(
-                    {
-                        "Delete": {
-                            "Key": self._key(task.user_id, supersedes_uuid or ""),
-                            "ConditionExpression": "rev = :rev",
-                            "ExpressionAttributeValues": {":rev": old.get("rev", 0)},
-                        }
-                    }
-                )
-                actions.append(registry_delete(self.keys, supersedes_uuid or "", task.user_id))
+                actions += self._supersede_actions(task.user_id, supersedes_uuid or "", old)
+            counter_at = self._count_create(actions, old)
             if task.owner is not None:
                 actions.append(guard_check(self.keys, task.user_id, task.owner.ref, task.owner.generation))
             try:
@@ -246,11 +273,39 @@ class DynamoTaskStore:
                     raise_if_guard_failed(cancelled, len(actions) - 1, 1)
                 if cancelled.failed(1) or cancelled.failed(2):
                     raise TaskUuidConflict(task.uuid) from None
+                if counter_at is not None and cancelled.failed(counter_at):
+                    raise TenantPendingLimit(self._pending_limit()) from None
                 continue  # the counter moved or the superseded task changed: read again
             if old is not None and old.get("payload_token"):
                 self._drop_parts(task.user_id, supersedes_uuid or "", str(old["payload_token"]))
             return CreatedTask(id=new_id, superseded=old is not None)
         raise StoreUnavailable("task id allocation kept conflicting")
+
+    def _supersede_actions(self, user_id: str, uuid: str, old: dict[str, Any]) -> list[dict[str, Any]]:
+        """Delete the superseded task as it was read (in a tenant's space: also in the status it was read in, so
+        the pending count moves with it)."""
+        delete: dict[str, Any] = {
+            "Key": self._key(user_id, uuid),
+            "ConditionExpression": "rev = :rev",
+            "ExpressionAttributeValues": {":rev": old.get("rev", 0)},
+        }
+        if pending.counted(self.keys):
+            delete = pending.with_status(delete, str(old.get("status", "pending")))
+        return [{"Delete": delete}, registry_delete(self.keys, uuid, user_id)]
+
+    def _count_create(self, actions: list[dict[str, Any]], old: dict[str, Any] | None) -> int | None:
+        """Append the pending count's increment (a tenant's space; not when a pending task is replaced, which
+        leaves the count as it is); its index in ``actions``, or None."""
+        if not pending.counted(self.keys):
+            return None
+        if old is not None and old.get("status", "pending") == "pending":
+            return None
+        actions.append(pending.increment(self.keys, self.pending_limit))
+        return len(actions) - 1
+
+    def _pending_limit(self) -> int:
+        _, override = pending.read(self.t, self.keys)
+        return self.pending_limit if override is None else override
 
     # ---- read -------------------------------------------------------------------------------------------
 
@@ -353,7 +408,9 @@ class DynamoTaskStore:
     # ---- delete -----------------------------------------------------------------------------------------
 
     def delete_task(self, user_id: str, uuid: str) -> bool:
-        return delete_with_registry(self.t, self.keys, user_id, uuid, "attribute_exists(PK)", {})
+        if not pending.counted(self.keys):
+            return delete_with_registry(self.t, self.keys, user_id, uuid, "attribute_exists(PK)", {})
+        return delete_counted(self.t, self.keys, user_id, uuid)
 
     def find_task(self, uuid: str) -> TaskRow | None:
         registry = self.t.get(self.keys.uuid_registry_key(uuid))
