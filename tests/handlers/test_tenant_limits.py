@@ -9,37 +9,16 @@ import uuid
 
 import pytest
 
-from tests.conftest import T0_MS, moto_client, parsed_template
-from tests.support.tenants_stack import init_tenant, multi_env, scan_all, tenant_client
+from tests.conftest import T0_MS, moto_client
+from tests.support.tenants_stack import init_tenant, multi_world, scan_all, tenant_client
 
 FIXED = {"contactName": "Rei", "messageType": "fixed", "userMessage": "hi", "firstSendTime": "2030-01-01T00:00:00Z"}
 
 
 @pytest.fixture
 def multi(moto_table, make_context, monkeypatch):
-    from amsg.vapid import generate_vapid_keys
-    from amsg_local.tables import create_queue_from_template
-
-    from tests.support.engine_harness import EngineHarness
-    from tests.support.fake_push import FakePushService
-    from tests.support.inprocess import InProcessApi
-
-    # the multi-tenant line's responses are not in docs/openapi.yaml yet
-    monkeypatch.setattr("tests.support.inprocess.openapi_check.observe", lambda *args: None)
-    public, private = generate_vapid_keys()
-    queue = create_queue_from_template(moto_client("sqs"), parsed_template(), "amsg-test-tasks")
-    key_id = moto_client("kms").create_key()["KeyMetadata"]["KeyId"]
-    with FakePushService(vapid_public_key=public) as push:
-        ctx = make_context(
-            **multi_env(key_id, AMSG_TENANT_MAX_PENDING_TASKS="2"),
-            AMSG_QUEUE_URL=queue.url,
-            AMSG_VAPID_PUBLIC_KEY=public,
-            AMSG_VAPID_PRIVATE_KEY=private,
-            AMSG_PUSH_PACING_MS="0",
-        )
-        yield types.SimpleNamespace(
-            ctx=ctx, api=InProcessApi(), push=push, harness=EngineHarness(queue.url, queue.arn), table=moto_table
-        )
+    with multi_world(moto_table, make_context, monkeypatch, AMSG_TENANT_MAX_PENDING_TASKS="2") as world:
+        yield world
 
 
 def _tenant(multi):

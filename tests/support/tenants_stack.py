@@ -3,8 +3,10 @@ clients holding a tenant token, and a scan that sorts every item of the table by
 
 from __future__ import annotations
 
+import contextlib
+import types
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from tests.support.inprocess import InProcessApi
@@ -99,3 +101,32 @@ def memory_tenants(ctx: Any, tenant_ids: list[str]) -> dict[str, str]:
     ctx.tenants = RegistryDirectory(registry)
     ctx.key_wrapper = wrapper
     return master_keys
+
+
+@contextlib.contextmanager
+def multi_world(moto_table: str, make_context: Any, monkeypatch: Any, **env: str) -> Iterator[types.SimpleNamespace]:
+    """A multi-tenant deployment on moto for handler tests: the context (queue, VAPID, a KMS key), the in-process
+    API, a loopback push service and the queue consumer's harness. ``env`` adds settings (e.g. a tenant limit)."""
+    from amsg.vapid import generate_vapid_keys
+    from amsg_local.tables import create_queue_from_template
+
+    from tests.conftest import moto_client, parsed_template
+    from tests.support.engine_harness import EngineHarness
+    from tests.support.fake_push import FakePushService
+
+    # the multi-tenant line's responses (init-tenant 201, INVALID_TENANT_AUTH) are not in docs/openapi.yaml yet
+    monkeypatch.setattr("tests.support.inprocess.openapi_check.observe", lambda *args: None)
+    public, private = generate_vapid_keys()
+    queue = create_queue_from_template(moto_client("sqs"), parsed_template(), "amsg-test-tasks")
+    key_id = moto_client("kms").create_key()["KeyMetadata"]["KeyId"]
+    with FakePushService(vapid_public_key=public) as push:
+        ctx = make_context(
+            **multi_env(key_id, **env),
+            AMSG_QUEUE_URL=queue.url,
+            AMSG_VAPID_PUBLIC_KEY=public,
+            AMSG_VAPID_PRIVATE_KEY=private,
+            AMSG_PUSH_PACING_MS="0",
+        )
+        yield types.SimpleNamespace(
+            ctx=ctx, api=InProcessApi(), push=push, harness=EngineHarness(queue.url, queue.arn), table=moto_table
+        )

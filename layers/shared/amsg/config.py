@@ -96,3 +96,15 @@ class Secrets:
         """None when unset: init-tenant is then closed (docs/tenancy.md)."""
         value = self.resolve("init_secret")
         return value.strip() if value and value.strip() else None
+
+
+def missing_vapid_keys(settings: Settings, secrets: Secrets) -> list[str]:
+    """The reference's names of the VAPID settings that are not configured (``VAPID_CONFIG_ERROR`` details)."""
+    missing = []
+    if not settings.vapid_email:
+        missing.append("VAPID_EMAIL")
+    if not settings.vapid_public_key:
+        missing.append("NEXT_PUBLIC_VAPID_PUBLIC_KEY")
+    if not secrets.vapid_private_key:
+        missing.append("VAPID_PRIVATE_KEY")
+    return missing

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from amsg.config import missing_vapid_keys
 from amsg.context import AppContext
 from amsg.crypto import compact_json
 from amsg.domain.limits import canonical_task_uuid
@@ -59,7 +60,7 @@ def schedule_message(request: ApiRequest, ctx: AppContext) -> ApiResponse:
     if instant and not req.uses_llm:
         check_instant_text(stored, task_uuid=req.uuid, send_ms=req.next_send_at_ms, now_ms=now_ms)
     if instant:
-        missing = _missing_vapid(ctx)
+        missing = missing_vapid_keys(ctx.settings, ctx.secrets)
         if missing:
             raise api_error("VAPID_CONFIG_ERROR", details={"missingKeys": missing})
 
@@ -140,17 +141,6 @@ def _canonical_uuids(req: ScheduleRequest) -> None:
         req.supersedes_uuid = canonical_task_uuid(req.supersedes_uuid)
         if req.supersedes_uuid == req.uuid:
             raise invalid_parameters(invalid=["supersedesUuid"], message="supersedesUuid 不能与本条任务的 uuid 相同")
-
-
-def _missing_vapid(ctx: AppContext) -> list[str]:
-    missing = []
-    if not ctx.settings.vapid_email:
-        missing.append("VAPID_EMAIL")
-    if not ctx.settings.vapid_public_key:
-        missing.append("NEXT_PUBLIC_VAPID_PUBLIC_KEY")
-    if not ctx.secrets.vapid_private_key:
-        missing.append("VAPID_PRIVATE_KEY")
-    return missing
 
 
 def _discard_outbox(ctx: AppContext, user_id: str, task_uuid: str) -> None:

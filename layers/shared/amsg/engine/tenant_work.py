@@ -12,6 +12,7 @@ import uuid as uuid_lib
 from collections.abc import Callable
 from typing import Any
 
+from amsg.config import missing_vapid_keys
 from amsg.context import AppContext
 from amsg.engine.summary import TickSummary
 from amsg.engine.tick import claim_and_enqueue
@@ -20,17 +21,6 @@ from amsg.tenancy.scope import tenant_of
 from amsg.timeutil import iso_from_ms
 
 SEND_NOTIFICATIONS_MESSAGE = "VAPID 配置缺失，无法发送推送通知"
-
-
-def _missing_vapid(ctx: AppContext) -> list[str]:
-    missing = []
-    if not ctx.settings.vapid_email:
-        missing.append("VAPID_EMAIL")
-    if not ctx.settings.vapid_public_key:
-        missing.append("NEXT_PUBLIC_VAPID_PUBLIC_KEY")
-    if not ctx.secrets.vapid_private_key:
-        missing.append("VAPID_PRIVATE_KEY")
-    return missing
 
 
 def run_tenant_due_work(ctx: AppContext, *, remaining_ms: Callable[[], int] = lambda: 25_000) -> dict[str, Any]:
@@ -43,7 +33,9 @@ def run_tenant_due_work(ctx: AppContext, *, remaining_ms: Callable[[], int] = la
         raise ValueError("send-notifications runs in a tenant's scoped context")
     if ctx.delivery.push_sender is None:
         raise api_error(
-            "VAPID_CONFIG_ERROR", SEND_NOTIFICATIONS_MESSAGE, details={"missingKeys": _missing_vapid(ctx) or ["VAPID"]}
+            "VAPID_CONFIG_ERROR",
+            SEND_NOTIFICATIONS_MESSAGE,
+            details={"missingKeys": missing_vapid_keys(ctx.settings, ctx.secrets) or ["VAPID"]},
         )
     started = ctx.now_ms()
     summary = TickSummary()
