@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
 
-from amsg.adapters.dynamo import keys
+from amsg.adapters.dynamo import keys, pending
 from amsg.adapters.dynamo.client_state import DynamoClientStateStore, root_sk
 from amsg.adapters.dynamo.outbox import ACKED_RETENTION_MS, INLINE_PAYLOAD_CHARS, RETENTION_MS, DynamoOutboxStore
 from amsg.adapters.dynamo.table import INLINE_CHARS, DynamoTable, TransactionCancelled, is_conditional_failure
@@ -246,8 +246,10 @@ class TargetWriter:
 
     def write_task(self, rec: TaskRecord) -> Outcome:
         self.ensure_counters(rec.user_id)
-        projection = "rev, claim_version, updated_at, imported, payload_token"
-        existing = self.t.get(self.space.task_key(rec.user_id, rec.uuid), projection=projection)
+        projection = "rev, claim_version, updated_at, imported, payload_token, #st"
+        existing = self.t.get(
+            self.space.task_key(rec.user_id, rec.uuid), projection=projection, names={"#st": "status"}
+        )
         if existing is not None:
             untouched = (
                 existing.get("imported") and _int(existing.get("rev")) == 1 and not existing.get("claim_version")
@@ -264,20 +266,28 @@ class TargetWriter:
         if existing is None:
             put["ConditionExpression"] = "attribute_not_exists(PK)"
         else:
-            put["ConditionExpression"] = "imported = :t AND rev = :one AND claim_version = :zero AND updated_at = :seen"
+            put["ConditionExpression"] = (
+                "imported = :t AND rev = :one AND claim_version = :zero AND updated_at = :seen AND #st = :seenst"
+            )
+            put["ExpressionAttributeNames"] = {"#st": "status"}
             put["ExpressionAttributeValues"] = {
                 ":t": True,
                 ":one": 1,
                 ":zero": 0,
                 ":seen": existing.get("updated_at", ""),
+                ":seenst": existing.get("status", ""),
             }
         registry = {
             "Item": {**self.space.uuid_registry_key(rec.uuid), "user_id": rec.user_id, "id": rec.id},
             "ConditionExpression": "attribute_not_exists(PK) OR user_id = :uid",
             "ExpressionAttributeValues": {":uid": rec.user_id},
         }
+        actions: list[dict[str, Any]] = [{"Put": put}, {"Put": registry}]
+        delta = self._pending_delta(existing, rec.status)
+        if delta:  # the tenant's pending count moves with the very write that makes (or ends) a pending task
+            actions.append(pending.adjust(self.space, delta))
         try:
-            self.t.transact([{"Put": put}, {"Put": registry}])
+            self.t.transact(actions)
         except TransactionCancelled as cancelled:
             if blob is not None:
                 drop_task_parts(self.t, self.space, rec.user_id, rec.uuid, blob.token)
@@ -288,6 +298,14 @@ class TargetWriter:
         if existing is not None and existing.get("payload_token"):
             drop_task_parts(self.t, self.space, rec.user_id, rec.uuid, str(existing["payload_token"]))
         return _written("replaced an older import") if existing is not None else _written()
+
+    def _pending_delta(self, existing: dict[str, Any] | None, status: str) -> int:
+        """How the write changes the tenant's pending count: +1 for a new pending task, ±1 when a replaced import
+        changes between pending and settled (its put is conditioned on the status it was read with)."""
+        if not pending.counted(self.space):
+            return 0
+        before = existing is not None and existing.get("status") == "pending"
+        return int(status == "pending") - int(before)
 
     def _drop(self, pk: str, prefix: str, token: str) -> None:
         with contextlib.suppress(ClientError):

@@ -45,6 +45,18 @@ def increment(space: KeySpace, default_limit: int) -> dict[str, Any]:
     }
 
 
+def adjust(space: KeySpace, by: int) -> dict[str, Any]:
+    """The transaction action that adds ``by`` (either sign) to the count without the limit check: an import
+    carries in pending tasks the tenant already had, which no limit may refuse (docs/import.md)."""
+    return {
+        "Update": {
+            "Key": space.pending_counter_key(),
+            "UpdateExpression": f"SET {COUNT} = if_not_exists({COUNT}, :zero) + :by",
+            "ExpressionAttributeValues": {":by": by, ":zero": 0},
+        }
+    }
+
+
 DECREMENT = f"SET {COUNT} = if_not_exists({COUNT}, :zero) - :by"
 
 
