@@ -82,6 +82,28 @@ def botocore_sessions_share_one_loader() -> Iterator[None]:
     botocore.session.Session._register_data_loader = original  # type: ignore[method-assign]
 
 
+@pytest.fixture(scope="session", autouse=True)
+def table_sessions_share_one_loader() -> Iterator[None]:
+    """The table adapter builds its DynamoDB client from a session with a loader of its own (one service, no
+    directory scan: amsg/adapters/dynamo/session.py), so the shared loader above did not reach it and every
+    test's context parsed the DynamoDB model and endpoint rules again (~0.1 s of CPU per moto test). One such
+    loader per data path for the test process; the loaded documents are only read."""
+    from amsg.adapters.dynamo import session
+
+    original = session.OneServiceLoader
+    loaders: dict[tuple[str, ...], Any] = {}
+
+    def shared(extra_search_paths: list[str] | None = None) -> Any:
+        key = tuple(extra_search_paths or ())
+        if key not in loaders:
+            loaders[key] = original(extra_search_paths=list(key))
+        return loaders[key]
+
+    session.OneServiceLoader = shared  # type: ignore[assignment,misc]
+    yield
+    session.OneServiceLoader = original  # type: ignore[misc]
+
+
 _session_cache: dict[str, Any] = {}
 
 
