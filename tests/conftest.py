@@ -104,6 +104,18 @@ def table_sessions_share_one_loader() -> Iterator[None]:
     session.OneServiceLoader = original  # type: ignore[misc]
 
 
+@pytest.fixture(scope="session", autouse=True)
+def moto_runs_as_in_the_local_stack() -> None:
+    """The in-process moto of the handler tests gets the two process-wide changes the local stack makes
+    (tools/amsg_local/embedded.py): a transaction's rollback copy is the items it touches, not a deep copy of
+    every table, and moto's models stop recording every instance they create (a list only its dashboard
+    reads). Transactions keep moto's own checks and all-or-nothing outcome (tests/unit/test_local_moto_memory.py)."""
+    from amsg_local.embedded import install_fast_transactions, stop_instance_tracking
+
+    install_fast_transactions()
+    stop_instance_tracking()
+
+
 _session_cache: dict[str, Any] = {}
 
 
