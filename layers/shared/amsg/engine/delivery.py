@@ -24,7 +24,7 @@ from amsg.crypto import DecryptError, StoredPayloadUnreadable, UserCodec
 from amsg.domain.credentials import make_credential_lookup
 from amsg.domain.llm import build_llm_request, resolve_chat_credentials
 from amsg.domain.splitting import split_message
-from amsg.engine.env import Cancelled, DeliveryEnv, Outcome
+from amsg.engine.env import Cancelled, DeliveryEnv, Outcome, row_view
 from amsg.engine.fire import AgenticFire, generation_limit
 from amsg.engine.outcomes import OWNER_RETIRED, cancel_retired, fail_task, finalize_success, record_cancelled
 from amsg.engine.policy import before_fire
@@ -34,11 +34,10 @@ from amsg.engine.stale import defer_task, is_stale, settle_stale
 from amsg.engine.summary import DeliverySummary
 from amsg.errors import CloudGuardError
 from amsg.failures import ClaimTaken, DeliveryFailure, PushSendError
-from amsg.hooks import Hooks, load_hooks, task_view
+from amsg.hooks import Hooks, load_hooks
 from amsg.observability import logger, record_delivery_latency, tenant_dimension
 from amsg.ports import APPEND_FALLBACK, CapReached, TaskRow
 from amsg.tenancy.scope import tenant_of
-from amsg.timeutil import iso_from_ms
 
 
 @dataclass
@@ -244,13 +243,7 @@ def _generate_counted(
         return _generate(ctx, row, payload, occurrence, env)
     except Exception as exc:
         if hooks.max_generation_retries is not None and not hasattr(exc, "retry_limit"):
-            view = task_view(
-                payload,
-                task_id=row.id,
-                uuid=row.uuid,
-                next_send_at=iso_from_ms(row.next_send_at_ms),
-                retry_count=row.retry_count,
-            )
+            view = row_view(payload, row)
             exc.retry_limit = generation_limit(ctx, hooks, view)  # type: ignore[attr-defined]
         raise
 

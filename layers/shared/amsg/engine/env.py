@@ -11,7 +11,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from amsg.context import AppContext
-from amsg.ports import CapCharge, LlmClient, LlmReply, LlmRequest, PushSender, PushSubscriptionRow
+from amsg.hooks import task_view
+from amsg.ports import CapCharge, LlmClient, LlmReply, LlmRequest, PushSender, PushSubscriptionRow, TaskRow
+from amsg.timeutil import iso_from_ms
 
 
 class Cancelled(Exception):
@@ -100,3 +102,14 @@ def sandbox_pool(name: str, workers: int) -> ThreadPoolExecutor:
         if pool is None:
             pool = _pools[(name, workers)] = ThreadPoolExecutor(max_workers=workers, thread_name_prefix=name)
         return pool
+
+
+def row_view(payload: dict[str, Any], row: TaskRow) -> Any:
+    """The read-only task view a hook sees for a claimed row (its occurrence as ISO text, the hooks' wire form)."""
+    return task_view(
+        payload,
+        task_id=row.id,
+        uuid=row.uuid,
+        next_send_at=iso_from_ms(row.next_send_at_ms),
+        retry_count=row.retry_count,
+    )

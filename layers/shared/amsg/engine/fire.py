@@ -25,7 +25,7 @@ from amsg.context import AppContext
 from amsg.crypto import UserCodec
 from amsg.domain.credentials import make_credential_lookup
 from amsg.domain.llm import build_llm_request, resolve_chat_credentials
-from amsg.engine.env import Cancelled, DeliveryEnv, Outcome
+from amsg.engine.env import Cancelled, DeliveryEnv, Outcome, row_view
 from amsg.engine.fire_rules import (
     BEFORE_FIRE_FORMS,
     MAX_DEFER_MS,
@@ -44,7 +44,7 @@ from amsg.engine.fire_services import FireProgress, HookServices
 from amsg.engine.pushes import Occurrence, should_push
 from amsg.engine.sending import VAPID_MISSING, append_batch, resolve_subscription, send_one
 from amsg.failures import DeliveryFailure
-from amsg.hooks import HookContext, Hooks, call_hook, task_view
+from amsg.hooks import HookContext, Hooks, call_hook
 from amsg.observability import logger
 from amsg.ports import TaskRow
 from amsg.timeutil import iso_from_ms
@@ -85,13 +85,7 @@ class AgenticFire(HookServices):
         self.now = ctx.now_ms()
         self.scratch: dict[str, Any] = {}
         self.progress = FireProgress()
-        self.view = task_view(
-            payload,
-            task_id=row.id,
-            uuid=row.uuid,
-            next_send_at=iso_from_ms(row.next_send_at_ms),
-            retry_count=row.retry_count,
-        )
+        self.view = row_view(payload, row)
         metadata = payload.get("metadata")
         self.metadata: dict[str, Any] = metadata if isinstance(metadata, dict) else {}
 

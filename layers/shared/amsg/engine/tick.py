@@ -21,17 +21,16 @@ from typing import Any
 from amsg.context import AppContext
 from amsg.crypto import StoredPayloadUnreadable
 from amsg.engine import cleanup
-from amsg.engine.env import sandbox_pool
+from amsg.engine.env import row_view, sandbox_pool
 from amsg.engine.messages import TaskMessage
 from amsg.engine.outcomes import release_claim
 from amsg.engine.stale import is_stale, settle_stale
 from amsg.engine.summary import DeliverySummary, TickSummary
 from amsg.engine.tenant_deletion import advance_tenant_deletions
-from amsg.hooks import Hooks, load_hooks, task_view
+from amsg.hooks import Hooks, load_hooks
 from amsg.observability import logger
 from amsg.ports import CLAIM_ALONE, CLAIM_BATCH, ClaimWanted, DueCandidate, TaskRow
 from amsg.tenancy.scope import TenantContext, scoped_context, tenant_of
-from amsg.timeutil import iso_from_ms
 
 TICK_PAGE = 100
 TICK_TIME_MARGIN_MS = 8_000  # stop claiming while there is time left to enqueue and log
@@ -408,13 +407,7 @@ def serialize_group(
         payload = codec.decrypt_payload(row.encrypted_payload)
     except StoredPayloadUnreadable:
         return None  # delivery records the decrypt failure
-    view = task_view(
-        payload,
-        task_id=row.id,
-        uuid=row.uuid,
-        next_send_at=iso_from_ms(row.next_send_at_ms),
-        retry_count=row.retry_count,
-    )
+    view = row_view(payload, row)
     try:
         key = hooks.serialize_by(view)
     except Exception as exc:
