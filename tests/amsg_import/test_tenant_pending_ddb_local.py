@@ -19,6 +19,7 @@ from amsg_import.tenant import open_tenant_config, seal_tenant_config
 from tests.support.ddb_engine import MemoryQueue, RecordingPushSender, consume, ddb_context, with_fakes
 from tests.support.fakes.tenants import LocalKeyWrapper
 from tests.support.reference_db import ReferenceDb
+from tests.support.tenants_stack import pending_scan
 
 pytestmark = pytest.mark.ddb_local
 KEK = "reference-kek"
@@ -56,21 +57,7 @@ def _import(path: str, table: DynamoTable, registry, wrapper):
 
 
 def scanned(client, table: str) -> tuple[int | None, int]:
-    """(the tenant's counter, its pending task items), from a scan of the whole table."""
-    prefix = f"N#{TENANT}#"
-    count, tasks = None, 0
-    kwargs = {"TableName": table, "ConsistentRead": True}
-    while True:
-        page = client.scan(**kwargs)
-        for item in page["Items"]:
-            pk = item["PK"]["S"]
-            if pk == prefix + "PENDING":
-                count = int(item["n"]["N"])
-            elif pk.startswith(prefix + "U#") and item["SK"]["S"].startswith("T#"):
-                tasks += item["status"]["S"] == "pending"
-        if "LastEvaluatedKey" not in page:
-            return count, tasks
-        kwargs["ExclusiveStartKey"] = page["LastEvaluatedKey"]
+    return pending_scan(client, table, TENANT)
 
 
 def test_the_imported_count_is_exact_through_racing_imports_a_rerun_and_delivery(

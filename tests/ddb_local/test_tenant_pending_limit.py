@@ -21,7 +21,7 @@ from amsg.ports import NewTask
 from amsg.tenancy.scope import scoped_context
 
 from tests.support.ddb_engine import T0_MS, MemoryQueue, RecordingPushSender, ddb_context, with_fakes
-from tests.support.tenants_stack import memory_tenants
+from tests.support.tenants_stack import memory_tenants, pending_scan
 
 pytestmark = pytest.mark.ddb_local
 
@@ -58,22 +58,8 @@ def create(scope, i: int, due_ms: int, *, supersedes: str | None = None, task_uu
     return task_uuid
 
 
-def scanned(client, table: str, tenant: str) -> tuple[int, int]:
-    """(the tenant's counter, its pending task items), from a scan of the whole table."""
-    prefix = f"N#{tenant}#"
-    count, tasks = 0, 0
-    kwargs = {"TableName": table, "ConsistentRead": True}
-    while True:
-        page = client.scan(**kwargs)
-        for item in page["Items"]:
-            pk = item["PK"]["S"]
-            if pk == prefix + "PENDING":
-                count = int(item["n"]["N"])
-            elif pk.startswith(prefix + "U#") and item["SK"]["S"].startswith("T#"):
-                tasks += item["status"]["S"] == "pending"
-        if "LastEvaluatedKey" not in page:
-            return count, tasks
-        kwargs["ExclusiveStartKey"] = page["LastEvaluatedKey"]
+def scanned(client, table: str, tenant: str) -> tuple[int | None, int]:
+    return pending_scan(client, table, tenant, absent=0)
 
 
 def test_concurrent_creates_at_the_limit_accept_exactly_the_limit(tenants):

@@ -55,13 +55,27 @@ def tenant_client(api: InProcessApi, token: str, user_id: str | None = None) -> 
 
 def scan_all(client: Any, table: str) -> list[dict[str, Any]]:
     items: list[dict[str, Any]] = []
-    kwargs: dict[str, Any] = {"TableName": table}
+    kwargs: dict[str, Any] = {"TableName": table, "ConsistentRead": True}
     while True:
         page = client.scan(**kwargs)
         items.extend(page.get("Items", []))
         if "LastEvaluatedKey" not in page:
             return items
         kwargs["ExclusiveStartKey"] = page["LastEvaluatedKey"]
+
+
+def pending_scan(client: Any, table: str, tenant: str, *, absent: int | None = None) -> tuple[int | None, int]:
+    """(the tenant's pending-task counter, ``absent`` without one; its pending task items), from a whole-table
+    scan: what the counter must always equal."""
+    prefix = f"N#{tenant}#"
+    count, tasks = absent, 0
+    for item in scan_all(client, table):
+        pk = item["PK"]["S"]
+        if pk == prefix + "PENDING":
+            count = int(item["n"]["N"])
+        elif pk.startswith(prefix + "U#") and item["SK"]["S"].startswith("T#"):
+            tasks += item["status"]["S"] == "pending"
+    return count, tasks
 
 
 def namespace_of(item: dict[str, Any]) -> str:
