@@ -17,8 +17,8 @@ FIXED = {"contactName": "Rei", "messageType": "fixed", "userMessage": "hi", "fir
 
 
 @pytest.fixture
-def multi(moto_table, make_context, monkeypatch):
-    with multi_world(moto_table, make_context, monkeypatch) as world:
+def multi(moto_table, make_context):
+    with multi_world(moto_table, make_context) as world:
         yield world
 
 

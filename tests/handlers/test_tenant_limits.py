@@ -16,8 +16,8 @@ FIXED = {"contactName": "Rei", "messageType": "fixed", "userMessage": "hi", "fir
 
 
 @pytest.fixture
-def multi(moto_table, make_context, monkeypatch):
-    with multi_world(moto_table, make_context, monkeypatch, AMSG_TENANT_MAX_PENDING_TASKS="2") as world:
+def multi(moto_table, make_context):
+    with multi_world(moto_table, make_context, AMSG_TENANT_MAX_PENDING_TASKS="2") as world:
         yield world
 
 

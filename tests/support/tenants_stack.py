@@ -118,7 +118,7 @@ def memory_tenants(ctx: Any, tenant_ids: list[str]) -> dict[str, str]:
 
 
 @contextlib.contextmanager
-def multi_world(moto_table: str, make_context: Any, monkeypatch: Any, **env: str) -> Iterator[types.SimpleNamespace]:
+def multi_world(moto_table: str, make_context: Any, **env: str) -> Iterator[types.SimpleNamespace]:
     """A multi-tenant deployment on moto for handler tests: the context (queue, VAPID, a KMS key), the in-process
     API, a loopback push service and the queue consumer's harness. ``env`` adds settings (e.g. a tenant limit)."""
     from amsg.vapid import generate_vapid_keys
@@ -128,8 +128,6 @@ def multi_world(moto_table: str, make_context: Any, monkeypatch: Any, **env: str
     from tests.support.engine_harness import EngineHarness
     from tests.support.fake_push import FakePushService
 
-    # the multi-tenant line's responses (init-tenant 201, INVALID_TENANT_AUTH) are not in docs/openapi.yaml yet
-    monkeypatch.setattr("tests.support.inprocess.openapi_check.observe", lambda *args: None)
     public, private = generate_vapid_keys()
     queue = create_queue_from_template(moto_client("sqs"), parsed_template(), "amsg-test-tasks")
     key_id = moto_client("kms").create_key()["KeyMetadata"]["KeyId"]
