@@ -174,7 +174,17 @@ def observed() -> Iterator[dict[str, list[Call]]]:
                         harness.sqs.delete_message(QueueUrl=harness.queue_url, ReceiptHandle=message["ReceiptHandle"])
 
             api = WireClient(Api(), user_id=str(uuid.uuid4()), server_token=TOKEN)
-            env_ns = types.SimpleNamespace(api=api, push=push, llm=llm, sandboxes=sandboxes, tick=tick, drain=drain)
+            _ok(api.request("POST", "/init-tenant"))
+            env_ns = types.SimpleNamespace(
+                api=api,
+                push=push,
+                llm=llm,
+                sandboxes=sandboxes,
+                tick=tick,
+                drain=drain,
+                table="amsg-iam",
+                user_partition=f"U#{api.user_id}",
+            )
             _journey(env_ns)
         runtime.use(None)
     calls: dict[str, list[Call]] = defaultdict(list)
@@ -189,8 +199,8 @@ def _ok(resp: Any, status: int = 200) -> Any:
 
 
 def _journey(env: Any) -> None:
+    """Every route, the tick and run_task for one user (``env.api``), in whichever tenancy mode the env is."""
     api = env.api
-    _ok(api.request("POST", "/init-tenant"))
     api.init()
     _ok(api.vapid_public_key())
     _ok(api.capabilities())
@@ -420,9 +430,9 @@ def _journey(env: Any) -> None:
     page = _ok(api.request("GET", "/cloud-data/resources?limit=1")).data
     _ok(api.request("GET", f"/cloud-data/resources?limit=1&cursor={page['nextCursor']}"))
     _ok(api.request("GET", "/cloud-data/summary"))
-    boto3.resource("dynamodb", region_name="us-east-1").Table("amsg-iam").put_item(
+    boto3.resource("dynamodb", region_name="us-east-1").Table(env.table).put_item(
         Item={
-            "PK": f"U#{api.user_id}",
+            "PK": env.user_partition,
             "SK": "W#" + owner_ref("character", "iam"),
             "owner_type": "character",
             "owner_id": "iam",
@@ -518,6 +528,7 @@ def granted(tpl: dict[str, Any], function: str) -> tuple[set[str], set[str]]:
         docs = [p["PolicyDocument"] for p in role["Properties"].get("Policies") or []]
     else:
         for policy in _as_list(props.get("Policies") or []):
+            policy = _unless_no_value(policy, conditions)  # an inline document of the single line only
             if isinstance(policy, dict) and "Statement" in policy:
                 docs.append(policy)
             else:
@@ -599,7 +610,8 @@ def test_the_client_token_is_granted_only_when_configured():
     tpl = project_template()
     for function, table in load_permissions().items():
         _, conditions = granted(tpl, function)
-        assert ("HasClientToken" in conditions) == ("client_token" in table.get("secrets", [])), function
+        # and only on the single line: the multi-tenant line has no shared client token (test_iam_multi.py)
+        assert ("SingleTenantClientToken" in conditions) == ("client_token" in table.get("secrets", [])), function
 
 
 @JOURNEY

@@ -20,6 +20,7 @@ TENANT_POLICIES = {
     "TenantDirectoryPolicy",
     "TenantCronPolicy",
     "TenantSweepPolicy",
+    "TenantPendingCountPolicy",
 }
 
 
@@ -96,19 +97,21 @@ def test_only_init_tenant_encrypts_and_only_key_users_decrypt():
         "TenantInitPolicy": {"kms:Encrypt"},
         "TenantCronPolicy": set(),
         "TenantSweepPolicy": set(),
+        "TenantPendingCountPolicy": set(),
     }
     encrypting = {f for f, entry in load_permissions().items() if "TenantInitPolicy" in entry.get("tenant", [])}
     assert encrypting == {"InitTenantFunction"}
     assert "tenant" not in load_permissions()["NotFoundFunction"]
 
 
-def test_registry_reads_are_confined_to_the_registry_partition_and_writes_to_rate_windows():
+def test_registry_access_is_confined_to_the_registry_partition_and_counter_writes_to_counters():
     tpl = project_template()
-    for policy in ("TenantAuthPolicy", "TenantDirectoryPolicy"):
+    counters = {"TenantAuthPolicy": "N#*#RATE", "TenantPendingCountPolicy": "N#*#PENDING"}
+    for policy in ("TenantAuthPolicy", "TenantDirectoryPolicy", "TenantInitPolicy", "TenantPendingCountPolicy"):
         for statement in tpl["Resources"][policy]["Properties"]["PolicyDocument"]["Statement"]:
             actions = statement["Action"] if isinstance(statement["Action"], list) else [statement["Action"]]
             if actions == ["dynamodb:UpdateItem"]:
-                assert policy == "TenantAuthPolicy"
-                assert statement["Condition"] == {"ForAllValues:StringLike": {"dynamodb:LeadingKeys": ["N#*#RATE"]}}
+                pattern = counters[policy]
+                assert statement["Condition"] == {"ForAllValues:StringLike": {"dynamodb:LeadingKeys": [pattern]}}
             elif any(a.startswith("dynamodb:") for a in actions):
                 assert statement["Condition"] == {"ForAllValues:StringEquals": {"dynamodb:LeadingKeys": ["TENANTS"]}}

@@ -52,7 +52,3 @@ def init_tenant(request: ApiRequest, ctx: AppContext) -> ApiResponse:
             },
         }
     )
-
-
-def not_found(request: ApiRequest, ctx: AppContext) -> ApiResponse:
-    raise api_error("NOT_FOUND")

@@ -88,7 +88,7 @@ class HttpApp:
                 return route()
             if self._not_found is not None:
                 return self._not_found(None)
-            return handle(event, _unknown_route)
+            return handle(event, unknown_route)
         finally:
             self._local.event = None
 
@@ -98,8 +98,10 @@ def http_app() -> HttpApp:
     return HttpApp()
 
 
-def _unknown_route(request: ApiRequest, context: AppContext) -> ApiResponse:
-    raise api_error("NOT_FOUND")  # the $default route's answer
+def unknown_route(request: ApiRequest, context: AppContext) -> ApiResponse:
+    """The $default route's answer. Never behind the tenant gate: an unknown path is 404 for anyone, and the 404
+    function has no AWS access to verify a token with (docs/tenancy.md)."""
+    raise api_error("NOT_FOUND")
 
 
 def handle(event: dict, endpoint: Endpoint, lambda_context: Any = None) -> dict:
@@ -121,7 +123,7 @@ def handle(event: dict, endpoint: Endpoint, lambda_context: Any = None) -> dict:
         logger.exception("configuration failed")
         return to_lambda_result(internal_error(exc, "config"))
     try:
-        if context.settings.multi_tenant:  # authenticate the tenant before the endpoint runs (docs/tenancy.md)
+        if context.settings.multi_tenant and endpoint is not unknown_route:  # the tenant first (docs/tenancy.md)
             context = tenant_scoped(request, context)
         response = endpoint(request, context)
     except ApiError as error:
