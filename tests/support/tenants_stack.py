@@ -96,15 +96,18 @@ def namespace_of(item: dict[str, Any]) -> str:
 
 
 def memory_tenants(ctx: Any, tenant_ids: list[str]) -> dict[str, str]:
-    """Give a multi-mode context an in-memory registry (and key wrapper) holding ``tenant_ids``, all active;
-    returns each tenant's master key. For stores without KMS (DynamoDB Local): the registry's own contract is
-    tested with the DynamoDB adapter elsewhere."""
+    """Give a multi-mode context a registry holding ``tenant_ids``, all active, with master keys wrapped locally
+    (no KMS: DynamoDB Local); returns each tenant's master key. The registry is the deployment table's own when
+    the context stores in DynamoDB (a push claim checks the tenant's record there), else in memory."""
+    from amsg.adapters.dynamo.tenants import DynamoTenantStore
     from amsg.ports.tenants import ACTIVE, TenantRecord
     from amsg.tenancy.keys import RegistryDirectory, TenantKeys, new_master_key
 
     from tests.support.fakes.tenants import LocalKeyWrapper, MemoryTenantStore
 
-    registry, wrapper = MemoryTenantStore(), LocalKeyWrapper()
+    table = getattr(ctx.claims, "t", None)
+    registry = DynamoTenantStore(table) if table is not None else MemoryTenantStore()
+    wrapper = LocalKeyWrapper()
     master_keys = {}
     for tenant_id in tenant_ids:
         master_keys[tenant_id] = new_master_key()

@@ -26,7 +26,14 @@ from amsg.domain.llm import build_llm_request, resolve_chat_credentials
 from amsg.domain.splitting import split_message
 from amsg.engine.env import Cancelled, DeliveryEnv, Outcome, row_view
 from amsg.engine.fire import AgenticFire, generation_limit
-from amsg.engine.outcomes import OWNER_RETIRED, cancel_retired, fail_task, finalize_success, record_cancelled
+from amsg.engine.outcomes import (
+    OWNER_RETIRED,
+    cancel_retired,
+    fail_task,
+    finalize_success,
+    record_cancelled,
+    record_tenant_inactive,
+)
 from amsg.engine.policy import before_fire
 from amsg.engine.pushes import Occurrence, content_pushes, decode_push, reasoning_push, should_push
 from amsg.engine.sending import VAPID_MISSING, append_batch, outbox_rows, resolve_subscription, send_one
@@ -37,6 +44,7 @@ from amsg.failures import ClaimTaken, DeliveryFailure, PushSendError
 from amsg.hooks import Hooks, load_hooks
 from amsg.observability import logger, record_delivery_latency, tenant_dimension
 from amsg.ports import APPEND_FALLBACK, CapReached, TaskRow
+from amsg.ports.tenants import TenantInactive
 from amsg.tenancy.scope import tenant_of
 
 
@@ -117,6 +125,8 @@ def _record_failed_run(
     deferred by a full cap, or failed (retry or final)."""
     if isinstance(exc, ClaimTaken):
         _skip_taken(row, summary)
+    elif isinstance(exc, TenantInactive):  # nothing more is pushed; the task is the deletion's (or the enable's)
+        record_tenant_inactive(row, summary)
     elif isinstance(exc, Cancelled):
         if exc.status == OWNER_RETIRED:
             cancel_retired(ctx, row, summary)

@@ -47,6 +47,7 @@ from amsg.failures import DeliveryFailure
 from amsg.hooks import HookContext, Hooks, call_hook
 from amsg.observability import logger
 from amsg.ports import TaskRow
+from amsg.ports.tenants import TenantInactive
 from amsg.timeutil import iso_from_ms
 
 MIN_ROUND_S = 2.0  # an LLM round with less time than this left in the invocation is not started
@@ -236,7 +237,7 @@ class AgenticFire(HookServices):
         self.throw_if_cancelled()
         try:
             results = call_hook(self.hooks.execute_tool_calls, calls, session)  # type: ignore[arg-type]
-        except Cancelled:
+        except (Cancelled, TenantInactive):  # a tool's push found the tenant inactive: the fire stops
             raise
         except Exception as exc:
             if self.env.lease_lost():

@@ -32,6 +32,7 @@ from amsg.errors import ClaimLost, CloudGuardError, TaskUuidConflict, TenantPend
 from amsg.hooks import EmitResult, ScheduleResult
 from amsg.observability import logger
 from amsg.ports import NewTask, OutboxAppend, TaskRow
+from amsg.ports.tenants import TenantInactive
 from amsg.timeutil import iso_from_ms, parse_iso_ms
 
 
@@ -157,7 +158,7 @@ class HookServices:
         try:
             subscription = resolve_subscription(self.ctx, self.row, self.payload, self.codec)
             pushed = send_one(self.ctx, self.row, push, subscription, self.env)
-        except Cancelled:
+        except (Cancelled, TenantInactive):
             raise
         except Exception as exc:
             logger.warning("result push failed", extra={"error": type(exc).__name__})

@@ -25,6 +25,7 @@ PERMANENT_CODES = frozenset(
 )
 RECURRING = ("daily", "weekly")
 CANCELLED_REASON = "任务在投递期间被取消或顶替"
+TENANT_INACTIVE = "tenant_inactive"  # a cancelled entry's status: the tenant is being deleted or disabled
 
 
 def recurrence_of(payload: dict[str, Any] | None) -> str:
@@ -222,6 +223,16 @@ def record_cancelled(ctx: AppContext, row: TaskRow, summary: DeliverySummary, st
         ctx.outbox.discard_undelivered_for_task(row.user_id, row.uuid)
     except Exception as exc:
         logger.warning("outbox discard failed", extra={"error": type(exc).__name__})
+
+
+def record_tenant_inactive(row: TaskRow, summary: DeliverySummary) -> None:
+    """The tenant stopped being active while its task was delivered (a push claim found its record deleting or
+    disabled): the run stops without pushing and writes nothing more. The claim is left to expire, as for a
+    queued message of an inactive tenant; the tick, serving active tenants only, claims the task again only
+    once the tenant is enabled (its batch is then found in the outbox), and a deletion removes it with the
+    rest of the tenant (docs/tenancy-data.md)."""
+    summary.cancelled.append({"taskId": row.id, "reason": CANCELLED_REASON, "status": TENANT_INACTIVE})
+    logger.info("delivery stopped: tenant inactive", extra={"taskUuid": row.uuid})
 
 
 def release_claim(ctx: AppContext, row: TaskRow) -> None:

@@ -39,6 +39,11 @@ class TenantExists(Exception):
     """``create`` lost: a tenant with this id exists already."""
 
 
+class TenantInactive(Exception):
+    """A push was about to be taken for a tenant that is no longer active (being deleted, or disabled): the
+    claim's transaction checked the tenant's record and nothing was taken (docs/tenancy-data.md)."""
+
+
 class TenantNotFound(Exception):
     """The tenant does not exist (or no longer does)."""
 

@@ -18,6 +18,7 @@ from amsg.adapters.dynamo.settlements import DynamoSettlements
 from amsg.adapters.dynamo.subscriptions import subscription_row
 from amsg.adapters.dynamo.table import TransactionCancelled, backoff, item_int
 from amsg.adapters.dynamo.tasks import stored_ms
+from amsg.adapters.dynamo.tenants import active_fence
 from amsg.failures import ClaimTaken
 from amsg.ports import (
     APPEND_FALLBACK,
@@ -29,6 +30,7 @@ from amsg.ports import (
     RunSnapshot,
     TaskRow,
 )
+from amsg.ports.tenants import TenantInactive
 from amsg.timeutil import iso_from_ms
 
 APPEND_ATTEMPTS = 40
@@ -338,7 +340,9 @@ class DynamoClaimStore(DynamoSettlements):
     ) -> list[int] | object | None:
         """One transaction: the outbox counter (compare-and-set from the value read with the task), the task
         (claim still ours and leased; records the occurrence, takes the run lease) and every row as new."""
-        if row.owner is not None or not fits_one_transaction(rows):
+        # a tenant's first push is taken here only while the tenant is active (docs/tenancy-data.md)
+        fence = active_fence(self.keys) if claim_first is not None else None
+        if row.owner is not None or not fits_one_transaction(rows, spare=0 if fence is None else 1):
             return APPEND_FALLBACK  # owned tasks append through the outbox's owner-guarded path
         counter_key = self.keys.counter_key(row.user_id, "outbox")
         now_iso = iso_from_ms(now_ms)
@@ -396,8 +400,10 @@ class DynamoClaimStore(DynamoSettlements):
                 }
             }
             try:
-                self.t.transact([counter_update, task_update, *puts])
+                self.t.transact([counter_update, task_update, *puts, *([fence] if fence else [])])
             except TransactionCancelled as cancelled:
+                if fence is not None and cancelled.failed(2 + len(puts)):
+                    raise TenantInactive(self.keys.tenant_id) from None
                 if cancelled.failed(1):
                     if lease_until is not None:
                         self._refused_adoption(row.user_id, row.uuid, row.claim_version, now_iso, owner)

@@ -42,8 +42,10 @@ from amsg.adapters.dynamo.table import (
     is_conditional_failure,
     item_int,
 )
+from amsg.adapters.dynamo.tenants import active_fence
 from amsg.errors import CloudGuardError, StoreUnavailable
 from amsg.ports import CapCharge, CapReached, OutboxAppend, OutboxRow, OwnerClaim
+from amsg.ports.tenants import TenantInactive
 from amsg.timeutil import iso_from_ms
 
 DAY_MS = 86_400_000
@@ -121,10 +123,11 @@ def delivered_update(space: keys.KeySpace, user_id: str, message_id: str, at_ms:
     }
 
 
-def fits_one_transaction(rows: Sequence[OutboxAppend]) -> bool:
-    """Whether a batch can be appended with inline payloads in one transaction next to the counter and task."""
+def fits_one_transaction(rows: Sequence[OutboxAppend], spare: int = 0) -> bool:
+    """Whether a batch can be appended with inline payloads in one transaction next to the counter and task
+    (and ``spare`` more actions)."""
     return (
-        0 < len(rows) <= MAX_ROWS_PER_TRANSACTION - 1
+        0 < len(rows) <= MAX_ROWS_PER_TRANSACTION - 1 - spare
         and all(len(row.encrypted_push) <= INLINE_PAYLOAD_CHARS for row in rows)
         and sum(len(row.encrypted_push) + len(row.message_id) + 512 for row in rows) <= MAX_TRANSACTION_CHARS
         and len({row.message_id for row in rows}) == len(rows)
@@ -358,6 +361,10 @@ class DynamoOutboxStore:
         actions = self._claim_actions(user_id, message_id, task_uuid, claim_version, now_ms)
         if owner is not None:  # an owned task's push is taken only while its owner holds
             actions.append(guard_check(self.keys, user_id, owner.ref, owner.generation))
+        fence = active_fence(self.keys)
+        if fence is not None:  # and a tenant's only while the tenant is active (no push once its deletion began)
+            actions.append(fence)
+        fence_at = len(actions) - 1 if fence is not None else None
         if delivered is not None and not caps:
             # the previous row of the batch went out: its delivered mark rides along with this claim
             try:
@@ -372,6 +379,8 @@ class DynamoOutboxStore:
         try:
             self.t.transact(actions)
         except TransactionCancelled as cancelled:
+            if fence_at is not None and cancelled.failed(fence_at):
+                raise TenantInactive(self.keys.tenant_id) from None
             if owner is not None:
                 raise_if_guard_failed(cancelled, 2, 1)
             full = [caps[i - first_cap].window_end_ms for i in range(first_cap, len(actions)) if cancelled.failed(i)]
