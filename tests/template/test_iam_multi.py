@@ -455,3 +455,34 @@ def test_the_unobserved_list_names_real_grants():
 
 def test_every_secret_of_the_template_is_named():
     assert set(SECRET_PARAMETERS.values()) <= set(SSM_NAMES.values())
+
+
+def _takes_a_push(action: dict[str, Any]) -> bool:
+    """A transaction action that claims an outbox row for sending (``sending_at``)."""
+    if "Update" in action:
+        return "sending_at = :t" in action["Update"].get("UpdateExpression", "")
+    item = action.get("Put", {}).get("Item", {})
+    return "sending_at" in item and "ob_lsk" in item
+
+
+@JOURNEY
+def test_every_push_claim_checks_the_tenant_in_its_own_transaction(observed):
+    """No push once a tenant's deletion has started: each claim of a push carries the tenant's record check."""
+    claims = [
+        call.params["TransactItems"]
+        for function in ("RunTaskFunction", "ScheduleMessageFunction")
+        for call in observed.get(function, [])
+        if call.operation == "TransactWriteItems" and any(_takes_a_push(a) for a in call.params["TransactItems"])
+    ]
+    assert len(claims) > 10
+    for actions in claims:
+        checks = [a["ConditionCheck"] for a in actions if "ConditionCheck" in a]
+        assert any(_item_key(check) == "TENANTS" for check in checks), actions
+
+
+def test_the_single_line_has_no_tenant_fence():
+    from amsg.adapters.dynamo.keys import SINGLE, tenant_space
+    from amsg.adapters.dynamo.tenants import active_fence
+
+    assert active_fence(SINGLE) is None
+    assert active_fence(tenant_space("t"))["ConditionCheck"]["Key"] == {"PK": "TENANTS", "SK": "t"}
