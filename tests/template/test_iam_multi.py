@@ -370,7 +370,7 @@ def _run(world: types.SimpleNamespace) -> None:
     world.user_partition = f"N#{a['tenantId']}#U#{user_id}"
     _journey(world)  # tenant A: every route, the tick's lanes and housekeeping, run_task
 
-    # tenant B: its cron webhook claims and enqueues its due task, run_task delivers it in B's scope
+    # tenant B: its cron webhook (send-notifications) claims and enqueues, run_task delivers in B's scope
     bearer_b = {"Authorization": f"Bearer {b['tenantToken']}"}
     client_b = WireClient(world.transport, user_id=user_id, extra_headers=bearer_b)
     client_b.init()
