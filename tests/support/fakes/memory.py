@@ -60,8 +60,8 @@ def _ttl_for(created_ms: int) -> int:
 class MemoryOutboxStore:
     """The per-user outbox: ids from a per-user counter, upsert on message id, TTL-filtered reads."""
 
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
+    def __init__(self, lock: threading.RLock | None = None) -> None:
+        self._lock = lock or threading.RLock()  # shared with the tasks when a claim fences a write
         self._rows: dict[str, dict[str, _OutboxItem]] = {}
         self._counters: dict[str, int] = {}
 
@@ -85,17 +85,7 @@ class MemoryOutboxStore:
         if old is None:
             row_id = self._counters.get(user_id, 0) + 1
             self._counters[user_id] = row_id
-            stored = OutboxRow(
-                id=row_id,
-                message_id=row.message_id,
-                encrypted_push=row.encrypted_push,
-                created_at=row.created_at,
-                task_uuid=row.task_uuid,
-                session_id=row.session_id,
-                message_index=row.message_index,
-                total_messages=row.total_messages,
-            )
-            items[row.message_id] = _OutboxItem(stored, _ttl_for(row.created_at))
+            self._insert(items, row, row_id)
             return row_id
         if old.row.acked_at is None:  # an acked row is final; otherwise the id and task columns stay
             old.row.encrypted_push = row.encrypted_push
@@ -104,6 +94,21 @@ class MemoryOutboxStore:
             old.row.sending_at = None
             old.ttl_s = _ttl_for(row.created_at)
         return old.row.id
+
+    @staticmethod
+    def _insert(items: dict[str, _OutboxItem], row: OutboxAppend, row_id: int, sending_at: int | None = None) -> None:
+        stored = OutboxRow(
+            id=row_id,
+            message_id=row.message_id,
+            encrypted_push=row.encrypted_push,
+            created_at=row.created_at,
+            task_uuid=row.task_uuid,
+            session_id=row.session_id,
+            message_index=row.message_index,
+            total_messages=row.total_messages,
+            sending_at=sending_at,
+        )
+        items[row.message_id] = _OutboxItem(stored, _ttl_for(row.created_at))
 
     def claim_send(self, user_id: str, message_id: str, **_: object) -> bool:
         raise NotFaked("claim_send is fenced by the task's claim version in one transaction")

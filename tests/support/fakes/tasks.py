@@ -41,8 +41,8 @@ def _no_owner(owner: OwnerClaim | None) -> None:
 class MemoryTaskStore:
     """Tasks per user, one lock for the store (each method is one atomic step, as each adapter write is)."""
 
-    def __init__(self, subscriptions: MemoryPushSubscriptionStore) -> None:
-        self._lock = threading.Lock()
+    def __init__(self, subscriptions: MemoryPushSubscriptionStore, lock: threading.RLock | None = None) -> None:
+        self._lock = lock or threading.RLock()  # shared with the claims and the outbox (tests/support/fakes/claims.py)
         self._subscriptions = subscriptions  # prepare_create reads the subscription with the counter
         self._tasks: dict[str, dict[str, TaskRow]] = {}
         self._counters: dict[str, int] = {}
