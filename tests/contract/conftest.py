@@ -28,8 +28,8 @@ def memory_stores() -> types.SimpleNamespace:
 
     subscriptions = fakes.MemoryPushSubscriptionStore()
     tasks = fakes.MemoryTaskStore(subscriptions)
-    outbox = fakes.FencedMemoryOutboxStore(tasks)  # its send claim is fenced by the task's claim
-    policies = fakes.MemoryDeliveryPolicyStore()
+    policies = fakes.MemoryDeliveryPolicyStore(lock=tasks._lock)
+    outbox = fakes.FencedMemoryOutboxStore(tasks, policies)  # its send claim is fenced by the task's claim
     return types.SimpleNamespace(
         outbox=outbox,
         credentials=fakes.MemoryCredentialStore(),

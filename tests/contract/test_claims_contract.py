@@ -265,3 +265,33 @@ def test_housekeeping_deletes_settled_tasks_not_updated_since_the_cutoff(stores)
     assert stores.claims.delete_settled_before(NOW + 5_000, shards=1, limit=10) == 1
     assert stores.tasks.get_task(USER, old) is None
     assert stores.tasks.get_task(USER, recent) is not None and stores.tasks.get_task(USER, pending) is not None
+
+
+# ---- frequency caps, charged by the send claim ---------------------------------------------------------------
+
+
+def test_a_send_claim_charges_the_caps_and_a_full_window_refuses_it(stores):
+    from amsg.ports import CapCharge, CapReached
+
+    uuid = create(stores, 1)
+    row = claim(stores, uuid)
+    assert row is not None
+    stores.outbox.append(USER, [push("m1", uuid), push("m2", uuid), push("m3", uuid)])
+    window_end = NOW + 3_600_000
+
+    def cap(occurrence: str) -> CapCharge:
+        return CapCharge(counter="hour#1", max=2, window_end_ms=window_end, occurrence=occurrence)
+
+    kw = {"task_uuid": uuid, "claim_version": row.claim_version, "now_ms": NOW}
+    assert stores.policies.cap_room(USER, [cap("a")]) is None
+    assert stores.outbox.claim_send(USER, "m1", caps=[cap("a")], **kw)
+    assert stores.outbox.claim_send(USER, "m2", caps=[cap("b")], **kw)
+    assert stores.policies.cap_room(USER, [cap("c")]) == window_end  # full
+    assert stores.policies.cap_room(USER, [cap("a")]) is None  # an occurrence counted already fits again
+    with pytest.raises(CapReached) as reached:
+        stores.outbox.claim_send(USER, "m3", caps=[cap("c")], **kw)
+    assert reached.value.until_ms == window_end
+    assert stores.outbox.claim_send(USER, "m3", caps=[cap("a")], **kw)  # nothing was written by the refusal
+    # a lost claim is refused as such, even with a full cap
+    stores.outbox.release_send(USER, "m3")
+    assert not stores.outbox.claim_send(USER, "m3", caps=[cap("d")], **{**kw, "claim_version": 9})

@@ -2,8 +2,8 @@
 (see docs/delivery.md for what the fences mean). Tasks, outbox rows and the group locks share one lock, so a
 claim, a fenced append or a settlement is one atomic step, as the adapter's transaction is.
 
-Not modelled: frequency-cap counters (``caps`` on a send claim), owner guards, payload parts and a tenant's
-pending count; those raise :class:`NotFaked` or are absent from the fakes altogether.
+The send claim charges the frequency caps (the policy store's counters) in the same step. Not modelled: owner
+guards (:class:`NotFaked`), payload parts and a tenant's pending count (absent from the fakes altogether).
 """
 
 from __future__ import annotations
@@ -19,9 +19,11 @@ from amsg.ports import (
     CLAIM_BATCH,
     KEEP,
     CapCharge,
+    CapReached,
     ClaimWanted,
     DueCandidate,
     OutboxAppend,
+    OutboxRow,
     OwnerClaim,
     RunSnapshot,
     Settlement,
@@ -361,9 +363,12 @@ class FencedMemoryOutboxStore(MemoryOutboxStore):
     """The outbox whose send claim is fenced by the task's claim: taken only while the claim is current and its
     lease unexpired, in one step with the row (a run that lost its lease sends nothing)."""
 
-    def __init__(self, tasks: MemoryTaskStore) -> None:
+    def __init__(self, tasks: MemoryTaskStore, policies: MemoryDeliveryPolicyStore) -> None:
+        if policies._lock is not tasks._lock:
+            raise ValueError("the send claim charges the caps under the tasks' lock")
         super().__init__(lock=tasks._lock)
         self._tasks = tasks
+        self._policies = policies
 
     def claim_send(  # type: ignore[override]
         self,
@@ -379,18 +384,29 @@ class FencedMemoryOutboxStore(MemoryOutboxStore):
     ) -> bool:
         if owner is not None:
             raise NotFaked("cloud-data owner guards are not faked")
-        if caps:
-            raise NotFaked("frequency-cap counters are not faked: run the test on moto")
         with self._lock:
             if delivered is not None:
                 self.mark_delivered(user_id, [delivered], now_ms)
             item = self._user(user_id).get(message_id)
-            task = self._tasks._user(user_id).get(task_uuid)
-            if item is None or item.row.sending_at is not None or item.row.delivered_at is not None:
+            if item is None or not self._sendable(item.row, user_id, task_uuid, claim_version, now_ms):
                 return False
-            if item.row.acked_at is not None or task is None or task.claim_version != claim_version:
-                return False
-            if task.status != "pending" or task.lease_until_ms is None or task.lease_until_ms <= now_ms:
-                return False
+            full = [charge.window_end_ms for charge in caps if self._policies.is_full(user_id, charge)]
+            if full:
+                raise CapReached(max(full))  # nothing written
+            for charge in caps:
+                self._policies.charge(user_id, charge)
             item.row.sending_at = now_ms
             return True
+
+    def _sendable(self, row: OutboxRow, user_id: str, task_uuid: str, claim_version: int, now_ms: int) -> bool:
+        """Row untaken, undelivered, unacked; the task's claim current and its lease unexpired."""
+        if row.sending_at is not None or row.delivered_at is not None or row.acked_at is not None:
+            return False
+        task = self._tasks._user(user_id).get(task_uuid)
+        return (
+            task is not None
+            and task.claim_version == claim_version
+            and task.status == "pending"
+            and task.lease_until_ms is not None
+            and task.lease_until_ms > now_ms
+        )

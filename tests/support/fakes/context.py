@@ -44,8 +44,8 @@ def memory_context(env: Mapping[str, str], now_ms: int, queue: TaskQueue | None 
     secrets = secrets_from_env(env)
     subscriptions = MemoryPushSubscriptionStore()
     tasks = MemoryTaskStore(subscriptions)
-    outbox = FencedMemoryOutboxStore(tasks)
-    policies = MemoryDeliveryPolicyStore()
+    policies = MemoryDeliveryPolicyStore(lock=tasks._lock)
+    outbox = FencedMemoryOutboxStore(tasks, policies)
     storage = StoragePorts(
         tasks=tasks,
         claims=MemoryClaimStore(tasks, outbox, subscriptions, policies, due_shards=settings.due_shards),

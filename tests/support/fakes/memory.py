@@ -1,9 +1,9 @@
 """In-memory stores with the DynamoDB adapter's semantics (see docs/data-model.md), one lock per store.
 
-What is faked is what the contract suite in ``tests/contract/`` checks. Behaviour that only makes sense with
-the other stores in one transaction (the fenced ``claim_send`` of the outbox, frequency-cap counters,
-cloud-data owner guards) is not faked: those methods raise :class:`NotFaked`, so a test that needs them
-fails loudly and belongs on moto or DynamoDB Local.
+What is faked is what the contract suite in ``tests/contract/`` checks. The outbox's fenced ``claim_send`` (and
+the cap counters it charges) needs the tasks under the same lock: it is in ``claims.py``; here it raises
+:class:`NotFaked`. Cloud-data owner guards are not faked at all: a test that needs them fails loudly and
+belongs on moto or DynamoDB Local.
 """
 
 from __future__ import annotations
@@ -289,12 +289,13 @@ class MemoryPushSubscriptionStore:
 
 
 class MemoryDeliveryPolicyStore:
-    """The user's encrypted delivery policy. Cap counters are written by the outbox's send claim, which is
-    not faked, so :meth:`cap_room` is not either."""
+    """The user's encrypted delivery policy and its frequency-cap counters: per user and counter, the set of
+    occurrences counted, charged by the fenced send claim (``FencedMemoryOutboxStore`` in claims.py)."""
 
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
+    def __init__(self, lock: threading.RLock | None = None) -> None:
+        self._lock = lock or threading.RLock()
         self._rows: dict[str, DeliveryPolicyRow] = {}
+        self.counted: dict[tuple[str, str], set[str]] = {}
 
     def get_policy(self, user_id: str) -> DeliveryPolicyRow | None:
         with self._lock:
@@ -310,4 +311,14 @@ class MemoryDeliveryPolicyStore:
             return self._rows.pop(user_id, None) is not None
 
     def cap_room(self, user_id: str, charges: Sequence[CapCharge]) -> int | None:
-        raise NotFaked("frequency-cap counters are written by the outbox's send claim")
+        with self._lock:
+            full = [charge.window_end_ms for charge in charges if self.is_full(user_id, charge)]
+        return max(full) if full else None
+
+    def is_full(self, user_id: str, charge: CapCharge) -> bool:
+        """The window has no room for ``charge`` (an occurrence counted already always fits again)."""
+        counted = self.counted.get((user_id, charge.counter), set())
+        return charge.occurrence not in counted and len(counted) >= charge.max
+
+    def charge(self, user_id: str, charge: CapCharge) -> None:
+        self.counted.setdefault((user_id, charge.counter), set()).add(charge.occurrence)
