@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import types
 import uuid
 from collections.abc import Iterator
 from typing import Any
@@ -209,35 +210,82 @@ def api(ctx):
     return client
 
 
-@pytest.fixture
-def engine(moto_table, make_context):
-    """Context wired for delivery: real VAPID keys, a loopback fake push service, a fake LLM, the SQS queue
-    built from the template, no pacing sleeps. Yields a namespace with everything a test needs."""
-    import types
+def engine_on_fakes(request: pytest.FixtureRequest) -> bool:
+    """The engine runs on the in-memory fakes in a ``memory_store`` test (not ``dynamo_store``) under `make unit`
+    (``AMSG_FAST_TESTS=1``); `make test` runs the same tests through the DynamoDB adapter on moto."""
+    node = request.node
+    marked = node.get_closest_marker("memory_store") and not node.get_closest_marker("dynamo_store")
+    return bool(marked) and os.environ.get("AMSG_FAST_TESTS") == "1"
 
+
+@pytest.fixture
+def engine(request: pytest.FixtureRequest):
+    """Context wired for delivery: real VAPID keys, a loopback fake push service, a fake LLM, the SQS queue
+    built from the template, no pacing sleeps. Yields a namespace with everything a test needs. On the fakes
+    (see :func:`engine_on_fakes`) the stores are in memory and the queue is the local stack's SQS model."""
+    if engine_on_fakes(request):
+        yield from _memory_engine()
+    else:
+        request.getfixturevalue("moto_table")
+        yield from _moto_engine(request.getfixturevalue("make_context"))
+
+
+def _vapid_env(public: str, private: str, queue_url: str) -> dict[str, str]:
+    return {
+        "AMSG_QUEUE_URL": queue_url,
+        "AMSG_VAPID_PUBLIC_KEY": public,
+        "AMSG_VAPID_PRIVATE_KEY": private,
+        "AMSG_PUSH_PACING_MS": "0",
+    }
+
+
+def _memory_engine() -> Iterator[Any]:
+    from amsg import runtime
+    from amsg.adapters.sqs_queue import SqsTaskQueue
+    from amsg.vapid import generate_vapid_keys
+    from amsg_local.sqs_model import LocalSqs, LocalSqsClient
+
+    from tests.support.engine_harness import EngineHarness
+    from tests.support.fakes import memory_context
+
+    public, private = generate_vapid_keys()
+    sqs = LocalSqsClient(LocalSqs())
+    queue_url = sqs.create_queue(QueueName="amsg-test-tasks")["QueueUrl"]
+    arn = sqs.get_queue_attributes(QueueUrl=queue_url, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
+    task_queue = SqsTaskQueue(queue_url)
+    task_queue._client = sqs
+    ctx = memory_context(base_env(**_vapid_env(public, private, queue_url)), T0_MS, queue=task_queue)
+    runtime.use(ctx)
+    try:
+        queue = types.SimpleNamespace(url=queue_url, arn=arn)
+        yield from _engine_namespace(ctx, public, queue, EngineHarness(queue_url, arn, sqs))
+    finally:
+        runtime.use(None)
+
+
+def _moto_engine(make_context: Any) -> Iterator[Any]:
     from amsg.vapid import generate_vapid_keys
     from amsg_local.tables import create_queue_from_template
 
     from tests.support.engine_harness import EngineHarness
+
+    public, private = generate_vapid_keys()
+    queue = create_queue_from_template(moto_client("sqs"), shared_template(), "amsg-test-tasks")
+    ctx = make_context(**_vapid_env(public, private, queue.url))
+    yield from _engine_namespace(ctx, public, queue, EngineHarness(queue.url, queue.arn, moto_client("sqs")))
+
+
+def _engine_namespace(ctx: Any, public: str, queue: Any, harness: Any) -> Iterator[Any]:
     from tests.support.fake_llm import FakeLlmServer
     from tests.support.fake_push import FakePushService
     from tests.support.inprocess import InProcessApi
     from tests.support.wire_client import WireClient
 
-    public, private = generate_vapid_keys()
-    queue = create_queue_from_template(moto_client("sqs"), shared_template(), "amsg-test-tasks")
     with FakePushService(vapid_public_key=public) as push, FakeLlmServer() as llm:
-        ctx = make_context(
-            AMSG_QUEUE_URL=queue.url,
-            AMSG_VAPID_PUBLIC_KEY=public,
-            AMSG_VAPID_PRIVATE_KEY=private,
-            AMSG_PUSH_PACING_MS="0",
-        )
         client = WireClient(InProcessApi(), user_id=str(uuid.uuid4()))
         client.init()
         subscription = push.subscribe()
         assert client.put_subscription(subscription.to_json()).status == 200
-        harness = EngineHarness(queue.url, queue.arn, moto_client("sqs"))
         yield types.SimpleNamespace(
             ctx=ctx, api=client, push=push, llm=llm, subscription=subscription, harness=harness, queue=queue
         )

@@ -28,17 +28,21 @@ def memory_stores() -> types.SimpleNamespace:
 
     subscriptions = fakes.MemoryPushSubscriptionStore()
     tasks = fakes.MemoryTaskStore(subscriptions)
+    policies = fakes.MemoryDeliveryPolicyStore(lock=tasks._lock)
+    outbox = fakes.FencedMemoryOutboxStore(tasks, policies)  # its send claim is fenced by the task's claim
     return types.SimpleNamespace(
-        outbox=fakes.MemoryOutboxStore(),
+        outbox=outbox,
         credentials=fakes.MemoryCredentialStore(),
         subscriptions=subscriptions,
-        policies=fakes.MemoryDeliveryPolicyStore(),
+        policies=policies,
         tasks=tasks,
+        claims=fakes.MemoryClaimStore(tasks, outbox, subscriptions, policies),
         set_delivery_state=tasks.set_delivery_state,
     )
 
 
 def dynamo_stores(table_name: str, endpoint_url: str | None = None) -> types.SimpleNamespace:
+    from amsg.adapters.dynamo.claims import DynamoClaimStore
     from amsg.adapters.dynamo.credentials import DynamoCredentialStore
     from amsg.adapters.dynamo.delivery_policy import DynamoDeliveryPolicyStore
     from amsg.adapters.dynamo.outbox import DynamoOutboxStore
@@ -53,6 +57,7 @@ def dynamo_stores(table_name: str, endpoint_url: str | None = None) -> types.Sim
         subscriptions=DynamoPushSubscriptionStore(table),
         policies=DynamoDeliveryPolicyStore(table),
         tasks=DynamoTaskStore(table),
+        claims=DynamoClaimStore(table),
         set_delivery_state=lambda user_id, uuid, **fields: _write_task_fields(table, user_id, uuid, fields),
     )
 
@@ -82,7 +87,8 @@ def _write_task_fields(table: Any, user_id: str, uuid: str, fields: dict[str, An
 @pytest.fixture(params=BACKENDS)
 def stores(request: pytest.FixtureRequest) -> Iterator[types.SimpleNamespace]:
     """The storage ports under test, on one backend: ``outbox``, ``credentials``, ``subscriptions``,
-    ``policies``, ``tasks`` (and ``set_delivery_state``, which puts a task in a state only the engine writes)."""
+    ``policies``, ``tasks``, ``claims`` (and ``set_delivery_state``, which puts a task in a state only the
+    engine writes)."""
     if request.param == "memory":
         yield memory_stores()
     elif request.param == "moto":

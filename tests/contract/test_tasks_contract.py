@@ -1,5 +1,6 @@
 """TaskStore (the API side of tasks) on every backend (see conftest): ids, the uuid registry, supersede, the
-update's conditions and the listing order. The delivery side (claims, leases, settlements) has no fake."""
+update's conditions and the listing order. The delivery side (claims, leases, settlements) is
+test_claims_contract.py."""
 
 from __future__ import annotations
 

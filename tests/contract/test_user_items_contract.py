@@ -99,9 +99,7 @@ def test_policy_put_overwrites_get_and_delete(stores):
     assert store.delete_policy(USER) is True and store.get_policy(USER) is None
 
 
-def test_the_fake_has_no_cap_counters():
-    """Counters are charged inside the outbox's send claim, which the fakes do not model."""
-    from tests.support.fakes import MemoryDeliveryPolicyStore, NotFaked
-
-    with pytest.raises(NotFaked):
-        MemoryDeliveryPolicyStore().cap_room(USER, [CapCharge("c", 1, 0, "o")])
+def test_cap_room_of_counters_never_charged(stores):
+    """Counters are charged by the outbox's send claim (test_claims_contract.py); one never charged has room."""
+    assert stores.policies.cap_room(USER, [CapCharge("c", 1, T2, "o"), CapCharge("d", 5, T2, "o")]) is None
+    assert stores.policies.cap_room(USER, [CapCharge("c", 0, T2, "o")]) == T2  # a zero cap is always full

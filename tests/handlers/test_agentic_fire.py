@@ -15,6 +15,8 @@ from tests.handlers.test_delivery import FIRST_MS, due, schedule_ai
 from tests.support import hooks_agentic
 from tests.support.hooks_agentic import SCRIPT
 
+pytestmark = pytest.mark.memory_store  # the engine on the in-memory fakes under `make unit`
+
 KEY = "sk-agentic-secret-0123456789"
 
 
@@ -310,6 +312,7 @@ def test_tool_failures_become_tool_messages(agentic):
     assert [p["message"] for p in engine.push.payloads()] == ["recovered"]
 
 
+@pytest.mark.dynamo_store
 def test_follow_ups_cancel_renew_results_and_state(agentic):
     engine = agentic
     api = engine.api
@@ -480,6 +483,7 @@ def _raises(call) -> str:
     return "no error"
 
 
+@pytest.mark.dynamo_store
 def test_agentic_fires_count_against_caps_and_defer_when_a_cap_fills_mid_fire(agentic):
     """The built-in delivery policy composes with the host's hooks: an agentic finish push is counted in its
     send claim; when the cap filled while the hook ran, the claim refuses, the fire is deferred (no retry

@@ -10,16 +10,20 @@ import types
 import uuid
 
 import boto3
+import pytest
 from amsg.engine.messages import TaskMessage, parse_task_message
 
 from tests.handlers.test_delivery import due, schedule
 from tests.support import inprocess
+
+pytestmark = pytest.mark.memory_store  # the engine on the in-memory fakes under `make unit`
 
 
 def _log_lines(out: str) -> list[dict]:
     return [json.loads(line) for line in out.splitlines() if line.startswith('{"level"')]
 
 
+@pytest.mark.dynamo_store
 def test_the_api_request_id_reaches_run_task_logs(engine, monkeypatch):
     request_ids: list[str] = []
     original = inprocess.build_v2_event

@@ -12,6 +12,8 @@ import pytest
 from tests.conftest import T0_MS
 from tests.support import scenario
 
+pytestmark = pytest.mark.memory_store
+
 ISO_RE = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{3}Z$")
 FIRST = "2029-12-31T00:01:00.000Z"  # T0 + 60 s
 FIRST_MS = T0_MS + 60_000
@@ -308,6 +310,7 @@ def test_cancel_during_a_long_generation_stops_before_any_push(engine):
     assert engine.api.get_encrypted("/outbox").data["entries"] == []  # undelivered rows discarded
 
 
+@pytest.mark.dynamo_store
 def test_due_index_shards_are_all_read(engine):
     import boto3
 
@@ -364,6 +367,7 @@ def test_missing_credential_at_fire_time_is_retryable(engine):
     assert task["retryCount"] == 1 and task["lastError"]["errorCode"] == "CREDENTIAL_MISSING"
 
 
+@pytest.mark.dynamo_store
 def test_a_claim_that_keeps_failing_is_isolated_and_retried_next_tick(engine, monkeypatch):
     """The tick claims in batches (one transaction each); when a batch cannot run, its tasks are claimed one
     by one, so a task whose claim keeps failing is reported alone and the others go out."""
@@ -398,6 +402,7 @@ def test_a_claim_that_keeps_failing_is_isolated_and_retried_next_tick(engine, mo
     assert sorted(p["message"] for p in engine.push.payloads()) == ["later", "now"]
 
 
+@pytest.mark.dynamo_store
 def test_the_tick_claims_a_batch_in_one_transaction_and_one_read(engine, monkeypatch):
     """Ungrouped claims travel together: one TransactWriteItems and one BatchGetItem for up to 25 tasks,
     each claim's fence (claim_version) read back exactly, and a task claimed already is left out."""

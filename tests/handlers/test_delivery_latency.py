@@ -17,6 +17,8 @@ from tests.support.hooks_agentic import SCRIPT
 from tests.support.template import project_template
 from tests.template.test_operations import alarm_threshold, alarm_value, delivery_latency_alarm
 
+pytestmark = pytest.mark.memory_store  # the engine on the in-memory fakes under `make unit`
+
 MINUTE = 60_000
 
 

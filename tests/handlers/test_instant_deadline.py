@@ -12,6 +12,8 @@ from amsg.ports import LlmReply, LlmRequest
 from tests.conftest import T0_MS
 from tests.support.inprocess import LambdaContext
 
+pytestmark = pytest.mark.memory_store  # the engine on the in-memory fakes under `make unit`
+
 FIRST = "2029-12-31T00:01:00.000Z"  # T0 + 60 s: an instant message still names a future time
 
 

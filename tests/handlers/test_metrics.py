@@ -9,6 +9,8 @@ import pytest
 
 from tests.handlers.test_delivery import due, schedule, schedule_ai
 
+pytestmark = pytest.mark.memory_store  # the engine on the in-memory fakes under `make unit`
+
 ALLOWED_DIMENSIONS = {"service": {"amsg"}, "Outcome": {"ok", "timeout", "network", "2xx", "4xx", "5xx"}}
 ALLOWED_DIMENSIONS["StatusClass"] = {"timeout", "network", "4xx", "5xx"}
 

@@ -14,6 +14,8 @@ import pytest
 from tests.conftest import T0_MS
 from tests.handlers.test_delivery import FIRST, FIRST_MS, due, schedule
 
+pytestmark = pytest.mark.memory_store  # the engine on the in-memory fakes under `make unit`
+
 CONVERSIONS = ("iso_from_ms", "parse_iso_ms", "normalize_iso")
 EDGES = {
     "amsg.adapters.dynamo.tasks",
@@ -54,6 +56,7 @@ def count_conversions(monkeypatch: pytest.MonkeyPatch) -> Counter[str]:
     return callers
 
 
+@pytest.mark.dynamo_store
 def test_the_stored_task_item_keeps_its_iso_attributes(engine, moto_table):
     created = schedule(engine, recurrenceType="daily")
     item = raw_task(moto_table, engine.api.user_id, created["uuid"])

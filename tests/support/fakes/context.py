@@ -1,21 +1,23 @@
 """An ``AppContext`` on the in-memory stores: what the Lambda handlers see, minus DynamoDB.
 
-Ports without a fake (claims, client state, cloud data, owners, schema) are a stand-in that
+Ports without a fake (client state, cloud data, owners, schema) are a stand-in that
 raises :class:`NotFaked` on first use, so a route that needs them fails loudly instead of half-working.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
 from amsg.clock import FixedClock
 from amsg.context import AppContext, StoragePorts
+from amsg.ports import TaskQueue
 
+from tests.support.fakes.claims import FencedMemoryOutboxStore, MemoryClaimStore
 from tests.support.fakes.memory import (
     MemoryCredentialStore,
     MemoryDeliveryPolicyStore,
-    MemoryOutboxStore,
     MemoryPushSubscriptionStore,
     NotFaked,
 )
@@ -32,32 +34,39 @@ class Unfaked:
         raise NotFaked(f"{self._port}.{name} has no in-memory fake: use the moto `ctx` fixture")
 
 
-def memory_context(env: Mapping[str, str], now_ms: int) -> AppContext:
+def memory_context(env: Mapping[str, str], now_ms: int, queue: TaskQueue | None = None) -> AppContext:
     """Settings, secrets and delivery collaborators exactly as :func:`amsg.runtime.build_context` makes them
-    from ``env``; the storage ports are in-memory fakes and the clock is fixed at ``now_ms``."""
+    from ``env``; the storage ports are in-memory fakes (tasks, claims and outbox under one lock), the clock is
+    fixed at ``now_ms`` and ``queue``, when given, is the delivery queue."""
     from amsg.runtime import delivery_ports, secrets_from_env, settings_from_env
 
     settings = settings_from_env(env)
     secrets = secrets_from_env(env)
     subscriptions = MemoryPushSubscriptionStore()
+    tasks = MemoryTaskStore(subscriptions)
+    policies = MemoryDeliveryPolicyStore(lock=tasks._lock)
+    outbox = FencedMemoryOutboxStore(tasks, policies)
     storage = StoragePorts(
-        tasks=MemoryTaskStore(subscriptions),
-        claims=Unfaked("ClaimStore"),  # type: ignore[arg-type]
+        tasks=tasks,
+        claims=MemoryClaimStore(tasks, outbox, subscriptions, policies, due_shards=settings.due_shards),
         subscriptions=subscriptions,
-        outbox=MemoryOutboxStore(),
+        outbox=outbox,
         schema=Unfaked("SchemaInspector"),  # type: ignore[arg-type]
         credentials=MemoryCredentialStore(),
         client_state=Unfaked("ClientStateStore"),  # type: ignore[arg-type]
         owners=Unfaked("OwnerStore"),  # type: ignore[arg-type]
-        policies=MemoryDeliveryPolicyStore(),
+        policies=policies,
         cloud_data=Unfaked("CloudDataStore"),  # type: ignore[arg-type]
         coalescer=None,  # no coalescing: each call is its own request, a valid configuration
     )
+    delivery = delivery_ports(settings, secrets)
+    if queue is not None:
+        delivery = dataclasses.replace(delivery, make_queue=lambda: queue)
     return AppContext(
         settings=settings,
         secrets=secrets,
         clock=FixedClock(now_ms),
-        delivery=delivery_ports(settings, secrets),
+        delivery=delivery,
         storage=lambda: storage,
         optional_ports=frozenset({"owners", "policies", "cloud_data"}),
     )

@@ -1,9 +1,9 @@
 """In-memory stores with the DynamoDB adapter's semantics (see docs/data-model.md), one lock per store.
 
-What is faked is what the contract suite in ``tests/contract/`` checks. Behaviour that only makes sense with
-the other stores in one transaction (the fenced ``claim_send`` of the outbox, frequency-cap counters,
-cloud-data owner guards) is not faked: those methods raise :class:`NotFaked`, so a test that needs them
-fails loudly and belongs on moto or DynamoDB Local.
+What is faked is what the contract suite in ``tests/contract/`` checks. The outbox's fenced ``claim_send`` (and
+the cap counters it charges) needs the tasks under the same lock: it is in ``claims.py``; here it raises
+:class:`NotFaked`. Cloud-data owner guards are not faked at all: a test that needs them fails loudly and
+belongs on moto or DynamoDB Local.
 """
 
 from __future__ import annotations
@@ -60,8 +60,8 @@ def _ttl_for(created_ms: int) -> int:
 class MemoryOutboxStore:
     """The per-user outbox: ids from a per-user counter, upsert on message id, TTL-filtered reads."""
 
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
+    def __init__(self, lock: threading.RLock | None = None) -> None:
+        self._lock = lock or threading.RLock()  # shared with the tasks when a claim fences a write
         self._rows: dict[str, dict[str, _OutboxItem]] = {}
         self._counters: dict[str, int] = {}
 
@@ -85,17 +85,7 @@ class MemoryOutboxStore:
         if old is None:
             row_id = self._counters.get(user_id, 0) + 1
             self._counters[user_id] = row_id
-            stored = OutboxRow(
-                id=row_id,
-                message_id=row.message_id,
-                encrypted_push=row.encrypted_push,
-                created_at=row.created_at,
-                task_uuid=row.task_uuid,
-                session_id=row.session_id,
-                message_index=row.message_index,
-                total_messages=row.total_messages,
-            )
-            items[row.message_id] = _OutboxItem(stored, _ttl_for(row.created_at))
+            self._insert(items, row, row_id)
             return row_id
         if old.row.acked_at is None:  # an acked row is final; otherwise the id and task columns stay
             old.row.encrypted_push = row.encrypted_push
@@ -104,6 +94,21 @@ class MemoryOutboxStore:
             old.row.sending_at = None
             old.ttl_s = _ttl_for(row.created_at)
         return old.row.id
+
+    @staticmethod
+    def _insert(items: dict[str, _OutboxItem], row: OutboxAppend, row_id: int, sending_at: int | None = None) -> None:
+        stored = OutboxRow(
+            id=row_id,
+            message_id=row.message_id,
+            encrypted_push=row.encrypted_push,
+            created_at=row.created_at,
+            task_uuid=row.task_uuid,
+            session_id=row.session_id,
+            message_index=row.message_index,
+            total_messages=row.total_messages,
+            sending_at=sending_at,
+        )
+        items[row.message_id] = _OutboxItem(stored, _ttl_for(row.created_at))
 
     def claim_send(self, user_id: str, message_id: str, **_: object) -> bool:
         raise NotFaked("claim_send is fenced by the task's claim version in one transaction")
@@ -284,12 +289,13 @@ class MemoryPushSubscriptionStore:
 
 
 class MemoryDeliveryPolicyStore:
-    """The user's encrypted delivery policy. Cap counters are written by the outbox's send claim, which is
-    not faked, so :meth:`cap_room` is not either."""
+    """The user's encrypted delivery policy and its frequency-cap counters: per user and counter, the set of
+    occurrences counted, charged by the fenced send claim (``FencedMemoryOutboxStore`` in claims.py)."""
 
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
+    def __init__(self, lock: threading.RLock | None = None) -> None:
+        self._lock = lock or threading.RLock()
         self._rows: dict[str, DeliveryPolicyRow] = {}
+        self.counted: dict[tuple[str, str], set[str]] = {}
 
     def get_policy(self, user_id: str) -> DeliveryPolicyRow | None:
         with self._lock:
@@ -305,4 +311,14 @@ class MemoryDeliveryPolicyStore:
             return self._rows.pop(user_id, None) is not None
 
     def cap_room(self, user_id: str, charges: Sequence[CapCharge]) -> int | None:
-        raise NotFaked("frequency-cap counters are written by the outbox's send claim")
+        with self._lock:
+            full = [charge.window_end_ms for charge in charges if self.is_full(user_id, charge)]
+        return max(full) if full else None
+
+    def is_full(self, user_id: str, charge: CapCharge) -> bool:
+        """The window has no room for ``charge`` (an occurrence counted already always fits again)."""
+        counted = self.counted.get((user_id, charge.counter), set())
+        return charge.occurrence not in counted and len(counted) >= charge.max
+
+    def charge(self, user_id: str, charge: CapCharge) -> None:
+        self.counted.setdefault((user_id, charge.counter), set()).add(charge.occurrence)

@@ -4,7 +4,7 @@ conditions of an update, binary uuid order in a listing.
 
 Not modelled: payload parts (a payload of any size is kept inline, so ``payload_token`` stays None), owner
 guards (an owned create or update raises :class:`NotFaked`) and the delivery side (claims, leases and
-settlements are the ``ClaimStore``'s, which has no fake; ``lease_until_ms`` is only read here).
+settlements are :class:`tests.support.fakes.claims.MemoryClaimStore`'s, on these same rows).
 """
 
 from __future__ import annotations
@@ -39,10 +39,10 @@ def _no_owner(owner: OwnerClaim | None) -> None:
 
 
 class MemoryTaskStore:
-    """Tasks per user, one lock for the store (each method is one atomic step, as each adapter write is)."""
+    """Tasks per user under one lock, shared with the claims and the outbox (each method is one atomic step)."""
 
-    def __init__(self, subscriptions: MemoryPushSubscriptionStore) -> None:
-        self._lock = threading.Lock()
+    def __init__(self, subscriptions: MemoryPushSubscriptionStore, lock: threading.RLock | None = None) -> None:
+        self._lock = lock or threading.RLock()  # shared with the claims and the outbox (tests/support/fakes/claims.py)
         self._subscriptions = subscriptions  # prepare_create reads the subscription with the counter
         self._tasks: dict[str, dict[str, TaskRow]] = {}
         self._counters: dict[str, int] = {}
@@ -145,7 +145,7 @@ class MemoryTaskStore:
                 del self._registry[uuid]
             return True
 
-    # ---- test hooks: what the delivery side would write (ClaimStore has no fake) ---------------------------
+    # ---- test hooks: a delivery-side state put directly (the API-side contract needs no real claim) ------------
 
     def set_delivery_state(self, user_id: str, uuid: str, **fields: object) -> None:
         """Put a task into a state only the engine reaches (a live lease, a retry, a deferral, a status)."""

@@ -444,8 +444,8 @@ def _housekeeping(ctx: AppContext, summary: TickSummary) -> None:
     except Exception as exc:
         summary.housekeeping["settledTasksError"] = type(exc).__name__
     ttl = ctx.settings.client_state_ttl_days
-    cleanup = getattr(ctx.client_state, "cleanup_expired", None)
-    if ttl and cleanup is not None:
+    cleanup = getattr(ctx.client_state, "cleanup_expired", None) if ttl else None  # no TTL: no client state touched
+    if cleanup is not None:
         try:
             summary.housekeeping["expiredStateEntries"] = cleanup(ttl, now, limit=HOUSEKEEPING_LIMIT)
         except Exception as exc:
