@@ -103,7 +103,7 @@ def claim_and_enqueue(ctx: AppContext, summary: TickSummary, remaining_ms: Calla
         chunk = list(itertools.islice(source, min(room, workers * CLAIM_BATCH)))
         if not chunk:
             break
-        _claim_step(ctx, chunk, _Lane(ctx, source, enqueuer, hooks, released), pool, owner, summary)
+        _claim_step(ctx, [(_Lane(ctx, source, enqueuer, hooks, released), chunk)], pool, owner, summary)
     enqueuer.flush()
 
 
@@ -121,14 +121,20 @@ class _Lane:
 
 
 def _claim_step(
-    ctx: AppContext, chunk: list[DueCandidate], lane: _Lane, pool: ThreadPoolExecutor, owner: str, summary: TickSummary
+    ctx: AppContext,
+    parts: list[tuple[_Lane, list[DueCandidate]]],
+    pool: ThreadPoolExecutor,
+    owner: str,
+    summary: TickSummary,
 ) -> None:
-    """Claim one chunk of one lane's candidates and enqueue (or settle) what was claimed."""
+    """Claim one step's candidates (one lane's chunk, or a round's chunks of every tenant: their batched claims
+    share transactions) and enqueue (or settle) what each lane claimed."""
     now = ctx.now_ms()
     terms: dict[str, Any] = {"now_ms": now, "lease_until_ms": now + ctx.settings.tick_claim_lease_ms, "owner": owner}
-    outcomes = _claim_chunk(lane.ctx, chunk, lane.hooks, lane.released, pool, terms, summary)
-    _take_claimed(lane.ctx, outcomes, now, summary, lane.enqueuer)
-    lane.enqueuer.flush()
+    outcomes = _claim_chunk(parts, pool, terms, summary)
+    for (lane, _), claimed in zip(parts, outcomes, strict=True):
+        _take_claimed(lane.ctx, claimed, now, summary, lane.enqueuer)
+        lane.enqueuer.flush()
 
 
 def tenant_lanes(ctx: AppContext) -> list[TenantContext]:
@@ -227,18 +233,38 @@ def claim_fairly(
             summary.stopped_by = "limit"
             break
         quota = max(1, min(workers * CLAIM_BATCH, room // len(active)))
-        still: list[_Lane] = []
-        for lane in active:
-            if remaining_ms() < TICK_TIME_MARGIN_MS:
-                summary.stopped_by = "time"
-                return
-            take = min(quota, settings.tick_claim_limit - summary.claimed)
-            chunk = list(itertools.islice(lane.source, take)) if take > 0 else []
-            if chunk:
-                _claim_step(ctx, chunk, lane, pool, owner, summary)
-            if chunk and len(chunk) == take:
-                still.append(lane)
+        parts, still = _take_round(ctx, active, quota, room, remaining_ms, summary)
+        if parts:  # every tenant's chunk of the round claimed together: fewer, fuller transactions
+            _claim_step(ctx, parts, pool, owner, summary)
+        if summary.stopped_by == "time":
+            return
         active = still
+
+
+def _take_round(
+    ctx: AppContext,
+    active: list[_Lane],
+    quota: int,
+    room: int,
+    remaining_ms: Callable[[], int],
+    summary: TickSummary,
+) -> tuple[list[tuple[_Lane, list[DueCandidate]]], list[_Lane]]:
+    """Each lane's due candidates of one round (up to ``quota``, ``room`` in all), and the lanes that filled
+    their quota (they may have more); stops taking when the tick's time margin is reached."""
+    parts: list[tuple[_Lane, list[DueCandidate]]] = []
+    still: list[_Lane] = []
+    for lane in active:
+        if remaining_ms() < TICK_TIME_MARGIN_MS:
+            summary.stopped_by = "time"
+            break
+        take = min(quota, room)
+        chunk = list(itertools.islice(lane.source, take)) if take > 0 else []
+        room -= len(chunk)
+        if chunk:
+            parts.append((lane, chunk))
+        if chunk and len(chunk) == take:
+            still.append(lane)
+    return parts, still
 
 
 class _Enqueuer:
@@ -284,49 +310,78 @@ class _Enqueuer:
 
 
 def _claim_chunk(
-    ctx: AppContext,
-    chunk: list[DueCandidate],
-    hooks: Hooks,
-    released: set[tuple[str, str]],
+    parts: list[tuple[_Lane, list[DueCandidate]]],
     pool: ThreadPoolExecutor,
     terms: dict[str, Any],
     summary: TickSummary,
-) -> list[tuple[DueCandidate, Any]]:
-    """Claim one chunk of candidates (batched transactions, grouped or faulty ones alone); each candidate's
-    outcome is its row, None (not claimed) or the exception its claim raised."""
-    batched: list[DueCandidate] = []
-    alone: list[tuple[DueCandidate, Future]] = []
-    for candidate in chunk:
-        summary.due += 1
-        group = serialize_group(ctx, hooks, candidate.user_id, candidate.uuid, released)
-        if group is SKIP:
-            summary.serialize_skipped += 1
-        elif group is None:
-            batched.append(candidate)
-        else:  # a grouped claim takes the group's lock in its own transaction
-            alone.append((candidate, pool.submit(_claim_alone, ctx, candidate, group, terms)))
-    batches = [
-        (part, pool.submit(ctx.claims.claim_many, [_wanted(c) for c in part], **terms))
-        for part in (batched[i : i + CLAIM_BATCH] for i in range(0, len(batched), CLAIM_BATCH))
-    ]
-    outcomes: list[tuple[DueCandidate, Any]] = []
-    for part, job in batches:
+) -> list[list[tuple[DueCandidate, Any]]]:
+    """Claim the candidates of one step (batched transactions across the parts, grouped or faulty ones alone);
+    per part, each candidate's outcome is its row, None (not claimed) or the exception its claim raised."""
+    batched, alone = _sort_candidates(parts, pool, terms, summary)
+    packs = [batched[i : i + CLAIM_BATCH] for i in range(0, len(batched), CLAIM_BATCH)]
+    jobs = [(pack, pool.submit(_claim_pack, parts, pack, terms)) for pack in packs]
+    outcomes: list[list[tuple[DueCandidate, Any]]] = [[] for _ in parts]
+    for pack, job in jobs:
         try:
             rows = job.result()
         except Exception as exc:  # the read back failed: these come back when their lease expires
-            outcomes += [(candidate, exc) for candidate in part]
+            for index, candidate in pack:
+                outcomes[index].append((candidate, exc))
             continue
-        for candidate, row in zip(part, rows, strict=True):
+        for (index, candidate), row in zip(pack, rows, strict=True):
             if row is CLAIM_ALONE:  # the batch could not run: one faulty task must not hold back the rest
-                alone.append((candidate, pool.submit(_claim_alone, ctx, candidate, None, terms)))
+                alone.append((index, candidate, pool.submit(_claim_alone, parts[index][0].ctx, candidate, None, terms)))
             else:
-                outcomes.append((candidate, row))
-    for candidate, single in alone:
+                outcomes[index].append((candidate, row))
+    for index, candidate, single in alone:
         try:
-            outcomes.append((candidate, single.result()))
+            outcomes[index].append((candidate, single.result()))
         except Exception as exc:  # throttled past the SDK's retries: the task stays due for the next tick
-            outcomes.append((candidate, exc))
+            outcomes[index].append((candidate, exc))
     return outcomes
+
+
+def _sort_candidates(
+    parts: list[tuple[_Lane, list[DueCandidate]]],
+    pool: ThreadPoolExecutor,
+    terms: dict[str, Any],
+    summary: TickSummary,
+) -> tuple[list[tuple[int, DueCandidate]], list[tuple[int, DueCandidate, Future]]]:
+    """(part, candidate) to claim in batches, in order; a grouped claim takes its group's lock in its own
+    transaction, submitted at once."""
+    batched: list[tuple[int, DueCandidate]] = []
+    alone: list[tuple[int, DueCandidate, Future]] = []
+    for index, (lane, chunk) in enumerate(parts):
+        for candidate in chunk:
+            summary.due += 1
+            group = serialize_group(lane.ctx, lane.hooks, candidate.user_id, candidate.uuid, lane.released)
+            if group is SKIP:
+                summary.serialize_skipped += 1
+            elif group is None:
+                batched.append((index, candidate))
+            else:
+                alone.append((index, candidate, pool.submit(_claim_alone, lane.ctx, candidate, group, terms)))
+    return batched, alone
+
+
+def _claim_pack(
+    parts: list[tuple[_Lane, list[DueCandidate]]], pack: list[tuple[int, DueCandidate]], terms: dict[str, Any]
+) -> list[Any]:
+    """One transaction of up to CLAIM_BATCH claims, of one lane or of several (each in its own key space)."""
+    positions: dict[int, list[int]] = {}
+    for position, (index, _) in enumerate(pack):
+        positions.setdefault(index, []).append(position)
+    groups = list(positions.items())
+    wanted = [(parts[index][0].ctx.claims, [_wanted(pack[p][1]) for p in where]) for index, where in groups]
+    claims = wanted[0][0]
+    results = (
+        claims.claim_many_together(wanted, **terms) if len(wanted) > 1 else [claims.claim_many(wanted[0][1], **terms)]
+    )
+    rows: list[Any] = [None] * len(pack)
+    for (_, where), part_rows in zip(groups, results, strict=True):
+        for p, row in zip(where, part_rows, strict=True):
+            rows[p] = row
+    return rows
 
 
 def _take_claimed(
