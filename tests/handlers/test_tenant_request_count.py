@@ -9,11 +9,12 @@ from __future__ import annotations
 import json
 import types
 import uuid
+import zlib
 from collections import Counter
 
 import pytest
 
-from tests.conftest import T0_MS
+from tests.conftest import T0_MS, moto_client
 from tests.support.aws_calls import Call, record_aws_calls
 from tests.support.tenants_stack import init_tenant, multi_world, tenant_client
 
@@ -41,6 +42,13 @@ def _tenant_with_due_tasks(multi) -> types.SimpleNamespace:
         tenant.tasks.add(resp.data["uuid"])
         tenant.subs.append(subscription)
     return tenant
+
+
+def _subscribed(multi, token: str):
+    client = tenant_client(multi.api, token, str(uuid.uuid4()))
+    client.init()
+    assert client.put_subscription(multi.push.subscribe().to_json()).status == 200
+    return client
 
 
 def _dynamodb(calls: list[Call]) -> Counter[str]:
@@ -117,3 +125,59 @@ def test_a_tenant_disabled_after_the_tick_delivers_nothing_and_costs_no_extra_re
     assert all(
         multi.push.received_for(s.endpoint_id) == [] for s in b.subs
     )  # its record, read with its tasks, said disabled
+
+
+def _on_slot(tenant_id: str, now_ms: int) -> bool:
+    from amsg.engine.tick import TENANT_HOUSEKEEPING_EVERY
+
+    return zlib.crc32(tenant_id.encode()) % TENANT_HOUSEKEEPING_EVERY == (now_ms // 60_000) % TENANT_HOUSEKEEPING_EVERY
+
+
+def test_with_many_tenants_the_tick_reads_no_due_index_of_a_tenant_with_nothing_pending(multi, monkeypatch):
+    """One BatchGetItem of the pending counts replaces the due-index queries of the tenants with none (a tenant
+    that never had a task, one whose tasks were all cancelled); a tenant with pending tasks, due or not, is read."""
+    from amsg.engine import tick as tick_module
+
+    monkeypatch.setattr(tick_module, "IDLE_CHECK_MIN_TENANTS", 2)
+    _tenant_with_due_tasks(multi)  # busy
+    never = init_tenant(multi.api).data["tenantId"]
+    later = init_tenant(multi.api)
+    later_client = _subscribed(multi, later.data["tenantToken"])
+    assert later_client.schedule({**FIXED, "firstSendTime": "2030-02-01T00:00:00Z"}).status == 201  # not due yet
+    cancelled = init_tenant(multi.api)
+    cancelled_client = _subscribed(multi, cancelled.data["tenantToken"])
+    made = cancelled_client.schedule(FIXED).data["uuid"]
+    assert cancelled_client.cancel(made).status == 200
+
+    now = multi.ctx.clock.current_ms = T0_MS + 86_401_000
+    idle = [never, cancelled.data["tenantId"]]
+    with record_aws_calls() as tick_calls:
+        summary = multi.harness.tick()
+    assert summary["claimedTasks"] == USERS
+    counted = _dynamodb(tick_calls.calls)
+    on_slot = sum(_on_slot(tenant, now) for tenant in idle)  # an idle tenant is still read one tick in ten
+    assert counted["Query:due"] == 2 + on_slot  # the busy tenant and the one with a task due next month
+    assert counted["BatchGetItem"] == 2  # the pending counts, the claims' read back
+    assert summary["details"]["housekeeping"]["idleTenantsSkipped"] == len(idle) - on_slot
+
+
+def test_a_count_of_zero_holds_a_due_task_back_one_housekeeping_period_at_most(multi, monkeypatch):
+    """Were a tenant's count ever wrong, its due index is still read on its housekeeping slot."""
+    from amsg.engine import tick as tick_module
+
+    monkeypatch.setattr(tick_module, "IDLE_CHECK_MIN_TENANTS", 2)
+    a, b = _tenant_with_due_tasks(multi), _tenant_with_due_tasks(multi)
+    moto_client("dynamodb").put_item(  # A's counter says 0 (never happens: a fault injected)
+        TableName=multi.table, Item={"PK": {"S": f"N#{a.id}#PENDING"}, "SK": {"S": "#"}, "n": {"N": "0"}}
+    )
+    multi.ctx.clock.current_ms = T0_MS + 86_401_000
+    seen: list[set[str]] = []
+    for _ in range(tick_module.TENANT_HOUSEKEEPING_EVERY):
+        on_slot = _on_slot(a.id, multi.ctx.now_ms())
+        multi.harness.tick()
+        seen.append({json.loads(m["Body"])["tenantId"] for m in multi.harness.receive()})
+        assert (a.id in seen[-1]) == on_slot  # A is read on its slot only, and then its tasks are claimed
+        if on_slot:
+            break
+        multi.ctx.clock.current_ms += 60_000
+    assert b.id in seen[0]  # B's count is right: its tasks go in the first tick

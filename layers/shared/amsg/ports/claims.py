@@ -54,6 +54,11 @@ class ClaimStore(Protocol):
         to ``CLAIM_BATCH`` claims in all, in one round trip and one read back; one result list per part."""
         ...
 
+    def pending_counts(self, stores: Sequence[ClaimStore]) -> list[int | None]:
+        """The count of pending tasks of each store's key space (stores of one table), in one round trip per 100:
+        an exact count for a tenant's space (0 when it never had a task), None where no count is kept."""
+        ...
+
     def adopt_claim(
         self,
         user_id: str,

@@ -11,7 +11,7 @@ from typing import Any
 from boto3.dynamodb.conditions import Key
 from botocore.exceptions import ClientError
 
-from amsg.adapters.dynamo import keys
+from amsg.adapters.dynamo import keys, pending
 from amsg.adapters.dynamo.delivery_policy import policy_row
 from amsg.adapters.dynamo.outbox import fits_one_transaction, new_row_put
 from amsg.adapters.dynamo.settlements import DynamoSettlements
@@ -145,6 +145,21 @@ class DynamoClaimStore(DynamoSettlements):
         if trying:
             self._read_back(flat, trying, results, owner, lease_until)
         return _split(results, [len(part) for _, part in parts])
+
+    def pending_counts(self, stores: Sequence[ClaimStore]) -> list[int | None]:
+        """Each store's count of pending tasks (docs/tenancy.md, limits), in one consistent BatchGetItem per 100
+        stores: 0 for a tenant that never had one, None for a space that keeps no count (the single line)."""
+        spaces = [_same_table(self, store).keys for store in stores]
+        wanted = [space.pending_counter_key() for space in spaces if pending.counted(space)]
+        found = self.t.batch_get_now(wanted) if wanted else {}
+        counts: list[int | None] = []
+        for space in spaces:
+            if not pending.counted(space):
+                counts.append(None)
+                continue
+            key = space.pending_counter_key()
+            counts.append(item_int(found.get((key["PK"], key["SK"]), {}).get(pending.COUNT)))
+        return counts
 
     def _read_back(
         self,
