@@ -247,9 +247,10 @@ def claim_fairly(
 
 def _may_have_due_work(ctx: AppContext, lanes: list[TenantContext], summary: TickSummary) -> list[TenantContext]:
     """The tenants whose due index is worth reading: with many tenants, those whose exact count of pending tasks
-    (kept in the transactions that create and end them: docs/tenancy.md) is not 0. A tenant with none is still
-    read on its housekeeping slot, one tick in :data:`TENANT_HOUSEKEEPING_EVERY`, so no count could hold a task
-    back for longer. If the counts cannot be read, every tenant's index is."""
+    (kept in the transactions that create and end them: docs/tenancy.md; read eventually consistent, as the due
+    index is) is not 0. A tenant with none is still read on its housekeeping slot, one tick in
+    :data:`TENANT_HOUSEKEEPING_EVERY`, so no count could hold a task back for longer. If the counts cannot be
+    read, every tenant's index is."""
     if len(lanes) < IDLE_CHECK_MIN_TENANTS:
         return lanes
     try:
