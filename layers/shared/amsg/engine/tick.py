@@ -222,7 +222,8 @@ def claim_fairly(
     """Claim across tenants in rounds: each round gives every tenant that still has due work an equal share of
     the room left under the claim limit (at least one task, at most one claim chunk); a tenant that takes less
     than its share drops out and its unused share goes to the others in the next round. So tenant B's few
-    due tasks are claimed in the first round however large tenant A's backlog is."""
+    due tasks are claimed in the first round however large tenant A's backlog is. A round's claims are sent
+    together (several tenants' claims in one transaction), which changes neither their order nor the shares."""
     settings = ctx.settings
     hooks = load_hooks(settings.hooks_module)
     workers = max(1, settings.tick_claim_workers)
