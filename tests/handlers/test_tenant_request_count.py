@@ -181,3 +181,41 @@ def test_a_count_of_zero_holds_a_due_task_back_one_housekeeping_period_at_most(m
             break
         multi.ctx.clock.current_ms += 60_000
     assert b.id in seen[0]  # B's count is right: its tasks go in the first tick
+
+
+def test_a_claim_lost_in_a_shared_transaction_drops_only_that_task(multi, monkeypatch):
+    """Another tick claims one of B's tasks between this tick's due read and its claims: the shared transaction
+    is cancelled, retried without that task, and every other claim of both tenants lands in its own space."""
+    from amsg.engine import tick as tick_module
+    from amsg.tenancy.scope import scoped_context
+
+    a, b = _tenant_with_due_tasks(multi), _tenant_with_due_tasks(multi)
+    multi.ctx.clock.current_ms = T0_MS + 86_401_000
+    b_scope = scoped_context(multi.ctx, b.id, multi.ctx.tenant_keys.master_key(b.id))
+    real_take_round, taken = tick_module._take_round, []
+
+    def other_tick_first(*args, **kwargs):
+        parts, still = real_take_round(*args, **kwargs)
+        for lane, chunk in parts:
+            if lane.ctx.tenant_id == b.id and not taken:
+                first = chunk[0]
+                row = b_scope.claims.claim(
+                    first.user_id,
+                    first.uuid,
+                    expected_next_send_at_ms=first.next_send_at_ms,
+                    now_ms=multi.ctx.now_ms(),
+                    lease_until_ms=multi.ctx.now_ms() + 60_000,
+                    owner="elsewhere",
+                )
+                taken.append(row.uuid)
+        return parts, still
+
+    monkeypatch.setattr(tick_module, "_take_round", other_tick_first)
+    with record_aws_calls() as tick_calls:
+        summary = multi.harness.tick()
+    assert summary["claimedTasks"] == 2 * USERS - 1 and summary["details"]["claimSkippedTasks"] == 1
+    counted = _dynamodb(tick_calls.calls)
+    assert counted["TransactWriteItems"] == 2 and counted["BatchGetItem"] == 1  # cancelled once, then retried
+    bodies = [json.loads(m["Body"]) for m in multi.harness.receive()]
+    assert {body["uuid"] for body in bodies if body["tenantId"] == a.id} == a.tasks
+    assert {body["uuid"] for body in bodies if body["tenantId"] == b.id} == b.tasks - set(taken)
