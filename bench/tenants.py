@@ -5,7 +5,8 @@ Fairness: tenant A has a backlog due before tenant B's few tasks; one tick with 
 tasks must all be claimed in that first tick. Requests: the same one-shot journey (users with a subscription,
 one task each, the real tick, run_message in SQS batches run together as the run_task handler does) for two
 tenants and for the single line; the tenants' registry is the DynamoDB one, so its reads are counted too (the
-key wrapper is local: KMS requests are not DynamoDB's and are cached per sandbox anyway).
+key wrapper is local: KMS requests are not DynamoDB's and are cached per sandbox anyway). Idle tenants: requests
+per tick for many tenants, most with nothing pending, with the tick's pending-count check and without it.
 """
 
 from __future__ import annotations
