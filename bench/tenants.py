@@ -5,7 +5,8 @@ Fairness: tenant A has a backlog due before tenant B's few tasks; one tick with 
 tasks must all be claimed in that first tick. Requests: the same one-shot journey (users with a subscription,
 one task each, the real tick, run_message in SQS batches run together as the run_task handler does) for two
 tenants and for the single line; the tenants' registry is the DynamoDB one, so its reads are counted too (the
-key wrapper is local: KMS requests are not DynamoDB's and are cached per sandbox anyway).
+key wrapper is local: KMS requests are not DynamoDB's and are cached per sandbox anyway). Idle tenants: requests
+per tick for many tenants, most with nothing pending, with the tick's pending-count check and without it.
 """
 
 from __future__ import annotations
@@ -179,6 +180,37 @@ def _requests_per_task(endpoint: str, batch_size: int, users: int) -> None:
         print(f"  {line:6s} {per_task:5.2f}  ({delivered} one-shot tasks, {what}; requests: {parts})")
 
 
+def idle_ticks(endpoint: str, tenants: int = 200, busy: int = 20) -> None:
+    """Requests per tick for many tenants, most holding nothing: ten ticks (every housekeeping slot once), with
+    the pending-count check and with it off (every tenant's due index read)."""
+    from amsg.engine import tick
+    from amsg.engine.tick import TENANT_HOUSEKEEPING_EVERY, run_tick
+
+    from tests.support.ddb_engine import MemoryQueue, RecordingPushSender, with_fakes
+
+    table = "bench-idle"
+    _create_table(endpoint, table)
+    ids = [f"tenant-{i:04d}" for i in range(tenants)]
+    ctx, scopes = _multi_context(endpoint, table, ids)
+    with_fakes(ctx, RecordingPushSender(), MemoryQueue())
+    for tenant in ids[:busy]:  # one task each, due next month: pending, nothing due
+        _seed(scopes[tenant], 1, T0_MS + 30 * 86_400_000, users=1, workers=1)
+    print(f"== requests per tick: {tenants} tenants, {busy} with a pending task (not due), the rest with none")
+    minimum = tick.IDLE_CHECK_MIN_TENANTS
+    for label, threshold in (("pending counts read", minimum), ("every due index read", tenants + 1)):
+        tick.IDLE_CHECK_MIN_TENANTS = threshold
+        counting.reset()
+        for minute in range(TENANT_HOUSEKEEPING_EVERY):
+            ctx.clock.current_ms = T0_MS + minute * 60_000
+            run_tick(ctx)
+        with counting._lock:
+            ops = Counter({k.split(".", 1)[1]: n for k, n in counting.calls.items() if k.startswith("dynamodb.")})
+        per_tick = counting.dynamodb_total() / TENANT_HOUSEKEEPING_EVERY
+        parts = ", ".join(f"{op} {n / TENANT_HOUSEKEEPING_EVERY:.1f}" for op, n in ops.most_common())
+        print(f"  {label:22s} {per_tick:6.1f} requests per tick, {per_tick / tenants:.2f} per tenant ({parts})")
+    tick.IDLE_CHECK_MIN_TENANTS = minimum
+
+
 def _create_table(endpoint: str, table: str) -> None:
     import boto3
     from amsg_local.tables import create_tables_from_template
@@ -195,6 +227,7 @@ def main(backlog: int = 20_000) -> None:
 
     with dynamodb_local_table("bench-tenants") as endpoint:
         requests_per_task(endpoint, template_defaults()["batch_size"])
+        idle_ticks(endpoint)
         fairness(endpoint, backlog)
 
 

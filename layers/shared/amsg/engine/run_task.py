@@ -18,6 +18,7 @@ from amsg.engine.outcomes import release_claim
 from amsg.engine.summary import DeliverySummary
 from amsg.observability import logger
 from amsg.ports import TaskRow
+from amsg.ports.tenants import TenantRecord
 from amsg.tenancy.scope import scoped_context
 
 _MEMO_LOCK = threading.Lock()
@@ -79,15 +80,20 @@ def run_message(
     tenant_keys: dict[str, str | None] | None = None,
 ) -> dict[str, Any]:
     """Adopt the tick's claim and deliver. A message whose claim is no longer current does nothing.
-    ``tenant_keys`` is shared by the records of one SQS batch: each tenant's key (and status) is read once per
-    batch, not once per record."""
+    On the multi-tenant line the tenant's record is read in the run's own batch read (docs/tenancy-data.md);
+    ``tenant_keys`` is shared by the records of one SQS batch for the registry reads that remain (a registry
+    outside the table, a claim no longer current): once per tenant and batch, not once per record."""
     if message is None:
         return {"skipped": "malformed_message"}
-    scoped, skipped = message_scope(ctx, message, tenant_keys)
-    if scoped is None:
-        return {"skipped": skipped, "taskUuid": message.uuid}
+    refused = _refused_line(ctx, message)
+    if refused is not None:
+        return {"skipped": refused, "taskUuid": message.uuid}
+    if message.tenant_id is None:
+        return _run_in_scope(ctx, message, remaining_ms=remaining_ms, owner=owner)
+    admit = _Admission(ctx, message.tenant_id, tenant_keys)
+    scoped = scoped_context(ctx, message.tenant_id, admit.key)
     active = _tenant_active(ctx, message.tenant_id)
-    return _run_in_scope(scoped, message, remaining_ms=remaining_ms, owner=owner, tenant_active=active)
+    return _run_in_scope(scoped, message, remaining_ms=remaining_ms, owner=owner, tenant_active=active, admit=admit)
 
 
 def _tenant_active(ctx: AppContext, tenant_id: str | None) -> Callable[[], bool] | None:
@@ -98,35 +104,49 @@ def _tenant_active(ctx: AppContext, tenant_id: str | None) -> Callable[[], bool]
     return lambda: keys.master_key(tenant_id) is not None
 
 
-def message_scope(
-    ctx: AppContext, message: TaskMessage, memo: dict[str, str | None] | None = None
-) -> tuple[AppContext | None, str | None]:
-    """The context a message is delivered in: the single line's own, or its tenant's scope with the tenant's
-    master key. A tenant that is unknown, disabled or being deleted delivers nothing: the claim is left to
-    expire, the task stays pending in the tenant's space and the tick, which serves active tenants only, does
-    not claim it again (docs/tenancy-data.md). Never the wrong key or space: a message of the other line is dropped."""
+def _refused_line(ctx: AppContext, message: TaskMessage) -> str | None:
+    """Why a message is dropped before anything is read: never the wrong key or space, so a message of the
+    other line is refused. A multi-tenant message is delivered in its tenant's scope once the tenant's record,
+    read with the task, says it is active; an unknown, disabled or deleting tenant delivers nothing: the claim
+    is left to expire, the task stays pending in the tenant's space and the tick, which serves active tenants
+    only, does not claim it again (docs/tenancy-data.md)."""
     if not ctx.settings.multi_tenant:
-        return (ctx, None) if message.tenant_id is None else (None, "tenant_message_on_single_line")
+        return None if message.tenant_id is None else "tenant_message_on_single_line"
     if message.tenant_id is None:
-        return None, "tenant_missing"
-    master_key = _tenant_key(ctx, message.tenant_id, memo)
-    if master_key is None:
-        return None, "tenant_inactive"
-    return scoped_context(ctx, message.tenant_id, master_key), None
+        return "tenant_missing"
+    return "tenant_inactive" if ctx.tenant_keys is None else None
 
 
-def _tenant_key(ctx: AppContext, tenant_id: str, memo: dict[str, str | None] | None) -> str | None:
-    """The tenant's master key if it is active; read once per batch when the batch shares ``memo`` (its records
-    start together: the first one reads, the others wait for that read instead of repeating it)."""
-    keys = ctx.tenant_keys
-    if keys is None:
-        return None
-    if memo is None:
-        return keys.master_key(tenant_id)
-    with _MEMO_LOCK:
-        if tenant_id not in memo:
-            memo[tenant_id] = keys.master_key(tenant_id)
-        return memo[tenant_id]
+class _Admission:
+    """A message's tenant: active or not, decided from the record read along with the task (no request of its
+    own), or from the registry when that read could not carry it; the master key once admitted."""
+
+    def __init__(self, ctx: AppContext, tenant_id: str, memo: dict[str, str | None] | None) -> None:
+        self.ctx, self.tenant_id, self.memo = ctx, tenant_id, memo
+        self.master_key: str | None = None
+
+    def key(self) -> str | None:
+        return self.master_key
+
+    def admit(self, record: TenantRecord | None) -> bool:
+        keys = self.ctx.tenant_keys
+        if keys is None:
+            return False
+        if record is not None:
+            access = keys.access_of(record)
+            self.master_key = access.master_key if access else None
+        else:
+            self.master_key = self._from_registry(keys)
+        return self.master_key is not None
+
+    def _from_registry(self, keys: Any) -> str | None:
+        """Once per batch when its records share ``memo`` (the first reads, the others wait for that read)."""
+        if self.memo is None:
+            return keys.master_key(self.tenant_id)
+        with _MEMO_LOCK:
+            if self.tenant_id not in self.memo:
+                self.memo[self.tenant_id] = keys.master_key(self.tenant_id)
+            return self.memo[self.tenant_id]
 
 
 def _run_in_scope(
@@ -136,12 +156,15 @@ def _run_in_scope(
     remaining_ms: Callable[[], int],
     owner: str,
     tenant_active: Callable[[], bool] | None = None,
+    admit: _Admission | None = None,
 ) -> dict[str, Any]:
     started = ctx.now_ms()
     env = delivery_env(ctx, remaining_ms=remaining_ms)
-    # one read: the task (is the message's claim still current?), the push subscription, the outbox counter;
-    # the claim is adopted (run lease) by the transaction that appends the batch
+    # one read: the task (is the message's claim still current?), the push subscription, the outbox counter
+    # (and the tenant's record); the claim is adopted (run lease) by the transaction that appends the batch
     snapshot = ctx.claims.open_run(message.user_id, message.uuid, message.claim_version, message.next_send_at_ms)
+    if admit is not None and not admit.admit(snapshot.tenant if snapshot is not None else None):
+        return {"skipped": "tenant_inactive", "taskUuid": message.uuid}  # the claim is left to expire
     if snapshot is None:  # delivered, settled, cancelled, rescheduled or taken over since the tick enqueued it
         return {"skipped": "claim_not_current", "taskUuid": message.uuid}
     row = snapshot.row

@@ -40,6 +40,9 @@ TENANT_HOUSEKEEPING_EVERY = 10  # ticks (minutes) between one tenant's retention
 # ticks (minutes) between two reads of an idle tenant's cloud-data cleanup index; the API advances an operation
 # on every poll, so the tick only resumes abandoned ones (docs/tenancy-data.md, the cost of idle tenants)
 TENANT_CLEANUP_EVERY = 5
+# from this many tenants on, the tick reads every tenant's count of pending tasks (one BatchGetItem per 100) and
+# skips the due-index queries of those with none; the read then costs at most 5% of the queries it can save
+IDLE_CHECK_MIN_TENANTS = 20
 # tenants whose last cleanup read found work: read again next tick (per sandbox, best effort; a lost sandbox
 # costs an operation at most TENANT_CLEANUP_EVERY minutes)
 _cleanups_in_progress: set[str] = set()
@@ -103,7 +106,7 @@ def claim_and_enqueue(ctx: AppContext, summary: TickSummary, remaining_ms: Calla
         chunk = list(itertools.islice(source, min(room, workers * CLAIM_BATCH)))
         if not chunk:
             break
-        _claim_step(ctx, chunk, _Lane(ctx, source, enqueuer, hooks, released), pool, owner, summary)
+        _claim_step(ctx, [(_Lane(ctx, source, enqueuer, hooks, released), chunk)], pool, owner, summary)
     enqueuer.flush()
 
 
@@ -121,14 +124,20 @@ class _Lane:
 
 
 def _claim_step(
-    ctx: AppContext, chunk: list[DueCandidate], lane: _Lane, pool: ThreadPoolExecutor, owner: str, summary: TickSummary
+    ctx: AppContext,
+    parts: list[tuple[_Lane, list[DueCandidate]]],
+    pool: ThreadPoolExecutor,
+    owner: str,
+    summary: TickSummary,
 ) -> None:
-    """Claim one chunk of one lane's candidates and enqueue (or settle) what was claimed."""
+    """Claim one step's candidates (one lane's chunk, or a round's chunks of every tenant: their batched claims
+    share transactions) and enqueue (or settle) what each lane claimed."""
     now = ctx.now_ms()
     terms: dict[str, Any] = {"now_ms": now, "lease_until_ms": now + ctx.settings.tick_claim_lease_ms, "owner": owner}
-    outcomes = _claim_chunk(lane.ctx, chunk, lane.hooks, lane.released, pool, terms, summary)
-    _take_claimed(lane.ctx, outcomes, now, summary, lane.enqueuer)
-    lane.enqueuer.flush()
+    outcomes = _claim_chunk(parts, pool, terms, summary)
+    for (lane, _), claimed in zip(parts, outcomes, strict=True):
+        _take_claimed(lane.ctx, claimed, now, summary, lane.enqueuer)
+        lane.enqueuer.flush()
 
 
 def tenant_lanes(ctx: AppContext) -> list[TenantContext]:
@@ -213,13 +222,15 @@ def claim_fairly(
     """Claim across tenants in rounds: each round gives every tenant that still has due work an equal share of
     the room left under the claim limit (at least one task, at most one claim chunk); a tenant that takes less
     than its share drops out and its unused share goes to the others in the next round. So tenant B's few
-    due tasks are claimed in the first round however large tenant A's backlog is."""
+    due tasks are claimed in the first round however large tenant A's backlog is. A round's claims are sent
+    together (several tenants' claims in one transaction), which changes neither their order nor the shares."""
     settings = ctx.settings
     hooks = load_hooks(settings.hooks_module)
     workers = max(1, settings.tick_claim_workers)
     shards = max(1, settings.due_shards)
     pool = sandbox_pool("claim", workers)
 
+    lanes = _may_have_due_work(ctx, lanes, summary)
     active = [_Lane(t, due_in_order(t, shards, ctx.now_ms), _Enqueuer(t, summary), hooks, set()) for t in lanes]
     while active:
         room = settings.tick_claim_limit - summary.claimed
@@ -227,18 +238,57 @@ def claim_fairly(
             summary.stopped_by = "limit"
             break
         quota = max(1, min(workers * CLAIM_BATCH, room // len(active)))
-        still: list[_Lane] = []
-        for lane in active:
-            if remaining_ms() < TICK_TIME_MARGIN_MS:
-                summary.stopped_by = "time"
-                return
-            take = min(quota, settings.tick_claim_limit - summary.claimed)
-            chunk = list(itertools.islice(lane.source, take)) if take > 0 else []
-            if chunk:
-                _claim_step(ctx, chunk, lane, pool, owner, summary)
-            if chunk and len(chunk) == take:
-                still.append(lane)
+        parts, still = _take_round(ctx, active, quota, room, remaining_ms, summary)
+        if parts:  # every tenant's chunk of the round claimed together: fewer, fuller transactions
+            _claim_step(ctx, parts, pool, owner, summary)
+        if summary.stopped_by == "time":
+            return
         active = still
+
+
+def _may_have_due_work(ctx: AppContext, lanes: list[TenantContext], summary: TickSummary) -> list[TenantContext]:
+    """The tenants whose due index is worth reading: with many tenants, those whose exact count of pending tasks
+    (kept in the transactions that create and end them: docs/tenancy.md; read eventually consistent, as the due
+    index is) is not 0. A tenant with none is still read on its housekeeping slot, one tick in
+    :data:`TENANT_HOUSEKEEPING_EVERY`, so no count could hold a task back for longer. If the counts cannot be
+    read, every tenant's index is."""
+    if len(lanes) < IDLE_CHECK_MIN_TENANTS:
+        return lanes
+    try:
+        counts = lanes[0].claims.pending_counts([lane.claims for lane in lanes])
+    except Exception as exc:
+        summary.housekeeping["pendingCountsError"] = type(exc).__name__
+        return lanes
+    now = ctx.now_ms()
+    kept = [lane for lane, n in zip(lanes, counts, strict=True) if n != 0 or _housekeeping_turn(lane, now)]
+    summary.housekeeping["idleTenantsSkipped"] = len(lanes) - len(kept)
+    return kept
+
+
+def _take_round(
+    ctx: AppContext,
+    active: list[_Lane],
+    quota: int,
+    room: int,
+    remaining_ms: Callable[[], int],
+    summary: TickSummary,
+) -> tuple[list[tuple[_Lane, list[DueCandidate]]], list[_Lane]]:
+    """Each lane's due candidates of one round (up to ``quota``, ``room`` in all), and the lanes that filled
+    their quota (they may have more); stops taking when the tick's time margin is reached."""
+    parts: list[tuple[_Lane, list[DueCandidate]]] = []
+    still: list[_Lane] = []
+    for lane in active:
+        if remaining_ms() < TICK_TIME_MARGIN_MS:
+            summary.stopped_by = "time"
+            break
+        take = min(quota, room)
+        chunk = list(itertools.islice(lane.source, take)) if take > 0 else []
+        room -= len(chunk)
+        if chunk:
+            parts.append((lane, chunk))
+        if chunk and len(chunk) == take:
+            still.append(lane)
+    return parts, still
 
 
 class _Enqueuer:
@@ -284,49 +334,78 @@ class _Enqueuer:
 
 
 def _claim_chunk(
-    ctx: AppContext,
-    chunk: list[DueCandidate],
-    hooks: Hooks,
-    released: set[tuple[str, str]],
+    parts: list[tuple[_Lane, list[DueCandidate]]],
     pool: ThreadPoolExecutor,
     terms: dict[str, Any],
     summary: TickSummary,
-) -> list[tuple[DueCandidate, Any]]:
-    """Claim one chunk of candidates (batched transactions, grouped or faulty ones alone); each candidate's
-    outcome is its row, None (not claimed) or the exception its claim raised."""
-    batched: list[DueCandidate] = []
-    alone: list[tuple[DueCandidate, Future]] = []
-    for candidate in chunk:
-        summary.due += 1
-        group = serialize_group(ctx, hooks, candidate.user_id, candidate.uuid, released)
-        if group is SKIP:
-            summary.serialize_skipped += 1
-        elif group is None:
-            batched.append(candidate)
-        else:  # a grouped claim takes the group's lock in its own transaction
-            alone.append((candidate, pool.submit(_claim_alone, ctx, candidate, group, terms)))
-    batches = [
-        (part, pool.submit(ctx.claims.claim_many, [_wanted(c) for c in part], **terms))
-        for part in (batched[i : i + CLAIM_BATCH] for i in range(0, len(batched), CLAIM_BATCH))
-    ]
-    outcomes: list[tuple[DueCandidate, Any]] = []
-    for part, job in batches:
+) -> list[list[tuple[DueCandidate, Any]]]:
+    """Claim the candidates of one step (batched transactions across the parts, grouped or faulty ones alone);
+    per part, each candidate's outcome is its row, None (not claimed) or the exception its claim raised."""
+    batched, alone = _sort_candidates(parts, pool, terms, summary)
+    packs = [batched[i : i + CLAIM_BATCH] for i in range(0, len(batched), CLAIM_BATCH)]
+    jobs = [(pack, pool.submit(_claim_pack, parts, pack, terms)) for pack in packs]
+    outcomes: list[list[tuple[DueCandidate, Any]]] = [[] for _ in parts]
+    for pack, job in jobs:
         try:
             rows = job.result()
         except Exception as exc:  # the read back failed: these come back when their lease expires
-            outcomes += [(candidate, exc) for candidate in part]
+            for index, candidate in pack:
+                outcomes[index].append((candidate, exc))
             continue
-        for candidate, row in zip(part, rows, strict=True):
+        for (index, candidate), row in zip(pack, rows, strict=True):
             if row is CLAIM_ALONE:  # the batch could not run: one faulty task must not hold back the rest
-                alone.append((candidate, pool.submit(_claim_alone, ctx, candidate, None, terms)))
+                alone.append((index, candidate, pool.submit(_claim_alone, parts[index][0].ctx, candidate, None, terms)))
             else:
-                outcomes.append((candidate, row))
-    for candidate, single in alone:
+                outcomes[index].append((candidate, row))
+    for index, candidate, single in alone:
         try:
-            outcomes.append((candidate, single.result()))
+            outcomes[index].append((candidate, single.result()))
         except Exception as exc:  # throttled past the SDK's retries: the task stays due for the next tick
-            outcomes.append((candidate, exc))
+            outcomes[index].append((candidate, exc))
     return outcomes
+
+
+def _sort_candidates(
+    parts: list[tuple[_Lane, list[DueCandidate]]],
+    pool: ThreadPoolExecutor,
+    terms: dict[str, Any],
+    summary: TickSummary,
+) -> tuple[list[tuple[int, DueCandidate]], list[tuple[int, DueCandidate, Future]]]:
+    """(part, candidate) to claim in batches, in order; a grouped claim takes its group's lock in its own
+    transaction, submitted at once."""
+    batched: list[tuple[int, DueCandidate]] = []
+    alone: list[tuple[int, DueCandidate, Future]] = []
+    for index, (lane, chunk) in enumerate(parts):
+        for candidate in chunk:
+            summary.due += 1
+            group = serialize_group(lane.ctx, lane.hooks, candidate.user_id, candidate.uuid, lane.released)
+            if group is SKIP:
+                summary.serialize_skipped += 1
+            elif group is None:
+                batched.append((index, candidate))
+            else:
+                alone.append((index, candidate, pool.submit(_claim_alone, lane.ctx, candidate, group, terms)))
+    return batched, alone
+
+
+def _claim_pack(
+    parts: list[tuple[_Lane, list[DueCandidate]]], pack: list[tuple[int, DueCandidate]], terms: dict[str, Any]
+) -> list[Any]:
+    """One transaction of up to CLAIM_BATCH claims, of one lane or of several (each in its own key space)."""
+    positions: dict[int, list[int]] = {}
+    for position, (index, _) in enumerate(pack):
+        positions.setdefault(index, []).append(position)
+    groups = list(positions.items())
+    wanted = [(parts[index][0].ctx.claims, [_wanted(pack[p][1]) for p in where]) for index, where in groups]
+    claims = wanted[0][0]
+    results = (
+        claims.claim_many_together(wanted, **terms) if len(wanted) > 1 else [claims.claim_many(wanted[0][1], **terms)]
+    )
+    rows: list[Any] = [None] * len(pack)
+    for (_, where), part_rows in zip(groups, results, strict=True):
+        for p, row in zip(where, part_rows, strict=True):
+            rows[p] = row
+    return rows
 
 
 def _take_claimed(

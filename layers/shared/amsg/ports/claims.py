@@ -9,6 +9,7 @@ from typing import Any, Protocol
 from amsg.ports.delivery_policy import DeliveryPolicyRow
 from amsg.ports.outbox import OutboxAppend
 from amsg.ports.tasks import PushSubscriptionRow, TaskRow
+from amsg.ports.tenants import TenantRecord
 
 
 class ClaimStore(Protocol):
@@ -39,6 +40,23 @@ class ClaimStore(Protocol):
         """:meth:`claim` for up to ``CLAIM_BATCH`` ungrouped tasks in one round trip (and one read back): per task, the
         claimed row, None when its condition failed, or ``CLAIM_ALONE`` when the batch could not run (the
         caller claims that task alone, so one faulty task never holds back the others)."""
+        ...
+
+    def claim_many_together(
+        self,
+        parts: Sequence[tuple[ClaimStore, Sequence[ClaimWanted]]],
+        *,
+        now_ms: int,
+        lease_until_ms: int,
+        owner: str,
+    ) -> list[list[TaskRow | object | None]]:
+        """:meth:`claim_many` over several stores of one table (the key spaces of the tenants a tick serves): up
+        to ``CLAIM_BATCH`` claims in all, in one round trip and one read back; one result list per part."""
+        ...
+
+    def pending_counts(self, stores: Sequence[ClaimStore]) -> list[int | None]:
+        """The count of pending tasks of each store's key space (stores of one table), in one round trip per 100:
+        an exact count for a tenant's space (0 when it never had a task), None where no count is kept."""
         ...
 
     def adopt_claim(
@@ -117,6 +135,9 @@ class RunSnapshot:
     subscription: PushSubscriptionRow | None
     outbox_seq: int
     policy: DeliveryPolicyRow | None = None
+    # in a tenant's key space: the tenant's registry record, read in the same request when the registry lives in
+    # the same table (None: not found there; run_task then asks the registry itself)
+    tenant: TenantRecord | None = None
 
 
 @dataclass

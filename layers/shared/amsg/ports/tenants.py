@@ -99,6 +99,8 @@ class TenantAccessor(MasterKeys, Protocol):
 
     def tenant(self, tenant_id: str) -> TenantAccess | None: ...
 
+    def access_of(self, record: TenantRecord | None) -> TenantAccess | None: ...  # of a record read just now
+
 
 class TenantDirectory(Protocol):
     def active_tenant_ids(self) -> list[str]: ...

@@ -50,7 +50,10 @@ class TenantKeys:
         return access.master_key if access else None
 
     def tenant(self, tenant_id: str) -> TenantAccess | None:
-        record = self._registry.get(tenant_id)
+        return self.access_of(self._registry.get(tenant_id))
+
+    def access_of(self, record: TenantRecord | None) -> TenantAccess | None:
+        """The access a record read just now grants (run_task reads it along with the task, in one request)."""
         if record is None or record.status != ACTIVE:
             return None
         key = self._unwrapped(record)

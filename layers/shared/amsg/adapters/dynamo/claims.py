@@ -11,19 +11,20 @@ from typing import Any
 from boto3.dynamodb.conditions import Key
 from botocore.exceptions import ClientError
 
-from amsg.adapters.dynamo import keys
+from amsg.adapters.dynamo import keys, pending
 from amsg.adapters.dynamo.delivery_policy import policy_row
 from amsg.adapters.dynamo.outbox import fits_one_transaction, new_row_put
 from amsg.adapters.dynamo.settlements import DynamoSettlements
 from amsg.adapters.dynamo.subscriptions import subscription_row
 from amsg.adapters.dynamo.table import TransactionCancelled, backoff, item_int
 from amsg.adapters.dynamo.tasks import stored_ms
-from amsg.adapters.dynamo.tenants import active_fence
+from amsg.adapters.dynamo.tenants import active_fence, tenant_key, tenant_record
 from amsg.failures import ClaimTaken
 from amsg.ports import (
     APPEND_FALLBACK,
     CLAIM_ALONE,
     CLAIM_BATCH,
+    ClaimStore,
     ClaimWanted,
     DueCandidate,
     OutboxAppend,
@@ -100,48 +101,87 @@ class DynamoClaimStore(DynamoSettlements):
         the SDK's retries, cancelled for a reason other than a condition), each task is left to be claimed
         alone. If the read fails after the claims committed, the exception propagates; those tasks come back
         when their lease expires (later, never lost or doubled)."""
-        if len(wanted) > CLAIM_BATCH:
+        return self.claim_many_together([(self, wanted)], now_ms=now_ms, lease_until_ms=lease_until_ms, owner=owner)[0]
+
+    def claim_many_together(
+        self,
+        parts: Sequence[tuple[ClaimStore, Sequence[ClaimWanted]]],
+        *,
+        now_ms: int,
+        lease_until_ms: int,
+        owner: str,
+    ) -> list[list[TaskRow | object | None]]:
+        """:meth:`claim_many` for the claims of several key spaces (the tenants of one round of the multi-tenant
+        tick) in one transaction and one read back. Each part's store builds its own keys, so a claim is written
+        in its own space only; the stores must share this store's table."""
+        flat = [(_same_table(self, store), w) for store, part in parts for w in part]
+        if len(flat) > CLAIM_BATCH:
             raise ValueError(f"at most {CLAIM_BATCH} claims per batch")
-        results: list[TaskRow | object | None] = [None] * len(wanted)
+        results: list[TaskRow | object | None] = [None] * len(flat)
         now_iso, lease_until = iso_from_ms(now_ms), iso_from_ms(lease_until_ms)
-        trying = list(range(len(wanted)))
+        trying = list(range(len(flat)))
         while trying:
             actions = [
                 {
-                    "Update": self._claim_update(
+                    "Update": store._claim_update(
                         w.user_id, w.uuid, iso_from_ms(w.expected_next_send_at_ms), now_iso, lease_until, owner
                     )
                 }
-                for w in (wanted[i] for i in trying)
+                for store, w in (flat[i] for i in trying)
             ]
             try:
                 self.t.transact(actions)
             except TransactionCancelled as cancelled:
                 lost = {i for k, i in enumerate(trying) if cancelled.failed(k)}
-                if not lost:
-                    for i in trying:
-                        results[i] = CLAIM_ALONE
-                    return results
-                trying = [i for i in trying if i not in lost]  # those stay None
-                continue
+                if lost:
+                    trying = [i for i in trying if i not in lost]  # those stay None
+                    continue
             except ClientError:
-                for i in trying:
-                    results[i] = CLAIM_ALONE
-                return results
-            break
+                pass
+            else:
+                break
+            for i in trying:  # the transaction could not run: each left to be claimed alone
+                results[i] = CLAIM_ALONE
+            trying = []
         if trying:
-            claimed = {i: self._key(wanted[i].user_id, wanted[i].uuid) for i in trying}
-            found = self.t.batch_get_now(list(claimed.values()))
-            for i, key in claimed.items():
-                item = found.get((key["PK"], key["SK"]))
-                if (
-                    item is not None
-                    and item.get("status", "pending") == "pending"
-                    and item.get("lease_owner") == owner
-                    and item.get("lease_until") == lease_until
-                ):
-                    results[i] = self._row(item)  # else settled or deleted since: nothing to enqueue
-        return results
+            self._read_back(flat, trying, results, owner, lease_until)
+        return _split(results, [len(part) for _, part in parts])
+
+    def pending_counts(self, stores: Sequence[ClaimStore]) -> list[int | None]:
+        """Each store's count of pending tasks (docs/tenancy.md, limits), in one BatchGetItem per 100 stores: 0 for
+        a tenant that never had one, None for a space that keeps no count (the single line)."""
+        spaces = [_same_table(self, store).keys for store in stores]
+        wanted = [space.pending_counter_key() for space in spaces if pending.counted(space)]
+        # eventually consistent, like the due index it stands in for: half the read units of a consistent read
+        found = self.t.batch_get_now(wanted, consistent=False) if wanted else {}
+        counts: list[int | None] = []
+        for space in spaces:
+            if not pending.counted(space):
+                counts.append(None)
+                continue
+            key = space.pending_counter_key()
+            counts.append(item_int(found.get((key["PK"], key["SK"]), {}).get(pending.COUNT)))
+        return counts
+
+    def _read_back(
+        self,
+        flat: list[tuple[DynamoClaimStore, ClaimWanted]],
+        claimed: list[int],
+        results: list[TaskRow | object | None],
+        owner: str,
+        lease_until: str,
+    ) -> None:
+        keys_of = {i: flat[i][0]._key(flat[i][1].user_id, flat[i][1].uuid) for i in claimed}
+        found = self.t.batch_get_now(list(keys_of.values()))
+        for i, key in keys_of.items():
+            item = found.get((key["PK"], key["SK"]))
+            if (
+                item is not None
+                and item.get("status", "pending") == "pending"
+                and item.get("lease_owner") == owner
+                and item.get("lease_until") == lease_until
+            ):
+                results[i] = flat[i][0]._row(item)  # else settled or deleted since: nothing to enqueue
 
     def _claim_update(
         self, user_id: str, uuid: str, expected_next_send_at: str, now_iso: str, lease_until: str, owner: str
@@ -300,8 +340,8 @@ class DynamoClaimStore(DynamoSettlements):
 
     def open_run(self, user_id: str, uuid: str, claim_version: int, next_send_at_ms: int) -> RunSnapshot | None:
         """One consistent BatchGetItem: the task, the push subscription, the outbox counter and the delivery
-        policy. The claim is current when the task is still pending under this claim version and occurrence and
-        still leased."""
+        policy (and, in a tenant's space, the tenant's registry record: docs/tenancy-data.md). The claim is
+        current when the task is still pending under this claim version and occurrence and still leased."""
         task_key = self._key(user_id, uuid)
         wanted = [
             task_key,
@@ -309,6 +349,8 @@ class DynamoClaimStore(DynamoSettlements):
             self.keys.counter_key(user_id, "outbox"),
             self.keys.policy_key(user_id),
         ]
+        if self.keys.tenant_id is not None:  # its status and key ride along: no registry read of their own
+            wanted.append(tenant_key(self.keys.tenant_id))
         found = self.t.batch_get(wanted)
         item = found.get((task_key["PK"], task_key["SK"]))
         if (
@@ -325,7 +367,9 @@ class DynamoClaimStore(DynamoSettlements):
         subscription = subscription_row(push)
         counter = found.get((wanted[2]["PK"], wanted[2]["SK"]))
         policy = policy_row(found.get((wanted[3]["PK"], wanted[3]["SK"])))
-        return RunSnapshot(row, subscription, item_int(counter.get("n")) if counter else 0, policy)
+        tenant = found.get((wanted[4]["PK"], wanted[4]["SK"])) if len(wanted) > 4 else None
+        seq = item_int(counter.get("n")) if counter else 0
+        return RunSnapshot(row, subscription, seq, policy, tenant_record(tenant) if tenant else None)
 
     def append_batch(
         self,
@@ -461,3 +505,17 @@ class DynamoClaimStore(DynamoSettlements):
             ExpressionAttributeValues=values,
             **extra,
         )
+
+
+def _same_table(this: DynamoClaimStore, store: object) -> DynamoClaimStore:
+    if not isinstance(store, DynamoClaimStore) or store.t is not this.t:
+        raise ValueError("claims of one transaction must share a table")
+    return store
+
+
+def _split(results: list[TaskRow | object | None], sizes: list[int]) -> list[list[TaskRow | object | None]]:
+    out, start = [], 0
+    for size in sizes:
+        out.append(results[start : start + size])
+        start += size
+    return out

@@ -230,11 +230,13 @@ class DynamoTable:
             return session.call("batch_get", item_keys)
         return self.batch_get_now(item_keys)
 
-    def batch_get_now(self, item_keys: list[dict[str, str]]) -> dict[tuple[str, str], dict[str, Any]]:
+    def batch_get_now(
+        self, item_keys: list[dict[str, str]], *, consistent: bool = True
+    ) -> dict[tuple[str, str], dict[str, Any]]:
         found: dict[tuple[str, str], dict[str, Any]] = {}
         for start in range(0, len(item_keys), 100):
             keys = [to_wire(key) for key in item_keys[start : start + 100]]
-            request: dict[str, Any] = {self.name: {"Keys": keys, "ConsistentRead": True}}
+            request: dict[str, Any] = {self.name: {"Keys": keys, "ConsistentRead": consistent}}
             while request:
                 response = self.wire.batch_get_item(RequestItems=request)
                 for wire_item in response.get("Responses", {}).get(self.name, []):

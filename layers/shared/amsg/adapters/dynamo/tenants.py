@@ -48,7 +48,7 @@ def active_fence(space: KeySpace) -> dict[str, Any] | None:
     }
 
 
-def _record(item: dict[str, Any]) -> TenantRecord:
+def tenant_record(item: dict[str, Any]) -> TenantRecord:
     return TenantRecord(
         tenant_id=str(item["SK"]),
         wrapped_master_key=str(item["wrapped_key"]),
@@ -88,7 +88,7 @@ class DynamoTenantStore:
 
     def get(self, tenant_id: str) -> TenantRecord | None:
         item = self.t.get(tenant_key(tenant_id))
-        return _record(item) if item else None
+        return tenant_record(item) if item else None
 
     def list_page(self, cursor: str | None = None, limit: int = 100) -> TenantPage:
         kwargs: dict[str, Any] = {
@@ -101,7 +101,7 @@ class DynamoTenantStore:
         page = self.t.table.query(**kwargs)
         last = page.get("LastEvaluatedKey")
         return TenantPage(
-            records=[_record(item) for item in page.get("Items", [])],
+            records=[tenant_record(item) for item in page.get("Items", [])],
             cursor=str(last["SK"]) if last else None,
         )
 
@@ -168,7 +168,7 @@ class DynamoTenantStore:
         if names:
             kwargs["ExpressionAttributeNames"] = names
         try:
-            return _record(self.t.table.update_item(**kwargs)["Attributes"])
+            return tenant_record(self.t.table.update_item(**kwargs)["Attributes"])
         except ClientError as exc:
             if is_conditional_failure(exc):
                 raise TenantNotFound(tenant_id) from None
