@@ -108,6 +108,62 @@ def test_calls_on_one_item_are_never_merged_so_a_compare_and_set_still_excludes(
     assert _operations(recorder) == {"TransactWriteItems": 3}  # three groups of one, sent one after the other
 
 
+def _check(name: str, value: int) -> dict[str, Any]:
+    """Holds while ``n`` of ``name`` is ``value`` (the shape of a push claim's tenant-active check)."""
+    return {
+        "ConditionCheck": {
+            "Key": _key(name),
+            "ConditionExpression": "n = :v",
+            "ExpressionAttributeValues": {":v": value},
+        }
+    }
+
+
+def test_identical_checks_are_shared_and_a_failing_one_fails_every_part_that_carries_it(table):
+    gate, other = str(uuid.uuid4()), str(uuid.uuid4())
+    table.transact([_bump(gate, 0), _bump(other, 0)])  # both gates hold n = 1
+    names = [str(uuid.uuid4()) for _ in range(4)]
+    with record_aws_calls() as recorder:  # two parts check `gate`, two check `other`: one request
+        results = _together(
+            table,
+            [
+                lambda name=name, g=g: table.transact([_bump(name, 0), _check(g, 1)])
+                for name, g in zip(names, [gate, gate, other, other], strict=True)
+            ],
+        )
+    assert results == [None] * 4 and [_n(table, name) for name in names] == [1] * 4
+    assert _operations(recorder) == {"TransactWriteItems": 1}
+
+    table.transact([_bump(gate, 1)])  # `gate` no longer holds
+    names = [str(uuid.uuid4()) for _ in range(3)]
+    results = _together(
+        table,
+        [
+            lambda name=name, g=g: table.transact([_bump(name, 0), _check(g, 1)])
+            for name, g in zip(names, [gate, other, gate], strict=True)
+        ],
+    )
+    assert isinstance(results[0], TransactionCancelled) and results[0].reasons == ["None", "ConditionalCheckFailed"]
+    assert isinstance(results[2], TransactionCancelled) and results[2].failed(1)
+    assert results[1] is None
+    assert [_n(table, name) for name in names] == [None, 1, None]
+
+
+def test_a_check_is_never_shared_with_a_part_that_writes_its_item(table):
+    gate = str(uuid.uuid4())
+    table.transact([_bump(gate, 0)])
+    with record_aws_calls() as recorder:
+        results = _together(
+            table,
+            [
+                lambda: table.transact([_check(gate, 1), _bump(str(uuid.uuid4()), 0)]),
+                lambda: table.transact([_bump(gate, 1)]),
+            ],
+        )
+    assert results.count(None) >= 1
+    assert _operations(recorder) == {"TransactWriteItems": 2}  # two groups: the check and the write of one item
+
+
 def test_batch_reads_are_merged_and_each_caller_gets_exactly_its_keys(table):
     names = [str(uuid.uuid4()) for _ in range(4)]
     for name in names:

@@ -14,7 +14,8 @@ import uuid
 import pytest
 from amsg.crypto import compact_json, encrypt_for_storage
 from amsg.engine.messages import parse_task_message
-from amsg.engine.run_task import message_scope, run_message
+from amsg.adapters.dynamo.claims import DynamoClaimStore
+from amsg.engine.run_task import run_message
 from amsg.engine.tenant_deletion import start_tenant_deletion
 from amsg.engine.tick import run_tick
 from amsg.ports import NewTask
@@ -67,27 +68,35 @@ def _unsent_outbox_rows(scope, task_uuid: str) -> list[object]:
 
 
 def test_a_deletion_started_after_the_tenant_check_stops_the_first_push(
-    ddb_local_endpoint, ddb_local_table, ddb_local_client
+    ddb_local_endpoint, ddb_local_table, ddb_local_client, monkeypatch
 ):
     ctx, scopes = _world(ddb_local_endpoint, ddb_local_table)
     a_task, b_task = _task(scopes["tenant-a"], "one。two"), _task(scopes["tenant-b"], "one。two")
     sender, queue = RecordingPushSender(), MemoryQueue()
     with_fakes(ctx, sender, queue)
     messages = _claimed_messages(ctx, queue)
-    # run_task's batch reads each tenant once when it starts (the memo): both tenants were active then
-    memo: dict[str, str | None] = {}
-    for message in messages.values():
-        assert message_scope(ctx, message, memo)[0] is not None
-    start_tenant_deletion(ctx, "tenant-a")  # ...and A's deletion starts before its first push is claimed
+    # run_task reads the tenant's record with its task (open_run): A is active then, and its deletion starts
+    # right after that read, before the first push is claimed
+    open_run, started = DynamoClaimStore.open_run, []
 
-    result = run_message(ctx, messages["tenant-a"], remaining_ms=lambda: 100_000, owner="run-a", tenant_keys=memo)
-    assert _pushes_of(sender, a_task) == []
+    def open_then_delete(self, *args, **kwargs):  # type: ignore[no-untyped-def]
+        snapshot = open_run(self, *args, **kwargs)
+        if not started:
+            started.append(True)
+            assert snapshot is not None and snapshot.tenant is not None and snapshot.tenant.status == "active"
+            start_tenant_deletion(ctx, "tenant-a")
+        return snapshot
+
+    monkeypatch.setattr(DynamoClaimStore, "open_run", open_then_delete)
+    result = run_message(ctx, messages["tenant-a"], remaining_ms=lambda: 100_000, owner="run-a")
+    assert started and _pushes_of(sender, a_task) == []
     assert [entry["status"] for entry in result["details"]["cancelledTasks"]] == ["tenant_inactive"]
     row = scopes["tenant-a"].tasks.get_task(USER, a_task)
     assert row is not None and row.status == "pending"  # left for the deletion: nothing settled, no retry spent
     assert row.retry_count == 0
 
-    run_message(ctx, messages["tenant-b"], remaining_ms=lambda: 100_000, owner="run-b", tenant_keys=memo)
+    monkeypatch.setattr(DynamoClaimStore, "open_run", open_run)
+    run_message(ctx, messages["tenant-b"], remaining_ms=lambda: 100_000, owner="run-b")
     assert len(_pushes_of(sender, b_task)) == 2  # the other tenant is not fenced
 
 

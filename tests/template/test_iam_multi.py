@@ -66,6 +66,11 @@ UNOBSERVED: dict[tuple[str, str], str] = {
         "a serialized claim whose group is still held by another task checks that task's lease in the claim's "
         "transaction; the journey's group has one task (the tick's journey in test_iam.py reaches it)"
     ),
+    ("RunTaskFunction", "dynamodb:GetItem table[TENANTS]"): (
+        "run_task reads the tenant's record with its task (BatchGetItem); GetItem is the lease heartbeat's "
+        "re-check of a long delivery and the read of a message whose claim is no longer current, neither of "
+        "which the journey's short deliveries reach"
+    ),
 }
 
 

@@ -9,8 +9,10 @@ While a session is open, the calls that its participants make at about the same 
   actions. It commits only when every part would have committed, and no two parts touch the same item, so it
   is the same as running the parts one after the other. When it is cancelled (a condition of one part failed,
   a conflict) or refused (too large), every part runs again on its own: each caller gets exactly the outcome
-  and the cancellation reasons it would have had alone. The one exception to "all different": a tenant's
-  pending-count decrements (pending.py), unconditional and additive, are summed into one action per counter.
+  and the cancellation reasons it would have had alone. Two exceptions to "all different": a tenant's
+  pending-count decrements (pending.py), unconditional and additive, are summed into one action per counter;
+  and identical ``ConditionCheck`` actions (the tenant-active check every push claim of a tenant carries) are
+  sent once, since a read-only check that holds for one part holds for all.
 
 A call waits until every participant still running is waiting too, or for at most ``max_wait_s``; calls from
 threads outside the session (the lease heartbeat) never wait. One of the waiting threads sends the merged
@@ -146,7 +148,7 @@ class CoalescingSession:
     def _run_transactions(self, calls: list[_Call]) -> None:
         if len(calls) > 1:
             # a tenant's pending-count decrements (one per settled task) fold into one action per counter
-            merged = pending.fold([action for call in calls for action in call.payload])
+            merged = _shared_checks(pending.fold([action for call in calls for action in call.payload]))
             try:
                 self._table.transact_once(merged)
             except ClientError as exc:
@@ -188,30 +190,84 @@ def _size(value: Any) -> int:
     return 8
 
 
+def _check_of(action: dict[str, Any]) -> tuple[tuple[str, str, str], str] | None:
+    """A ``ConditionCheck`` as (item, its exact condition), or None for any other action."""
+    body = action.get("ConditionCheck")
+    if not isinstance(body, dict):
+        return None
+    return _item_of(action), repr(sorted(body.items()))
+
+
+def _shared_checks(actions: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """``actions`` with each identical condition check kept once (at the place of the first)."""
+    seen: set[tuple[tuple[str, str, str], str]] = set()
+    out = []
+    for action in actions:
+        check = _check_of(action)
+        if check is not None:
+            if check in seen:
+                continue
+            seen.add(check)
+        out.append(action)
+    return out
+
+
+@dataclass
+class _Group:
+    members: list[_Call] = field(default_factory=list)
+    items: set[tuple[str, str, str]] = field(default_factory=set)  # written or checked items
+    folded: set[tuple[str, str, str]] = field(default_factory=set)  # pending counters decremented
+    checks: dict[tuple[str, str, str], str] = field(default_factory=dict)  # shared identical checks
+    actions: int = 0
+    size: int = 0
+
+    def admits(self, call: _Call, size: int) -> bool:
+        items, folds, checks = _parts_of(call)
+        shared = all(self.checks[item] == condition for item, condition in checks.items() if item in self.checks)
+        own_items = items - {item for item in checks if item in self.checks}
+        return (
+            shared
+            and not (own_items & (self.items | self.folded))
+            and not (folds & self.items)
+            and self.actions + len(call.payload) <= MAX_TRANSACTION_ACTIONS
+            and self.size + size <= MAX_MERGED_BYTES
+        )
+
+    def add(self, call: _Call, size: int) -> None:
+        items, folds, checks = _parts_of(call)
+        self.members.append(call)
+        self.items |= items
+        self.folded |= folds
+        self.checks.update(checks)
+        self.actions += len(call.payload)
+        self.size += size
+
+
+def _parts_of(
+    call: _Call,
+) -> tuple[set[tuple[str, str, str]], set[tuple[str, str, str]], dict[tuple[str, str, str], str]]:
+    items = {_item_of(action) for action in call.payload if not pending.is_decrement(action)}
+    folds = {_item_of(action) for action in call.payload if pending.is_decrement(action)}
+    checks = dict(check for action in call.payload if (check := _check_of(action)) is not None)
+    return items, folds, checks
+
+
 def _disjoint_groups(calls: list[_Call]) -> list[list[_Call]]:
-    """Calls packed in arrival order into groups whose items are all different, within DynamoDB's limits; a
-    call that touches an item of every open group starts a new one (sent after the earlier groups)."""
-    groups: list[tuple[list[_Call], set[tuple[str, str, str]], set[tuple[str, str, str]], list[int]]] = []
+    """Calls packed in arrival order into groups whose items are all different (but for identical checks),
+    within DynamoDB's limits; a call that touches an item of every open group starts a new one (sent after the
+    earlier groups)."""
+    groups: list[_Group] = []
     for call in calls:
-        items = {_item_of(action) for action in call.payload if not pending.is_decrement(action)}
-        folds = {_item_of(action) for action in call.payload if pending.is_decrement(action)}
         size = _size(call.payload)
-        for members, seen, folded, totals in groups:
-            if (
-                not (items & (seen | folded))
-                and not (folds & seen)
-                and totals[0] + len(call.payload) <= MAX_TRANSACTION_ACTIONS
-                and totals[1] + size <= MAX_MERGED_BYTES
-            ):
-                members.append(call)
-                seen |= items
-                folded |= folds
-                totals[0] += len(call.payload)
-                totals[1] += size
+        for group in groups:
+            if group.admits(call, size):
+                group.add(call, size)
                 break
         else:
-            groups.append(([call], set(items), set(folds), [len(call.payload), size]))
-    return [members for members, _, _, _ in groups]
+            group = _Group()
+            group.add(call, size)
+            groups.append(group)
+    return [group.members for group in groups]
 
 
 class DynamoCoalescer:
