@@ -91,6 +91,19 @@ def test_claim_many_claims_each_and_leaves_out_one_claimed_already(stores):
     assert all(r.claim_version == 1 and r.lease_until_ms == LEASE for r in claimed)  # type: ignore[union-attr]
 
 
+def test_claim_many_together_answers_per_part_in_order(stores):
+    uuids = [create(stores, n) for n in range(1, 5)]
+    assert claim(stores, uuids[3], owner="other tick") is not None
+    parts = [
+        (stores.claims, [ClaimWanted(USER, u, DUE) for u in uuids[:2]]),
+        (stores.claims, [ClaimWanted(USER, u, DUE) for u in uuids[2:]]),
+    ]
+    first, second = stores.claims.claim_many_together(parts, now_ms=NOW, lease_until_ms=LEASE, owner="tick")
+    assert [r.uuid for r in first] == uuids[:2]  # type: ignore[union-attr]
+    assert second[0].uuid == uuids[2] and second[1] is None  # type: ignore[union-attr]
+    assert stores.claims.pending_counts([stores.claims]) == [None]  # counts are kept in a tenant's space only
+
+
 def test_one_task_of_a_serialize_group_is_in_flight_at_a_time(stores):
     first, second = create(stores, 1), create(stores, 2)
     assert claim(stores, first, group="g") is not None

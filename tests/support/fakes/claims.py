@@ -20,6 +20,7 @@ from amsg.ports import (
     KEEP,
     CapCharge,
     CapReached,
+    ClaimStore,
     ClaimWanted,
     DueCandidate,
     OutboxAppend,
@@ -193,6 +194,29 @@ class MemoryClaimStore:
                 for w in wanted
             ]
             return [None if row is None else replace(row) for row in claimed]
+
+    def claim_many_together(
+        self,
+        parts: Sequence[tuple[ClaimStore, Sequence[ClaimWanted]]],
+        *,
+        now_ms: int,
+        lease_until_ms: int,
+        owner: str,
+    ) -> list[list[TaskRow | object | None]]:
+        """The fakes hold one key space: every part is this store (the tenant line runs on moto)."""
+        if any(store is not self for store, _ in parts):
+            raise NotFaked("claims across key spaces (the multi-tenant tick) are not faked")
+        if sum(len(wanted) for _, wanted in parts) > CLAIM_BATCH:
+            raise ValueError(f"at most {CLAIM_BATCH} claims per batch")
+        with self._lock:
+            return [
+                self.claim_many(wanted, now_ms=now_ms, lease_until_ms=lease_until_ms, owner=owner)
+                for _, wanted in parts
+            ]
+
+    def pending_counts(self, stores: Sequence[ClaimStore]) -> list[int | None]:
+        """No pending count is kept outside a tenant's key space (the adapter's answer on the single line)."""
+        return [None for _ in stores]
 
     # ---- run_task ----------------------------------------------------------------------------------------
 
