@@ -4,6 +4,7 @@ They are checked against the DynamoDB adapter by the shared contract suite in ``
 the fakes, on moto and on DynamoDB Local), so a fake that drifts from the adapter fails there first.
 """
 
+from tests.support.fakes.client_state import MemoryClientStateStore
 from tests.support.fakes.context import memory_context
 from tests.support.fakes.memory import (
     MemoryCredentialStore,
@@ -15,6 +16,7 @@ from tests.support.fakes.memory import (
 from tests.support.fakes.tasks import MemoryTaskStore
 
 __all__ = [
+    "MemoryClientStateStore",
     "MemoryCredentialStore",
     "MemoryDeliveryPolicyStore",
     "MemoryOutboxStore",

@@ -1,6 +1,6 @@
 """An ``AppContext`` on the in-memory stores: what the Lambda handlers see, minus DynamoDB.
 
-Ports without a fake (claims, client state, cloud data, owners, schema) are a stand-in that
+Ports without a fake (claims, cloud data, owners, schema) are a stand-in that
 raises :class:`NotFaked` on first use, so a route that needs them fails loudly instead of half-working.
 """
 
@@ -12,6 +12,7 @@ from typing import Any
 from amsg.clock import FixedClock
 from amsg.context import AppContext, StoragePorts
 
+from tests.support.fakes.client_state import MemoryClientStateStore
 from tests.support.fakes.memory import (
     MemoryCredentialStore,
     MemoryDeliveryPolicyStore,
@@ -47,7 +48,7 @@ def memory_context(env: Mapping[str, str], now_ms: int) -> AppContext:
         outbox=MemoryOutboxStore(),
         schema=Unfaked("SchemaInspector"),  # type: ignore[arg-type]
         credentials=MemoryCredentialStore(),
-        client_state=Unfaked("ClientStateStore"),  # type: ignore[arg-type]
+        client_state=MemoryClientStateStore(),
         owners=Unfaked("OwnerStore"),  # type: ignore[arg-type]
         policies=MemoryDeliveryPolicyStore(),
         cloud_data=Unfaked("CloudDataStore"),  # type: ignore[arg-type]
