@@ -174,12 +174,25 @@ def make_context(moto_table: str):
     runtime.use(None)
 
 
+def fast_tests() -> bool:
+    """``AMSG_FAST_TESTS=1``: `make unit` (the fast path) is running."""
+    return os.environ.get("AMSG_FAST_TESTS") == "1"
+
+
+def on_fakes(node: pytest.Item) -> bool:
+    """Whether the ``ctx`` of this test is the in-memory fakes: a ``memory_store`` test (not ``dynamo_store``)
+    under `make unit`. The full suite runs the same test on moto, so every handler test still goes through the
+    DynamoDB adapter there; the fakes themselves are held to the adapter by tests/contract."""
+    marked = node.get_closest_marker("memory_store") and not node.get_closest_marker("dynamo_store")
+    return bool(marked) and fast_tests()
+
+
 @pytest.fixture
 def ctx(request: pytest.FixtureRequest):
-    """The default context: on moto, or on the in-memory fakes in a test marked ``memory_store`` (a module
-    moves onto them with ``pytestmark``; a test that needs the table there is marked ``dynamo_store``)."""
-    node = request.node
-    if node.get_closest_marker("memory_store") and not node.get_closest_marker("dynamo_store"):
+    """The default context: on moto, or on the in-memory fakes under `make unit` in a test marked
+    ``memory_store`` (a module moves onto them with ``pytestmark``; a test that needs the table there is marked
+    ``dynamo_store``)."""
+    if on_fakes(request.node):
         return request.getfixturevalue("memory_ctx")
     return request.getfixturevalue("make_context")()
 

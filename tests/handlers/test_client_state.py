@@ -23,6 +23,13 @@ DAY = 86_400_000
 # value that fits MAX_RAW_BODY_BYTES (4 000 000) once encrypted and base64-enveloped.
 MAX_VALUE_ONE_REQUEST = 2_999_859
 
+# the routes over storage semantics: under `make unit` the in-memory fakes (tests/contract holds them to the
+# adapter), under `make test` moto; a test about the adapter itself (its items, transactions, races) is
+# `dynamo_store` and always runs on moto
+pytestmark = pytest.mark.memory_store
+ITEMS = pytest.mark.dynamo_store  # reads or changes the table's items
+ADAPTER = pytest.mark.dynamo_store  # drives the adapter's internals (its reads, its transactions)
+
 
 def entry(namespace: str, key: str, value, updated_at: int = OLD, **extra):
     return {"namespace": namespace, "key": key, "value": value, "updatedAt": updated_at, **extra}
@@ -311,6 +318,7 @@ def test_same_key_twice_in_one_request_applies_in_order(api):
     assert values_of(api, "n")["k"] == ("newest", OLD + 5)
 
 
+@ADAPTER
 def test_concurrent_newer_write_between_read_and_commit_is_never_lost(api, ctx, monkeypatch):
     """Force the race deterministically: after our read, another writer commits a newer value. Our conditional
     write fails, the part is re-read and re-decided, and the newer value survives."""
@@ -339,6 +347,7 @@ def test_concurrent_newer_write_between_read_and_commit_is_never_lost(api, ctx, 
 # ---- large values --------------------------------------------------------------------------------------------
 
 
+@ITEMS
 def test_300kb_value_round_trips_byte_exact(api):
     value = ('🐱 mixed ascii and 多字节 text \\ " \n' * 20_000)[:240_000]
     assert len(value.encode("utf-8")) > 204_800  # chunked by the reference, split across items here
@@ -348,6 +357,7 @@ def test_300kb_value_round_trips_byte_exact(api):
     assert table_items("SC#big\x1fk\x1f"), "value stored as parts"
 
 
+@ITEMS
 def test_largest_single_request_value_round_trips_and_one_byte_more_is_413(api):
     value = "".join(chr(0x21 + (i * 7919) % 90) for i in range(MAX_VALUE_ONE_REQUEST)).replace('"', "#")
     value = value.replace("\\", "/")  # keep JSON escaping out of the size arithmetic
@@ -369,6 +379,7 @@ def test_largest_single_request_value_round_trips_and_one_byte_more_is_413(api):
     assert values_of(api, "n")["k"] == ("tiny", OLD + 1)
 
 
+@ITEMS
 def test_gzip_request_carries_a_larger_value(api):
     value = "g" * 3_900_000
     resp = api.put_client_state([entry("gz", "k", value)], compact=True, gzip_body=True)
@@ -378,6 +389,7 @@ def test_gzip_request_carries_a_larger_value(api):
     assert table_items("SC#") == []
 
 
+@ITEMS
 def test_incomplete_parts_read_as_absent(api, ctx):
     api.put_client_state([entry("n", "big", "x" * 400_000), entry("n", "small", "s")])
     part = table_items("SC#n\x1fbig\x1f")[0]
@@ -441,6 +453,7 @@ def test_namespaces_empty(api):
 # ---- deletes ------------------------------------------------------------------------------------------------
 
 
+@ITEMS
 def test_delete_namespace_counts_reference_rows_and_keeps_other_namespaces(api):
     api.put_client_state([entry("a", "k1", "v1"), entry("a", "big", "z" * 500_000), entry("b", "k1", "keep")])
     resp = api.delete_client_state_namespace("a")
@@ -465,6 +478,7 @@ def test_delete_namespace_rejects_blank_and_reserved(api):
     assert (resp.status, resp.code) == (400, "INVALID_STATE_NAMESPACE")
 
 
+@ITEMS
 def test_delete_all(api):
     api.put_client_state([entry("a", "k", "v"), entry("b", "k", "v"), entry("b", "big", "q" * 450_000)])
     resp = api.clear_client_state()
@@ -515,6 +529,7 @@ def _fail_on_call(monkeypatch, store, n: int, exc: Exception):
     return calls
 
 
+@ADAPTER
 def test_later_part_failure_reports_applied_entries(api, ctx, monkeypatch):
     entries = [entry("n", "", "rejected")] + [entry("n", f"k{i:03d}", "v") for i in range(150)]
     _fail_on_call(monkeypatch, ctx.client_state, 2, RuntimeError("boom"))
@@ -525,6 +540,7 @@ def test_later_part_failure_reports_applied_entries(api, ctx, monkeypatch):
     assert len(values_of(api, "n")) == 100
 
 
+@ADAPTER
 def test_later_part_guard_failure_is_409_with_applied_entries(api, ctx, monkeypatch):
     from amsg.errors import CloudGuardError
 
@@ -536,12 +552,14 @@ def test_later_part_guard_failure_is_409_with_applied_entries(api, ctx, monkeypa
     }  # fmt: skip
 
 
+@ADAPTER
 def test_first_part_failure_is_a_plain_error(api, ctx, monkeypatch):
     _fail_on_call(monkeypatch, ctx.client_state, 1, RuntimeError("boom"))
     resp = api.put_client_state([entry("n", "k", "v")])
     assert resp.status == 500 and "details" not in resp.body["error"]
 
 
+@ADAPTER
 def test_transactions_are_split_by_size(ctx, monkeypatch):
     """20 inline values of ~340 KB cannot share one 4 MB transaction: parts of ≤ ~3.5 MB, all applied."""
     from amsg.crypto import UserCodec
@@ -564,6 +582,7 @@ def test_transactions_are_split_by_size(ctx, monkeypatch):
 # ---- TTL housekeeping -------------------------------------------------------------------------------------------
 
 
+@ITEMS
 def test_cleanup_expired_deletes_only_old_rows_of_configured_namespaces(api, ctx):
     other = other_client()
     api.put_client_state([entry("tmp", "old", "x", T0_MS - 8 * DAY), entry("tmp", "fresh", "y", T0_MS - DAY)])
