@@ -22,6 +22,32 @@ os.environ.update(
 for _name in ("AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_DYNAMODB", "AWS_ENDPOINT_URL_SQS", "AWS_PROFILE"):
     os.environ.pop(_name, None)
 
+# ---- Hypothesis: the full suite keeps its example counts; `make unit` runs at most FAST_EXAMPLES per property
+# (the same properties, fewer random inputs: a developer's minute, while `make test` explores as before)
+FAST_EXAMPLES = 25
+
+
+def fast_tests() -> bool:
+    """``AMSG_FAST_TESTS=1``: `make unit` (the fast path) is running."""
+    return os.environ.get("AMSG_FAST_TESTS") == "1"
+
+
+def examples(full: int) -> int:
+    """A property's example count: ``full`` in the full suite, at most FAST_EXAMPLES under `make unit`. For a
+    test that names its own ``max_examples`` (an explicit count overrides the profile below)."""
+    return min(full, FAST_EXAMPLES) if fast_tests() else full
+
+
+def _hypothesis_profiles() -> None:
+    from hypothesis import settings
+
+    settings.register_profile("full", settings.get_profile("default"))
+    settings.register_profile("fast", max_examples=FAST_EXAMPLES)
+    settings.load_profile("fast" if fast_tests() else "full")
+
+
+_hypothesis_profiles()
+
 MASTER_KEY = "a" * 64
 TABLE = "amsg-test"
 # 2030-01-01T00:00:00.000Z minus one day: schedules "in the future" relative to the fixed clock
@@ -172,11 +198,6 @@ def make_context(moto_table: str):
 
     yield build
     runtime.use(None)
-
-
-def fast_tests() -> bool:
-    """``AMSG_FAST_TESTS=1``: `make unit` (the fast path) is running."""
-    return os.environ.get("AMSG_FAST_TESTS") == "1"
 
 
 def on_fakes(node: pytest.Item) -> bool:
