@@ -23,6 +23,32 @@ os.environ.update(
 for _name in ("AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_DYNAMODB", "AWS_ENDPOINT_URL_SQS", "AWS_PROFILE"):
     os.environ.pop(_name, None)
 
+# ---- Hypothesis: the full suite keeps its example counts; `make unit` runs at most FAST_EXAMPLES per property
+# (the same properties, fewer random inputs: a developer's minute, while `make test` explores as before)
+FAST_EXAMPLES = 25
+
+
+def fast_tests() -> bool:
+    """``AMSG_FAST_TESTS=1``: `make unit` (the fast path) is running."""
+    return os.environ.get("AMSG_FAST_TESTS") == "1"
+
+
+def examples(full: int) -> int:
+    """A property's example count: ``full`` in the full suite, at most FAST_EXAMPLES under `make unit`. For a
+    test that names its own ``max_examples`` (an explicit count overrides the profile below)."""
+    return min(full, FAST_EXAMPLES) if fast_tests() else full
+
+
+def _hypothesis_profiles() -> None:
+    from hypothesis import settings
+
+    settings.register_profile("full", settings.get_profile("default"))
+    settings.register_profile("fast", max_examples=FAST_EXAMPLES)
+    settings.load_profile("fast" if fast_tests() else "full")
+
+
+_hypothesis_profiles()
+
 MASTER_KEY = "a" * 64
 TABLE = "amsg-test"
 # 2030-01-01T00:00:00.000Z minus one day: schedules "in the future" relative to the fixed clock
@@ -175,12 +201,20 @@ def make_context(moto_table: str):
     runtime.use(None)
 
 
+def on_fakes(node: pytest.Item) -> bool:
+    """Whether the ``ctx`` of this test is the in-memory fakes: a ``memory_store`` test (not ``dynamo_store``)
+    under `make unit`. The full suite runs the same test on moto, so every handler test still goes through the
+    DynamoDB adapter there; the fakes themselves are held to the adapter by tests/contract."""
+    marked = node.get_closest_marker("memory_store") and not node.get_closest_marker("dynamo_store")
+    return bool(marked) and fast_tests()
+
+
 @pytest.fixture
 def ctx(request: pytest.FixtureRequest):
-    """The default context: on moto, or on the in-memory fakes in a test marked ``memory_store`` (a module
-    moves onto them with ``pytestmark``; a test that needs the table there is marked ``dynamo_store``)."""
-    node = request.node
-    if node.get_closest_marker("memory_store") and not node.get_closest_marker("dynamo_store"):
+    """The default context: on moto, or on the in-memory fakes under `make unit` in a test marked
+    ``memory_store`` (a module moves onto them with ``pytestmark``; a test that needs the table there is marked
+    ``dynamo_store``)."""
+    if on_fakes(request.node):
         return request.getfixturevalue("memory_ctx")
     return request.getfixturevalue("make_context")()
 
@@ -210,20 +244,12 @@ def api(ctx):
     return client
 
 
-def engine_on_fakes(request: pytest.FixtureRequest) -> bool:
-    """The engine runs on the in-memory fakes in a ``memory_store`` test (not ``dynamo_store``) under `make unit`
-    (``AMSG_FAST_TESTS=1``); `make test` runs the same tests through the DynamoDB adapter on moto."""
-    node = request.node
-    marked = node.get_closest_marker("memory_store") and not node.get_closest_marker("dynamo_store")
-    return bool(marked) and os.environ.get("AMSG_FAST_TESTS") == "1"
-
-
 @pytest.fixture
 def engine(request: pytest.FixtureRequest):
     """Context wired for delivery: real VAPID keys, a loopback fake push service, a fake LLM, the SQS queue
     built from the template, no pacing sleeps. Yields a namespace with everything a test needs. On the fakes
-    (see :func:`engine_on_fakes`) the stores are in memory and the queue is the local stack's SQS model."""
-    if engine_on_fakes(request):
+    (see :func:`on_fakes`) the stores are in memory and the queue is the local stack's SQS model."""
+    if on_fakes(request.node):
         yield from _memory_engine()
     else:
         request.getfixturevalue("moto_table")

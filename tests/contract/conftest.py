@@ -32,6 +32,7 @@ def memory_stores() -> types.SimpleNamespace:
     outbox = fakes.FencedMemoryOutboxStore(tasks, policies)  # its send claim is fenced by the task's claim
     return types.SimpleNamespace(
         outbox=outbox,
+        client_state=fakes.MemoryClientStateStore(),
         credentials=fakes.MemoryCredentialStore(),
         subscriptions=subscriptions,
         policies=policies,
@@ -43,6 +44,7 @@ def memory_stores() -> types.SimpleNamespace:
 
 def dynamo_stores(table_name: str, endpoint_url: str | None = None) -> types.SimpleNamespace:
     from amsg.adapters.dynamo.claims import DynamoClaimStore
+    from amsg.adapters.dynamo.client_state import DynamoClientStateStore
     from amsg.adapters.dynamo.credentials import DynamoCredentialStore
     from amsg.adapters.dynamo.delivery_policy import DynamoDeliveryPolicyStore
     from amsg.adapters.dynamo.outbox import DynamoOutboxStore
@@ -53,6 +55,7 @@ def dynamo_stores(table_name: str, endpoint_url: str | None = None) -> types.Sim
     table = DynamoTable(table_name, endpoint_url=endpoint_url)
     return types.SimpleNamespace(
         outbox=DynamoOutboxStore(table),
+        client_state=DynamoClientStateStore(table),
         credentials=DynamoCredentialStore(table),
         subscriptions=DynamoPushSubscriptionStore(table),
         policies=DynamoDeliveryPolicyStore(table),
@@ -87,8 +90,8 @@ def _write_task_fields(table: Any, user_id: str, uuid: str, fields: dict[str, An
 @pytest.fixture(params=BACKENDS)
 def stores(request: pytest.FixtureRequest) -> Iterator[types.SimpleNamespace]:
     """The storage ports under test, on one backend: ``outbox``, ``credentials``, ``subscriptions``,
-    ``policies``, ``tasks``, ``claims`` (and ``set_delivery_state``, which puts a task in a state only the
-    engine writes)."""
+    ``policies``, ``tasks``, ``claims``, ``client_state`` (and ``set_delivery_state``, which puts a task in a
+    state only the engine writes)."""
     if request.param == "memory":
         yield memory_stores()
     elif request.param == "moto":

@@ -12,9 +12,9 @@ import json
 import uuid
 
 import pytest
+from amsg.adapters.dynamo.claims import DynamoClaimStore
 from amsg.crypto import compact_json, encrypt_for_storage
 from amsg.engine.messages import parse_task_message
-from amsg.adapters.dynamo.claims import DynamoClaimStore
 from amsg.engine.run_task import run_message
 from amsg.engine.tenant_deletion import start_tenant_deletion
 from amsg.engine.tick import run_tick

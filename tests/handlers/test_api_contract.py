@@ -24,10 +24,15 @@ def fixed(**extra):
     return {"contactName": "Rei", "messageType": "fixed", "userMessage": "hi", "firstSendTime": FUTURE, **extra}
 
 
-def test_the_module_runs_on_the_fakes(ctx):
+def test_the_module_runs_on_the_fakes_under_make_unit_and_on_moto_otherwise(ctx):
+    from amsg.adapters.dynamo.outbox import DynamoOutboxStore
+    from amsg.adapters.dynamo.tasks import DynamoTaskStore
+
+    from tests.conftest import fast_tests
     from tests.support.fakes import MemoryOutboxStore, MemoryTaskStore
 
-    assert isinstance(ctx.tasks, MemoryTaskStore) and isinstance(ctx.outbox, MemoryOutboxStore)
+    tasks, outbox = (MemoryTaskStore, MemoryOutboxStore) if fast_tests() else (DynamoTaskStore, DynamoOutboxStore)
+    assert isinstance(ctx.tasks, tasks) and isinstance(ctx.outbox, outbox)
 
 
 @pytest.fixture

@@ -8,7 +8,8 @@ encrypted with the right key or a wrong one, and checks each answer:
 * every push the server sends meanwhile is JSON a client can read;
 * afterwards, a control user's items are exactly as they were.
 
-The suite runs a bounded number of examples (``AMSG_FUZZ_EXAMPLES``, default 200); ``make fuzz`` runs many more.
+The suite runs a bounded number of examples (``AMSG_FUZZ_EXAMPLES``, default 200; 25 under `make unit`);
+``make fuzz`` runs many more.
 """
 
 from __future__ import annotations
@@ -28,13 +29,13 @@ from boto3.dynamodb.conditions import Attr
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tests.conftest import TABLE
+from tests.conftest import TABLE, examples
 from tests.support.ddb_limits import enforce_dynamodb_limits
 from tests.support.fuzz import FuzzRequest, bare_path, documented_statuses, requests
 from tests.support.inprocess import InProcessApi
 from tests.support.wire_client import WireClient, dummy_subscription
 
-FUZZ_EXAMPLES = int(os.environ.get("AMSG_FUZZ_EXAMPLES", "200"))
+FUZZ_EXAMPLES = int(os.environ.get("AMSG_FUZZ_EXAMPLES") or examples(200))
 FUTURE = "2030-01-01T00:00:00.000Z"
 PENDING = {
     "contactName": "Rei",

@@ -22,6 +22,7 @@ from botocore.exceptions import ClientError
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tests.conftest import examples
 from tests.support.ddb_limits import table_clients
 from tests.support.ddb_local import (  # noqa: F401 (fixtures)
     ddb_local_client,
@@ -51,7 +52,7 @@ values = st.recursive(
 def test_the_wire_path_writes_and_reads_values_as_the_resource_layer_does(moto_table: str) -> None:
     table = DynamoTable(moto_table, region="us-east-1")
 
-    @settings(max_examples=80, deadline=None)
+    @settings(max_examples=examples(80), deadline=None)
     @given(attributes=st.dictionaries(names, values, max_size=5))
     def check(attributes: dict) -> None:
         pk = f"WIRE#{uuid.uuid4()}"

@@ -23,6 +23,8 @@ from botocore.exceptions import ClientError
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tests.conftest import examples
+
 
 class FakeClock:
     def __init__(self) -> None:
@@ -206,7 +208,7 @@ OPS = st.lists(
 )
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(60), deadline=None)
 @given(ops=OPS)
 def test_no_message_is_lost_or_handed_out_twice_while_in_flight(ops: list[tuple[str, int]]) -> None:
     sqs, clock, q, dlq = make(vt=20, max_receive=4)

@@ -14,6 +14,8 @@ from amsg.domain.splitting import SplitPatternFailure, js_split, split_message
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tests.conftest import examples
+
 # the fuzzer's reproducers, and the classic shapes around them
 CATASTROPHIC = ["(?:a+)+b", "(a+)+b", "(a|aa)+$", "(.*a){20}", "(x+x+)+y", "(\\w|_)*!", "(?:a*b*)*c", "(?:\\s+\\S*)+$"]
 # shapes that must stay accepted: the default, real-world separators, bounded inner repeats
@@ -46,7 +48,7 @@ inner = st.sampled_from(["a+", "a*", "(?:ab)+", ".*a", "\\w+", "[ab]{2,}", "x+x+
 outer = st.sampled_from(["(?:{})+", "({})*", "(?:{}){{3,}}", "({}){{20}}", "(?:c|{})+"])
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(60), deadline=None)
 @given(inner, outer)
 def test_generated_nested_repeats_are_refused(inner_src: str, outer_src: str) -> None:
     with pytest.raises(ValueError):

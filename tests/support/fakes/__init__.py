@@ -5,6 +5,7 @@ the fakes, on moto and on DynamoDB Local), so a fake that drifts from the adapte
 """
 
 from tests.support.fakes.claims import FencedMemoryOutboxStore, MemoryClaimStore
+from tests.support.fakes.client_state import MemoryClientStateStore
 from tests.support.fakes.context import memory_context
 from tests.support.fakes.memory import (
     MemoryCredentialStore,
@@ -18,6 +19,7 @@ from tests.support.fakes.tasks import MemoryTaskStore
 __all__ = [
     "FencedMemoryOutboxStore",
     "MemoryClaimStore",
+    "MemoryClientStateStore",
     "MemoryCredentialStore",
     "MemoryDeliveryPolicyStore",
     "MemoryOutboxStore",

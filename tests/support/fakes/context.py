@@ -1,6 +1,6 @@
 """An ``AppContext`` on the in-memory stores: what the Lambda handlers see, minus DynamoDB.
 
-Ports without a fake (client state, cloud data, owners, schema) are a stand-in that
+Ports without a fake (cloud data, owners, schema) are a stand-in that
 raises :class:`NotFaked` on first use, so a route that needs them fails loudly instead of half-working.
 """
 
@@ -15,6 +15,7 @@ from amsg.context import AppContext, StoragePorts
 from amsg.ports import TaskQueue
 
 from tests.support.fakes.claims import FencedMemoryOutboxStore, MemoryClaimStore
+from tests.support.fakes.client_state import MemoryClientStateStore
 from tests.support.fakes.memory import (
     MemoryCredentialStore,
     MemoryDeliveryPolicyStore,
@@ -53,7 +54,7 @@ def memory_context(env: Mapping[str, str], now_ms: int, queue: TaskQueue | None 
         outbox=outbox,
         schema=Unfaked("SchemaInspector"),  # type: ignore[arg-type]
         credentials=MemoryCredentialStore(),
-        client_state=Unfaked("ClientStateStore"),  # type: ignore[arg-type]
+        client_state=MemoryClientStateStore(),
         owners=Unfaked("OwnerStore"),  # type: ignore[arg-type]
         policies=policies,
         cloud_data=Unfaked("CloudDataStore"),  # type: ignore[arg-type]
