@@ -44,7 +44,7 @@ XDIST_UNIT ?= $(if $(filter-out auto,$(XDIST)),$(XDIST),$(shell expr $$(nproc) +
 
 unit: venv ## the fast tests: no DynamoDB Local, no subprocess, no local stack (about a minute on 2 cores)
 	@AMSG_FAST_TESTS=1 $(TIMED) "make unit" .venv/bin/pytest -q -p no:cacheprovider -n $(XDIST_UNIT) --dist loadgroup \
-		-m "not ddb_local and not e2e and not slow" $(PYTEST_ARGS)
+		-m "not ddb_local and not e2e and not slow and not journey" $(PYTEST_ARGS)
 
 FUZZ_EXAMPLES ?= 5000
 fuzz: venv ## the route fuzzer with many more examples than the suite (FUZZ_EXAMPLES=n; a new random seed each run)

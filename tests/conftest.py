@@ -143,6 +143,28 @@ def moto_runs_as_in_the_local_stack() -> None:
     stop_instance_tracking()
 
 
+@pytest.fixture(scope="session", autouse=True)
+def moto_kms_symmetric_keys_skip_rsa() -> Iterator[None]:
+    """moto gives every KMS key an RSA-2048 private key, used only by the asymmetric operations (Sign,
+    GetPublicKey); for a symmetric key (the stack's, each multi-tenant test makes one) that generation was
+    ~40 ms of CPU. A symmetric key gets one shared, never-used key instead; other specs are generated as before."""
+    from moto.kms import models
+
+    original = models.generate_private_key
+    shared: list[Any] = []
+
+    def private_key(key_spec: str) -> Any:
+        if key_spec not in ("SYMMETRIC_DEFAULT", "", None):
+            return original(key_spec)
+        if not shared:
+            shared.append(original(key_spec))
+        return shared[0]
+
+    models.generate_private_key = private_key  # type: ignore[assignment]
+    yield
+    models.generate_private_key = original
+
+
 _session_cache: dict[str, Any] = {}
 
 

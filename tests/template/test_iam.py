@@ -78,8 +78,13 @@ def permissions_of_call(call: Call) -> set[str]:
 
 # --------------------------------------------------------------------------------------------- the journey
 
-# the journey is a module fixture: under xdist (--dist loadgroup) its three tests share one worker, so it runs once
-JOURNEY = pytest.mark.xdist_group("iam_journey")
+
+# the journey is a module fixture: under xdist (--dist loadgroup) its three tests share one worker, so it runs
+# once. A whole-system journey, like the e2e ones: `make test` runs it, the fast path `make unit` leaves it out.
+def JOURNEY(test):
+    return pytest.mark.journey(pytest.mark.xdist_group("iam_journey")(test))
+
+
 T0_MS = 1_893_369_600_000  # 2029-12-31T00:00:00Z
 FIRST = "2029-12-31T00:01:00.000Z"
 TOKEN = "iam-journey-token"

@@ -41,7 +41,12 @@ from tests.template.test_iam import (
     _Sandboxes,
 )
 
-JOURNEY = pytest.mark.xdist_group("iam_multi_journey")
+
+# whole-system journeys, like the e2e ones: `make test` runs them, the fast path `make unit` leaves them out
+def JOURNEY(test):
+    return pytest.mark.journey(pytest.mark.xdist_group("iam_multi_journey")(test))
+
+
 STACK = "amsg-iam"
 SIGNING_KEY_NAME = f"/amsg/{STACK}/tenant-token-signing-key"
 INIT_SECRET_NAME = f"/amsg/{STACK}/init-secret"
