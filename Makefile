@@ -37,13 +37,8 @@ TIMED = PYTHONDONTWRITEBYTECODE= PYTHONPYCACHEPREFIX=$(CURDIR)/.cache/pycache sc
 test: venv dynamodb-local ## the full test suite on every core (PYTEST_ARGS=... to narrow it)
 	@CI=$${CI:-true} $(TIMED) "make test" .venv/bin/pytest -q -n $(XDIST) --dist loadgroup $(PYTEST_ARGS)
 
-# make unit: one worker more than the cores. Its tests also wait (loopback push and LLM servers, threads,
-# SQS long polls) and an extra worker fills that idle CPU: on 2 idle cores 3 workers took 72 s where 2 took
-# 90 s (figures in docs/testing.md). XDIST=n still overrides both targets.
-XDIST_UNIT ?= $(if $(filter-out auto,$(XDIST)),$(XDIST),$(shell expr $$(nproc) + 1))
-
 unit: venv ## the fast tests: no DynamoDB Local, no subprocess, no local stack (about a minute on 2 cores)
-	@AMSG_FAST_TESTS=1 $(TIMED) "make unit" .venv/bin/pytest -q -p no:cacheprovider -n $(XDIST_UNIT) --dist loadgroup \
+	@AMSG_FAST_TESTS=1 $(TIMED) "make unit" .venv/bin/pytest -q -p no:cacheprovider -n $(XDIST) --dist loadgroup \
 		-m "not ddb_local and not e2e and not slow and not journey" $(PYTEST_ARGS)
 
 FUZZ_EXAMPLES ?= 5000

@@ -114,7 +114,8 @@ def test_run_task_delivers_nothing_for_a_message_without_an_active_tenant(multi)
 
 
 def test_a_tenants_cleanup_operation_is_resumed_by_the_tick_in_its_own_space(multi):
-    from amsg.engine.tick import TENANT_CLEANUP_EVERY, run_tick
+    from amsg.engine.tick import TENANT_CLEANUP_EVERY, _cleanup_turn, run_tick
+    from amsg.tenancy.scope import scoped_context
 
     from tests.handlers.test_cloud_cleanup_operations import owned, seed_many
     from tests.handlers.test_cloud_data import ALICE, BOB, get, post
@@ -128,14 +129,14 @@ def test_a_tenants_cleanup_operation_is_resumed_by_the_tick_in_its_own_space(mul
     assert op["status"] == "pending" and owned(a.client, ALICE) == 35
 
     # an idle tenant's cleanup index is read one minute in TENANT_CLEANUP_EVERY; then every tick while it has work
-    advanced = []
-    for _ in range(TENANT_CLEANUP_EVERY):
-        advanced.append(run_tick(multi.ctx)["details"]["housekeeping"].get("cleanupOperationsAdvanced"))
-        if advanced[-1]:
-            break
-        multi.ctx.clock.current_ms += 60_000
-    # before A's slot nothing advances (B's slot may come first: its read finds nothing, 0)
-    assert advanced[-1] == 1 and not any(advanced[:-1]), advanced
+    lane = scoped_context(multi.ctx, a.id, lambda: None)
+    minutes = [multi.ctx.clock.current_ms + 60_000 * m for m in range(1, TENANT_CLEANUP_EVERY + 1)]
+    slot = next(ms for ms in minutes if _cleanup_turn(lane, ms))
+    multi.ctx.clock.current_ms = slot - 60_000
+    # the minute before A's slot nothing advances (it may be B's slot: its read finds nothing)
+    assert not run_tick(multi.ctx)["details"]["housekeeping"].get("cleanupOperationsAdvanced")
+    multi.ctx.clock.current_ms = slot
+    assert run_tick(multi.ctx)["details"]["housekeeping"].get("cleanupOperationsAdvanced") == 1
     run_tick(multi.ctx)  # the next minute's tick, whatever its slot
     assert get(a.client, f"cleanup-operations/{op['id']}").data["status"] == "completed"
     assert owned(a.client, ALICE) == 0 and owned(a.client, BOB) == 2
