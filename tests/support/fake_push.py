@@ -296,6 +296,7 @@ class FakePushService:
         self.vapid_public_key = vapid_public_key
         self._host = host
         self._server: ThreadingHTTPServer | None = None
+        self.last_origin = ""  # the origin of the last start, for answers that finish after a stop
         self._thread: threading.Thread | None = None
         self._cond = threading.Condition()
         self._received: list[ReceivedPush] = []
@@ -312,6 +313,7 @@ class FakePushService:
         server = ThreadingHTTPServer((self._host, 0), _make_handler(self))
         server.daemon_threads = True
         self._server = server
+        self.last_origin = self.origin
         self._thread = threading.Thread(
             target=server.serve_forever, kwargs={"poll_interval": 0.02}, name="fake-push", daemon=True
         )
@@ -477,7 +479,8 @@ def _make_handler(service: FakePushService) -> type[BaseHTTPRequestHandler]:
             try:
                 self.send_response(status)
                 if status == 201:
-                    self.send_header("Location", f"{service.origin}/message/{secrets.token_hex(6)}")
+                    # service.last_origin: a delayed answer may come after the test stopped the service
+                    self.send_header("Location", f"{service.last_origin}/message/{secrets.token_hex(6)}")
                 self.send_header("Content-Type", "text/plain")
                 self.send_header("Content-Length", str(len(body)))
                 self.end_headers()
