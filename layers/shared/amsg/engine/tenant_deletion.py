@@ -2,9 +2,10 @@
 
 Starting marks the tenant ``deleting`` in the registry, after which nothing of it runs: its tokens are refused at
 the edge, the tick no longer claims its tasks, run_task delivers none of its queued messages, and a delivery
-already running stops at its next lease heartbeat. Each tick then advances every pending deletion by whole Scan
-pages while it has time; a deletion finishes after a pass that found nothing and began once every delivery that
-could have been running at the start has ended (``grace_ms``), removing the registry record last.
+already running takes no further push (each push claim checks the tenant's record in its own transaction).
+Each tick then advances every pending deletion by whole Scan pages while it has time; a deletion finishes after
+a pass that found nothing and began once every delivery that could have been running at the start has ended
+(``grace_ms``), removing the registry record last.
 """
 
 from __future__ import annotations
