@@ -121,10 +121,8 @@ def observed() -> Iterator[dict[str, list[Call]]]:
     from amsg_local.tables import create_queue_from_template, create_tables_from_template
     from amsg_local.template import load_template
 
-    from tests.support.engine_harness import EngineHarness
     from tests.support.fake_llm import FakeLlmServer
     from tests.support.fake_push import FakePushService
-    from tests.support.inprocess import InProcessApi
     from tests.support.wire_client import WireClient
 
     public, private = generate_vapid_keys()
@@ -148,45 +146,16 @@ def observed() -> Iterator[dict[str, list[Call]]]:
             "AMSG_HOOKS_MODULE": "tests.support.hooks_serialize",  # serialized claims take a group lock
         }
         with record_aws_calls() as recorder:
-            sandboxes = _Sandboxes(env, recorder)
-
-            class Api(InProcessApi):
-                def __call__(self, method: str, path: str, headers: dict[str, str], body: bytes | None):
-                    from urllib.parse import urlsplit
-
-                    function = self.route_for(method, urlsplit(path).path).function_logical_id
-                    sandboxes.enter(function)
-                    with recorder.acting_as(function):
-                        return super().__call__(method, path, headers, body)
-
-            harness = EngineHarness(queue.url, queue.arn)
-
-            def tick() -> dict[str, Any]:
-                sandboxes.enter("TickFunction")
-                with recorder.acting_as("TickFunction"):
-                    return harness.tick()
-
-            def drain() -> None:
-                from tests.support.inprocess import LambdaContext
-
-                while messages := harness.receive():  # receiving and deleting is the event source mapping's
-                    sandboxes.enter("RunTaskFunction")
-                    context = LambdaContext(function_name="run_task", remaining_ms=110_000, aws_request_id="r")
-                    with recorder.acting_as("RunTaskFunction"):
-                        result = harness.run_module.handler(harness.sqs_event(messages), context)
-                    assert result == {"batchItemFailures": []}, result
-                    for message in messages:
-                        harness.sqs.delete_message(QueueUrl=harness.queue_url, ReceiptHandle=message["ReceiptHandle"])
-
-            api = WireClient(Api(), user_id=str(uuid.uuid4()), server_token=TOKEN)
+            world = journey_world(env, recorder, push, llm, queue)
+            api = WireClient(world.transport, user_id=str(uuid.uuid4()), server_token=TOKEN)
             _ok(api.request("POST", "/init-tenant"))
             env_ns = types.SimpleNamespace(
                 api=api,
                 push=push,
                 llm=llm,
-                sandboxes=sandboxes,
-                tick=tick,
-                drain=drain,
+                sandboxes=world.sandboxes,
+                tick=world.tick,
+                drain=world.drain,
                 table="amsg-iam",
                 user_partition=f"U#{api.user_id}",
             )
@@ -196,6 +165,47 @@ def observed() -> Iterator[dict[str, list[Call]]]:
     for call in recorder.calls:
         calls[call.function].append(call)
     yield dict(calls)
+
+
+def journey_world(
+    env: dict[str, str], recorder: Any, push: Any, llm: Any, queue: Any, *, prefix: str = ""
+) -> types.SimpleNamespace:
+    """The handlers as their functions: an API transport, the tick and a queue drain, each call attributed to the
+    function that makes it, in that function's own sandbox (``prefix``: the route prefix the clients omit)."""
+    from urllib.parse import urlsplit
+
+    from tests.support.engine_harness import EngineHarness
+    from tests.support.inprocess import InProcessApi, LambdaContext
+
+    sandboxes = _Sandboxes(env, recorder)
+
+    class Api(InProcessApi):
+        def __call__(self, method: str, path: str, headers: dict[str, str], body: bytes | None):
+            function = self.route_for(method, urlsplit(path).path).function_logical_id
+            sandboxes.enter(function)
+            with recorder.acting_as(function):
+                return super().__call__(method, prefix + path if path.startswith("/") else path, headers, body)
+
+    harness = EngineHarness(queue.url, queue.arn)
+
+    def tick() -> dict[str, Any]:
+        sandboxes.enter("TickFunction")
+        with recorder.acting_as("TickFunction"):
+            return harness.tick()
+
+    def drain() -> None:
+        while messages := harness.receive():  # receiving and deleting is the event source mapping's
+            sandboxes.enter("RunTaskFunction")
+            context = LambdaContext(function_name="run_task", remaining_ms=110_000, aws_request_id="r")
+            with recorder.acting_as("RunTaskFunction"):
+                result = harness.run_module.handler(harness.sqs_event(messages), context)
+            assert result == {"batchItemFailures": []}, result
+            for message in messages:
+                harness.sqs.delete_message(QueueUrl=harness.queue_url, ReceiptHandle=message["ReceiptHandle"])
+
+    return types.SimpleNamespace(
+        env=env, transport=Api(), push=push, llm=llm, sandboxes=sandboxes, tick=tick, drain=drain
+    )
 
 
 def _ok(resp: Any, status: int = 200) -> Any:

@@ -38,7 +38,7 @@ from tests.template.test_iam import (
     _journey,
     _ok,
     _resource,
-    _Sandboxes,
+    journey_world,
 )
 
 
@@ -322,40 +322,9 @@ def observed() -> Iterator[dict[str, list[Call]]]:
 
 
 def _world(env: dict[str, str], recorder: Any, push: Any, llm: Any, queue: Any) -> types.SimpleNamespace:
-    from urllib.parse import urlsplit
-
-    from tests.support.engine_harness import EngineHarness
-    from tests.support.inprocess import InProcessApi, LambdaContext
-
-    sandboxes = _Sandboxes(env, recorder)
-
-    class Api(InProcessApi):
-        def __call__(self, method: str, path: str, headers: dict[str, str], body: bytes | None):
-            function = self.route_for(method, urlsplit(path).path).function_logical_id
-            sandboxes.enter(function)
-            with recorder.acting_as(function):
-                return super().__call__(method, "/api/v1" + path if path.startswith("/") else path, headers, body)
-
-    harness = EngineHarness(queue.url, queue.arn)
-
-    def tick() -> dict[str, Any]:
-        sandboxes.enter("TickFunction")
-        with recorder.acting_as("TickFunction"):
-            return harness.tick()
-
-    def drain() -> None:
-        while messages := harness.receive():
-            sandboxes.enter("RunTaskFunction")
-            context = LambdaContext(function_name="run_task", remaining_ms=110_000, aws_request_id="r")
-            with recorder.acting_as("RunTaskFunction"):
-                result = harness.run_module.handler(harness.sqs_event(messages), context)
-            assert result == {"batchItemFailures": []}, result
-            for message in messages:
-                harness.sqs.delete_message(QueueUrl=harness.queue_url, ReceiptHandle=message["ReceiptHandle"])
-
-    return types.SimpleNamespace(
-        env=env, transport=Api(), push=push, llm=llm, sandboxes=sandboxes, tick=tick, drain=drain, table=STACK
-    )
+    world = journey_world(env, recorder, push, llm, queue, prefix="/api/v1")
+    world.table = STACK
+    return world
 
 
 def _tenant(world: types.SimpleNamespace) -> dict[str, Any]:
