@@ -1,0 +1,82 @@
+"""How the docs' shell examples are found and classified (tests/support/doc_examples.py); running them is
+tests/e2e/test_doc_examples.py."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.support.doc_examples import RUN, SKIP, STATUS_MARK, MarkerError, all_examples, examples_in, statuses_in
+
+PAGE = """# A page
+
+<!-- example: skip deploys to AWS -->
+```sh
+make deploy
+```
+
+```sh
+curl -s http://127.0.0.1:3000/api/v1/capabilities
+curl -s -H 'Authorization: Bearer x' http://localhost:3000/api/v1/messages   # answers 401 INVALID_TENANT_AUTH
+```
+
+<!-- example: local -->
+
+```bash
+amsg status
+```
+
+```sh
+aws s3 ls
+```
+
+```python
+print("not shell")
+```
+"""
+
+
+def write(tmp_path: Path, text: str) -> Path:
+    page = tmp_path / "docs" / "page.md"
+    page.parent.mkdir(parents=True, exist_ok=True)
+    page.write_text(text, encoding="utf-8")
+    return page
+
+
+def test_markers_and_the_local_address_decide(tmp_path: Path) -> None:
+    found = examples_in(write(tmp_path, PAGE), tmp_path)
+    assert [(e.id, e.action) for e in found] == [
+        ("docs/page.md:4", SKIP),
+        ("docs/page.md:8", RUN),
+        ("docs/page.md:15", RUN),
+        ("docs/page.md:19", SKIP),
+    ]
+    assert found[0].reason == "deploys to AWS"
+    assert "not aimed at the local stack" in found[3].reason
+    assert found[1].expected_answers() == [(None, None), (401, "INVALID_TENANT_AUTH")]
+    script = found[1].script_for("http://127.0.0.1:41234")
+    assert "3000" not in script and script.count("http://127.0.0.1:41234/api/v1/") == 2
+
+
+@pytest.mark.parametrize(
+    "marker", ["<!-- example: skp deploys -->", "<!-- example: skip -->", "<!-- example: locl -->"]
+)
+def test_a_marker_it_does_not_know_is_an_error_not_a_silent_skip(tmp_path: Path, marker: str) -> None:
+    with pytest.raises(MarkerError):
+        examples_in(write(tmp_path, f"{marker}\n```sh\ncurl -s http://127.0.0.1:3000/x\n```\n"), tmp_path)
+
+
+def test_every_example_of_the_repository_is_classified() -> None:
+    """README.md and docs/ parse (no bad marker), and the README's quick look runs against the local stack,
+    including the error it documents."""
+    found = all_examples()
+    quick_look = [e for e in found if e.path == "README.md" and "get-user-key" in e.text]
+    assert quick_look and all(e.action == RUN for e in quick_look)
+    assert (400, "INVALID_USER_ID_FORMAT") in quick_look[0].expected_answers()
+    assert all(e.reason for e in found if e.action == SKIP)
+
+
+def test_the_shim_marks_are_read_back() -> None:
+    statuses, rest = statuses_in(f"warning\n{STATUS_MARK}200\n{STATUS_MARK}404\n")
+    assert (statuses, rest) == ([200, 404], "warning")
