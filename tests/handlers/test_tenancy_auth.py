@@ -161,3 +161,50 @@ def test_capabilities_say_what_the_multi_tenant_line_offers(stack):
 def test_the_single_line_does_not_advertise_tenancy(api):
     features = api.capabilities().body["features"]
     assert "multi-tenant" not in features and "schema-self-check" in features
+
+
+def _without_iat(tenant_id: str, token_type: str, exp_s: int, **extra: object) -> str:
+    """A token as another minter may write it, with only what the reference asks (``tid``, ``typ``, ``exp``,
+    ``v``): built here independently of ``tokens.issue``."""
+    import base64
+    import hashlib
+    import hmac
+    import json
+
+    def b64(raw: bytes) -> str:
+        return base64.urlsafe_b64encode(raw).rstrip(b"=").decode("ascii")
+
+    payload = {"tid": tenant_id, "typ": token_type, "exp": exp_s, "v": 1, **extra}
+    head = b64(b'{"alg":"HS256","typ":"JWT"}') + "." + b64(json.dumps(payload, separators=(",", ":")).encode())
+    return head + "." + b64(hmac.new(SIGNING_KEY.encode(), head.encode(), hashlib.sha256).digest())
+
+
+@pytest.mark.parametrize("extra", [{}, {"iat": "yesterday"}, {"iat": None}], ids=["absent", "string", "null"])
+def test_a_token_without_iat_works_until_the_first_rotation(stack, extra):
+    """The reference accepts a token without ``iat``; it counts as issued when the tenant was created, so a
+    rotation (which only moves ``tokens_not_before`` forward) revokes it like every earlier token."""
+    tenant = stack.tenant()
+    token = _without_iat(tenant["tenantId"], tokens.TENANT, NOW_S + 3600, **extra)
+    assert _call(stack, "GET", "/api/v1/get-user-key", {"Authorization": f"Bearer {token}"}).status == 200
+    cron = _without_iat(tenant["tenantId"], tokens.CRON, NOW_S + 3600)
+    resp = stack.client(None).request("POST", f"/api/v1/send-notifications?token={cron}", user=False)
+    assert resp.code == "VAPID_CONFIG_ERROR", resp.text  # past the gate (this context has no VAPID pair)
+    fresh = lifecycle.rotate_tokens(stack.ctx, tenant["tenantId"])
+    _assert_401(_call(stack, "GET", "/api/v1/get-user-key", {"Authorization": f"Bearer {token}"}), BAD_TOKEN)
+    resp = stack.client(None).request("POST", f"/api/v1/send-notifications?token={cron}", user=False)
+    _assert_401(resp, BAD_TOKEN)
+    # minted after the rotation but still without iat: it cannot show it is newer, so it stays refused
+    again = _without_iat(tenant["tenantId"], tokens.TENANT, NOW_S + 7200)
+    _assert_401(_call(stack, "GET", "/api/v1/get-user-key", {"Authorization": f"Bearer {again}"}), BAD_TOKEN)
+    assert _call(stack, "GET", "/api/v1/get-user-key", {"Authorization": f"Bearer {fresh['tenantToken']}"}).status == 200
+
+
+def test_a_moved_in_tenants_token_without_iat_works_until_its_first_rotation(stack):
+    """A tenant moved in from the reference (``tokens_not_before`` 0) keeps the reference's tokens, with or
+    without ``iat``, until it is rotated here."""
+    tenant_id = str(uuid.uuid4())
+    lifecycle.create(stack.ctx, tenant_id, tokens_not_before_s=0)
+    token = _without_iat(tenant_id, tokens.TENANT, NOW_S + 3600)
+    assert _call(stack, "GET", "/api/v1/get-user-key", {"Authorization": f"Bearer {token}"}).status == 200
+    lifecycle.rotate_tokens(stack.ctx, tenant_id)
+    _assert_401(_call(stack, "GET", "/api/v1/get-user-key", {"Authorization": f"Bearer {token}"}), BAD_TOKEN)

@@ -80,6 +80,15 @@ def test_a_correctly_signed_payload_in_any_key_order_verifies():
     assert tokens.verify(SECRET, token, 1_700_000_000, frozenset({tokens.CRON})).tenant_id == TID
 
 
+@pytest.mark.parametrize("iat", [None, "1700000000", [1]])
+def test_a_token_without_a_numeric_iat_verifies_as_the_reference_does(iat):
+    """The reference asks ``tid``, ``typ``, ``exp`` (and ``v``); no ``iat`` is ``issued_at_s`` None, which the
+    edge reads as "issued when the tenant was created" (tests/handlers/test_tenancy_auth.py)."""
+    payload = {"tid": TID, "typ": "tenant", "exp": 9_999_999_999, "v": 1}
+    claims = tokens.verify(SECRET, _signed(payload if iat is None else {**payload, "iat": iat}), 1, TENANT_ONLY)
+    assert (claims.tenant_id, claims.issued_at_s) == (TID, None)
+
+
 def test_overlong_tokens_are_refused_before_any_decoding(monkeypatch):
     def never(*_args):
         raise AssertionError("decoded an overlong token")

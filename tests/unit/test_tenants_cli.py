@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import time
 import uuid
 
@@ -82,3 +83,57 @@ def test_a_single_mode_deployment_has_no_tenants(deployment, capsys, monkeypatch
     monkeypatch.setenv("AMSG_TENANCY", "single")
     assert main(["tenants", "--env-file", str(deployment), "list"]) == 2
     assert "multi-tenant line is off" in capsys.readouterr().err
+
+
+def test_an_upper_case_id_finds_the_tenant_init_tenant_stored_lower_cased(deployment, capsys):
+    tenant_id = str(uuid.uuid4())
+    assert _run(capsys, deployment, "create", "--tenant-id", tenant_id.upper())[1]["tenantId"] == tenant_id
+    shouted = tenant_id.upper()
+    code, rotated = _run(capsys, deployment, "rotate-tokens", shouted)
+    assert code == 0 and rotated["tenantId"] == tenant_id
+    assert _run(capsys, deployment, "disable", shouted)[1]["status"] == "disabled"
+    assert _run(capsys, deployment, "enable", f" {shouted} ")[1]["status"] == "active"
+    assert _run(capsys, deployment, "set-rate-limit", shouted, "7")[1]["rateLimitRps"] == 7
+    assert _run(capsys, deployment, "usage", shouted)[1][0]["tenantId"] == tenant_id
+    code, row = _run(capsys, deployment, "delete", shouted)
+    assert code == 0 and (row["tenantId"], row["status"]) == (tenant_id, "deleting")
+
+
+def test_a_moved_in_tenant_keeps_the_reference_spelling_of_its_id(deployment, capsys):
+    """An id the reference wrote in upper case (its tokens carry it) is found as typed, not lower-cased."""
+    from amsg import runtime
+    from amsg.tenancy import lifecycle
+
+    shouted = str(uuid.uuid4()).upper()
+    lifecycle.create(runtime.build_context(dict(os.environ)), shouted, tokens_not_before_s=0)
+    code, row = _run(capsys, deployment, "disable", shouted)
+    assert code == 0 and row["tenantId"] == shouted
+    assert main(["tenants", "--env-file", str(deployment), "disable", shouted.lower()]) == 1
+    assert "no tenant" in capsys.readouterr().err
+
+
+def test_rotate_tokens_never_prints_an_empty_webhook_url(deployment, capsys, monkeypatch):
+    """Without AMSG_PUBLIC_BASE_URL the URL comes from the stack's ApiUrl output; when that cannot be read
+    either, the field is left out and stderr says how to set it."""
+    monkeypatch.delenv("AMSG_PUBLIC_BASE_URL")
+    tenant_id = str(uuid.uuid4())
+    code, created = _run(capsys, deployment, "create", "--tenant-id", tenant_id)  # no stack named amsg
+    assert code == 0 and "cronWebhookUrl" not in created and created["cronToken"]
+    main(["tenants", "--env-file", str(deployment), "rotate-tokens", tenant_id])
+    printed = capsys.readouterr()
+    assert '"cronWebhookUrl"' not in printed.out and "AMSG_PUBLIC_BASE_URL" in printed.err
+
+    api_url = "https://abc123.execute-api.us-east-1.amazonaws.com"
+    template = {
+        "Resources": {"Q": {"Type": "AWS::SQS::Queue"}},
+        "Outputs": {"ApiUrl": {"Value": api_url}},
+    }
+    boto3.client("cloudformation", region_name="us-east-1").create_stack(
+        StackName="amsg-prod", TemplateBody=json.dumps(template)
+    )
+    code, rotated = _run(capsys, deployment, "--stack", "amsg-prod", "rotate-tokens", tenant_id)
+    assert rotated["cronWebhookUrl"] == f"{api_url}/api/v1/send-notifications?token={rotated['cronToken']}"
+
+    monkeypatch.setenv("AMSG_PUBLIC_BASE_URL", "https://push.example.com/")
+    code, rotated = _run(capsys, deployment, "--stack", "amsg-prod", "rotate-tokens", tenant_id)
+    assert rotated["cronWebhookUrl"].startswith("https://push.example.com/api/v1/send-notifications?token=")

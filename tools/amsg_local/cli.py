@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from amsg_local import bootstrap_secrets, tenants_cli
+from amsg_local import bootstrap_secrets, operator_env, tenants_cli
 from amsg_local.delivery import LocalDelivery, TickNotConfigured
 from amsg_local.dynamodb_local import (
     DynamoDBLocal,
@@ -414,7 +414,7 @@ def start_local_stack(
         if environ.get("AMSG_TENANCY", "").strip().lower() == "multi":
             if moto is None:  # the tenants' KMS key lives on an embedded moto server, whatever plays DynamoDB
                 moto = EmbeddedMoto().start()
-            _multi_tenant_environment(environ, saved, moto.endpoint_url, region, host, port)
+            _multi_tenant_environment(environ, saved, moto.endpoint_url, region)
         if use_aws:
             environ.pop("AWS_ENDPOINT_URL_DYNAMODB", None)
             environ.setdefault("AWS_DEFAULT_REGION", region)
@@ -457,6 +457,11 @@ def start_local_stack(
             integration_timeout_s=integration_timeout_s,
             clock=clock,
         )
+        gateway.start(host, port)
+        if environ.get("AMSG_TENANCY", "").strip().lower() == "multi" and not environ.get("AMSG_PUBLIC_BASE_URL"):
+            # a free port (--port 0) is known only once bound, and a sandbox copies the environment when it
+            # starts: so bind first, then warm
+            environ["AMSG_PUBLIC_BASE_URL"] = gateway.base_url
         if warm and sandboxes == "process":
             _warm_in_background(runtime, [route.function_logical_id for route in gateway.routes], delivery)
         elif warm:
@@ -465,9 +470,6 @@ def start_local_stack(
                     runtime.function(logical_id).warm()
                 except Exception as exc:  # reported now; the route answers 500 until the handler imports
                     log.warning("%s: %s", logical_id, exc)
-        gateway.start(host, port)
-        if environ.get("AMSG_TENANCY", "").strip().lower() == "multi" and not environ.get("AMSG_PUBLIC_BASE_URL"):
-            environ["AMSG_PUBLIC_BASE_URL"] = gateway.base_url  # a random port is known only now
         if environ.get("AMSG_TENANCY", "").strip().lower() == "multi" and delivery.missing() is None:
             # send-notifications enqueues outside any tick: the queue is consumed as on AWS (docs/tenancy-data.md)
             delivery.start_event_source()
@@ -500,10 +502,10 @@ def start_local_stack(
 
 
 def _multi_tenant_environment(
-    environ: MutableMapping[str, str], saved: dict[str, str | None], moto_url: str, region: str, host: str, port: int
+    environ: MutableMapping[str, str], saved: dict[str, str | None], moto_url: str, region: str
 ) -> None:
     """The multi-tenant line locally (docs/tenancy.md): KMS is the embedded moto server, with a key made now
-    unless AMSG_KMS_KEY_ID names one, and init-tenant's cronWebhookUrl points at this gateway."""
+    unless AMSG_KMS_KEY_ID names one (init-tenant's cronWebhookUrl is set once the gateway is bound)."""
     import boto3
 
     for key in ("AWS_ENDPOINT_URL_KMS", "AMSG_KMS_KEY_ID", "AMSG_PUBLIC_BASE_URL"):
@@ -514,8 +516,6 @@ def _multi_tenant_environment(
             "kms", region_name=region, endpoint_url=moto_url, aws_access_key_id="local", aws_secret_access_key="local"
         )
         environ["AMSG_KMS_KEY_ID"] = kms.create_key(Description="amsg local tenants")["KeyMetadata"]["Arn"]
-    if port and not environ.get("AMSG_PUBLIC_BASE_URL"):
-        environ["AMSG_PUBLIC_BASE_URL"] = f"http://{host}:{port}"
 
 
 # --------------------------------------------------------------------------------------------- CLI
@@ -560,9 +560,7 @@ def _banner(
         f"  vapid          public key {s.vapid_public_key}; subject {s.vapid_email}",
     ]
     if os.environ.get("AMSG_TENANCY", "").strip().lower() == "multi":
-        lines.append(
-            f"  tenancy        multi: POST {stack.base_url}/api/v1/init-tenant with X-Init-Secret (KMS: embedded moto)"
-        )
+        lines += operator_env.banner_lines(stack, os.environ)
     if tick_interval_s > 0:
         lines.append(f"  tick           every {tick_interval_s:g}s; POST {stack.base_url}/_local/tick for one now")
     else:

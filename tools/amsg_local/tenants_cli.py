@@ -6,12 +6,16 @@ credentials (or ``AWS_ENDPOINT_URL_DYNAMODB`` / ``AWS_ENDPOINT_URL_KMS`` for loc
 
 * ``create [--tenant-id ID]``: a tenant, as init-tenant makes it; prints its tokens (shown only now);
 * ``list``: every tenant with its status, token generation and dates (never a key);
-* ``rotate-tokens ID``: revokes every token of the tenant at once and prints new ones;
+* ``rotate-tokens ID``: revokes every token of the tenant at once and prints new ones (with the cron webhook URL,
+  built on ``AMSG_PUBLIC_BASE_URL`` or else the stack's ``ApiUrl`` output; left out, with a hint, when neither
+  is known);
 * ``usage [ID]``: pending and settled tasks of each tenant, counted from its index partitions;
 * ``set-rate-limit ID RPS|default``: the tenant's requests per second (429 above it);
 * ``disable ID`` / ``enable ID``: a disabled tenant's requests and deliveries are refused; its data stays;
 * ``delete ID``: marks the tenant ``deleting`` (refused from then on) and starts the removal of all its items
   as resumable background work (the tick advances it, then removes the record).
+
+A tenant id is found as typed, else in its canonical spelling (a UUID in lower case, as init-tenant stores it).
 """
 
 from __future__ import annotations
@@ -24,12 +28,19 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from amsg_local import public_base_url
 from amsg_local.envfile import read_env_file
 
 
 def add_parser(commands: Any) -> None:
     parser = commands.add_parser("tenants", help="manage the tenants of a multi-tenant deployment (Tenancy=multi)")
     parser.add_argument("--env-file", type=Path, default=Path(".env"), help="dotenv file (default ./.env)")
+    parser.add_argument(
+        "--stack",
+        default="amsg",
+        help="the stack whose ApiUrl output builds the cron webhook URL when AMSG_PUBLIC_BASE_URL is not set "
+        "(default amsg)",
+    )
     actions = parser.add_subparsers(dest="tenants_command", required=True)
     create = actions.add_parser("create", help="create a tenant and print its tokens")
     create.add_argument("--tenant-id", help="a UUID v4 (default: a random one)")
@@ -58,6 +69,8 @@ def main(args: argparse.Namespace) -> int:
 
     values = {**read_env_file(args.env_file), **os.environ}
     try:
+        if args.tenants_command in ("create", "rotate-tokens"):  # they print a cron webhook URL
+            values = public_base_url.with_public_base_url(values, args.stack)
         ctx = runtime.build_context(values)
         return _run(ctx, args)
     except (ConfigError, TenancyUnavailable) as exc:
@@ -79,26 +92,36 @@ def _run(ctx: Any, args: argparse.Namespace) -> int:
 
     command = args.tenants_command
     if command == "create":
-        tenant_id = _tenant_id(args.tenant_id)
-        if tenant_id is None:
+        new_id = _tenant_id(args.tenant_id)
+        if new_id is None:
             print("amsg tenants: --tenant-id must be a UUID v4", file=sys.stderr)
             return 2
-        _print(lifecycle.credentials(ctx, lifecycle.create(ctx, tenant_id)))
-    elif command == "list":
+        _print_credentials(lifecycle.credentials(ctx, lifecycle.create(ctx, new_id)))
+        return 0
+    typed = getattr(args, "tenant_id", None)
+    tenant_id = lifecycle.resolve_tenant_id(ctx, typed) if typed else ""
+    if command == "list":
         _print([_row(record) for record in lifecycle.all_records(ctx)])
     elif command == "rotate-tokens":
-        _print(lifecycle.rotate_tokens(ctx, args.tenant_id))
+        _print_credentials(lifecycle.rotate_tokens(ctx, tenant_id))
     elif command in ("disable", "enable"):
-        record = lifecycle.set_status(ctx, args.tenant_id, "disabled" if command == "disable" else "active")
-        _print(_row(record))
+        _print(_row(lifecycle.set_status(ctx, tenant_id, "disabled" if command == "disable" else "active")))
     elif command == "delete":
-        return _delete(ctx, args.tenant_id)
+        return _delete(ctx, tenant_id)
     elif command == "usage":
-        _print(_usage(ctx, args.tenant_id))
+        _print(_usage(ctx, tenant_id or None))
     elif command == "set-rate-limit":
         rps = None if args.rps == "default" else int(args.rps)
-        _print(_row(lifecycle.registry_of(ctx).set_rate_limit(args.tenant_id, rps, ctx.now_ms())))
+        _print(_row(lifecycle.registry_of(ctx).set_rate_limit(tenant_id, rps, ctx.now_ms())))
     return 0
+
+
+def _print_credentials(credentials: dict[str, Any]) -> None:
+    """The new tokens; a cron webhook URL nobody can call is left out, with how to get the real one."""
+    if not credentials.get("cronWebhookUrl"):
+        credentials = {k: v for k, v in credentials.items() if k != "cronWebhookUrl"}
+        print(f"amsg tenants: {public_base_url.HOW_TO_SET}", file=sys.stderr)
+    _print(credentials)
 
 
 def _delete(ctx: Any, tenant_id: str) -> int:
@@ -122,11 +145,12 @@ def _usage(ctx: Any, tenant_id: str | None) -> list[dict[str, Any]]:
 
 def _tenant_id(given: str | None) -> str | None:
     from amsg.http.gates import UUID_V4_RE
+    from amsg.tenancy.ids import canonical_tenant_id
     from amsg.tenancy.lifecycle import new_tenant_id
 
     if given is None:
         return new_tenant_id()
-    return given.lower() if UUID_V4_RE.match(given) else None
+    return canonical_tenant_id(given) if UUID_V4_RE.match(given) else None
 
 
 def _row(record: Any) -> dict[str, Any]:

@@ -17,6 +17,7 @@ from amsg.http.request import ApiRequest
 from amsg.http.responses import ApiResponse, ok
 from amsg.ports.tenants import TenantExists
 from amsg.tenancy import lifecycle
+from amsg.tenancy.ids import canonical_tenant_id
 
 from .keys import init_tenant as init_single
 
@@ -70,7 +71,7 @@ def _tenant_id(body: dict[str, Any]) -> str | None:
         return None
     if not isinstance(given, str) or not UUID_V4_RE.match(given):
         raise api_error("INVALID_TENANT_ID")
-    return given.lower()
+    return canonical_tenant_id(given)
 
 
 def _check_storage(body: dict[str, Any]) -> None:

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from amsg.context import AppContext
 from amsg.errors import api_error
 from amsg.http.request import ApiRequest
+from amsg.ports.tenants import TenantRecord
 from amsg.tenancy import tokens
 from amsg.tenancy.scope import scoped_context
 
@@ -66,9 +67,16 @@ def authenticate(request: ApiRequest, ctx: AppContext) -> TenantIdentity:
     access = keys.tenant(claims.tenant_id) if keys is not None else None
     if access is None:
         raise api_error("INVALID_TENANT_AUTH", NO_TENANT)
-    if claims.issued_at_s < access.record.tokens_not_before_s:
+    if issued_at_s(claims, access.record) < access.record.tokens_not_before_s:
         raise api_error("INVALID_TENANT_AUTH", BAD_TOKEN)  # issued before the last rotation: revoked
     return TenantIdentity(claims.tenant_id, access.master_key, claims.token_type, access.record.rate_limit_rps)
+
+
+def issued_at_s(claims: tokens.TokenClaims, record: TenantRecord) -> int:
+    """When a token counts as issued, for revocation. A token without ``iat`` (the reference accepts one) counts
+    as issued when the tenant was created or moved in here, the earliest it can have been: it works until the
+    tenant's first rotation and never after, so rotation revokes it like any earlier token (docs/tenancy.md)."""
+    return claims.issued_at_s if claims.issued_at_s is not None else record.created_at_ms // 1000
 
 
 def enforce_rate_limit(ctx: AppContext, identity: TenantIdentity) -> None:

@@ -14,6 +14,7 @@ from typing import Any
 from amsg.context import AppContext
 from amsg.ports.tenants import ACTIVE, DELETING, DISABLED, TenantRecord, TenantStore
 from amsg.tenancy import tokens
+from amsg.tenancy.ids import canonical_tenant_id
 from amsg.tenancy.keys import master_key_fingerprint, new_master_key
 
 
@@ -26,6 +27,16 @@ def registry_of(ctx: AppContext) -> TenantStore:
     if registry is None:
         raise TenancyUnavailable("the multi-tenant line is off (AMSG_TENANCY is not 'multi')")
     return registry
+
+
+def resolve_tenant_id(ctx: AppContext, typed: str) -> str:
+    """The stored id an operator means. Ids created here are canonical (a UUID in lower case, as init-tenant
+    stores it), so ``ABC…`` finds ``abc…``; a tenant moved in from the reference keeps its id exactly as the
+    reference wrote it (its tokens carry it), so an exact match is tried first."""
+    exact = typed.strip()
+    if exact and registry_of(ctx).get(exact) is not None:
+        return exact
+    return canonical_tenant_id(exact)
 
 
 def new_tenant_id() -> str:

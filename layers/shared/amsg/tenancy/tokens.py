@@ -6,8 +6,10 @@ the payload ``{"tid","typ","iat","exp","v":1}`` in that order, the signature HMA
 
 Verification refuses anything longer than :data:`MAX_TOKEN_CHARS` before decoding a byte, compares signatures
 with ``hmac.compare_digest`` (its time does not depend on where two signatures differ), and, like the
-reference, does not inspect the header. Revocation is the registry's: a token whose ``iat`` is earlier than the
-tenant's ``tokens_not_before_s`` is refused by the caller (the payload has no room for a generation claim).
+reference, does not inspect the header; like the reference it asks only ``tid``, ``typ`` and ``exp`` (and
+``v``), so a token without ``iat`` verifies. Revocation is the registry's: a token issued earlier than the
+tenant's ``tokens_not_before_s`` is refused by the caller (the payload has no room for a generation claim);
+one without ``iat`` counts as issued when the tenant was created (``amsg.http.tenant_gate``).
 """
 
 from __future__ import annotations
@@ -33,7 +35,7 @@ _HEADER = '{"alg":"HS256","typ":"JWT"}'
 class TokenClaims:
     tenant_id: str
     token_type: str  # "tenant" | "cron"
-    issued_at_s: int
+    issued_at_s: int | None  # None: the token has no numeric ``iat`` (the reference does not require one)
     expires_at_s: int
 
 
@@ -93,14 +95,14 @@ def _claims(raw: bytes, now_s: int, allowed_types: frozenset[str]) -> TokenClaim
         raise InvalidToken("payload is not JSON") from exc
     if not isinstance(payload, dict) or payload.get("v") != 1 or isinstance(payload.get("v"), bool):
         raise InvalidToken("unknown version")
-    tid, typ, exp, iat = payload.get("tid"), payload.get("typ"), payload.get("exp"), payload.get("iat", 0)
+    tid, typ, exp, iat = payload.get("tid"), payload.get("typ"), payload.get("exp"), payload.get("iat")
     if not isinstance(tid, str) or not tid or not isinstance(typ, str) or not _is_number(exp):
         raise InvalidToken("missing claims")
     if not exp > now_s:
         raise InvalidToken("expired")
     if typ not in allowed_types:
         raise InvalidToken("wrong type")
-    issued = int(iat) if _is_number(iat) else 0
+    issued = int(iat) if _is_number(iat) else None
     return TokenClaims(tenant_id=tid, token_type=typ, issued_at_s=issued, expires_at_s=int(exp))
 
 
