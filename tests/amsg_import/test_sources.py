@@ -98,9 +98,10 @@ def test_not_a_reference_database_is_refused(tmp_path):
 def test_every_schema_version_is_recognised():
     labels = {
         version: ReferenceReader(SqliteSource(small_db(version).conn, "x"), MASTER_KEY).schema_label()
-        for version in ("tasks-only", "client-state", "leases", "outbox", "cloud-data")
+        for version in ("tasks-only", "client-state", "leases", "outbox", "tenant-tasks", "cloud-data")
     }
-    assert len(set(labels.values())) == 5, labels
+    assert len(set(labels.values())) == 6, labels
+    assert "with outbox" in labels["outbox"] and "no outbox table" in labels["tenant-tasks"]
 
 
 # ---- Postgres: the reference's pg/neon schema, with the driver's value types -------------------------------
@@ -212,6 +213,7 @@ def test_cli_dry_run_reports_without_secrets(tmp_path, capsys, monkeypatch):
     path = tmp_path / "amsg.sqlite"
     db.save(str(path))
     monkeypatch.setenv("AMSG_MASTER_KEY", MASTER_KEY)
+    monkeypatch.delenv("AMSG_VAPID_PUBLIC_KEY", raising=False)
     assert main(["import", str(path), "--dry-run", "--env-file", str(tmp_path / "none.env")]) == 0
     out = capsys.readouterr()
     text = out.out + out.err
@@ -219,6 +221,8 @@ def test_cli_dry_run_reports_without_secrets(tmp_path, capsys, monkeypatch):
     assert re.search(r"tasks\s+1\s+1\s+0\s+0", out.out)
     assert MASTER_KEY not in text and "sk-very-secret" not in text
     assert db.tasks[0]["encrypted_payload"][:40] not in text
+    # the single line's import says it too: the subscriptions need the reference's VAPID pair
+    assert "WARNING  the push subscriptions imported (2 subscription and task rows read)" in out.out
 
 
 def test_cli_wrong_key_and_missing_table_stop_with_a_clear_message(tmp_path, capsys, monkeypatch):

@@ -189,9 +189,11 @@ def test_a_created_tenant_is_not_overwritten(stack, reference):
 def test_a_master_key_that_does_not_open_the_data_stops_before_the_tenant_exists(stack, reference):
     _, path = reference
     wrong = open_tenant_config(_blob(masterKey="c3" * 32), KEK, TENANT)
-    with pytest.raises(ImportStopped, match="does not decrypt"):
+    with pytest.raises(ImportStopped, match="does not decrypt") as stopped:
         _import(stack, path, config=wrong)
     assert stack.ctx.tenant_registry.get(TENANT) is None
+    # the hint names what --tenant reads (the config opened with the KEK), not a variable it never reads
+    assert "--kek-env" in str(stopped.value) and "not AMSG_MASTER_KEY" in str(stopped.value)
 
 
 def test_the_command_line_reads_the_kek_from_the_environment(stack, reference, tmp_path, monkeypatch, capsys):
@@ -245,3 +247,72 @@ def test_the_kek_must_come_from_exactly_one_place(stack, reference, tmp_path, mo
     argv = ["import", path, "--tenant", TENANT, "--tenant-config", str(blob_file), "--dry-run", *extra]
     assert main(_parser().parse_args([*argv, "--env-file", str(tmp_path / "none.env")])) == 2
     assert message in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("padding", [(" ", ""), ("", "\n"), ("\t ", "\r\n"), ("\ufeff", "\u3000")])
+def test_a_kek_with_surrounding_whitespace_opens_the_blob_as_the_reference_trims_it(padding):
+    """The reference hashes ``String(kek).trim()``; a KEK with a surrounding space, newline or another character
+    JavaScript trims (a BOM, an ideographic space) works there, so it works here."""
+    before, after = padding
+    iv = bytes(range(12))
+    plain = json.dumps(reference_config(), separators=(",", ":")).encode()
+    sealed = AESGCM(hashlib.sha256(KEK.encode("utf-8")).digest()).encrypt(iv, plain, None)  # the reference's
+    blob = f"v1.{_b64url(iv)}.{_b64url(sealed[-16:])}.{_b64url(sealed[:-16])}"
+    assert open_tenant_config(blob, f"{before}{KEK}{after}", TENANT).master_key == MASTER
+    assert seal_tenant_config(reference_config(), f"{before}{KEK}{after}", iv) == blob
+
+
+def test_the_command_line_takes_a_padded_kek_from_the_environment(stack, reference, tmp_path, monkeypatch, capsys):
+    _, path = reference
+    blob_file = tmp_path / "tenant.blob"
+    blob_file.write_text(_blob())
+    monkeypatch.setenv("REF_KEK", f"  {KEK}\n")
+    argv = ["import", path, "--tenant", TENANT, "--tenant-config", str(blob_file), "--kek-env", "REF_KEK"]
+    args = _parser().parse_args([*argv, "--dry-run", "--env-file", str(tmp_path / "none.env"), "--json"])
+    assert main(args) == 0, capsys.readouterr().err
+    assert json.loads(capsys.readouterr().out)["kinds"]["tasks"]["written"] == 2
+
+
+def _dry_run_warnings(reference, tmp_path, monkeypatch, capsys, env: dict[str, str], *extra: str) -> list[str]:
+    _, path = reference
+    blob_file = tmp_path / "tenant.blob"
+    blob_file.write_text(_blob())
+    for name in ("AMSG_VAPID_PUBLIC_KEY", "NEXT_PUBLIC_VAPID_PUBLIC_KEY"):
+        monkeypatch.delenv(name, raising=False)
+    for name, value in {"REF_KEK": KEK, **env}.items():
+        monkeypatch.setenv(name, value)
+    argv = ["import", path, "--tenant", TENANT, "--tenant-config", str(blob_file), "--kek-env", "REF_KEK", *extra]
+    args = _parser().parse_args([*argv, "--dry-run", "--env-file", str(tmp_path / "none.env"), "--json"])
+    assert main(args) == 0, capsys.readouterr().err
+    return json.loads(capsys.readouterr().out)["warnings"]
+
+
+def test_the_import_says_the_reference_vapid_pair_must_come_along(stack, reference, tmp_path, monkeypatch, capsys):
+    """The reference's database does not record the VAPID key its subscriptions were made for: without the key
+    named, the import says the pair must come along."""
+    (warning,) = _dry_run_warnings(reference, tmp_path, monkeypatch, capsys, {})
+    assert "VAPID" in warning and "bootstrap-secrets --vapid-public-key" in warning and "403" in warning
+    assert "--reference-vapid-public-key" in warning and "AMSG_VAPID_PUBLIC_KEY" in warning
+
+
+def test_the_import_warns_when_the_target_has_another_vapid_key(stack, reference, tmp_path, monkeypatch, capsys):
+    from amsg.vapid import generate_vapid_keys
+
+    reference_public, _ = generate_vapid_keys()
+    target_public, _ = generate_vapid_keys()
+    same = _dry_run_warnings(
+        reference,
+        tmp_path,
+        monkeypatch,
+        capsys,
+        {"NEXT_PUBLIC_VAPID_PUBLIC_KEY": reference_public, "AMSG_VAPID_PUBLIC_KEY": reference_public},
+    )
+    assert same == []
+    given = ["--reference-vapid-public-key", reference_public]
+    env = {"AMSG_VAPID_PUBLIC_KEY": target_public}
+    (warning,) = _dry_run_warnings(reference, tmp_path, monkeypatch, capsys, env, *given)
+    assert "is not the reference's" in warning and target_public[:8] in warning and reference_public[:8] in warning
+    assert (
+        _dry_run_warnings(reference, tmp_path, monkeypatch, capsys, {"AMSG_VAPID_PUBLIC_KEY": reference_public}, *given)
+        == []
+    )

@@ -196,7 +196,8 @@ def test_a_token_without_iat_works_until_the_first_rotation(stack, extra):
     # minted after the rotation but still without iat: it cannot show it is newer, so it stays refused
     again = _without_iat(tenant["tenantId"], tokens.TENANT, NOW_S + 7200)
     _assert_401(_call(stack, "GET", "/api/v1/get-user-key", {"Authorization": f"Bearer {again}"}), BAD_TOKEN)
-    assert _call(stack, "GET", "/api/v1/get-user-key", {"Authorization": f"Bearer {fresh['tenantToken']}"}).status == 200
+    fresh_auth = {"Authorization": f"Bearer {fresh['tenantToken']}"}
+    assert _call(stack, "GET", "/api/v1/get-user-key", fresh_auth).status == 200
 
 
 def test_a_moved_in_tenants_token_without_iat_works_until_its_first_rotation(stack):

@@ -93,6 +93,9 @@ VERSIONS: dict[str, str] = {
     + PUSH_SUBSCRIPTIONS
     + OUTBOX
     + "".join(_add(c) for c in ("lease_until", "retry_after", "serialize_group", "last_error")),
+    # a tenant database of the multi-tenant line: 2.6.0's task columns, no outbox table
+    "tenant-tasks": TASKS_V1
+    + "".join(_add(c) for c in ("lease_until", "retry_after", "serialize_group", "last_error")),
     "cloud-data": TASKS_V1
     + CLIENT_STATE
     + PUSH_SUBSCRIPTIONS

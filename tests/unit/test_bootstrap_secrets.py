@@ -167,3 +167,47 @@ def test_the_multi_tenant_line_gets_its_signing_key_and_init_secret(ssm):
     rotated = bootstrap(ssm, tenancy_params=names, rotate=("signing-key",))
     assert rotated.rotated == [names[0]] and _value(ssm, names[0]) != signing
     assert rotated.init_secret is None  # the init secret was kept
+
+
+def test_a_given_vapid_pair_is_stored_instead_of_a_generated_one(ssm, capsys, monkeypatch):
+    """Moving in: the reference's pair, so the subscriptions its users made keep accepting our pushes."""
+    from amsg.vapid import generate_vapid_keys
+
+    public, private = generate_vapid_keys()
+    monkeypatch.setenv("REF_VAPID_PRIVATE_KEY", f"  {private}\n")
+    argv = ["bootstrap-secrets", "--region", "us-east-1", "--json", "--vapid-public-key", public]
+    assert main([*argv, "--vapid-private-key-env", "REF_VAPID_PRIVATE_KEY"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["vapidPublicKey"] == public and "/amsg/amsg/vapid-private-key" in report["created"]
+    assert _value(ssm, "/amsg/amsg/vapid-private-key") == private
+    assert private not in json.dumps(report)  # the private key is never printed
+    # again with the same pair: kept
+    assert main([*argv, "--vapid-private-key-env", "REF_VAPID_PRIVATE_KEY"]) == 0
+    assert "/amsg/amsg/vapid-private-key" in json.loads(capsys.readouterr().out)["kept"]
+
+    # another pair over an existing key is refused unless asked to rotate
+    other_public, other_private = generate_vapid_keys()
+    monkeypatch.setenv("OTHER_PRIVATE", other_private)
+    other = ["bootstrap-secrets", "--region", "us-east-1", "--json", "--vapid-public-key", other_public]
+    assert main([*other, "--vapid-private-key-env", "OTHER_PRIVATE"]) == 2
+    assert "--rotate vapid" in capsys.readouterr().err
+    assert _value(ssm, "/amsg/amsg/vapid-private-key") == private
+    assert main([*other, "--vapid-private-key-env", "OTHER_PRIVATE", "--rotate", "vapid"]) == 0
+    assert json.loads(capsys.readouterr().out)["rotated"] == ["/amsg/amsg/vapid-private-key"]
+    assert _value(ssm, "/amsg/amsg/vapid-private-key") == other_private
+
+
+def test_a_given_pair_that_does_not_match_is_refused_before_anything_is_written(ssm, capsys, monkeypatch):
+    from amsg.vapid import generate_vapid_keys
+
+    public, _ = generate_vapid_keys()
+    _, private = generate_vapid_keys()
+    monkeypatch.setenv("REF_VAPID_PRIVATE_KEY", private)
+    base = ["bootstrap-secrets", "--region", "us-east-1", "--vapid-public-key", public]
+    assert main([*base, "--vapid-private-key-env", "REF_VAPID_PRIVATE_KEY"]) == 2
+    assert "does not belong" in capsys.readouterr().err
+    assert main([*base, "--vapid-private-key-env", "UNSET_VARIABLE_X"]) == 2
+    assert "empty or not set" in capsys.readouterr().err
+    assert main(base) == 2
+    assert "without its private key" in capsys.readouterr().err
+    assert ssm.describe_parameters()["Parameters"] == []

@@ -26,6 +26,7 @@ from amsg.tenancy.ids import valid_tenant_id
 from amsg_import.reader import KINDS, OutboxRecord, Problem, Record, ReferenceReader
 from amsg_import.sources import Source, SourceError, open_source
 from amsg_import.tenant import MAX_BLOB_CHARS, TenantConfigError, open_tenant_config, register_tenant
+from amsg_import.vapid_check import vapid_warning
 from amsg_import.writer import FAILED, RETENTION_SKIP, SKIPPED, WRITTEN, Outcome, TargetWriter, outbox_ttl
 
 KEY_SAMPLE = 3
@@ -73,6 +74,7 @@ class Report:
     kinds: dict[str, KindStats] = field(default_factory=dict)
     counters: dict[str, int] = field(default_factory=dict)
     seconds: float = 0.0
+    warnings: list[str] = field(default_factory=list)
 
     @property
     def failed(self) -> int:
@@ -110,6 +112,7 @@ class Report:
             },
             "totals": self.totals(),
             "seconds": round(self.seconds, 2),
+            "warnings": self.warnings,
         }
 
     def render(self) -> str:
@@ -142,6 +145,7 @@ class Report:
                 shown = f" (e.g. {'; '.join(examples)})" if examples else ""
                 lines.append(f"  {kind}: {count} {status}: {reason}{shown}")
         lines.append("")
+        lines += [f"WARNING  {warning}" for warning in self.warnings]
         if self.dry_run:
             lines.append("dry run: nothing was written.")
         elif self.failed:
@@ -186,8 +190,19 @@ class Progress:
 # ---- the import ---------------------------------------------------------------------------------------------
 
 
-def check_master_key(reader: ReferenceReader, sample: int = KEY_SAMPLE) -> dict[str, dict[str, int]]:
-    """Decrypt the first ``sample`` ciphertexts of every kind; a kind where none decrypts stops the import."""
+SINGLE_KEY_HINT = "Use the reference deployment's master key (AMSG_MASTER_KEY)"
+TENANT_KEY_HINT = (
+    "--tenant reads the master key from the tenant config it opens with the KEK (--kek-env/--kek-file), not "
+    "AMSG_MASTER_KEY: check that the config blob, its KEK and the database (--database-url or the config's) are "
+    "the same tenant's"
+)
+
+
+def check_master_key(
+    reader: ReferenceReader, sample: int = KEY_SAMPLE, *, hint: str = SINGLE_KEY_HINT
+) -> dict[str, dict[str, int]]:
+    """Decrypt the first ``sample`` ciphertexts of every kind; a kind where none decrypts stops the import with
+    ``hint``: where the key came from."""
     results: dict[str, dict[str, int]] = {}
     for kind in KINDS:
         tried = ok = 0
@@ -200,8 +215,7 @@ def check_master_key(reader: ReferenceReader, sample: int = KEY_SAMPLE) -> dict[
     if wrong:
         raise ImportStopped(
             "the master key does not decrypt the source's data "
-            f"({', '.join(f'{k}: 0 of {results[k]["sampled"]}' for k in wrong)}). Use the reference deployment's "
-            "master key (AMSG_MASTER_KEY); nothing was written."
+            f"({', '.join(f'{k}: 0 of {results[k]["sampled"]}' for k in wrong)}). {hint}; nothing was written."
         )
     return results
 
@@ -314,6 +328,12 @@ def add_parser(commands: Any) -> None:
     parser.add_argument("--region", help="AWS region of the table (default from the environment)")
     parser.add_argument("--env-file", type=Path, default=Path(".env"), help="dotenv file (default ./.env)")
     parser.add_argument("--json", action="store_true", help="print the end report as JSON")
+    parser.add_argument(
+        "--reference-vapid-public-key",
+        metavar="KEY",
+        help="the reference's VAPID public key (default NEXT_PUBLIC_VAPID_PUBLIC_KEY): checked against "
+        "AMSG_VAPID_PUBLIC_KEY, since the imported push subscriptions only accept pushes signed with it",
+    )
     tenant = parser.add_argument_group(
         "a tenant of a reference multi-tenant deployment (this deployment runs with AMSG_TENANCY=multi)"
     )
@@ -389,8 +409,17 @@ def _single_main(args: argparse.Namespace, values: Mapping[str, str]) -> int:
     finally:
         if source is not None:
             source.close()
+    _warn_about_push(report, values, args)
     print(json.dumps(report.as_json(), ensure_ascii=False, indent=2) if args.json else report.render())
     return 1 if report.failed else 0
+
+
+def _warn_about_push(report: Report, values: Mapping[str, str], args: argparse.Namespace) -> None:
+    """Push keeps working only with the reference's VAPID pair (:mod:`amsg_import.vapid_check`)."""
+    subscribed = sum(report.kinds[kind].read for kind in ("subscriptions", "tasks") if kind in report.kinds)
+    warning = vapid_warning(values, args.reference_vapid_public_key, subscribed)
+    if warning:
+        report.warnings.append(warning)
 
 
 # ---- --tenant: a tenant of a reference multi-tenant deployment (docs/tenancy.md, "moving in") -------------
@@ -459,7 +488,8 @@ def import_tenant(
     """Check the key against the source, register the tenant (its own master key, wrapped), then import the
     source into the tenant's key space. ``target`` is (table, registry, wrapper); None only for a dry run."""
     now = int(time.time() * 1000) if now_ms is None else now_ms
-    check_master_key(ReferenceReader(source, config.master_key))  # a wrong key stops before the tenant exists
+    # a wrong key stops before the tenant exists
+    check_master_key(ReferenceReader(source, config.master_key), hint=TENANT_KEY_HINT)
     registered = "would be created"
     table = None
     if not dry_run:
@@ -507,6 +537,7 @@ def tenant_main(args: argparse.Namespace, values: Mapping[str, str]) -> int:
     finally:
         if source is not None:
             source.close()
+    _warn_about_push(report, values, args)
     if args.json:
         print(json.dumps(report.as_json(), ensure_ascii=False, indent=2))
     else:

@@ -282,8 +282,10 @@ class ReferenceReader:
             return "2.6.0-cloud-data (cloud-data tables)"
         if "llm_credentials" in self._tables and "message_outbox" in self._tables:
             return "2.6.0 with outbox and LLM credentials"
-        if "message_outbox" in self._tables or "last_error" in columns:
+        if "message_outbox" in self._tables:
             return "2.6.0 with outbox"
+        if "last_error" in columns:  # a multi-tenant line's tenant database: 2.6.0 task columns, no outbox table
+            return "2.6.0 tasks with delivery errors (no outbox table)"
         if "push_subscriptions" in self._tables:
             return "2.6.0 with user-level push subscriptions"
         if "lease_until" in columns:

@@ -20,6 +20,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from amsg.domain.jsvalues import js_trim
 from amsg.ports.tenants import ACTIVE, DELETING, KeyUnwrapError, KeyWrapper, TenantExists, TenantRecord, TenantStore
 from amsg.tenancy.keys import master_key_fingerprint
 from cryptography.exceptions import InvalidTag
@@ -66,8 +67,9 @@ def _parts(blob: str) -> tuple[bytes, bytes, bytes]:
 
 
 def kek_key(kek: str) -> bytes:
-    """The reference's AES key: SHA-256 of the UTF-8 bytes of the KEK string."""
-    return hashlib.sha256(kek.encode("utf-8")).digest()
+    """The reference's AES key: SHA-256 of the UTF-8 bytes of the KEK string, trimmed as the reference trims it
+    (``String(kek).trim()``: a KEK with a surrounding space or newline works there, so here too)."""
+    return hashlib.sha256(js_trim(kek).encode("utf-8")).digest()
 
 
 def seal_tenant_config(config: dict[str, Any], kek: str, iv: bytes) -> str:
@@ -84,7 +86,7 @@ def seal_tenant_config(config: dict[str, Any], kek: str, iv: bytes) -> str:
 
 def open_tenant_config(blob: str, kek: str, tenant_id: str) -> TenantConfig:
     """Decrypt and check a reference tenant config for ``tenant_id``; raises :class:`TenantConfigError`."""
-    if not kek.strip():
+    if not js_trim(kek):
         raise TenantConfigError("the KEK is empty")
     iv, tag, ciphertext = _parts(blob)
     try:

@@ -11,7 +11,9 @@
   once for the operator). Rotating the signing key (``--rotate signing-key``) revokes every tenant's tokens.
 
 Existing parameters are kept, so running it again is safe. ``--rotate vapid`` / ``--rotate client-token``
-replace those two on purpose (see docs/operations.md for what clients see).
+replace those two on purpose (see docs/operations.md for what clients see). ``--vapid-public-key`` with
+``--vapid-private-key-env`` stores a given pair instead of a generated one: moving in from the reference, its
+pair, since its users' push subscriptions accept only pushes signed with it (docs/import.md).
 
 The names are the stack's (``--stack``, default ``amsg``): those an existing stack was deployed with, else the
 ones template.yaml derives when its name parameters are empty (``/amsg/<stack>/master-key``), so a second stack
@@ -22,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import secrets
 import sys
 from dataclasses import dataclass, field
@@ -113,10 +116,10 @@ def bootstrap(
     client_token_param: str | None = None,
     rotate: tuple[str, ...] = (),
     tenancy_params: tuple[str, str] | None = None,
+    vapid_pair: tuple[str, str] | None = None,
 ) -> BootstrapResult:
-    """Create what is missing (and rotate what was asked) with the given boto3 SSM client."""
-    from amsg.vapid import generate_vapid_keys, public_key_from_private
-
+    """Create what is missing (and rotate what was asked) with the given boto3 SSM client. ``vapid_pair``
+    (public, private) is a pair given, not generated: the reference's, when moving in (docs/import.md)."""
     created: list[str] = []
     kept: list[str] = []
     rotated: list[str] = []
@@ -127,14 +130,7 @@ def bootstrap(
     else:
         kept.append(master_key_param)
 
-    private = _read(ssm, vapid_private_key_param)
-    if private is None or "vapid" in rotate:
-        public, new_private = generate_vapid_keys()
-        _write(ssm, vapid_private_key_param, new_private, overwrite=private is not None, description="amsg VAPID key")
-        (rotated if private is not None else created).append(vapid_private_key_param)
-    else:
-        public = public_key_from_private(private)
-        kept.append(vapid_private_key_param)
+    public = _vapid(ssm, vapid_private_key_param, "vapid" in rotate, vapid_pair, (created, kept, rotated))
 
     token: str | None = None
     if client_token_param:
@@ -158,6 +154,55 @@ def bootstrap(
     if tenancy_params:
         overrides["Tenancy"] = "multi"
     return BootstrapResult(public, created, kept, rotated, token, overrides, init_secret)
+
+
+class GivenPairConflict(ValueError):
+    """The stack already holds another VAPID private key than the one given (replacing it is ``--rotate vapid``)."""
+
+
+def given_vapid_pair(public: str | None, private: str | None) -> tuple[str, str] | None:
+    """The pair an operator gives, checked: the private key must be P-256 and belong to the public key (a
+    mismatch would sign pushes no subscription accepts). None when neither is given."""
+    from amsg.vapid import VapidConfigError, b64url_decode, public_key_from_private
+
+    public, private = (public or "").strip(), (private or "").strip()
+    if not public and not private:
+        return None
+    if not private:
+        raise ValueError("a VAPID public key without its private key: name the variable with --vapid-private-key-env")
+    try:
+        derived = public_key_from_private(private)
+        if public and b64url_decode(public) != b64url_decode(derived):
+            raise ValueError("the given VAPID private key does not belong to the given public key")
+    except VapidConfigError as exc:
+        raise ValueError(f"unusable VAPID key: {exc}") from None
+    return derived, private
+
+
+def _vapid(
+    ssm: Any,
+    name: str,
+    rotate: bool,
+    given: tuple[str, str] | None,
+    lists: tuple[list[str], list[str], list[str]],
+) -> str:
+    """The VAPID private key in SSM (generated, or the given pair's); answers the public key."""
+    from amsg.vapid import generate_vapid_keys, public_key_from_private
+
+    created, kept, rotated = lists
+    stored = _read(ssm, name)
+    if stored is not None and (given is None or stored.strip() == given[1]) and not (rotate and given is None):
+        kept.append(name)
+        return given[0] if given else public_key_from_private(stored)
+    if stored is not None and not rotate:
+        raise GivenPairConflict(
+            f"{name} holds another VAPID private key: pass --rotate vapid to replace it with the given pair "
+            "(push subscriptions made for the old key stop receiving pushes)"
+        )
+    public, private = given or generate_vapid_keys()
+    _write(ssm, name, private, overwrite=stored is not None, description="amsg VAPID key")
+    (rotated if stored is not None else created).append(name)
+    return public
 
 
 def _tenancy_secrets(
@@ -210,6 +255,18 @@ def add_parser(commands: Any) -> None:
         action="store_true",
         help="also the multi-tenant line's secrets (Tenancy=multi): the token signing key and the init secret",
     )
+    parser.add_argument(
+        "--vapid-public-key",
+        metavar="KEY",
+        help="use this VAPID pair instead of generating one (moving in: the reference's NEXT_PUBLIC_VAPID_PUBLIC_KEY, "
+        "so its users' push subscriptions keep working); with --vapid-private-key-env",
+    )
+    parser.add_argument(
+        "--vapid-private-key-env",
+        metavar="VAR",
+        help="the environment variable holding that pair's private key (e.g. the reference's VAPID_PRIVATE_KEY; "
+        "never on the command line)",
+    )
     parser.add_argument("--region", help="AWS region (default from the environment / AWS profile)")
     parser.add_argument("--json", action="store_true", help="print the result as JSON")
 
@@ -223,6 +280,14 @@ def main(args: argparse.Namespace) -> int:
             print(f"amsg bootstrap-secrets: {name}: parameter names must start with / (the template needs it)")
             return 2
     region = {"region_name": args.region} if args.region else {}
+    try:
+        private = os.environ.get(args.vapid_private_key_env, "") if args.vapid_private_key_env else None
+        if args.vapid_private_key_env and not private:
+            raise ValueError(f"the environment variable {args.vapid_private_key_env} is empty or not set")
+        vapid_pair = given_vapid_pair(args.vapid_public_key, private)
+    except ValueError as exc:
+        print(f"amsg bootstrap-secrets: {exc}", file=sys.stderr)
+        return 2
     try:
         ssm = boto3.client("ssm", **region)
         deployed = {}
@@ -238,7 +303,11 @@ def main(args: argparse.Namespace) -> int:
             client_token_param=args.client_token_param,
             rotate=tuple(args.rotate),
             tenancy_params=tenancy_secret_names(args.stack) if args.multi_tenant else None,
+            vapid_pair=vapid_pair,
         )
+    except GivenPairConflict as exc:
+        print(f"amsg bootstrap-secrets: {exc}", file=sys.stderr)
+        return 2
     except (BotoCoreError, ClientError) as exc:
         print(f"amsg bootstrap-secrets: {type(exc).__name__}: {exc}", file=sys.stderr)
         return 1
