@@ -281,10 +281,7 @@ def main(args: argparse.Namespace) -> int:
             return 2
     region = {"region_name": args.region} if args.region else {}
     try:
-        private = os.environ.get(args.vapid_private_key_env, "") if args.vapid_private_key_env else None
-        if args.vapid_private_key_env and not private:
-            raise ValueError(f"the environment variable {args.vapid_private_key_env} is empty or not set")
-        vapid_pair = given_vapid_pair(args.vapid_public_key, private)
+        vapid_pair = _pair_from(args)
     except ValueError as exc:
         print(f"amsg bootstrap-secrets: {exc}", file=sys.stderr)
         return 2
@@ -311,9 +308,22 @@ def main(args: argparse.Namespace) -> int:
     except (BotoCoreError, ClientError) as exc:
         print(f"amsg bootstrap-secrets: {type(exc).__name__}: {exc}", file=sys.stderr)
         return 1
-    if args.json:
+    _print_result(result, as_json=args.json)
+    return 0
+
+
+def _pair_from(args: argparse.Namespace) -> tuple[str, str] | None:
+    """The VAPID pair given on the command line, its private key read from the variable it names."""
+    private = os.environ.get(args.vapid_private_key_env, "") if args.vapid_private_key_env else None
+    if args.vapid_private_key_env and not private:
+        raise ValueError(f"the environment variable {args.vapid_private_key_env} is empty or not set")
+    return given_vapid_pair(args.vapid_public_key, private)
+
+
+def _print_result(result: BootstrapResult, *, as_json: bool) -> None:
+    if as_json:
         print(json.dumps(result.as_json(), indent=2))
-        return 0
+        return
     for label, names in (("created", result.created), ("rotated", result.rotated), ("kept", result.kept)):
         for name in names:
             print(f"{label:8} {name}")
@@ -324,4 +334,3 @@ def main(args: argparse.Namespace) -> int:
         print(f"init secret (X-Init-Secret of init-tenant; shown only now): {result.init_secret}")
     overrides = " ".join(f"{key}={value}" for key, value in result.parameter_overrides.items())
     print(f"\nsam deploy --parameter-overrides {overrides}")
-    return 0
