@@ -9,8 +9,10 @@ decides what happens to it:
 * ``<!-- example: skip <reason> -->``: not run, and the reason is the test's skip reason (deploying, AWS, a
   command that starts a stack itself, ...).
 
-Without a comment, a block that names the local stack's address (``http://127.0.0.1:3000`` or
-``http://localhost:3000``) runs against the local stack, and any other block is skipped as "not aimed at the
+Without a comment, a block with a command that starts processes of its own or acts on AWS (``make …``,
+``amsg local``, ``amsg import``, ``amsg bootstrap-secrets``, ``sam``, ``aws``, ``wrangler``, ``docker``, ``npm``)
+is skipped naming that command; otherwise a block that names the local stack's address (``http://127.0.0.1:3000``
+or ``http://localhost:3000``) runs against the local stack, and any other block is skipped as "not aimed at the
 local stack". In a block that runs, every ``curl`` answer must be a success (2xx) unless its line says which
 error the text shows it giving: ``# answers 401`` (with the error code, ``# answers 401 INVALID_TENANT_AUTH``,
 that code must be in the output too).
@@ -30,6 +32,13 @@ STATUS_MARK = "@@amsg-doc-example-status "  # what the curl shim writes to stder
 
 _FENCE = re.compile(r"^(?P<indent> {0,3})(?P<fence>```+|~~~+)\s*(?P<info>[^`\s]*)")
 _MARKER = re.compile(r"^\s*<!--\s*example:\s*(?P<mode>[a-z-]+)\s*(?P<reason>.*?)\s*-->\s*$")
+# Commands that start processes of their own (a stack, a build, the suite) or act on AWS or a reference
+# deployment: a block with one is not run unless marked ``local``, whatever address it names.
+_NOT_RUN_HERE = re.compile(
+    r"^\s*(?:[A-Z_][A-Z0-9_]*=\S*\s+)*(?P<command>make\b|amsg\s+(?:local|import|bootstrap-secrets)\b"
+    r"|(?:\S*/)?(?:sam|aws|wrangler|docker|npm|npx)\b|python\S*\s+-m\s+amsg_local\s+local\b)",
+    re.MULTILINE,
+)
 _ANSWERS = re.compile(r"#\s*answers\s+(?P<status>[1-5]\d\d)\b(?:\s+(?P<code>[A-Z][A-Z0-9_]+)\b)?")
 
 
@@ -126,6 +135,10 @@ def _classify(path: str, line: int, text: str, marker: str | None) -> Example:
                 raise MarkerError(f"{path}:{line}: <!-- example: skip --> needs a reason after 'skip'")
             return Example(path, line, text, SKIP, parsed["reason"])
         return Example(path, line, text, RUN)
+    starts = _NOT_RUN_HERE.search(text)
+    if starts is not None:
+        command = " ".join(starts["command"].split())
+        return Example(path, line, text, SKIP, f"runs `{command}` (its own processes, AWS or a reference deployment)")
     if any(address in text for address in LOCAL_ADDRESSES):
         return Example(path, line, text, RUN)
     return Example(path, line, text, SKIP, "not aimed at the local stack (names no http://127.0.0.1:3000)")

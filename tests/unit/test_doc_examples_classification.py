@@ -28,7 +28,7 @@ amsg status
 ```
 
 ```sh
-aws s3 ls
+echo "no address here"
 ```
 
 ```python
@@ -57,6 +57,22 @@ def test_markers_and_the_local_address_decide(tmp_path: Path) -> None:
     assert found[1].expected_answers() == [(None, None), (401, "INVALID_TENANT_AUTH")]
     script = found[1].script_for("http://127.0.0.1:41234")
     assert "3000" not in script and script.count("http://127.0.0.1:41234/api/v1/") == 2
+
+
+@pytest.mark.parametrize(
+    ("block", "command"),
+    [
+        ("make demo   # opens http://127.0.0.1:3000\ncurl -s http://127.0.0.1:3000/x\n", "make"),
+        ("AMSG_TENANCY=multi amsg local --port 3000\n", "amsg local"),
+        (".venv-tools/bin/sam deploy\n", ".venv-tools/bin/sam"),
+        ("amsg import amsg.sql --dry-run\n", "amsg import"),
+    ],
+)
+def test_a_block_that_starts_processes_of_its_own_is_skipped_naming_the_command(tmp_path, block, command):
+    (found,) = examples_in(write(tmp_path, f"```sh\n{block}```\n"), tmp_path)
+    assert found.action == SKIP and f"`{command}`" in found.reason
+    (marked,) = examples_in(write(tmp_path, f"<!-- example: local -->\n```sh\n{block}```\n"), tmp_path)
+    assert marked.action == RUN  # the author's marker wins
 
 
 @pytest.mark.parametrize(
