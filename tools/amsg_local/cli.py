@@ -293,6 +293,19 @@ def _install_context(environ: Mapping[str, str]) -> Any:
     return clock
 
 
+def _publish_base_url(environ: MutableMapping[str, str], base_url: str, clock: Any) -> None:
+    """Multi mode: init-tenant's cronWebhookUrl is this gateway's bound address unless AMSG_PUBLIC_BASE_URL names
+    one. A free port (``--port 0``) is known only once bound, and a process sandbox copies the environment when
+    it starts, so this runs after binding and before warming; the in-process context is rebuilt with it."""
+    if environ.get("AMSG_TENANCY", "").strip().lower() != "multi" or environ.get("AMSG_PUBLIC_BASE_URL"):
+        return
+    environ["AMSG_PUBLIC_BASE_URL"] = base_url
+    if clock is not None:
+        from amsg import runtime
+
+        runtime.use(runtime.build_context(environ, clock=clock))
+
+
 def _warm_in_background(runtime: LambdaRuntime, http_functions: list[str], delivery: LocalDelivery) -> None:
     """Start one sandbox per HTTP function, the tick's and one per SQS poller, without delaying start-up
     (cold starts take seconds each; import errors are reported as they come)."""
@@ -458,10 +471,7 @@ def start_local_stack(
             clock=clock,
         )
         gateway.start(host, port)
-        if environ.get("AMSG_TENANCY", "").strip().lower() == "multi" and not environ.get("AMSG_PUBLIC_BASE_URL"):
-            # a free port (--port 0) is known only once bound, and a sandbox copies the environment when it
-            # starts: so bind first, then warm
-            environ["AMSG_PUBLIC_BASE_URL"] = gateway.base_url
+        _publish_base_url(environ, gateway.base_url, clock)  # bound first, then warmed: see its docstring
         if warm and sandboxes == "process":
             _warm_in_background(runtime, [route.function_logical_id for route in gateway.routes], delivery)
         elif warm:
