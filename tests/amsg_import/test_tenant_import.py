@@ -316,3 +316,10 @@ def test_the_import_warns_when_the_target_has_another_vapid_key(stack, reference
         _dry_run_warnings(reference, tmp_path, monkeypatch, capsys, {"AMSG_VAPID_PUBLIC_KEY": reference_public}, *given)
         == []
     )
+
+
+def test_the_tenant_id_may_be_typed_in_another_case_and_keeps_the_references_spelling():
+    config = open_tenant_config(_blob(), KEK, TENANT.upper())
+    assert config.tenant_id == TENANT  # as the reference wrote it: its tokens carry it
+    with pytest.raises(TenantConfigError, match="another tenant"):
+        open_tenant_config(_blob(), KEK, str(uuid.uuid4()).upper())

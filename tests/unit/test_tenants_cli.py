@@ -137,3 +137,18 @@ def test_rotate_tokens_never_prints_an_empty_webhook_url(deployment, capsys, mon
     monkeypatch.setenv("AMSG_PUBLIC_BASE_URL", "https://push.example.com/")
     code, rotated = _run(capsys, deployment, "--stack", "amsg-prod", "rotate-tokens", tenant_id)
     assert rotated["cronWebhookUrl"].startswith("https://push.example.com/api/v1/send-notifications?token=")
+
+
+def test_locally_the_base_url_is_not_looked_up_in_cloudformation(monkeypatch):
+    """With a local DynamoDB endpoint there is no CloudFormation: nothing is asked, the hint explains."""
+    from amsg_local import public_base_url
+
+    def refuse(*_args, **_kw):
+        raise AssertionError("CloudFormation asked for a local stack")
+
+    monkeypatch.setattr(public_base_url, "stack_api_url", refuse)
+    local = {"AWS_ENDPOINT_URL_DYNAMODB": "http://127.0.0.1:8000"}
+    assert public_base_url.with_public_base_url(local, "amsg") == local
+    given = {"AMSG_PUBLIC_BASE_URL": "https://x.example"}
+    assert public_base_url.with_public_base_url(given, "amsg") == given
+    assert "locally the base URL `amsg local` prints" in public_base_url.HOW_TO_SET

@@ -22,6 +22,7 @@ from typing import Any
 
 from amsg.domain.jsvalues import js_trim
 from amsg.ports.tenants import ACTIVE, DELETING, KeyUnwrapError, KeyWrapper, TenantExists, TenantRecord, TenantStore
+from amsg.tenancy.ids import canonical_tenant_id
 from amsg.tenancy.keys import master_key_fingerprint
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
@@ -104,7 +105,8 @@ def open_tenant_config(blob: str, kek: str, tenant_id: str) -> TenantConfig:
 
 def _config(data: dict[str, Any], tenant_id: str) -> TenantConfig:
     found = data.get("tenantId")
-    if not isinstance(found, str) or found != tenant_id:  # exact: tokens carry the id as the reference wrote it
+    # the id is kept as the reference wrote it (its tokens carry it); the one typed may differ only in spelling
+    if not isinstance(found, str) or canonical_tenant_id(found) != canonical_tenant_id(tenant_id):
         raise TenantConfigError(f"the tenant config belongs to another tenant, not {tenant_id}")
     master_key = data.get("masterKey")
     if not isinstance(master_key, str) or not _HEX_KEY.match(master_key):
