@@ -33,10 +33,10 @@ def operator_environment(stack: Any, environ: Mapping[str, str]) -> dict[str, st
 def banner_lines(stack: Any, environ: Mapping[str, str]) -> list[str]:
     """The banner's tenancy entry: init-tenant, and the environment of the operator's commands."""
     assignments = " ".join(f"{k}={shlex.quote(v)}" for k, v in operator_environment(stack, environ).items())
-    wrapped = textwrap.wrap(assignments, width=100, break_long_words=False, break_on_hyphens=False)
+    wrapped = textwrap.wrap(assignments, width=92, break_long_words=False, break_on_hyphens=False)
     return [
         f"  tenancy        multi: POST {stack.base_url}/api/v1/init-tenant with X-Init-Secret",
         "                 amsg tenants / amsg import --tenant against this stack (its KMS key is on the embedded",
         "                 moto server, valid while the stack runs), with AMSG_TENANT_TOKEN_SIGNING_KEY and:",
-        *(f"                   {line}" for line in wrapped),
+        *(f"                   export {line}" for line in wrapped),
     ]
