@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from amsg_local import bootstrap_secrets, tenants_cli
+from amsg_local import bootstrap_secrets, invoke, tenants_cli
 from amsg_local.delivery import LocalDelivery, TickNotConfigured
 from amsg_local.dynamodb_local import (
     DynamoDBLocal,
@@ -644,6 +644,7 @@ def _parser() -> argparse.ArgumentParser:
     _import_command().add_parser(commands)
     bootstrap_secrets.add_parser(commands)
     tenants_cli.add_parser(commands)
+    invoke.add_parser(commands)
     return parser
 
 
@@ -746,6 +747,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return bootstrap_secrets.main(args)
     if args.command == "tenants":
         return tenants_cli.main(args)
+    if args.command == "invoke":
+        return invoke.main(args)
     return 2
 
 
