@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from amsg_local import bootstrap_secrets, invoke, tenants_cli
+from amsg_local import bootstrap_secrets, invoke, status, tenants_cli
 from amsg_local.delivery import LocalDelivery, TickNotConfigured
 from amsg_local.dynamodb_local import (
     DynamoDBLocal,
@@ -645,6 +645,7 @@ def _parser() -> argparse.ArgumentParser:
     bootstrap_secrets.add_parser(commands)
     tenants_cli.add_parser(commands)
     invoke.add_parser(commands)
+    status.add_parser(commands)
     return parser
 
 
@@ -749,6 +750,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return tenants_cli.main(args)
     if args.command == "invoke":
         return invoke.main(args)
+    if args.command == "status":
+        return status.main(args)
     return 2
 
 

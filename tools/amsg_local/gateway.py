@@ -386,6 +386,7 @@ class Gateway:
         else:
             queue = getattr(self.ticks.tick_then_drain, "queue", None)
             info = describe(os.environ, clock=self.clock, dead_letter_url=getattr(queue, "dead_letter_url", None))
+            info["lastTick"] = self.ticks.last_run
         return GatewayResponse(
             200, [("content-type", "application/json; charset=utf-8")], json_body({"success": True, **info})
         )
