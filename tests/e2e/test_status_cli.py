@@ -4,6 +4,7 @@ tenant deletion in progress: every figure is checked against what the test made 
 from __future__ import annotations
 
 import json
+import threading
 import uuid
 from collections.abc import Iterator
 from typing import Any
@@ -105,3 +106,33 @@ def test_status_without_a_stack_says_so(capsys: pytest.CaptureFixture[str]) -> N
     code, out, err = status(capsys, "--stack-url", "http://127.0.0.1:9", "--json")
     assert code == 2 and out == ""
     assert "no local stack at http://127.0.0.1:9" in err and "make run" in err
+
+
+def test_tenants_delete_waits_for_the_purge_quietly_in_a_pipe(
+    world: tuple[LocalStack, Any], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``amsg tenants delete --wait`` returns once the ticks removed the tenant's items and record; its stderr
+    is not a terminal here, so it shows no progress line, and stdout holds only the outcome."""
+    stack, push = world
+    tenant = new_tenant(stack)
+    user = subscribed_user(stack, push, tenant["tenantToken"])
+    schedule_at(user, stack.post_local("/_local/clock", {"advanceMs": 0})["nowMs"] + 10 * MINUTE)
+    capsys.readouterr()
+    outcome: dict[str, int] = {}
+    args = ["tenants", "--env-file", "/nonexistent/.env", "delete", tenant["tenantId"], "--wait", "--timeout", "120"]
+    waiting = threading.Thread(target=lambda: outcome.setdefault("code", main(args)))
+    waiting.start()
+    stack.post_local("/_local/clock", {"advanceMs": 16 * MINUTE})  # past the grace for running deliveries
+    for _ in range(5):
+        if not waiting.is_alive():
+            break
+        stack.tick()
+        waiting.join(3)
+    waiting.join(30)
+    assert outcome == {"code": 0}
+    out, err = capsys.readouterr()
+    answer = json.loads(out)
+    assert answer["tenantId"] == tenant["tenantId"] and answer["deletion"] == "finished"
+    assert err == ""
+    code, out, _ = status(capsys, "--stack-url", stack.base_url, "--json")
+    assert code == 0 and tenant["tenantId"] not in json.dumps(json.loads(out)["tenantDeletions"])
