@@ -49,10 +49,11 @@ FUZZ_EXAMPLES ?= 5000
 fuzz: venv ## the route fuzzer with many more examples than the suite (FUZZ_EXAMPLES=n; a new random seed each run)
 	AMSG_FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) .venv/bin/pytest -q -p no:cacheprovider --timeout=0 tests/handlers/test_fuzz_routes.py
 
-lint: venv ## ruff (with complexity <= 15), mypy, and the layer requirements against the lock
+lint: venv ## ruff (complexity <= 12), mypy, modules <= 600 lines, and the layer requirements against the lock
 	.venv/bin/ruff check .
 	.venv/bin/ruff format --check .
 	.venv/bin/mypy
+	.venv/bin/pytest -q -p no:cacheprovider tests/unit/test_architecture.py -k "600_lines or line_limit"
 	scripts/sync-layer-requirements --check
 
 typecheck: venv ## mypy over the layer, the handlers and the tools (files and strictness in pyproject.toml)
