@@ -50,6 +50,14 @@ def stack() -> Iterator[LocalStack]:
         yield running
 
 
+@pytest.fixture(scope="module")
+def env_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The developer's ``.env``, where ``amsg local`` saved the stack's master key."""
+    path = tmp_path_factory.mktemp("invoke") / ".env"
+    path.write_text(f"AMSG_MASTER_KEY={MASTER_KEY}\n", encoding="utf-8")
+    return path
+
+
 def event_files() -> list[str]:
     names = sorted(p.name for p in EVENTS.glob("*.json"))
     rest = [n for n in names if n not in FIRST and n not in LAST]
@@ -62,19 +70,21 @@ def function_of(name: str) -> str:
     return by_dir[name.split(".", 1)[0]]
 
 
-def invoke(capfd: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
+def invoke(capfd: pytest.CaptureFixture[str], *args: str, env_file: Path | None = None) -> tuple[int, str, str]:
     capfd.readouterr()
-    code = main(["invoke", *args, "--env-file", "/nonexistent/.env"])
+    code = main(["invoke", *args, "--env-file", str(env_file or "/nonexistent/.env")])
     out, err = capfd.readouterr()
     return code, out, err
 
 
-def test_every_sample_event_invokes_its_function(stack: LocalStack, capfd: pytest.CaptureFixture[str]) -> None:
+def test_every_sample_event_invokes_its_function(
+    stack: LocalStack, env_file: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
     url = stack.base_url
     answers: dict[str, Any] = {}
     for name in event_files():
         function = function_of(name)
-        code, out, err = invoke(capfd, function, "-e", str(EVENTS / name), "--stack-url", url)
+        code, out, err = invoke(capfd, function, "-e", str(EVENTS / name), "--stack-url", url, env_file=env_file)
         assert code == 0, f"{name}: {out}{err[-2000:]}"
         lines = out.strip().splitlines()
         assert len(lines) == 1, f"{name}: stdout must hold the response alone: {out[:500]}"
@@ -101,7 +111,7 @@ def _memory_size(function: str) -> int:
 
 
 def test_env_vars_file_overrides_declared_variables_only(
-    stack: LocalStack, capfd: pytest.CaptureFixture[str], tmp_path: Path
+    stack: LocalStack, env_file: Path, capfd: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
     """The file ``sam local invoke --env-vars`` reads: Parameters for all, the function's own entries win."""
     overrides = tmp_path / "env-vars.json"
@@ -122,6 +132,7 @@ def test_env_vars_file_overrides_declared_variables_only(
         str(overrides),
         "--stack-url",
         stack.base_url,
+        env_file=env_file,
     )
     assert code == 0, err
     assert json.loads(json.loads(out)["body"])["publicKey"] == "BOverriddenKey"
@@ -129,7 +140,7 @@ def test_env_vars_file_overrides_declared_variables_only(
 
 
 def test_timeout_is_the_functions_and_the_error_is_lambdas(
-    stack: LocalStack, capfd: pytest.CaptureFixture[str], tmp_path: Path
+    stack: LocalStack, env_file: Path, capfd: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
     (tmp_path / "fn").mkdir()
     (tmp_path / "fn" / "slow.py").write_text("import time\n\ndef handler(event, context):\n    time.sleep(30)\n")
@@ -143,8 +154,9 @@ def test_timeout_is_the_functions_and_the_error_is_lambdas(
             """
         )
     )
+    template = str(tmp_path / "template.yaml")
     code, out, err = invoke(
-        capfd, "SlowFunction", "--template", str(tmp_path / "template.yaml"), "--stack-url", stack.base_url
+        capfd, "SlowFunction", "--template", template, "--stack-url", stack.base_url, env_file=env_file
     )
     assert code == 1
     assert json.loads(out)["errorType"] == "Sandbox.Timedout"
@@ -175,6 +187,7 @@ def test_own_dynamodb_endpoint_without_a_stack(stack: LocalStack) -> None:
         "--dynamodb-endpoint",
         stack.dynamodb_endpoint,
         AMSG_TABLE_NAME="invoke-own-table",
+        AMSG_MASTER_KEY=MASTER_KEY,
     )
     code, out, err = done.returncode, done.stdout, done.stderr
     assert code == 0, err

@@ -7,6 +7,7 @@ import json
 import threading
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -52,6 +53,15 @@ def schedule_at(user: WireClient, at_ms: int) -> None:
     assert created.status == 201, created.text
 
 
+def operator_env(stack: LocalStack, tmp_path: Path) -> str:
+    """An ``.env`` describing the stack to the operator's commands (``amsg tenants``): its table, endpoints, keys."""
+    env = stack.function_environment()
+    lines = [f"{k}={v}" for k, v in env.items() if k.startswith(("AMSG_", "AWS_")) and "\n" not in v]
+    path = tmp_path / ".env"
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return str(path)
+
+
 def status(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
     capsys.readouterr()
     code = main(["status", *args])
@@ -60,7 +70,7 @@ def status(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, st
 
 
 def test_status_reports_tick_backlog_lateness_dlq_and_deletions(
-    world: tuple[LocalStack, Any], capsys: pytest.CaptureFixture[str]
+    world: tuple[LocalStack, Any], capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
     stack, push = world
     busy, leaving = new_tenant(stack), new_tenant(stack)
@@ -76,7 +86,7 @@ def test_status_reports_tick_backlog_lateness_dlq_and_deletions(
     sqs = stack.client("sqs")
     assert stack.queue.dead_letter_url
     sqs.send_message(QueueUrl=stack.queue.dead_letter_url, MessageBody=json.dumps({"uuid": "a-dead-letter"}))
-    assert main(["tenants", "--env-file", "/nonexistent/.env", "delete", leaving["tenantId"]]) == 0
+    assert main(["tenants", "--env-file", operator_env(stack, tmp_path), "delete", leaving["tenantId"]]) == 0
 
     code, out, err = status(capsys, "--stack-url", stack.base_url, "--json")
     assert code == 0, err
@@ -109,7 +119,7 @@ def test_status_without_a_stack_says_so(capsys: pytest.CaptureFixture[str]) -> N
 
 
 def test_tenants_delete_waits_for_the_purge_quietly_in_a_pipe(
-    world: tuple[LocalStack, Any], capsys: pytest.CaptureFixture[str]
+    world: tuple[LocalStack, Any], capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
     """``amsg tenants delete --wait`` returns once the ticks removed the tenant's items and record; its stderr
     is not a terminal here, so it shows no progress line, and stdout holds only the outcome."""
@@ -119,7 +129,8 @@ def test_tenants_delete_waits_for_the_purge_quietly_in_a_pipe(
     schedule_at(user, stack.post_local("/_local/clock", {"advanceMs": 0})["nowMs"] + 10 * MINUTE)
     capsys.readouterr()
     outcome: dict[str, int] = {}
-    args = ["tenants", "--env-file", "/nonexistent/.env", "delete", tenant["tenantId"], "--wait", "--timeout", "120"]
+    env_file = operator_env(stack, tmp_path)
+    args = ["tenants", "--env-file", env_file, "delete", tenant["tenantId"], "--wait", "--timeout", "120"]
     waiting = threading.Thread(target=lambda: outcome.setdefault("code", main(args)))
     waiting.start()
     stack.post_local("/_local/clock", {"advanceMs": 16 * MINUTE})  # past the grace for running deliveries

@@ -42,7 +42,6 @@ import base64
 import errno
 import json
 import logging
-import os
 import re
 import secrets
 import threading
@@ -385,7 +384,8 @@ class Gateway:
             info = self.runtime.stats()
         else:
             queue = getattr(self.ticks.tick_then_drain, "queue", None)
-            info = describe(os.environ, clock=self.clock, dead_letter_url=getattr(queue, "dead_letter_url", None))
+            environment = self.runtime.environment()  # the functions' (the stack's over the caller's)
+            info = describe(environment, clock=self.clock, dead_letter_url=getattr(queue, "dead_letter_url", None))
             info["lastTick"] = self.ticks.last_run
         return GatewayResponse(
             200, [("content-type", "application/json; charset=utf-8")], json_body({"success": True, **info})
