@@ -163,6 +163,20 @@ def deliver_next(world: dict[str, Any], endpoint_id: str, count: int) -> dict[st
     return payload
 
 
+def test_a_page_cannot_read_the_stacks_environment_route(world: dict[str, Any]) -> None:
+    """The page's origin is allowed by CORS for the API; the local route that describes the stack is not
+    readable cross-origin (no CORS header), and holds no key anyway."""
+    import urllib.request
+
+    stack = world["stack"]
+    (page_origin,) = stack.settings.cors_origins
+    request = urllib.request.Request(stack.base_url + "/_local/environment", headers={"Origin": page_origin})
+    with urllib.request.urlopen(request, timeout=30) as response:
+        assert response.headers.get("Access-Control-Allow-Origin") is None
+        text = response.read().decode("utf-8")
+    assert stack.settings.master_key not in text and stack.settings.vapid_private_key not in text
+
+
 def test_the_pwa_schedules_receives_and_acknowledges(world: dict[str, Any]) -> None:
     browser, stack, push = world["browser"], world["stack"], world["push"]
     assert browser.click("init") == 'init: {"initialised":true}'
