@@ -58,6 +58,10 @@ def test_a_deployed_stack_from_its_outputs_and_metrics(deployed: None, capsys: p
         metric = {"MetricName": name, "Dimensions": dimensions, "Timestamp": at, "Value": value, "Unit": "Count"}
         cw.put_metric_data(Namespace="amsg", MetricData=[metric])
 
+    table = boto3.resource("dynamodb", region_name="eu-west-1").Table("amsg-status-table")
+    operation = {"PK": "U#u1", "SK": "R#operation#op1", "work_pk": "WORK#operation", "work_sk": "001893369600000"}
+    table.put_item(Item=operation)  # a cloud-data cleanup not finished: in the work index until it is
+
     assert main(["status", "--stack", "amsg", "--json"]) == 0
     report = json.loads(capsys.readouterr().out)
     assert report["stack"] == {"kind": "aws", "name": "amsg", "table": "amsg-status-table"}
@@ -66,6 +70,7 @@ def test_a_deployed_stack_from_its_outputs_and_metrics(deployed: None, capsys: p
     assert 100 <= report["lastTick"]["ageSeconds"] < 300
     assert report["dueBacklog"] == {"0": 0, "1": 0}  # DueShardCount=2
     assert report["deadLetterMessages"] == 1
+    assert report["cleanupOperations"] == 1
     assert report["latenessSource"] == "DeliveryLatency metric"
 
 
