@@ -165,7 +165,9 @@ def _storage(
         return
     answer = fetch(args.stack_url or os.environ.get("AMSG_STACK_URL") or DEFAULT_STACK_URL)
     _check_master_key(answer.get("masterKeyFingerprint"), values, args.env_file)
-    env = {**answer["environment"], **_LOCAL_CREDENTIALS}
+    env = dict(answer["environment"])
+    if env.get("AWS_ENDPOINT_URL_DYNAMODB"):  # local endpoints take any key; a stack on AWS uses yours
+        env.update(_LOCAL_CREDENTIALS)
     env.setdefault("AWS_REGION", env.get("AWS_DEFAULT_REGION", _REGION))
     offset = answer.get("clockOffsetMs")
     yield env, int(offset) if isinstance(offset, int) else None

@@ -29,6 +29,8 @@ from amsg_local.stack_info import DEFAULT_STACK_URL, StackUnreachable, fetch
 
 __all__ = ["Target", "add_parser", "gather", "local_target", "main", "render"]
 
+_LOCAL_KEYS = {"aws_access_key_id": "local", "aws_secret_access_key": "local"}
+
 
 @dataclass
 class Target:
@@ -103,7 +105,8 @@ def local_target(stack_url: str | None) -> Target:
         multi_tenant=env.get("AMSG_TENANCY", "").strip().lower() == "multi",
         clock_offset_ms=int(answer.get("clockOffsetMs") or 0),
         last_tick=_local_tick(answer.get("lastTick")),
-        credentials={"aws_access_key_id": "local", "aws_secret_access_key": "local"},
+        # local endpoints take any key; a stack whose DynamoDB is AWS itself (--dynamodb-endpoint aws) uses yours
+        credentials=_LOCAL_KEYS if env.get("AWS_ENDPOINT_URL_DYNAMODB") else {},
     )
 
 
