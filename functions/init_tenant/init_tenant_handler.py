@@ -1,22 +1,29 @@
 """POST /init-tenant (served at / and under /api/v1/): the single line's schema check, or in multi mode the
 creation of a tenant (docs/tenancy.md)."""
 
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
 from amsg import runtime
 from amsg.api.tenants import init_tenant
-from amsg.http.lambda_app import http_app, serve
+from amsg.http.lambda_app import HttpApp, LambdaEvent, LambdaResult
 from amsg.observability import logger
 from aws_lambda_powertools.logging import correlation_paths
 
+if TYPE_CHECKING:
+    from aws_lambda_powertools.utilities.typing import LambdaContext
+
 runtime.prepare(storage=True, secrets=("client_token", "master_key"))  # init-phase work (docs/decisions.md)
 
-app = http_app()
-
-
-@app.post("/init-tenant")
-def post_route():
-    return serve(app, init_tenant)
+app = HttpApp(
+    {
+        ("POST", "/init-tenant"): init_tenant,
+    },
+    context=runtime.app_context,
+)
 
 
 @logger.inject_lambda_context(correlation_id_path=correlation_paths.API_GATEWAY_HTTP)
-def handler(event, context):
+def handler(event: LambdaEvent, context: LambdaContext) -> LambdaResult:
     return app.resolve(event, context)

@@ -1,21 +1,28 @@
 """POST /outbox/ack (served at / and under /api/v1/)."""
 
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
 from amsg import runtime
 from amsg.api.outbox import ack_outbox
-from amsg.http.lambda_app import http_app, serve
+from amsg.http.lambda_app import HttpApp, LambdaEvent, LambdaResult
 from amsg.observability import logger
 from aws_lambda_powertools.logging import correlation_paths
 
+if TYPE_CHECKING:
+    from aws_lambda_powertools.utilities.typing import LambdaContext
+
 runtime.prepare(storage=True, secrets=("client_token", "master_key"))  # init-phase work (docs/decisions.md)
 
-app = http_app()
-
-
-@app.post("/outbox/ack")
-def post_route():
-    return serve(app, ack_outbox)
+app = HttpApp(
+    {
+        ("POST", "/outbox/ack"): ack_outbox,
+    },
+    context=runtime.app_context,
+)
 
 
 @logger.inject_lambda_context(correlation_id_path=correlation_paths.API_GATEWAY_HTTP)
-def handler(event, context):
+def handler(event: LambdaEvent, context: LambdaContext) -> LambdaResult:
     return app.resolve(event, context)

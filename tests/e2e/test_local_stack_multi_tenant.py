@@ -78,10 +78,10 @@ def test_the_banners_environment_is_enough_for_amsg_tenants(stack: LocalStack, t
     env = {
         "PATH": os.environ.get("PATH", ""),
         "AMSG_TENANT_TOKEN_SIGNING_KEY": SIGNING_KEY,
-        **operator_environment(stack, os.environ),
+        **operator_environment(stack),
     }
-    banner = "\n".join(banner_lines(stack, os.environ))
-    assert all(f"{key}={value}" in banner for key, value in operator_environment(stack, os.environ).items())
+    banner = "\n".join(banner_lines(stack))
+    assert all(f"{key}={value}" in banner for key, value in operator_environment(stack).items())
     done = subprocess.run(
         [
             sys.executable,

@@ -402,31 +402,37 @@ def requests(draw: st.DrawFn, *, user_id: str, user_key: str, wrong_keys: list[s
         )
     )
     key = draw(st.sampled_from(wrong_keys)) if fault == "wrong-key" else user_key
-    body_kind = fault if fault in BODY_FAULTS else "envelope"
-    if body_kind == "envelope":
-        body: bytes | None = json.dumps(encrypt_text(plaintext, key)).encode()
-    elif body_kind == "none":
-        body = None
-    elif body_kind == "raw":
-        body = draw(st.binary(max_size=100))
-    elif body_kind == "deep":
-        body = draw(deep_texts).encode()
-    elif body_kind == "hostile":
-        body = draw(hostile_bodies)
-    elif body_kind == "json":
-        body = to_json_text(draw(json_values)).encode("utf-8", errors="surrogatepass")
-    else:
-        envelope = encrypt_text(plaintext, key)
-        field = draw(st.sampled_from(sorted(envelope)))
-        envelope[field] = draw(json_values)
-        body = to_json_text(envelope).encode("utf-8", errors="surrogatepass")
-
+    body = _body(draw, fault if fault in BODY_FAULTS else "envelope", plaintext, key)
     encoding = fault if fault in ENCODING_FAULTS else draw(st.sampled_from([None] * 9 + ["gzip"]))
+    return FuzzRequest(method, path + (f"?{query}" if query else ""), headers, _encoded(body, encoding, headers))
+
+
+def _body(draw: st.DrawFn, body_kind: Any, plaintext: str, key: str) -> bytes | None:
+    """The request body for one body fault (``envelope``: none, a well-formed encrypted body)."""
+    if body_kind == "envelope":
+        return json.dumps(encrypt_text(plaintext, key)).encode()
+    if body_kind == "none":
+        return None
+    if body_kind == "raw":
+        return draw(st.binary(max_size=100))
+    if body_kind == "deep":
+        return draw(deep_texts).encode()
+    if body_kind == "hostile":
+        return draw(hostile_bodies)
+    if body_kind == "json":
+        return to_json_text(draw(json_values)).encode("utf-8", errors="surrogatepass")
+    envelope = encrypt_text(plaintext, key)
+    field = draw(st.sampled_from(sorted(envelope)))
+    envelope[field] = draw(json_values)
+    return to_json_text(envelope).encode("utf-8", errors="surrogatepass")
+
+
+def _encoded(body: bytes | None, encoding: Any, headers: dict[str, str]) -> bytes | None:
     if encoding == "gzip" and body is not None:
-        body = gzip.compress(body)
         headers["Content-Encoding"] = "gzip"
-    elif encoding == "gzip-plain":
+        return gzip.compress(body)
+    if encoding == "gzip-plain":
         headers["Content-Encoding"] = "gzip"  # a gateway that inflated already, or a lie
     elif encoding is not None:
         headers["Content-Encoding"] = encoding
-    return FuzzRequest(method, path + (f"?{query}" if query else ""), headers, body)
+    return body

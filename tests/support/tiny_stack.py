@@ -98,6 +98,7 @@ Resources:
         Boom: { Type: HttpApi, Properties: { ApiId: !Ref HttpApi, Method: GET, Path: /boom } }
         Slow: { Type: HttpApi, Properties: { ApiId: !Ref HttpApi, Method: GET, Path: /slow } }
         Ctx: { Type: HttpApi, Properties: { ApiId: !Ref HttpApi, Method: GET, Path: /ctx } }
+        Env: { Type: HttpApi, Properties: { ApiId: !Ref HttpApi, Method: GET, Path: /env } }
         Big: { Type: HttpApi, Properties: { ApiId: !Ref HttpApi, Method: GET, Path: /big } }
         Bad: { Type: HttpApi, Properties: { ApiId: !Ref HttpApi, Method: GET, Path: /bad } }
         Nap: { Type: HttpApi, Properties: { ApiId: !Ref HttpApi, Method: GET, Path: /nap } }
@@ -212,6 +213,9 @@ HANDLERS = {
                 return {"statusCode": 200, "body": "x" * (6 * 1024 * 1024 + 10)}
             if path == "/bad":
                 return {"statusCode": 200, "body": {"not": "a string"}}
+            if path == "/env":
+                names = ("AMSG_TABLE_NAME", "AWS_ENDPOINT_URL_DYNAMODB", "TINY_KNOB", "AWS_SESSION_TOKEN")
+                return {name: os.environ.get(name) for name in names}
             if path == "/nap":
                 time.sleep(0.4)
                 return {"statusCode": 200, "body": f"{__name__}@{os.getpid()}"}

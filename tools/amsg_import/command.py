@@ -161,30 +161,22 @@ class Report:
 
 
 class Progress:
-    """Counts per kind on one line (redrawn on a terminal, printed every few thousand rows otherwise)."""
+    """Counts per kind on one line (:class:`amsg_local.progress.Progress`: redrawn on a terminal; in a pipe, a
+    line every few thousand rows and one per finished kind, so a long import's log shows how far it got)."""
 
     def __init__(self, stream: TextIO, *, every: int = 2000) -> None:
-        self.stream = stream
-        self.tty = bool(getattr(stream, "isatty", lambda: False)())
-        self.every = every
-        self._last = 0.0
+        from amsg_local.progress import Progress as Line
 
-    def _line(self, kind: str, s: KindStats, label: str) -> str:
+        self.line = Line(stream, every=every)
+
+    def _text(self, kind: str, s: KindStats, label: str) -> str:
         return f"{kind:<14}{s.read:>8} read {s.written:>8} {label} {s.skipped:>7} skipped {s.failed:>6} failed"
 
     def update(self, kind: str, s: KindStats, label: str) -> None:
-        if self.tty:
-            now = time.monotonic()
-            if now - self._last >= 0.1:
-                self._last = now
-                self.stream.write("\r" + self._line(kind, s, label))
-                self.stream.flush()
-        elif s.read % self.every == 0:
-            self.stream.write(self._line(kind, s, label) + "\n")
+        self.line.update(self._text(kind, s, label), s.read)
 
     def done(self, kind: str, s: KindStats, label: str) -> None:
-        self.stream.write(("\r" if self.tty else "") + self._line(kind, s, label) + "\n")
-        self.stream.flush()
+        self.line.done(self._text(kind, s, label))
 
 
 # ---- the import ---------------------------------------------------------------------------------------------

@@ -17,6 +17,7 @@ import base64
 import json
 import logging
 import threading
+import time
 import uuid
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
@@ -348,12 +349,20 @@ class TickRunner:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._warned = False
+        # the last run, for `amsg status`: {"atMs" (wall clock), "summary"} or {"atMs", "error"}
+        self.last_run: dict[str, Any] | None = None
 
     def run_once(self) -> dict[str, Any]:
         if self.tick_then_drain is None:
             raise TickNotConfigured("no tick_then_drain was configured for this gateway")
         with self._run_lock:
-            return self.tick_then_drain()
+            try:
+                result = self.tick_then_drain()
+            except Exception as exc:
+                self.last_run = {"atMs": int(time.time() * 1000), "error": type(exc).__name__}
+                raise
+            self.last_run = {"atMs": int(time.time() * 1000), "summary": result}
+            return result
 
     def start(self) -> None:
         if self.interval_s <= 0 or self._thread is not None:

@@ -32,7 +32,8 @@ they will see on AWS:
 Local-only: ``POST /_local/tick`` runs one tick and drains the task queue (501 when not available),
 ``/_local/clock`` and ``/_local/run-task`` (their input checks and the clock's range: ``local_input.py``).
 Their errors never carry exception text (it goes to the log).
-``GET /_local/stats`` counts invocations, cold starts and sandboxes per function.
+``GET /_local/stats`` counts invocations, cold starts and sandboxes per function; ``GET /_local/environment``
+tells ``amsg invoke`` and ``amsg status`` where the stack keeps its data (``stack_info.py``: no secret).
 """
 
 from __future__ import annotations
@@ -56,6 +57,7 @@ from amsg_local.delivery import TickNotConfigured, TickRunner, TickThenDrain
 from amsg_local.http_answer import LISTEN_BACKLOG, GatewayResponse, json_body
 from amsg_local.lambda_runtime import LAMBDA_SYNC_PAYLOAD_LIMIT, LambdaRuntime
 from amsg_local.local_input import BadLocalRequest, clock_target, parse_object, task_uuid
+from amsg_local.stack_info import ENVIRONMENT_PATH, describe
 from amsg_local.template import CorsConfig, Route, http_routes
 
 __all__ = [
@@ -308,9 +310,8 @@ class Gateway:
             return self._with_cors(self._local_clock(body), origin)
         if method == "POST" and raw_path == LOCAL_RUN_TASK_PATH:
             return self._with_cors(self._local_run_task(body), origin)
-        if method == "GET" and raw_path == LOCAL_STATS_PATH:
-            stats = {"success": True, **self.runtime.stats()}
-            return GatewayResponse(200, [("content-type", "application/json; charset=utf-8")], json_body(stats))
+        if method == "GET" and raw_path in (LOCAL_STATS_PATH, ENVIRONMENT_PATH):
+            return self._local_info(raw_path)
         route, path_params = self.router.match(method, raw_path)
         if route is None:
             return self._with_cors(GatewayResponse.message(404, "Not Found"), origin)
@@ -376,6 +377,19 @@ class Gateway:
             if allowed != "*":
                 _merge_vary(response.headers, "origin")
         return response
+
+    def _local_info(self, raw_path: str) -> GatewayResponse:
+        """``/_local/stats`` (per-function counts) or ``/_local/environment`` (endpoints, no secret: stack_info)."""
+        if raw_path == LOCAL_STATS_PATH:
+            info = self.runtime.stats()
+        else:
+            queue = getattr(self.ticks.tick_then_drain, "queue", None)
+            environment = self.runtime.environment()  # the functions' (the stack's over the caller's)
+            info = describe(environment, clock=self.clock, dead_letter_url=getattr(queue, "dead_letter_url", None))
+            info["lastTick"] = self.ticks.last_run
+        return GatewayResponse(
+            200, [("content-type", "application/json; charset=utf-8")], json_body({"success": True, **info})
+        )
 
     def _local_run_task(self, body: bytes) -> GatewayResponse:
         """Local-only ``runTask(uuid)``: ``{"uuid": "..."}`` → ``{ran, reason?|summary}``, then drains the queue."""

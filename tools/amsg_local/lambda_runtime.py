@@ -390,6 +390,7 @@ class LambdaRuntime:
         region: str = "us-east-1",
         sandboxes: str = "process",
         clock: Any = None,
+        environment: Callable[[], Mapping[str, str]] | None = None,
     ) -> None:
         if sandboxes not in SANDBOX_MODES:
             raise ValueError(f"sandboxes must be one of {SANDBOX_MODES}, not {sandboxes!r}")
@@ -397,6 +398,8 @@ class LambdaRuntime:
         self.region = region
         self.sandboxes = sandboxes
         self.clock = clock
+        # a new process sandbox's environment (the stack's, laid over the caller's; default: the process's own)
+        self.environment = environment or (lambda: dict(os.environ))
         self._parameters = parameters
         self._functions: dict[str, Any] = {}
         self._lock = threading.Lock()
@@ -415,9 +418,7 @@ class LambdaRuntime:
                 if self.sandboxes == "process":
                     from amsg_local.process_runtime import ProcessFunctionRuntime
 
-                    runtime = ProcessFunctionRuntime(
-                        spec, self.region, environment=lambda: dict(os.environ), clock=self.clock
-                    )
+                    runtime = ProcessFunctionRuntime(spec, self.region, environment=self.environment, clock=self.clock)
                 else:
                     runtime = FunctionRuntime(spec, self.region)
                 self._functions[logical_id] = runtime

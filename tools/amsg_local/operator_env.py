@@ -8,13 +8,13 @@ from __future__ import annotations
 
 import shlex
 import textwrap
-from collections.abc import Mapping
 from typing import Any
 
 
-def operator_environment(stack: Any, environ: Mapping[str, str]) -> dict[str, str]:
+def operator_environment(stack: Any) -> dict[str, str]:
     """The variables that point ``amsg tenants`` / ``amsg import --tenant`` at ``stack`` (a running
-    ``LocalStack`` in multi mode)."""
+    ``LocalStack`` in multi mode), read from its functions' environment."""
+    environ = stack.function_environment()
     env = {
         "AMSG_TENANCY": "multi",
         "AMSG_TABLE_NAME": stack.table_name,
@@ -30,9 +30,9 @@ def operator_environment(stack: Any, environ: Mapping[str, str]) -> dict[str, st
     return env
 
 
-def banner_lines(stack: Any, environ: Mapping[str, str]) -> list[str]:
+def banner_lines(stack: Any) -> list[str]:
     """The banner's tenancy entry: init-tenant, and the environment of the operator's commands."""
-    assignments = " ".join(f"{k}={shlex.quote(v)}" for k, v in operator_environment(stack, environ).items())
+    assignments = " ".join(f"{k}={shlex.quote(v)}" for k, v in operator_environment(stack).items())
     wrapped = textwrap.wrap(assignments, width=92, break_long_words=False, break_on_hyphens=False)
     return [
         f"  tenancy        multi: POST {stack.base_url}/api/v1/init-tenant with X-Init-Secret",

@@ -12,8 +12,9 @@ credentials (or ``AWS_ENDPOINT_URL_DYNAMODB`` / ``AWS_ENDPOINT_URL_KMS`` for loc
 * ``usage [ID]``: pending and settled tasks of each tenant, counted from its index partitions;
 * ``set-rate-limit ID RPS|default``: the tenant's requests per second (429 above it);
 * ``disable ID`` / ``enable ID``: a disabled tenant's requests and deliveries are refused; its data stays;
-* ``delete ID``: marks the tenant ``deleting`` (refused from then on) and starts the removal of all its items
-  as resumable background work (the tick advances it, then removes the record).
+* ``delete ID [--wait]``: marks the tenant ``deleting`` (refused from then on) and starts the removal of all its
+  items as resumable background work (the tick advances it, then removes the record); ``--wait`` stays until it
+  has finished (at least the 15-minute grace for running deliveries), with progress on a terminal.
 
 A tenant id is found as typed, else in its canonical spelling (a UUID in lower case, as init-tenant stores it).
 """
@@ -24,6 +25,7 @@ import argparse
 import json
 import os
 import sys
+import time
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -55,6 +57,9 @@ def add_parser(commands: Any) -> None:
     ):
         action = actions.add_parser(name, help=text)
         action.add_argument("tenant_id")
+    delete = actions.choices["delete"]
+    delete.add_argument("--wait", action="store_true", help="wait until the tick has removed everything")
+    delete.add_argument("--timeout", type=float, default=3600.0, metavar="SECONDS", help="--wait's limit (3600)")
     limit = actions.add_parser("set-rate-limit", help="the tenant's requests per second (overrides the default)")
     limit.add_argument("tenant_id")
     limit.add_argument("rps", help="requests per second (0: no limit), or 'default' for the deployment's")
@@ -107,7 +112,7 @@ def _run(ctx: Any, args: argparse.Namespace) -> int:
     elif command in ("disable", "enable"):
         _print(_row(lifecycle.set_status(ctx, tenant_id, "disabled" if command == "disable" else "active")))
     elif command == "delete":
-        return _delete(ctx, tenant_id)
+        return _delete(ctx, tenant_id, args.timeout if args.wait else None)
     elif command == "usage":
         _print(_usage(ctx, tenant_id or None))
     elif command == "set-rate-limit":
@@ -124,14 +129,38 @@ def _print_credentials(credentials: dict[str, Any]) -> None:
     _print(credentials)
 
 
-def _delete(ctx: Any, tenant_id: str) -> int:
+def _delete(ctx: Any, tenant_id: str, wait_s: float | None) -> int:
     from amsg.engine.tenant_deletion import start_tenant_deletion
 
     start_tenant_deletion(ctx, tenant_id)  # records the work, then marks the tenant deleting
     record = ctx.tenant_registry.get(tenant_id)
     status = _row(record) if record is not None else {"tenantId": tenant_id}
-    _print({**status, "deletion": "started: the tick removes every item of the tenant, then its record"})
-    return 0
+    if wait_s is None:
+        _print({**status, "deletion": "started: the tick removes every item of the tenant, then its record"})
+        return 0
+    finished, deleted = _wait_for_purge(ctx, tenant_id, wait_s)
+    outcome = "finished" if finished else f"still running after {wait_s:g} s: the tick carries on"
+    _print({"tenantId": tenant_id, "deletion": outcome, "itemsDeleted": deleted})
+    return 0 if finished else 1
+
+
+def _wait_for_purge(ctx: Any, tenant_id: str, timeout_s: float, poll_s: float = 1.0) -> tuple[bool, int]:
+    """Poll the deletion until its record is gone (the tick removed everything, then the tenant's record);
+    ``(finished, items removed as last seen)``. Progress on a terminal, nothing in a pipe."""
+    from amsg_local.progress import Progress
+
+    progress = Progress()
+    deadline = time.monotonic() + timeout_s
+    deleted = 0
+    while True:
+        status = ctx.tenant_purge.status(tenant_id)
+        if status is None or time.monotonic() >= deadline:
+            progress.done()
+            return status is None, deleted
+        deleted = status.deleted
+        grace = ", waiting for deliveries that were running to end" if status.clean_pass else ""
+        progress.update(f"deleting tenant {tenant_id}: {deleted} items removed{grace}")
+        time.sleep(poll_s)
 
 
 def _usage(ctx: Any, tenant_id: str | None) -> list[dict[str, Any]]:

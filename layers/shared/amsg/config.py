@@ -5,7 +5,7 @@ Numeric knobs are ``AMSG_<SNAKE_CASE>`` variables; their defaults are the refere
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 
@@ -53,6 +53,46 @@ class Settings:
     @property
     def multi_tenant(self) -> bool:
         return self.tenancy == "multi"
+
+
+@dataclass(frozen=True)
+class AwsAccess:
+    """How the adapters reach AWS, as the context's mapping states it: a region, keys, an endpoint per service.
+
+    On Lambda the mapping is the process environment and these are the values boto3 would read from it anyway;
+    a context built from another mapping (the local stack's, a tool's, a test's) talks to what that mapping
+    names without anyone rewriting ``os.environ``. What the mapping leaves out, boto3 resolves as usual."""
+
+    region: str | None = None
+    access_key_id: str | None = field(default=None, repr=False)
+    secret_access_key: str | None = field(default=None, repr=False)
+    session_token: str | None = field(default=None, repr=False)
+    endpoints: Mapping[str, str] = field(default_factory=dict)
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str]) -> AwsAccess:
+        return cls(
+            region=env.get("AWS_REGION") or env.get("AWS_DEFAULT_REGION") or None,
+            access_key_id=env.get("AWS_ACCESS_KEY_ID") or None,
+            secret_access_key=env.get("AWS_SECRET_ACCESS_KEY") or None,
+            session_token=env.get("AWS_SESSION_TOKEN") or None,
+            endpoints={
+                service: url
+                for service in ("dynamodb", "sqs", "kms")
+                if (url := env.get(f"AWS_ENDPOINT_URL_{service.upper()}") or env.get("AWS_ENDPOINT_URL"))
+            },
+        )
+
+    def client_options(self, service: str) -> dict[str, str]:
+        """``boto3.client(service, **options)`` arguments: only what the mapping set (keys only as a pair)."""
+        options = {"region_name": self.region, "endpoint_url": self.endpoints.get(service)}
+        if self.access_key_id and self.secret_access_key:
+            options |= {
+                "aws_access_key_id": self.access_key_id,
+                "aws_secret_access_key": self.secret_access_key,
+                "aws_session_token": self.session_token,
+            }
+        return {name: value for name, value in options.items() if value}
 
 
 @dataclass

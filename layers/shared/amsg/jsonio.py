@@ -19,7 +19,6 @@ from __future__ import annotations
 import json
 import math
 import re
-from itertools import accumulate
 from typing import Any
 
 # Far deeper than any real payload (task metadata, client-state values are strings); far below the ~1,000 frames
@@ -29,7 +28,6 @@ MAX_DEPTH = 64
 _PLAIN_STRING_RE = re.compile(r'"[^"]*"')
 _NON_BRACKET_BYTES = bytes(b for b in range(256) if b not in b"[]{}")
 _INNERMOST_PAIR_RE = re.compile(r"\[\]|\{\}")
-_DEPTH_STEP = {"[": 1, "{": 1, "]": -1, "}": -1}
 _LONE_SURROGATE = re.compile("[\ud800-\udfff]")
 # 1.7976931348623157e308 has 309 digits: a shorter integer literal always fits a double
 _MAX_SAFE_INT_DIGITS = 308
@@ -75,14 +73,6 @@ def _brackets(text: str) -> str:
     outside = _PLAIN_STRING_RE.sub("", unescaped).encode("utf-8", errors="surrogatepass")
     # UTF-8 multi-byte sequences hold no ASCII byte, so deleting every other byte keeps exactly the brackets
     return outside.translate(None, _NON_BRACKET_BYTES).decode("ascii")
-
-
-def nesting_depth(text: str) -> int:
-    """Deepest array/object nesting of a JSON text (strings skipped), computed without recursion."""
-    brackets = _brackets(text)
-    if len(brackets) <= 1:
-        return len(brackets)
-    return max(accumulate(map(_DEPTH_STEP.__getitem__, brackets)))
 
 
 def _nested_deeper_than(text: str, max_depth: int) -> bool:

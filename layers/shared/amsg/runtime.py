@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from amsg import snapstart
 from amsg.clock import SystemClock
-from amsg.config import ConfigError, Secrets, Settings
+from amsg.config import AwsAccess, ConfigError, Secrets, Settings
 from amsg.context import AppContext, DeliveryPorts, StoragePorts
 from amsg.observability import logger, start_tracing
 
@@ -174,31 +174,35 @@ def build_context(env: Mapping[str, str], *, clock: Clock | None = None) -> AppC
     and the delivery ports on theirs, so a route pays only for what it uses (docs/cold-start.md)."""
     settings = settings_from_env(env)
     secrets = secrets_from_env(env)
-    # boto3 reads AWS_ENDPOINT_URL_DYNAMODB from the process environment by itself; an explicit value in the
-    # mapping wins (tests and tools build contexts for other endpoints without touching os.environ)
-    endpoint_url = env.get("AWS_ENDPOINT_URL_DYNAMODB") or None
+    # the mapping's region, keys and endpoints reach every client (tests, tools and the local stack build
+    # contexts for other endpoints without touching os.environ)
+    access = AwsAccess.from_env(env)
     return AppContext(
         settings=settings,
         secrets=secrets,
         clock=clock or SystemClock(),
-        delivery=delivery_ports(settings, secrets),
-        storage=lambda: storage_ports(settings, endpoint_url),
+        delivery=delivery_ports(settings, secrets, access),
+        storage=lambda: storage_ports(settings, access),
         optional_ports=frozenset({"owners", "policies", "cloud_data", "coalescer"}),
     )
 
 
-def storage_ports(settings: Settings, endpoint_url: str | None) -> StoragePorts:
+def storage_ports(settings: Settings, access: AwsAccess) -> StoragePorts:
     """The DynamoDB adapters of every storage port, sharing one table client; ``for_tenant`` builds a tenant's
     ports on that same client (docs/tenancy-data.md)."""
     from amsg.adapters.dynamo.keys import SINGLE, tenant_space
     from amsg.adapters.dynamo.table import DynamoTable
 
-    table = DynamoTable(settings.table_name, endpoint_url=endpoint_url)
-    return ports_in_space(table, settings, SINGLE, tenant_space)
+    table = DynamoTable(settings.table_name, client_options=access.client_options("dynamodb"))
+    return ports_in_space(table, settings, SINGLE, tenant_space, access)
 
 
 def ports_in_space(
-    table: DynamoTable, settings: Settings, space: KeySpace, tenant_space: Callable[[str], KeySpace]
+    table: DynamoTable,
+    settings: Settings,
+    space: KeySpace,
+    tenant_space: Callable[[str], KeySpace],
+    access: AwsAccess | None = None,
 ) -> StoragePorts:
     """Every storage adapter confined to one key space of the table (the single line's, or one tenant's)."""
     from amsg.adapters.dynamo.claims import DynamoClaimStore
@@ -218,12 +222,12 @@ def ports_in_space(
         _ = table.table  # the table's botocore client: service model and endpoint rules loaded, no request sent
 
     def for_tenant(tenant_id: str) -> StoragePorts:
-        return ports_in_space(table, settings, tenant_space(tenant_id), tenant_space)
+        return ports_in_space(table, settings, tenant_space(tenant_id), tenant_space, access)
 
     return StoragePorts(
         prepare=prepare,
         # the registry and tenants' keys belong to the deployment, never to a tenant's own ports
-        **(tenant_ports(settings, table) if space.tenant_id is None else {}),
+        **(tenant_ports(settings, table, access or AwsAccess()) if space.tenant_id is None else {}),
         tasks=DynamoTaskStore(
             table, due_shards=settings.due_shards, space=space, pending_limit=settings.tenant_max_pending_tasks
         ),
@@ -242,7 +246,7 @@ def ports_in_space(
     )
 
 
-def tenant_ports(settings: Settings, table: DynamoTable) -> dict[str, Any]:
+def tenant_ports(settings: Settings, table: DynamoTable, access: AwsAccess) -> dict[str, Any]:
     """The registry, tenants' master keys (KMS, cached per sandbox) and the active tenants; none in single mode."""
     if not settings.multi_tenant:
         return {}
@@ -253,7 +257,7 @@ def tenant_ports(settings: Settings, table: DynamoTable) -> dict[str, Any]:
     if not settings.kms_key_id:
         raise ConfigError("AMSG_KMS_KEY_ID is not set (the multi-tenant line wraps master keys with it)")
     registry = DynamoTenantStore(table)
-    wrapper = KmsKeyWrapper(settings.kms_key_id)
+    wrapper = KmsKeyWrapper(settings.kms_key_id, client_options=access.client_options("kms"))
     keys = TenantKeys(registry, wrapper, time.monotonic, max_age_s=settings.tenant_key_cache_s)
     return {
         "tenant_registry": registry,
@@ -263,7 +267,7 @@ def tenant_ports(settings: Settings, table: DynamoTable) -> dict[str, Any]:
     }
 
 
-def delivery_ports(settings: Settings, secrets: Secrets) -> DeliveryPorts:
+def delivery_ports(settings: Settings, secrets: Secrets, access: AwsAccess | None = None) -> DeliveryPorts:
     """Delivery collaborators, built on first use: API routes that never deliver never import them."""
 
     unusable: list[str] = []
@@ -318,7 +322,7 @@ def delivery_ports(settings: Settings, secrets: Secrets) -> DeliveryPorts:
             return None
         from amsg.adapters.sqs_queue import SqsTaskQueue
 
-        return SqsTaskQueue(settings.queue_url)
+        return SqsTaskQueue(settings.queue_url, client_options=(access or AwsAccess()).client_options("sqs"))
 
     return DeliveryPorts(
         make_push_sender=push_sender, make_llm=llm, make_queue=queue, describe_push_problem=push_problem

@@ -11,6 +11,7 @@ from __future__ import annotations
 import base64
 import binascii
 import threading
+from collections.abc import Mapping
 from typing import Any
 
 import boto3
@@ -23,10 +24,20 @@ CONTEXT_KEY = "amsg:tenant"
 
 
 class KmsKeyWrapper:
-    def __init__(self, key_id: str, *, endpoint_url: str | None = None, region: str | None = None) -> None:
+    def __init__(
+        self,
+        key_id: str,
+        *,
+        endpoint_url: str | None = None,
+        region: str | None = None,
+        client_options: Mapping[str, str] | None = None,
+    ) -> None:
         self.key_id = key_id
-        self._endpoint_url = endpoint_url
-        self._region = region
+        self._client_options = {**(client_options or {})}  # region, endpoint, keys the caller states
+        if endpoint_url:
+            self._client_options["endpoint_url"] = endpoint_url
+        if region:
+            self._client_options["region_name"] = region
         self._client: Any = None
         self._lock = threading.Lock()
 
@@ -37,9 +48,8 @@ class KmsKeyWrapper:
                 if self._client is None:
                     self._client = boto3.session.Session().client(
                         "kms",
-                        endpoint_url=self._endpoint_url,
-                        region_name=self._region,
                         config=Config(retries={"mode": "standard", "max_attempts": 4}, connect_timeout=3),
+                        **self._client_options,
                     )
         return self._client
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import boto3
@@ -11,14 +12,17 @@ from amsg import jsonio
 
 
 class SqsTaskQueue:
-    def __init__(self, queue_url: str) -> None:
+    def __init__(self, queue_url: str, *, client_options: Mapping[str, str] | None = None) -> None:
         self.queue_url = queue_url
+        self._client_options = dict(client_options or {})  # region, endpoint, keys the context's mapping states
         self._client: Any = None
 
     @property
     def client(self) -> Any:
         if self._client is None:
-            self._client = boto3.client("sqs", config=Config(retries={"mode": "standard", "max_attempts": 5}))
+            self._client = boto3.client(
+                "sqs", config=Config(retries={"mode": "standard", "max_attempts": 5}), **self._client_options
+            )
         return self._client
 
     def send_many(self, messages: list[dict[str, Any]]) -> list[int]:

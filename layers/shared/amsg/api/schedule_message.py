@@ -57,12 +57,8 @@ def schedule_message(request: ApiRequest, ctx: AppContext) -> ApiResponse:
         raise payload_too_large_error(size)
 
     instant = req.message_type == "instant"
-    if instant and not req.uses_llm:
-        check_instant_text(stored, task_uuid=req.uuid, send_ms=req.next_send_at_ms, now_ms=now_ms)
     if instant:
-        missing = missing_vapid_keys(ctx.settings, ctx.secrets)
-        if missing:
-            raise api_error("VAPID_CONFIG_ERROR", details={"missingKeys": missing})
+        _check_instant(ctx, req, stored, now_ms)
 
     task = NewTask(
         user_id=user_id,
@@ -100,6 +96,15 @@ def schedule_message(request: ApiRequest, ctx: AppContext) -> ApiResponse:
     if req.supersedes_uuid is not None:
         data["superseded"] = created.superseded
     return ok(data, status=201)
+
+
+def _check_instant(ctx: AppContext, req: ScheduleRequest, stored: dict[str, Any], now_ms: int) -> None:
+    """An instant task is delivered within this request: its text and the VAPID keys are checked first."""
+    if not req.uses_llm:
+        check_instant_text(stored, task_uuid=req.uuid, send_ms=req.next_send_at_ms, now_ms=now_ms)
+    missing = missing_vapid_keys(ctx.settings, ctx.secrets)
+    if missing:
+        raise api_error("VAPID_CONFIG_ERROR", details={"missingKeys": missing})
 
 
 def _deliver_instant(

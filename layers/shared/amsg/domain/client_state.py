@@ -66,10 +66,6 @@ def well_formed(text: str) -> str:
         return text.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "replace")
 
 
-def utf8_len(text: str) -> int:
-    return len(well_formed(text).encode("utf-8"))
-
-
 def has_reserved_chars(text: str) -> bool:
     """U+0000–U+001F are reserved for the storage layout (``INTERNAL_STATE_CHAR_RE``)."""
     return any(ord(ch) < 0x20 for ch in text)

@@ -262,29 +262,7 @@ class _Parser:
     def _group(self) -> Group:
         start = self.pos
         self.pos += 1  # (
-        kind, name = "cap", None
-        if self._peek() == "?":
-            nxt = self._peek(1)
-            if nxt == ":":
-                kind = "nc"
-                self.pos += 2
-            elif nxt == "=":
-                kind = "la"
-                self.pos += 2
-            elif nxt == "!":
-                kind = "nla"
-                self.pos += 2
-            elif nxt == "<" and self._peek(2) in ("=", "!"):
-                kind = "lb" if self._peek(2) == "=" else "nlb"
-                self.pos += 3
-            elif nxt == "<":
-                end = self.src.find(">", self.pos + 2)
-                name = self.src[self.pos + 2 : end] if end != -1 else ""
-                if end == -1 or not _valid_js_group_name(name):
-                    raise self._error("invalid capture group name")
-                self.pos = end + 1
-            else:
-                raise self._error("invalid group (inline modifiers are not supported)")
+        kind, name = self._group_kind() if self._peek() == "?" else ("cap", None)
         index = 0
         if kind == "cap":
             self.next_group += 1
@@ -302,6 +280,26 @@ class _Parser:
         if kind == "cap":
             self.closed.add(index)
         return Group(kind, body, index, name)
+
+    def _group_kind(self) -> tuple[str, str | None]:
+        """What follows ``(?``: a non-capturing group, a lookaround, or a named capture (its name)."""
+        nxt = self._peek(1)
+        simple = {":": "nc", "=": "la", "!": "nla"}
+        if nxt in simple:
+            self.pos += 2
+            return simple[nxt], None
+        if nxt == "<" and self._peek(2) in ("=", "!"):
+            kind = "lb" if self._peek(2) == "=" else "nlb"
+            self.pos += 3
+            return kind, None
+        if nxt != "<":
+            raise self._error("invalid group (inline modifiers are not supported)")
+        end = self.src.find(">", self.pos + 2)
+        name = self.src[self.pos + 2 : end] if end != -1 else ""
+        if end == -1 or not _valid_js_group_name(name):
+            raise self._error("invalid capture group name")
+        self.pos = end + 1
+        return "cap", name
 
     def _atom(self) -> Node:
         ch = self._peek()
@@ -527,20 +525,19 @@ def _emit(node: Node) -> str:
             inner = _emit(node.atom)
             if not isinstance(node.atom, Char | Class | Group):
                 inner = f"(?:{inner})"
-            if (node.lo, node.hi) == (0, None):
-                suffix = "*"
-            elif (node.lo, node.hi) == (1, None):
-                suffix = "+"
-            elif (node.lo, node.hi) == (0, 1):
-                suffix = "?"
-            elif node.hi is None:
-                suffix = f"{{{node.lo},}}"
-            elif node.lo == node.hi:
-                suffix = f"{{{node.lo}}}"
-            else:
-                suffix = f"{{{node.lo},{node.hi}}}"
-            return inner + suffix + ("?" if node.lazy else "")
+            return inner + _quantifier(node.lo, node.hi) + ("?" if node.lazy else "")
     raise AssertionError(f"unknown node {node!r}")
+
+
+_SHORT_QUANTIFIERS = {(0, None): "*", (1, None): "+", (0, 1): "?"}
+
+
+def _quantifier(lo: int, hi: int | None) -> str:
+    if (lo, hi) in _SHORT_QUANTIFIERS:
+        return _SHORT_QUANTIFIERS[(lo, hi)]
+    if hi is None:
+        return f"{{{lo},}}"
+    return f"{{{lo}}}" if lo == hi else f"{{{lo},{hi}}}"
 
 
 def _parse(source: str) -> Alt:

@@ -128,15 +128,3 @@ def ownership_of(explicit: Mapping[str, Any]) -> Ownership:
     if not valid_owner(owner):
         raise CloudGuardError("INVALID_CLOUD_OWNER", "owner 必须是 {type, id}，type ≤ 100、id ≤ 300 个非空字符")
     return Ownership(dict(owner), kind, generation)
-
-
-def guard_of_payload(payload: Mapping[str, Any]) -> Ownership | None:
-    """The ownership a stored task payload carries (its ``__cloudOwnerGuard``), or None."""
-    guard = payload.get(GUARD_FIELD)
-    if not is_plain_object(guard) or not valid_owner(guard.get("owner")):
-        return None
-    try:
-        generation = asserted_generation(guard.get("generation"))
-    except CloudGuardError:
-        return None
-    return Ownership(dict(guard["owner"]), None, generation)

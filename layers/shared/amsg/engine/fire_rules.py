@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import math
 import uuid as uuid_lib
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from amsg.domain.client_state import (
@@ -111,7 +111,10 @@ def validate_decision(decision: Any) -> None:
         if not isinstance(calls, list) or not calls or not all(is_plain_object(call) for call in calls):
             raise bad("tool_calls must be a non-empty list of dicts")
         return
-    payloads = decision.get("push_payloads")
+    _check_push_payloads(kind, decision.get("push_payloads"), bad)
+
+
+def _check_push_payloads(kind: str, payloads: Any, bad: Callable[[str], DeliveryFailure]) -> None:
     if not isinstance(payloads, list) or not payloads or not all(is_plain_object(p) for p in payloads):
         raise bad(f"{kind} needs push_payloads: a non-empty list of dicts")
     for index, push in enumerate(payloads):

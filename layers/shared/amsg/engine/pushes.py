@@ -122,10 +122,6 @@ def encode_push(push: dict[str, Any]) -> bytes:
     return compact_json(push).encode("utf-8")
 
 
-def fits_push(push: dict[str, Any]) -> bool:
-    return len(encode_push(push)) <= MAX_PUSH_PAYLOAD_BYTES
-
-
 def decode_push(text: str) -> dict[str, Any]:
     value = jsonio.loads(text)
     if not isinstance(value, dict):

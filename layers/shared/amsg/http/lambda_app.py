@@ -4,18 +4,19 @@ Each function serves one route (one path, one to three methods) that API Gateway
 routing here is a dictionary lookup: Powertools' resolver would cost its whole event-handler package at every
 cold start (most of an API handler's import, docs/cold-start.md) for nothing we use.
 
-Every route handler is ``serve(app, endpoint)``: build the request from the v2 event, read the body for
-POST/PUT/DELETE before anything else (the reference reads bodies before routing), build the context, run the
-endpoint, and turn any exception into the reference's envelopes (ApiError → its code; anything else → 500
-with a sanitized ``error.cause``; configuration failures → stage ``config``).
+A handler module builds one :class:`HttpApp` from a typed route table and the context factory it was given
+(the composition root lives above this floor: the handler passes ``runtime.app_context``). For each event the
+app builds the request, reads the body for POST/PUT/DELETE before anything else (the reference reads bodies
+before routing), builds the context, runs the endpoint, and turns any exception into the reference's
+envelopes (ApiError → its code; anything else → 500 with a sanitized ``error.cause``; configuration failures →
+stage ``config``).
 """
 
 from __future__ import annotations
 
-import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import replace
-from typing import Any, TypeVar
+from typing import Any, Literal, Protocol
 
 from amsg.context import AppContext
 from amsg.errors import ApiError, CloudGuardError, StoreUnavailable, api_error
@@ -25,77 +26,20 @@ from amsg.http.responses import ApiResponse, from_error, internal_error, to_lamb
 from amsg.http.tenant_gate import tenant_scoped
 from amsg.observability import logger
 
+Method = Literal["GET", "POST", "PUT", "DELETE"]
 Endpoint = Callable[[ApiRequest, AppContext], ApiResponse]
-Route = Callable[..., dict[str, Any]]
-R = TypeVar("R", bound=Route)
+RouteTable = Mapping[tuple[Method, str], Endpoint]
+ContextFactory = Callable[[], AppContext]
+LambdaEvent = Mapping[str, Any]
+LambdaResult = dict[str, Any]
 BODY_METHODS = frozenset({"POST", "PUT", "DELETE"})
 PREFIX = "/api/v1"  # routes are served both at ``/`` and under ``/api/v1/`` (both client setups)
 
 
-class CurrentEvent:
-    def __init__(self, raw_event: dict[str, Any], lambda_context: object = None) -> None:
-        self.raw_event = raw_event
-        self.lambda_context = lambda_context
+class RemainingTime(Protocol):
+    """What the app reads of Lambda's context object (absent in tests and some local callers)."""
 
-
-class HttpApp:
-    """The routes of one function: ``@app.get(path)`` (and post/put/delete), ``@app.not_found``, then
-    ``app.resolve(event, context)``. A request no route takes answers the reference's 404 envelope."""
-
-    def __init__(self) -> None:
-        self._routes: dict[tuple[str, str], Route] = {}
-        self._not_found: Callable[[Exception | None], dict[str, Any]] | None = None
-        self._local = threading.local()  # the event being resolved, per thread (the local stack runs threads)
-
-    def route(self, path: str, method: str) -> Callable[[R], R]:
-        def register(function: R) -> R:
-            self._routes[(method, path)] = function
-            return function
-
-        return register
-
-    def get(self, path: str) -> Callable[[R], R]:
-        return self.route(path, "GET")
-
-    def post(self, path: str) -> Callable[[R], R]:
-        return self.route(path, "POST")
-
-    def put(self, path: str) -> Callable[[R], R]:
-        return self.route(path, "PUT")
-
-    def delete(self, path: str) -> Callable[[R], R]:
-        return self.route(path, "DELETE")
-
-    def not_found(self, function: Callable[[Exception | None], dict[str, Any]]) -> Callable[..., dict[str, Any]]:
-        self._not_found = function
-        return function
-
-    @property
-    def current_event(self) -> CurrentEvent:
-        event: CurrentEvent | None = getattr(self._local, "event", None)
-        assert event is not None, "current_event is only set while resolve() runs"
-        return event
-
-    def resolve(self, event: dict[str, Any], context: object = None) -> dict[str, Any]:
-        path = str(event.get("rawPath") or "/")
-        if path == PREFIX or path.startswith(PREFIX + "/"):
-            path = path[len(PREFIX) :] or "/"
-        method = str(((event.get("requestContext") or {}).get("http") or {}).get("method") or "").upper()
-        route = self._routes.get((method, path))
-        self._local.event = CurrentEvent(event, context)
-        try:
-            if route is not None:
-                return route()
-            if self._not_found is not None:
-                return self._not_found(None)
-            return handle(event, unknown_route)
-        finally:
-            self._local.event = None
-
-
-def http_app() -> HttpApp:
-    """One app per function (module level, so the routes are registered once per sandbox)."""
-    return HttpApp()
+    def get_remaining_time_in_millis(self) -> int: ...
 
 
 def unknown_route(request: ApiRequest, context: AppContext) -> ApiResponse:
@@ -104,10 +48,32 @@ def unknown_route(request: ApiRequest, context: AppContext) -> ApiResponse:
     raise api_error("NOT_FOUND")
 
 
-def handle(event: dict, endpoint: Endpoint, lambda_context: Any = None) -> dict:
-    """Run one endpoint for a raw v2 event and return the Lambda proxy result (used by tests too)."""
-    from amsg import runtime
+class HttpApp:
+    """The routes of one function: ``HttpApp({("GET", "/message"): get_message}, context=runtime.app_context)``
+    then ``app.resolve(event, lambda_context)``. What no entry takes goes to ``fallback``: the reference's 404
+    envelope, or the one endpoint of a function that routes its sub-paths itself (cloud data)."""
 
+    def __init__(self, routes: RouteTable, *, context: ContextFactory, fallback: Endpoint = unknown_route) -> None:
+        self.routes: dict[tuple[str, str], Endpoint] = {(method, path): run for (method, path), run in routes.items()}
+        self.context = context
+        self.fallback = fallback
+
+    def endpoint_for(self, event: LambdaEvent) -> Endpoint:
+        path = str(event.get("rawPath") or "/")
+        if path == PREFIX or path.startswith(PREFIX + "/"):
+            path = path[len(PREFIX) :] or "/"
+        method = str(((event.get("requestContext") or {}).get("http") or {}).get("method") or "").upper()
+        return self.routes.get((method, path), self.fallback)
+
+    def resolve(self, event: LambdaEvent, lambda_context: RemainingTime | None = None) -> LambdaResult:
+        """The Lambda proxy result for one raw v2 event."""
+        return handle(event, self.endpoint_for(event), self.context, lambda_context)
+
+
+def handle(
+    event: LambdaEvent, endpoint: Endpoint, app_context: ContextFactory, lambda_context: object = None
+) -> LambdaResult:
+    """Run one endpoint for a raw v2 event and return the Lambda proxy result."""
     request = ApiRequest.from_v2_event(event)
     remaining = getattr(lambda_context, "get_remaining_time_in_millis", None)
     if callable(remaining):
@@ -118,28 +84,25 @@ def handle(event: dict, endpoint: Endpoint, lambda_context: Any = None) -> dict:
     except ApiError as error:
         return to_lambda_result(from_error(error))
     try:
-        context = runtime.app_context()
+        context = app_context()
     except Exception as exc:
         logger.exception("configuration failed")
         return to_lambda_result(internal_error(exc, "config"))
+    return to_lambda_result(_run(endpoint, request, context))
+
+
+def _run(endpoint: Endpoint, request: ApiRequest, context: AppContext) -> ApiResponse:
     try:
         if context.settings.multi_tenant and endpoint is not unknown_route:  # the tenant first (docs/tenancy.md)
             context = tenant_scoped(request, context)
-        response = endpoint(request, context)
+        return endpoint(request, context)
     except ApiError as error:
-        response = from_error(error)
+        return from_error(error)
     except CloudGuardError as error:  # guard violations are 409 {code, message} (docs/compatibility.md)
-        response = ApiResponse(409, {"success": False, "error": {"code": error.code, "message": str(error)}})
+        return ApiResponse(409, {"success": False, "error": {"code": error.code, "message": str(error)}})
     except StoreUnavailable as exc:
         logger.warning("store unavailable", extra={"error": type(exc).__name__})
-        response = internal_error(exc, "request")
+        return internal_error(exc, "request")
     except Exception as exc:
         logger.exception("request failed")
-        response = internal_error(exc, "request")
-    return to_lambda_result(response)
-
-
-def serve(app: HttpApp, endpoint: Endpoint) -> dict[str, Any]:
-    """The Lambda proxy result of ``endpoint`` for the event ``app`` is resolving."""
-    current = app.current_event
-    return handle(current.raw_event, endpoint, current.lambda_context)
+        return internal_error(exc, "request")

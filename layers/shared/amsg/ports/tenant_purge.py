@@ -14,6 +14,16 @@ class PurgeProgress:
     waiting: bool = False  # nothing to do until the grace period has passed
 
 
+@dataclass(frozen=True)
+class PurgeStatus:
+    """Where a pending deletion stands (for an operator waiting on it)."""
+
+    tenant_id: str
+    started_at_ms: int
+    deleted: int  # items removed so far
+    clean_pass: bool  # a whole pass found nothing: it finishes once the grace period has passed
+
+
 class TenantPurge(Protocol):
     def start(self, tenant_id: str, now_ms: int) -> None:
         """Record that the tenant's data is to be deleted (idempotent: a second start keeps the progress)."""
@@ -21,6 +31,10 @@ class TenantPurge(Protocol):
 
     def pending(self) -> list[str]:
         """Tenants whose deletion has started and not finished."""
+        ...
+
+    def status(self, tenant_id: str) -> PurgeStatus | None:
+        """The deletion's progress; None when none is pending (never started, or finished)."""
         ...
 
     def step(self, tenant_id: str, now_ms: int, *, grace_ms: int) -> PurgeProgress:

@@ -17,7 +17,7 @@ from __future__ import annotations
 import secrets
 import threading
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any, Protocol, overload
@@ -80,10 +80,21 @@ class DynamoTable:
     send wire-typed values through it, the adapters' resource-style calls go through :attr:`table` and
     :attr:`resource` (plain_table.py), which convert values the way boto3's resource layer does."""
 
-    def __init__(self, table_name: str, *, endpoint_url: str | None = None, region: str | None = None) -> None:
+    def __init__(
+        self,
+        table_name: str,
+        *,
+        endpoint_url: str | None = None,
+        region: str | None = None,
+        client_options: Mapping[str, str] | None = None,
+    ) -> None:
         self.name = table_name
-        self._endpoint_url = endpoint_url
-        self._region = region
+        # boto3 client arguments (region, endpoint, keys) the caller states; the explicit parameters win
+        self._client_options = {**(client_options or {})}
+        if endpoint_url:
+            self._client_options["endpoint_url"] = endpoint_url
+        if region:
+            self._client_options["region_name"] = region
         self._local = threading.local()  # a thread's coalescing session (the lease heartbeat runs in a thread)
         self._wire: Any = None
         self._resource: PlainResource | None = None
@@ -111,9 +122,7 @@ class DynamoTable:
         if self._wire is None:
             with self._lock:
                 if self._wire is None:
-                    self._wire = dynamodb_session().client(
-                        "dynamodb", endpoint_url=self._endpoint_url, region_name=self._region, config=self._config()
-                    )
+                    self._wire = dynamodb_session().client("dynamodb", config=self._config(), **self._client_options)
         return self._wire
 
     @property

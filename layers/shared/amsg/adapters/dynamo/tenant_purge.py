@@ -21,7 +21,7 @@ from amsg import jsonio
 from amsg.adapters.dynamo.keys import tenant_space
 from amsg.adapters.dynamo.table import DynamoTable, is_conditional_failure, item_int
 from amsg.adapters.dynamo.tenants import tenant_key
-from amsg.ports.tenant_purge import PurgeProgress
+from amsg.ports.tenant_purge import PurgeProgress, PurgeStatus
 
 PURGE_PK = "TENANT_PURGE"
 SCAN_PAGE = 1_000  # items evaluated per step (one Scan request, then batch deletes of what matched)
@@ -45,6 +45,17 @@ class DynamoTenantPurge:
             str(item["SK"])
             for item in self.t.query_all(KeyConditionExpression=Key("PK").eq(PURGE_PK), ProjectionExpression="SK")
         ]
+
+    def status(self, tenant_id: str) -> PurgeStatus | None:
+        record = self.t.get({"PK": PURGE_PK, "SK": tenant_id})
+        if record is None:
+            return None
+        return PurgeStatus(
+            tenant_id,
+            item_int(record.get("started_at")),
+            item_int(record.get("deleted")),
+            bool(record.get("clean_pass")) and not record.get("scan_cursor"),
+        )
 
     def step(self, tenant_id: str, now_ms: int, *, grace_ms: int) -> PurgeProgress:
         record = self.t.get({"PK": PURGE_PK, "SK": tenant_id})

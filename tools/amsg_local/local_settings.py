@@ -1,0 +1,121 @@
+"""The local stack's deployment settings: the master key, the client token, the VAPID pair, CORS origins and the
+table name, from ``AMSG_*`` values (the environment and ``.env``), generating what is missing."""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import secrets
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from amsg_local.envfile import read_env_file
+
+__all__ = ["DEFAULT_TABLE", "LocalSettings", "mask", "resolve_settings", "save_generated_keys"]
+
+log = logging.getLogger("local_stack")
+
+DEFAULT_TABLE = "amsg-local"
+_HEX64 = re.compile(r"^[0-9a-fA-F]{64}$")
+
+
+@dataclass(frozen=True)
+class LocalSettings:
+    """The deployment settings of a local stack; ``generated`` names what was made up at start."""
+
+    master_key: str
+    client_token: str | None
+    vapid_public_key: str
+    vapid_private_key: str
+    vapid_email: str
+    cors_origins: tuple[str, ...]
+    table_name: str
+    generated: frozenset[str] = field(default_factory=frozenset)
+
+    def environment(self) -> dict[str, str]:
+        env = {
+            "AMSG_TABLE_NAME": self.table_name,
+            "AMSG_MASTER_KEY": self.master_key,
+            "AMSG_VAPID_PUBLIC_KEY": self.vapid_public_key,
+            "AMSG_VAPID_PRIVATE_KEY": self.vapid_private_key,
+            "AMSG_VAPID_EMAIL": self.vapid_email,
+        }
+        if self.client_token:
+            env["AMSG_CLIENT_TOKEN"] = self.client_token
+        return env
+
+
+def resolve_settings(values: Mapping[str, str]) -> LocalSettings:
+    """Settings from ``AMSG_*`` values; a missing master key or VAPID key pair is generated."""
+    generated = set()
+    master_key = (values.get("AMSG_MASTER_KEY") or "").strip()
+    if not master_key:
+        master_key = secrets.token_hex(32)
+        generated.add("AMSG_MASTER_KEY")
+    elif not _HEX64.match(master_key):
+        log.warning("AMSG_MASTER_KEY is not 64 hex characters (recommended); using it as given")
+    public = (values.get("AMSG_VAPID_PUBLIC_KEY") or "").strip()
+    private = (values.get("AMSG_VAPID_PRIVATE_KEY") or "").strip()
+    if not public or not private:
+        if public or private:
+            log.warning("only one of AMSG_VAPID_PUBLIC_KEY/AMSG_VAPID_PRIVATE_KEY is set; generating a new pair")
+        from amsg.vapid import generate_vapid_keys
+
+        public, private = generate_vapid_keys()
+        generated.update({"AMSG_VAPID_PUBLIC_KEY", "AMSG_VAPID_PRIVATE_KEY"})
+    else:
+        _check_vapid_pair(public, private)
+    email = (values.get("AMSG_VAPID_EMAIL") or "").strip() or "mailto:dev@localhost"
+    origins = tuple(o.strip() for o in (values.get("AMSG_CORS_ORIGINS") or "").split(",") if o.strip())
+    return LocalSettings(
+        master_key=master_key,
+        client_token=(values.get("AMSG_CLIENT_TOKEN") or "").strip() or None,
+        vapid_public_key=public,
+        vapid_private_key=private,
+        vapid_email=email,
+        cors_origins=origins,
+        table_name=(values.get("AMSG_TABLE_NAME") or "").strip() or DEFAULT_TABLE,
+        generated=frozenset(generated),
+    )
+
+
+def _check_vapid_pair(public: str, private: str) -> None:
+    """A VAPID pair that cannot sign is a start-up error (else every tick would find it, and claim nothing)."""
+    from amsg.vapid import VapidConfigError, b64url_decode, load_public_key, public_key_from_private
+
+    try:
+        load_public_key(public)
+        derived = public_key_from_private(private)
+    except VapidConfigError as exc:
+        raise ValueError(f"unusable VAPID keys: {exc} (fix AMSG_VAPID_PUBLIC_KEY/AMSG_VAPID_PRIVATE_KEY)") from None
+    if b64url_decode(derived) != b64url_decode(public):
+        raise ValueError(
+            "AMSG_VAPID_PRIVATE_KEY does not belong to AMSG_VAPID_PUBLIC_KEY "
+            "(unset both to generate a new pair, or set the matching private key)"
+        )
+
+
+def mask(secret: str) -> str:
+    """A secret as the banner shows it: never more than its first and last two characters."""
+    return f"{secret[:2]}…{secret[-2:]} ({len(secret)} chars)" if len(secret) > 8 else f"set ({len(secret)} chars)"
+
+
+def save_generated_keys(settings: LocalSettings, env_file: Path) -> bool:
+    """Append the generated secrets to ``env_file`` (created with mode 600), never printing them; False if the
+    file already sets one of them (we never overwrite what the developer wrote)."""
+    values = {
+        "AMSG_MASTER_KEY": settings.master_key,
+        "AMSG_VAPID_PUBLIC_KEY": settings.vapid_public_key,
+        "AMSG_VAPID_PRIVATE_KEY": settings.vapid_private_key,
+    }
+    chosen = {key: value for key, value in values.items() if key in settings.generated}
+    if not chosen or set(chosen) & set(read_env_file(env_file)):
+        return False
+    fd = os.open(env_file, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+    with os.fdopen(fd, "a", encoding="utf-8") as handle:
+        handle.write("\n# generated by amsg local: keep these, data and push subscriptions depend on them\n")
+        for key, value in chosen.items():
+            handle.write(f"{key}={value}\n")
+    return True
