@@ -445,11 +445,10 @@ def _start_gateway(
     _publish_base_url(env, gateway.base_url, clock)  # bound first, then warmed: see its docstring
     if options.warm:
         _warm(runtime, gateway, delivery, options.sandboxes)
-    if env.current().get("AMSG_TENANCY", "").strip().lower() == "multi":
-        if delivery.missing() is None:
-            # send-notifications enqueues outside any tick: the queue is consumed as on AWS (docs/tenancy-data.md)
-            delivery.start_event_source()
-            cleanup.callback(delivery.stop_event_source)
+    if env.current().get("AMSG_TENANCY", "").strip().lower() == "multi" and delivery.missing() is None:
+        # send-notifications enqueues outside any tick: the queue is consumed as on AWS (docs/tenancy-data.md)
+        delivery.start_event_source()
+        cleanup.callback(delivery.stop_event_source)
     return gateway
 
 
