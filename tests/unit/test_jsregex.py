@@ -111,6 +111,20 @@ JS_BEHAVIOUR = [
     (r"((a)b)+", "abab", "abab"),
     (r"(a|b)+", "abba", "abba"),
     (r"(?:(a)|b)?c", "bc", "bc"),
+    # variable-width lookbehind, matched right to left as in JavaScript
+    (r"(?<=a+)b", "aab", "b"),
+    (r"(?<=a|bc)d", "bcd", "d"),
+    (r"(?<=[。！？]+)好", "你好。！好", "好"),
+    # JavaScript refuses an iteration beyond the minimum that matches empty and tries the next alternative
+    (r"(a??|b)?", "b", "b"),
+    (r"(?:a??|b)+c", "bbc", "bbc"),
+    (r"(。??[\s,]??|[^\s]{0,3})?", "é1_", "é1_"),
+    (r"(?:x?)+y", "xxy", "xxy"),
+    (r"(?:a??){2}b", "ab", "ab"),
+    (r"(a|)+", "aab", "aa"),
+    # bounded fixed nesting
+    (r"(?:。{2}){2}", "一。。。。二", "。。。。"),
+    (r"(?:\d{3},)+", "1,234,567,", "234,567,"),
     (r"", "abc", ""),
     (r"a|", "b", ""),
     (r"。|！", "你好！", "！"),
@@ -128,6 +142,23 @@ def test_capture_groups_keep_javascript_numbering() -> None:
     assert m is not None
     assert m.groups() == ("x", "z", "w")
     assert pattern.groups == 3
+
+
+@pytest.mark.parametrize(
+    ("source", "text", "groups"),
+    [
+        # the optional group's only iteration would be empty: JS leaves it undefined, not ''
+        (r"\u3002|( ??\u3002*\d*)?", "x", (None,)),
+        (r"(a|)+", "aab", ("a",)),
+        (r"(a?)+", "b", ("",)),  # the first (mandatory) iteration may be empty
+        (r"(?:(?=(a)))?b", "ab", (None,)),  # an iteration that is always empty never counts
+        (r"(?:(x)|(y)?)?z", "z", (None, None)),
+    ],
+)
+def test_captures_follow_javascripts_empty_repeat_rule(source: str, text: str, groups: tuple[str | None, ...]) -> None:
+    m = compile_js_pattern(source).search(text)
+    assert m is not None
+    assert m.groups() == groups
 
 
 def test_non_participating_group_is_none() -> None:
@@ -192,19 +223,19 @@ def test_compile_is_cached() -> None:
         # quantified lookahead (Annex B allows it; capture effects differ)
         "(?=a)*",
         "(?!a)+",
-        # lookbehind Python cannot run, or with a backreference
-        "(?<=a+)b",
-        "(?<=a|bc)d",
+        # a backreference inside a lookbehind
         "(a)(?<=\\1)b",
-        # repeated subpatterns whose captures would differ between engines
-        "(a|)+",
-        "(a*)+",
+        # a backreference inside a quantified group that can match empty
+        "(a)(?:\\1|b)?",
+        # repeated subpatterns whose captures would differ between engines (JS resets them per iteration)
         "(?:(a)|b)+",
         "((a)|b)*",
         "(?:(a)?b){2}",
         "(?:(?!(a))b)+",
         # Python cannot repeat that often
         "a{4294967295}",
+        # the rewrite for JavaScript's empty-repeat rule would be too large
+        "(?:(?:a?){99}){99}",
     ],
 )
 def test_rejected(source: str) -> None:
@@ -237,6 +268,8 @@ def test_deep_nesting_is_a_value_error() -> None:
         r"(~{3,})",
         r"(\s*[;；]\s*)",
         r"(?<=[。！？])",
+        r"(?<=[。！？]+)",
+        r"([，,]\s*|\s+)?",
     ],
 )
 def test_typical_split_patterns_compile(source: str) -> None:

@@ -58,19 +58,9 @@ import re
 
 import regex
 
-from amsg.domain.jsregex_ast import (
-    MAX_CODE_POINT,
-    Alt,
-    Assert,
-    BackRef,
-    Char,
-    Class,
-    Group,
-    Node,
-    Quant,
-    check_repeat,
-    complement_ranges,
-)
+from amsg.domain.jsregex_ast import Alt, Assert, BackRef, Char, Class, Group, Node, Quant, complement_ranges
+from amsg.domain.jsregex_emit import emit
+from amsg.domain.jsregex_repeat import apply_js_repeat_rule
 from amsg.domain.regex_safety import check_backtracking
 
 __all__ = ["compile_js_pattern", "translate_js_pattern"]
@@ -99,9 +89,6 @@ _ASCII_LETTERS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ
 _DECIMAL = re.compile(r"[0-9]+")
 _NAMED_REF = re.compile(r"k<([^>]*)>")
 _BRACED_QUANTIFIER = re.compile(r"\{([0-9]+)(?:(,)([0-9]*))?\}")
-_WORD_CLASS = "[0-9A-Z_a-z]"
-_WORD_BOUNDARY = f"(?:(?<={_WORD_CLASS})(?!{_WORD_CLASS})|(?<!{_WORD_CLASS})(?={_WORD_CLASS}))"
-_NOT_WORD_BOUNDARY = f"(?:(?<={_WORD_CLASS})(?={_WORD_CLASS})|(?<!{_WORD_CLASS})(?!{_WORD_CLASS}))"
 _PY_MAX_BACKREF = 99
 
 
@@ -262,29 +249,7 @@ class _Parser:
     def _group(self) -> Group:
         start = self.pos
         self.pos += 1  # (
-        kind, name = "cap", None
-        if self._peek() == "?":
-            nxt = self._peek(1)
-            if nxt == ":":
-                kind = "nc"
-                self.pos += 2
-            elif nxt == "=":
-                kind = "la"
-                self.pos += 2
-            elif nxt == "!":
-                kind = "nla"
-                self.pos += 2
-            elif nxt == "<" and self._peek(2) in ("=", "!"):
-                kind = "lb" if self._peek(2) == "=" else "nlb"
-                self.pos += 3
-            elif nxt == "<":
-                end = self.src.find(">", self.pos + 2)
-                name = self.src[self.pos + 2 : end] if end != -1 else ""
-                if end == -1 or not _valid_js_group_name(name):
-                    raise self._error("invalid capture group name")
-                self.pos = end + 1
-            else:
-                raise self._error("invalid group (inline modifiers are not supported)")
+        kind, name = self._group_kind()
         index = 0
         if kind == "cap":
             self.next_group += 1
@@ -302,6 +267,27 @@ class _Parser:
         if kind == "cap":
             self.closed.add(index)
         return Group(kind, body, index, name)
+
+    def _group_kind(self) -> tuple[str, str | None]:
+        """The group's kind (and name) from what follows ``(``; ``self.pos`` moves to the body."""
+        if self._peek() != "?":
+            return "cap", None
+        nxt = self._peek(1)
+        simple = {":": "nc", "=": "la", "!": "nla"}
+        if nxt in simple:
+            self.pos += 2
+            return simple[nxt], None
+        if nxt == "<" and self._peek(2) in ("=", "!"):
+            self.pos += 3
+            return ("lb" if self.src[self.pos - 1] == "=" else "nlb"), None
+        if nxt == "<":
+            end = self.src.find(">", self.pos + 2)
+            name = self.src[self.pos + 2 : end] if end != -1 else ""
+            if end == -1 or not _valid_js_group_name(name):
+                raise self._error("invalid capture group name")
+            self.pos = end + 1
+            return "cap", name
+        raise self._error("invalid group (inline modifiers are not supported)")
 
     def _atom(self) -> Node:
         ch = self._peek()
@@ -480,100 +466,55 @@ class _Parser:
         return self._character_escape(in_class=True)
 
 
-# --- emission ------------------------------------------------------------------------------------------------
-
-
-def _cp_text(cp: int) -> str:
-    ch = chr(cp)
-    if ch.isascii() and (ch.isalnum() or ch == "_"):
-        return ch
-    if cp <= 0xFF:
-        return f"\\x{cp:02x}"
-    if cp <= 0xFFFF:
-        return f"\\u{cp:04x}"
-    return f"\\U{cp:08x}"
-
-
-def _class_text(ranges: _Ranges, negated: bool) -> str:
-    if not ranges:
-        return f"[\\x00-{_cp_text(MAX_CODE_POINT)}]" if negated else "(?!)"
-    body = "".join(_cp_text(lo) if lo == hi else f"{_cp_text(lo)}-{_cp_text(hi)}" for lo, hi in ranges)
-    return f"[^{body}]" if negated else f"[{body}]"
-
-
-_GROUP_OPEN = {"nc": "(?:", "la": "(?=", "nla": "(?!", "lb": "(?<=", "nlb": "(?<!"}
-
-
-def _emit(node: Node) -> str:
-    match node:
-        case Char():
-            return _cp_text(node.cp)
-        case Class():
-            return _class_text(node.ranges, node.negated)
-        case Assert():
-            return {"start": "\\A", "end": "\\Z", "b": _WORD_BOUNDARY, "B": _NOT_WORD_BOUNDARY}[node.kind]
-        case Alt():
-            return "|".join("".join(_emit(item) for item in branch) for branch in node.branches)
-        case Group():
-            if node.kind == "cap":
-                opener = f"(?P<{node.name}>" if node.name and node.name.isidentifier() else "("
-            else:
-                opener = _GROUP_OPEN[node.kind]
-            return opener + _emit(node.body) + ")"
-        case BackRef():
-            return f"(?:(?({node.index})\\{node.index}))" if node.settable else "(?:)"
-        case Quant():
-            check_repeat(node)
-            inner = _emit(node.atom)
-            if not isinstance(node.atom, Char | Class | Group):
-                inner = f"(?:{inner})"
-            if (node.lo, node.hi) == (0, None):
-                suffix = "*"
-            elif (node.lo, node.hi) == (1, None):
-                suffix = "+"
-            elif (node.lo, node.hi) == (0, 1):
-                suffix = "?"
-            elif node.hi is None:
-                suffix = f"{{{node.lo},}}"
-            elif node.lo == node.hi:
-                suffix = f"{{{node.lo}}}"
-            else:
-                suffix = f"{{{node.lo},{node.hi}}}"
-            return inner + suffix + ("?" if node.lazy else "")
-    raise AssertionError(f"unknown node {node!r}")
-
-
-def _parse(source: str) -> Alt:
+def _parse(source: str) -> tuple[Alt, _Prescan]:
     if not isinstance(source, str):
         raise ValueError("pattern source must be a string")
+    parser = _Parser(source)
     try:
-        return _Parser(source).parse()
+        return parser.parse(), parser.info
+    except RecursionError as exc:
+        raise ValueError("pattern nests too deeply") from exc
+
+
+def _rewritten(source: str) -> tuple[Alt, _Prescan]:
+    """The parsed tree with JavaScript's empty-repeat rule made explicit (:mod:`amsg.domain.jsregex_repeat`)."""
+    tree, info = _parse(source)
+    try:
+        return apply_js_repeat_rule(tree), info
+    except RecursionError as exc:
+        raise ValueError("pattern nests too deeply") from exc
+
+
+def _emitted(tree: Alt, info: _Prescan) -> str:
+    try:
+        return emit(tree, info.group_count, info.names)
     except RecursionError as exc:
         raise ValueError("pattern nests too deeply") from exc
 
 
 def translate_js_pattern(source: str) -> str:
-    """Python ``re`` source equivalent to the JavaScript regex ``source`` (no flags); ``ValueError`` if none."""
-    tree = _parse(source)
-    try:
-        return _emit(tree)
-    except RecursionError as exc:
-        raise ValueError("pattern nests too deeply") from exc
+    """Python ``regex`` source equivalent to the JavaScript regex ``source`` (no flags); ``ValueError`` if none."""
+    return _emitted(*_rewritten(source))
 
 
 @functools.lru_cache(maxsize=256)
 def compile_js_pattern(source: str) -> regex.Pattern[str]:
     """Compile a JavaScript regex source (no flags) to an equivalent pattern, or raise ``ValueError``.
 
-    Patterns that backtrack catastrophically are refused (:mod:`amsg.domain.regex_safety`). The result is a
-    ``regex`` pattern (``re``-compatible syntax) so every match can run under a CPU budget (``timeout=``).
-    Cached: the same stored patterns are compiled at validation time and again at every fire.
+    Patterns that backtrack catastrophically are refused (:mod:`amsg.domain.regex_safety`), judged on the tree
+    that actually runs. The result is a ``regex`` pattern, so every match can run under a CPU budget
+    (``timeout=``) and a variable-width look-behind runs as in JavaScript (right to left). Cached: the same
+    stored patterns are compiled at validation time and again at every fire.
     """
-    tree = _parse(source)
-    check_backtracking(tree)
-    translated = translate_js_pattern(source)
+    original, _ = _parse(source)
+    tree, info = _rewritten(source)
     try:
-        re.compile(translated)  # keeps the accepted set that of `re` (e.g. no variable-width lookbehind)
+        check_backtracking(original)
+        check_backtracking(tree)
+    except RecursionError as exc:
+        raise ValueError("pattern nests too deeply") from exc
+    translated = _emitted(tree, info)
+    try:
         return regex.compile(translated)
-    except (regex.error, re.error, OverflowError, RecursionError) as exc:
+    except (regex.error, OverflowError, RecursionError) as exc:
         raise ValueError(f"pattern cannot be compiled: {exc}") from exc

@@ -106,17 +106,6 @@ def nullable(node: Node) -> bool:
     return True
 
 
-def has_capture(node: Node) -> bool:
-    match node:
-        case Group():
-            return node.kind == "cap" or has_capture(node.body)
-        case Alt():
-            return any(has_capture(item) for branch in node.branches for item in branch)
-        case Quant():
-            return has_capture(node.atom)
-    return False
-
-
 def conditional_capture(node: Node, conditional: bool) -> bool:
     """Whether some capture inside ``node`` may stay unset while ``node`` itself matches."""
     match node:
@@ -134,8 +123,10 @@ def conditional_capture(node: Node, conditional: bool) -> bool:
 
 
 def check_repeat(quant: Quant) -> None:
-    if (quant.hi is None or quant.hi > 1) and has_capture(quant.atom):
-        if nullable(quant.atom):
-            raise ValueError("a repeated group that can match empty must not contain captures")
-        if conditional_capture(quant.atom, False):
-            raise ValueError("a repeated group must not contain optional captures (JS resets them per iteration)")
+    """Refuse a repeat whose captures JavaScript would clear between iterations and Python would keep.
+
+    JavaScript resets a repeated group's captures at every iteration, so ``(?:(a)|b)+`` on ``ab`` leaves group 1
+    ``undefined``; Python keeps ``a`` from the earlier iteration.
+    """
+    if (quant.hi is None or quant.hi > 1) and conditional_capture(quant.atom, False):
+        raise ValueError("a repeated group must not contain optional captures (JS resets them per iteration)")
