@@ -153,9 +153,16 @@ def test_capture_groups_keep_javascript_numbering() -> None:
         (r"(a?)+", "b", ("",)),  # the first (mandatory) iteration may be empty
         (r"(?:(?=(a)))?b", "ab", (None,)),  # an iteration that is always empty never counts
         (r"(?:(x)|(y)?)?z", "z", (None, None)),
+        # JS clears a repeated group's captures at every iteration: the last iteration's values only
+        (r"(?:(a)|b)+", "ab", (None,)),
+        (r"((a)|b)*", "ab", ("b", None)),
+        (r"(?:(a)?b){2}", "abb", (None,)),
+        (r"(?:(a)|b)+", "ba", ("a",)),
+        (r"(?:(?:(a)|b)c)+", "acbc", (None,)),
+        (r"(?:(x)|y(z)?)+", "xyzy", (None, None)),
     ],
 )
-def test_captures_follow_javascripts_empty_repeat_rule(source: str, text: str, groups: tuple[str | None, ...]) -> None:
+def test_captures_follow_javascripts_repeat_rules(source: str, text: str, groups: tuple[str | None, ...]) -> None:
     m = compile_js_pattern(source).search(text)
     assert m is not None
     assert m.groups() == groups
@@ -227,11 +234,13 @@ def test_compile_is_cached() -> None:
         "(a)(?<=\\1)b",
         # a backreference inside a quantified group that can match empty
         "(a)(?:\\1|b)?",
-        # repeated subpatterns whose captures would differ between engines (JS resets them per iteration)
-        "(?:(a)|b)+",
-        "((a)|b)*",
-        "(?:(a)?b){2}",
+        # a repeated group's optional capture we cannot follow through JS's per-iteration reset: one that can
+        # match empty, one inside a look-around, one referred back to, a repeat inside a look-behind
+        "(?:(a?)|b)+",
         "(?:(?!(a))b)+",
+        "(?:(?=(a))a|b)+",
+        "(?:(a)|b)+\\1",
+        "(?<=(?:(a)|b)+)c",
         # Python cannot repeat that often
         "a{4294967295}",
         # the rewrite for JavaScript's empty-repeat rule would be too large

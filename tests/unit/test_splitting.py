@@ -95,6 +95,8 @@ def test_split_message(text: str, pattern: str | list[str] | None, expected: lis
         ("é1_！-_", "(。??[\\s,]??|[^\\s]{0,3})?", ["", "é1_", "", "！-_", ""]),
         # ... and a group whose only iteration would be empty stays undefined
         ("a。1 b", "\\u3002|( ??\\u3002*\\d*)?", ["a", None, "", "1", "", " ", "b"]),
+        # a repeated group's capture holds its last iteration's value, undefined if that one skipped it
+        ("x ab y ba z", "(?:(a)|b)+", ["x ", None, " y ", "a", " z"]),
     ],
 )
 def test_js_split(text: str, source: str, expected: list[str | None]) -> None:

@@ -60,7 +60,8 @@ import regex
 
 from amsg.domain.jsregex_ast import Alt, Assert, BackRef, Char, Class, Group, Node, Quant, complement_ranges
 from amsg.domain.jsregex_emit import emit
-from amsg.domain.jsregex_repeat import apply_js_repeat_rule
+from amsg.domain.jsregex_repeat import Rewrite, apply_js_repeat_rule
+from amsg.domain.jsregex_reset import JsPattern
 from amsg.domain.regex_safety import check_backtracking
 
 __all__ = ["compile_js_pattern", "translate_js_pattern"]
@@ -476,45 +477,47 @@ def _parse(source: str) -> tuple[Alt, _Prescan]:
         raise ValueError("pattern nests too deeply") from exc
 
 
-def _rewritten(source: str) -> tuple[Alt, _Prescan]:
-    """The parsed tree with JavaScript's empty-repeat rule made explicit (:mod:`amsg.domain.jsregex_repeat`)."""
+def _rewritten(source: str) -> tuple[Alt, Rewrite, _Prescan]:
+    """The parsed tree, and the tree with JavaScript's repeat rules spelled out (:mod:`amsg.domain.jsregex_repeat`)."""
     tree, info = _parse(source)
     try:
-        return apply_js_repeat_rule(tree), info
+        return tree, apply_js_repeat_rule(tree, info.group_count), info
     except RecursionError as exc:
         raise ValueError("pattern nests too deeply") from exc
 
 
-def _emitted(tree: Alt, info: _Prescan) -> str:
+def _emitted(rewrite: Rewrite, info: _Prescan) -> str:
     try:
-        return emit(tree, info.group_count, info.names)
+        return emit(rewrite.tree, rewrite.group_count + rewrite.markers, info.names, named=rewrite.markers > 0)
     except RecursionError as exc:
         raise ValueError("pattern nests too deeply") from exc
 
 
 def translate_js_pattern(source: str) -> str:
     """Python ``regex`` source equivalent to the JavaScript regex ``source`` (no flags); ``ValueError`` if none."""
-    return _emitted(*_rewritten(source))
+    _, rewrite, info = _rewritten(source)
+    return _emitted(rewrite, info)
 
 
 @functools.lru_cache(maxsize=256)
-def compile_js_pattern(source: str) -> regex.Pattern[str]:
+def compile_js_pattern(source: str) -> JsPattern:
     """Compile a JavaScript regex source (no flags) to an equivalent pattern, or raise ``ValueError``.
 
     Patterns that backtrack catastrophically are refused (:mod:`amsg.domain.regex_safety`), judged on the tree
-    that actually runs. The result is a ``regex`` pattern, so every match can run under a CPU budget
-    (``timeout=``) and a variable-width look-behind runs as in JavaScript (right to left). Cached: the same
-    stored patterns are compiled at validation time and again at every fire.
+    as written and as it actually runs. The pattern runs in ``regex``, so every match can run under a CPU budget
+    (``timeout=``) and a variable-width look-behind runs as in JavaScript (right to left); its matches report
+    captures as JavaScript does. Cached: the same stored patterns are compiled at validation time and again at
+    every fire.
     """
-    original, _ = _parse(source)
-    tree, info = _rewritten(source)
+    original, rewrite, info = _rewritten(source)
     try:
         check_backtracking(original)
-        check_backtracking(tree)
+        check_backtracking(rewrite.tree)
     except RecursionError as exc:
         raise ValueError("pattern nests too deeply") from exc
-    translated = _emitted(tree, info)
+    translated = _emitted(rewrite, info)
     try:
-        return regex.compile(translated)
+        compiled = regex.compile(translated)
     except (regex.error, OverflowError, RecursionError) as exc:
         raise ValueError(f"pattern cannot be compiled: {exc}") from exc
+    return JsPattern(compiled, info.group_count, rewrite.resets)

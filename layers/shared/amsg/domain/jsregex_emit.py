@@ -1,7 +1,8 @@
 """Emitting the syntax tree of a JavaScript regex (:mod:`amsg.domain.jsregex`) as a Python ``regex`` source.
 
 Captures are plain numbered groups, unless the JS empty-repeat rewrite (:mod:`amsg.domain.jsregex_repeat`)
-copied a group or dropped every use of one (a group that can never take part in JS). Then every capture is a
+copied a group, dropped every use of one (a group that can never take part in JS) or added hidden iteration
+markers (:mod:`amsg.domain.jsregex_reset`). Then every capture is a
 named group and a ``(?(DEFINE)…)`` prefix declares them all in JavaScript's order: ``regex`` gives every use of
 a name one number, fixed by its first appearance, so ``m.groups()`` keeps JavaScript's numbering.
 """
@@ -23,11 +24,12 @@ _ASSERTIONS = {"start": "\\A", "end": "\\Z", "b": _WORD_BOUNDARY, "B": _NOT_WORD
 _GROUP_OPEN = {"nc": "(?:", "la": "(?=", "nla": "(?!", "lb": "(?<=", "nlb": "(?<!"}
 
 
-def emit(tree: Alt, group_count: int, js_names: dict[str, int]) -> str:
-    """The Python ``regex`` source for ``tree``, whose captures are numbered 1..``group_count``."""
+def emit(tree: Alt, group_count: int, js_names: dict[str, int], *, named: bool = False) -> str:
+    """The Python ``regex`` source for ``tree``, whose captures are numbered 1..``group_count``; ``named``
+    forces named groups (hidden captures after JavaScript's must keep their numbers)."""
     uses = Counter[int]()
     _count_captures(tree, uses)
-    if all(uses[index] == 1 for index in range(1, group_count + 1)):
+    if not named and all(uses[index] == 1 for index in range(1, group_count + 1)):
         return _Emitter({}).node(tree)
     names = _group_names(group_count, js_names)
     declared = "".join(f"(?P<{names[index]}>)" for index in range(1, group_count + 1))

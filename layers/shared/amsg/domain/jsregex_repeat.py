@@ -16,9 +16,10 @@ in turn. Copies of a capture keep its number (the emitter names them). The rewri
 
 from __future__ import annotations
 
-from amsg.domain.jsregex_ast import Alt, Assert, BackRef, Char, Class, Group, Node, Quant, check_repeat, nullable
+from amsg.domain.jsregex_ast import Alt, Assert, BackRef, Char, Class, Group, Node, Quant, nullable
+from amsg.domain.jsregex_reset import reset_captures
 
-__all__ = ["MAX_REWRITTEN_NODES", "apply_js_repeat_rule"]
+__all__ = ["MAX_REWRITTEN_NODES", "Rewrite", "apply_js_repeat_rule"]
 
 # Far above what real patterns need (the rewrite of a 200-character pattern is usually its own size).
 MAX_REWRITTEN_NODES = 5_000
@@ -26,17 +27,50 @@ MAX_REWRITTEN_NODES = 5_000
 _Block = tuple[bool, list[Node]]  # (every path of it matches empty, the sequence)
 
 
-def apply_js_repeat_rule(tree: Alt) -> Alt:
-    """``tree`` with every quantified nullable subpattern rewritten (see the module docstring)."""
-    return _Rewriter().alt(tree)
+class Rewrite:
+    """The rewritten tree; ``resets`` maps a capture to the hidden iteration markers (groups numbered after
+    JavaScript's ``group_count``) of the repeats that clear it (:mod:`amsg.domain.jsregex_reset`)."""
+
+    __slots__ = ("group_count", "markers", "resets", "tree")
+
+    def __init__(self, tree: Alt, group_count: int, markers: int, resets: dict[int, list[int]]) -> None:
+        self.tree = tree
+        self.group_count = group_count
+        self.markers = markers
+        self.resets = resets
+
+
+def apply_js_repeat_rule(tree: Alt, group_count: int) -> Rewrite:
+    """``tree`` with every quantified nullable subpattern rewritten (see the module docstring), and a hidden
+    marker at the start of every iteration of a repeat whose captures JavaScript would clear."""
+    rewriter = _Rewriter(group_count, _referenced(tree))
+    rewritten = rewriter.alt(tree)
+    return Rewrite(rewritten, group_count, rewriter.next_marker - group_count - 1, rewriter.resets)
+
+
+def _referenced(node: Node) -> set[int]:
+    match node:
+        case BackRef():
+            return {node.index} if node.settable else set()
+        case Group():
+            return _referenced(node.body)
+        case Alt():
+            return {index for branch in node.branches for item in branch for index in _referenced(item)}
+        case Quant():
+            return _referenced(node.atom)
+    return set()
 
 
 class _Rewriter:
-    __slots__ = ("left", "sizes")
+    __slots__ = ("left", "lookbehind", "next_marker", "referenced", "resets", "sizes")
 
-    def __init__(self) -> None:
+    def __init__(self, group_count: int, referenced: set[int]) -> None:
         self.left = MAX_REWRITTEN_NODES
         self.sizes: dict[int, tuple[Node, int]] = {}  # the node is kept so its id is never reused
+        self.referenced = referenced
+        self.lookbehind = 0
+        self.next_marker = group_count + 1
+        self.resets: dict[int, list[int]] = {}
 
     def spend(self, nodes: int) -> None:
         self.left -= nodes
@@ -66,7 +100,11 @@ class _Rewriter:
             case Quant():
                 return self.quant(node)
             case Group():
-                return Group(node.kind, self.alt(node.body), node.index, node.name)
+                behind = node.kind in ("lb", "nlb")
+                self.lookbehind += behind
+                body = self.alt(node.body)
+                self.lookbehind -= behind
+                return Group(node.kind, body, node.index, node.name)
             case Alt():
                 return self.alt(node)
         return node
@@ -75,18 +113,32 @@ class _Rewriter:
         return Alt([[self.node(item) for item in branch] for branch in alt.branches])
 
     def quant(self, quant: Quant) -> Node:
-        check_repeat(quant)
         atom = self.node(quant.atom)
+        mark = self.marker(quant)
         if quant.hi == 0 or not nullable(atom) or isinstance(atom, BackRef):
             # A repeated backreference matches the same overall text in both engines (it holds no capture).
-            return Quant(atom, quant.lo, quant.hi, quant.lazy)
-        self.spend(quant.lo * self.size(atom))
-        items: list[Node] = [atom] * quant.lo
+            return Quant(_marked(mark, atom), quant.lo, quant.hi, quant.lazy)
+        self.spend(quant.lo * (self.size(atom) + 1))
+        items: list[Node] = [_marked(mark, atom)] * quant.lo
         if quant.hi is None or quant.hi > quant.lo:
             rest = self.non_empty(atom)
             if rest is not None:
-                items.append(Quant(rest, 0, None if quant.hi is None else quant.hi - quant.lo, quant.lazy))
+                hi = None if quant.hi is None else quant.hi - quant.lo
+                items.append(Quant(_marked(mark, rest), 0, hi, quant.lazy))
         return Group("nc", Alt([items]))
+
+    def marker(self, quant: Quant) -> Group | None:
+        """The hidden capture that marks each iteration's start, if JavaScript may clear a capture in it."""
+        if quant.hi is not None and quant.hi <= 1:
+            return None
+        captures = reset_captures(quant.atom, self.referenced, self.lookbehind > 0)
+        if not captures:
+            return None
+        index = self.next_marker
+        self.next_marker += 1
+        for capture in captures:
+            self.resets.setdefault(capture, []).append(index)
+        return Group("cap", Alt([[]]), index)
 
     def non_empty(self, node: Node) -> Node | None:
         """``node``'s non-empty matches in its own order, or None when it has none."""
@@ -150,6 +202,10 @@ class _Rewriter:
                     self.spend(len(sequence) + len(tail))
             result = _merged(grown)
         return result
+
+
+def _marked(mark: Group | None, atom: Node) -> Node:
+    return atom if mark is None else Group("nc", Alt([[mark, atom]]))
 
 
 def _merged(blocks: list[_Block]) -> list[_Block]:
