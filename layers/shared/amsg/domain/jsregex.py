@@ -1,11 +1,15 @@
-"""JavaScript regex sources (``splitPattern``) translated to Python ``re`` (see docs/compatibility.md).
+"""JavaScript regex sources (``splitPattern``) translated to Python ``regex`` (see docs/compatibility.md).
 
 Stored patterns are JavaScript regex *sources* compiled by the reference with ``new RegExp(source)`` — no
 flags, so the web-compatibility grammar of ECMAScript Annex B applies. Python's ``re`` disagrees with that
 dialect in syntax and in meaning (Unicode ``\\d``/``\\w``/``\\s``, ``$`` before a final newline, ``.``, group
 syntax, backreferences to unset groups), so a pattern is parsed as JavaScript and re-emitted as Python.
-Whatever cannot be reproduced faithfully raises ``ValueError``; validation turns that into the documented
-400 at schedule/update time, so a stored pattern never surprises the engine at fire time.
+Two rules of JavaScript's repeats are spelled out in the emitted pattern (:mod:`amsg.domain.jsregex_repeat`):
+an iteration beyond the minimum that matches empty is refused (``(a??|b)?`` matches ``b``), and a repeated
+group's captures are cleared at every iteration (:mod:`amsg.domain.jsregex_reset`). Look-behind of any width
+runs as in JavaScript (right to left). Whatever cannot be reproduced faithfully raises ``ValueError``;
+validation turns that into the documented 400 at schedule/update time, so a stored pattern never surprises
+the engine at fire time. tests/unit/test_split_v8_differential.py holds all of it to V8.
 
 Mapping (JS source → emitted Python):
 
@@ -41,14 +45,16 @@ Rejected (``ValueError``): JS syntax errors; ``\\p{…}``/``\\P{…}`` and ``\\u
 which cannot be given — without it JS silently reads them as literal text, never what the author meant);
 ``\\N`` with N above the group count (Annex B would read it as an octal escape); lone surrogate escapes;
 named-group duplicates; inline modifiers ``(?i:…)``; quantified lookarounds; backreferences inside a
-lookbehind; lookbehinds Python cannot run (variable width); a repeated (max > 1) subpattern whose
-captures could differ between engines — it can match empty, or holds a capture that may skip an
-iteration (JS clears captures at every iteration, Python keeps the previous one): ``(a|)+``,
-``(?:(a)|b)+``; more than 99 backreferenced groups.
+lookbehind, or inside a quantified group that can match empty; a repeated group's optional capture that can
+match empty, sits in a look-around, is referred back to, or repeats inside a look-behind (``(?:(a?)|b)+``:
+JavaScript's per-iteration reset could not be followed exactly); a pattern whose rewrite for the repeat rules
+exceeds :data:`~amsg.domain.jsregex_repeat.MAX_REWRITTEN_NODES`; more than 99 backreferenced groups. The
+backtracking safety walk (:mod:`amsg.domain.regex_safety`) refuses more.
 
 Known, accepted difference: Python strings are code points, JS strings UTF-16 code units. An astral
 character (emoji) is one character here and two in JS, so ``.`` or a negated class consumes the whole
-emoji instead of half of it. That is what a pattern author means, so it is kept.
+emoji where V8 takes half of it (and a split can cut an emoji in two). A push never carries half an emoji
+here, which is what a pattern author means, so it is kept (docs/decisions.md, "splitPattern runs as V8 runs").
 """
 
 from __future__ import annotations
