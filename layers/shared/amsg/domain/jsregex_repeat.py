@@ -22,7 +22,7 @@ from amsg.domain.jsregex_reset import reset_captures
 __all__ = ["MAX_REWRITTEN_NODES", "Rewrite", "apply_js_repeat_rule"]
 
 # Far above what real patterns need (the rewrite of a 200-character pattern is usually its own size).
-MAX_REWRITTEN_NODES = 5_000
+MAX_REWRITTEN_NODES = 2_000
 
 _Block = tuple[bool, list[Node]]  # (every path of it matches empty, the sequence)
 
