@@ -160,6 +160,10 @@ def test_capture_groups_keep_javascript_numbering() -> None:
         (r"(?:(a)|b)+", "ba", ("a",)),
         (r"(?:(?:(a)|b)c)+", "acbc", (None,)),
         (r"(?:(x)|y(z)?)+", "xyzy", (None, None)),
+        # an empty capture at the last iteration's start: the tree says whose it is
+        (r"(?:b(a?)|c)+", "bc", (None,)),  # only an iteration's end: the previous one's
+        (r"(?:(a?)b|c)+", "bc", (None,)),
+        (r"(?:(a?)b|c)+", "cb", ("",)),  # only an iteration's start: the last one's
     ],
 )
 def test_captures_follow_javascripts_repeat_rules(source: str, text: str, groups: tuple[str | None, ...]) -> None:
@@ -235,7 +239,8 @@ def test_compile_is_cached() -> None:
         # a backreference inside a quantified group that can match empty
         "(a)(?:\\1|b)?",
         # a repeated group's optional capture we cannot follow through JS's per-iteration reset: one that can
-        # match empty, one inside a look-around, one referred back to, a repeat inside a look-behind
+        # match empty where an iteration starts and where one ends, one inside a look-around, one referred back
+        # to, a repeat inside a look-behind
         "(?:(a?)|b)+",
         "(?:(?!(a))b)+",
         "(?:(?=(a))a|b)+",

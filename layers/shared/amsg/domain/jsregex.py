@@ -46,8 +46,9 @@ which cannot be given — without it JS silently reads them as literal text, nev
 ``\\N`` with N above the group count (Annex B would read it as an octal escape); lone surrogate escapes;
 named-group duplicates; inline modifiers ``(?i:…)``; quantified lookarounds; backreferences inside a
 lookbehind, or inside a quantified group that can match empty; a repeated group's optional capture that can
-match empty, sits in a look-around, is referred back to, or repeats inside a look-behind (``(?:(a?)|b)+``:
-JavaScript's per-iteration reset could not be followed exactly); a pattern whose rewrite for the repeat rules
+match empty both where an iteration starts and where one ends, sits in a look-around, is referred back to, or
+repeats inside a look-behind (``(?:(a?)|b)+``: JavaScript's per-iteration reset could not be followed
+exactly); a pattern whose rewrite for the repeat rules
 exceeds :data:`~amsg.domain.jsregex_repeat.MAX_REWRITTEN_NODES`; more than 99 backreferenced groups. The
 backtracking safety walk (:mod:`amsg.domain.regex_safety`) refuses more.
 
@@ -483,11 +484,17 @@ def _parse(source: str) -> tuple[Alt, _Prescan]:
         raise ValueError("pattern nests too deeply") from exc
 
 
-def _rewritten(source: str) -> tuple[Alt, Rewrite, _Prescan]:
-    """The parsed tree, and the tree with JavaScript's repeat rules spelled out (:mod:`amsg.domain.jsregex_repeat`)."""
-    tree, info = _parse(source)
+def _rewritten(tree: Alt, info: _Prescan) -> Rewrite:
+    """``tree`` with JavaScript's repeat rules spelled out (:mod:`amsg.domain.jsregex_repeat`)."""
     try:
-        return tree, apply_js_repeat_rule(tree, info.group_count), info
+        return apply_js_repeat_rule(tree, info.group_count)
+    except RecursionError as exc:
+        raise ValueError("pattern nests too deeply") from exc
+
+
+def _check_backtracking(tree: Alt) -> None:
+    try:
+        check_backtracking(tree)
     except RecursionError as exc:
         raise ValueError("pattern nests too deeply") from exc
 
@@ -501,8 +508,8 @@ def _emitted(rewrite: Rewrite, info: _Prescan) -> str:
 
 def translate_js_pattern(source: str) -> str:
     """Python ``regex`` source equivalent to the JavaScript regex ``source`` (no flags); ``ValueError`` if none."""
-    _, rewrite, info = _rewritten(source)
-    return _emitted(rewrite, info)
+    tree, info = _parse(source)
+    return _emitted(_rewritten(tree, info), info)
 
 
 @functools.lru_cache(maxsize=256)
@@ -515,12 +522,10 @@ def compile_js_pattern(source: str) -> JsPattern:
     captures as JavaScript does. Cached: the same stored patterns are compiled at validation time and again at
     every fire.
     """
-    original, rewrite, info = _rewritten(source)
-    try:
-        check_backtracking(original)
-        check_backtracking(rewrite.tree)
-    except RecursionError as exc:
-        raise ValueError("pattern nests too deeply") from exc
+    tree, info = _parse(source)
+    _check_backtracking(tree)
+    rewrite = _rewritten(tree, info)
+    _check_backtracking(rewrite.tree)
     translated = _emitted(rewrite, info)
     try:
         compiled = regex.compile(translated)

@@ -33,7 +33,7 @@ class Rewrite:
 
     __slots__ = ("group_count", "markers", "resets", "tree")
 
-    def __init__(self, tree: Alt, group_count: int, markers: int, resets: dict[int, list[int]]) -> None:
+    def __init__(self, tree: Alt, group_count: int, markers: int, resets: dict[int, list[tuple[int, bool]]]) -> None:
         self.tree = tree
         self.group_count = group_count
         self.markers = markers
@@ -70,7 +70,7 @@ class _Rewriter:
         self.referenced = referenced
         self.lookbehind = 0
         self.next_marker = group_count + 1
-        self.resets: dict[int, list[int]] = {}
+        self.resets: dict[int, list[tuple[int, bool]]] = {}
 
     def spend(self, nodes: int) -> None:
         self.left -= nodes
@@ -136,8 +136,8 @@ class _Rewriter:
             return None
         index = self.next_marker
         self.next_marker += 1
-        for capture in captures:
-            self.resets.setdefault(capture, []).append(index)
+        for capture, empty_at_start_is_own in captures:
+            self.resets.setdefault(capture, []).append((index, empty_at_start_is_own))
         return Group("cap", Alt([[]]), index)
 
     def non_empty(self, node: Node) -> Node | None:
