@@ -128,25 +128,31 @@ class JsMatch:
 
 
 class JsPattern:
-    """A compiled ``splitPattern``: ``regex``'s search, with captures as JavaScript reports them."""
+    """A compiled ``splitPattern``: ``regex``'s search, with captures as JavaScript reports them.
 
-    __slots__ = ("_regex", "_resets", "groups")
+    Without hidden markers a ``regex`` match already holds JavaScript's captures and is returned as it is (the
+    split loop calls this once per segment).
+    """
+
+    __slots__ = ("_plain", "_regex", "_resets", "groups")
 
     def __init__(self, compiled: Any, groups: int, resets: dict[int, list[tuple[int, bool]]]) -> None:
         self._regex = compiled
         # capture -> (hidden marker of a repeat that clears it, whether an empty capture at its start is its own)
         self._resets = resets
+        self._plain = not resets and compiled.groups == groups
         self.groups = groups
 
-    def search(self, text: str, pos: int = 0, *, timeout: float | None = None) -> JsMatch | None:
-        return self._wrap(self._regex.search(text, pos, timeout=timeout))
+    def search(self, text: str, pos: int = 0, *, timeout: float | None = None) -> Any:
+        """A match (``start()``, ``end()``, ``group()``, ``groups()``) or None."""
+        match = self._regex.search(text, pos, timeout=timeout)
+        return match if match is None or self._plain else self._wrap(match)
 
-    def match(self, text: str, pos: int = 0, *, timeout: float | None = None) -> JsMatch | None:
-        return self._wrap(self._regex.match(text, pos, timeout=timeout))
+    def match(self, text: str, pos: int = 0, *, timeout: float | None = None) -> Any:
+        match = self._regex.match(text, pos, timeout=timeout)
+        return match if match is None or self._plain else self._wrap(match)
 
-    def _wrap(self, match: Any) -> JsMatch | None:
-        if match is None:
-            return None
+    def _wrap(self, match: Any) -> JsMatch:
         values = list(match.groups()[: self.groups])
         for index, markers in self._resets.items():
             if values[index - 1] is not None and any(_before(match, index, *marker) for marker in markers):
