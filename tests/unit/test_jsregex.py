@@ -160,6 +160,9 @@ def test_capture_groups_keep_javascript_numbering() -> None:
         (r"(?:(a)|b)+", "ba", ("a",)),
         (r"(?:(?:(a)|b)c)+", "acbc", (None,)),
         (r"(?:(x)|y(z)?)+", "xyzy", (None, None)),
+        # in a look-behind JavaScript matches right to left, so the later group takes the character first
+        (r"(?<=(?:([ab]?)([ab]?))?)z", "az", ("", "a")),
+        (r"(?<=(?=(?:([ab]?)([ab]?))?)..)z", "abz", ("a", "b")),  # a look-ahead in it runs left to right
         # an empty capture at the last iteration's start: the tree says whose it is
         (r"(?:b(a?)|c)+", "bc", (None,)),  # only an iteration's end: the previous one's
         (r"(?:(a?)b|c)+", "bc", (None,)),

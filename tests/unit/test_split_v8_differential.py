@@ -104,7 +104,13 @@ def _mutated(rng: random.Random, source: str) -> str:
     return source[:at] + rng.choice(MUTATIONS) + source[at:]
 
 
-def make_case(rng: random.Random) -> tuple[list[str], str]:
+def make_case(rng: random.Random, *, behind: bool = False) -> tuple[list[str], str]:
+    """Patterns and a text; ``behind``: one look-behind (JavaScript matches its body right to left)."""
+    if behind:
+        body = PatternMaker(rng).alternation(depth=1)
+        return [f"(?<={body}){rng.choice(['', '', 'a', ',', '。'])}"], "".join(
+            rng.choice("ab, 。") for _ in range(rng.randint(0, 12))
+        )
     patterns = [PatternMaker(rng).pattern() for _ in range(rng.choice([1, 1, 1, 2]))]
     if rng.random() < 0.15:
         patterns[-1] = _mutated(rng, patterns[-1])
@@ -178,6 +184,14 @@ def test_generated_patterns_split_as_v8_splits(v8: V8, case_seed: int) -> None:
     assert difference(patterns, text, v8) is None, (patterns, text)
 
 
+@seed(20261205)
+@settings(max_examples=CASES // 2, deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.integers(min_value=0, max_value=2**32))
+def test_generated_look_behinds_split_as_v8_splits(v8: V8, case_seed: int) -> None:
+    patterns, text = make_case(random.Random(case_seed), behind=True)
+    assert difference(patterns, text, v8) is None, (patterns, text)
+
+
 @pytest.mark.parametrize(
     ("patterns", "text"),
     [
@@ -187,6 +201,7 @@ def test_generated_patterns_split_as_v8_splits(v8: V8, case_seed: int) -> None:
         (["(?:。{2}){2}"], "一。。。。二"),  # bounded fixed nesting
         (["(a|)+", "(,)"], "baab,ab"),
         (["(?:(a)|b)+"], "x ab y ba z"),  # JS clears a repeated group's captures at every iteration
+        (["(?<=(?:([ab]?)([ab]?))?)z"], "az baz"),  # look-behind runs right to left
         (["([。！？!?]+)"], "你好。世界！再见？"),
     ],
 )

@@ -10,7 +10,8 @@ the empty string, and ``( ?z*)?`` leaves its group ``undefined`` where Python ca
 non-empty matches of ``X`` *in the order X would try them*, so backtracking chooses what V8 chooses. ``N`` comes
 from the ordered "blocks" of ``X``: runs of its match paths that are all empty or all non-empty. For a sequence
 ``A B`` a non-empty block of ``A`` keeps all of ``B``; an empty block of ``A`` is followed by each block of ``B``
-in turn. Copies of a capture keep its number (the emitter names them). The rewrite may grow a pattern; past
+in turn; in a look-behind, which both engines match right to left, ``B`` comes first. Copies of a capture keep
+its number (the emitter names them). The rewrite may grow a pattern; past
 :data:`MAX_REWRITTEN_NODES` it is refused as too complex, so the work stays bounded whatever the source.
 """
 
@@ -62,13 +63,14 @@ def _referenced(node: Node) -> set[int]:
 
 
 class _Rewriter:
-    __slots__ = ("left", "lookbehind", "next_marker", "referenced", "resets", "sizes")
+    __slots__ = ("backward", "left", "lookbehind", "next_marker", "referenced", "resets", "sizes")
 
     def __init__(self, group_count: int, referenced: set[int]) -> None:
         self.left = MAX_REWRITTEN_NODES
         self.sizes: dict[int, tuple[Node, int]] = {}  # the node is kept so its id is never reused
         self.referenced = referenced
-        self.lookbehind = 0
+        self.lookbehind = 0  # enclosing look-behinds
+        self.backward = False  # matching right to left: in a look-behind, not in a look-ahead inside it
         self.next_marker = group_count + 1
         self.resets: dict[int, list[tuple[int, bool]]] = {}
 
@@ -100,10 +102,12 @@ class _Rewriter:
             case Quant():
                 return self.quant(node)
             case Group():
-                behind = node.kind in ("lb", "nlb")
+                behind, direction = node.kind in ("lb", "nlb"), self.backward
                 self.lookbehind += behind
+                self.backward = behind or (direction and node.kind not in ("la", "nla"))
                 body = self.alt(node.body)
                 self.lookbehind -= behind
+                self.backward = direction
                 return Group(node.kind, body, node.index, node.name)
             case Alt():
                 return self.alt(node)
@@ -187,21 +191,24 @@ class _Rewriter:
         return _merged(out)
 
     def sequence_blocks(self, items: list[Node]) -> list[_Block]:
+        """Blocks of ``items`` in the order they are tried: right to left when matching backward (look-behind)."""
         result: list[_Block] = [(True, [])]
-        for item in items:
+        for item in reversed(items) if self.backward else items:
             item_blocks: list[_Block] | None = None
             grown: list[_Block] = []
             for empty, sequence in result:
                 if not empty:
-                    grown.append((False, [*sequence, item]))
-                    self.spend(len(sequence) + self.size(item))
+                    grown.append((False, self.joined(sequence, [item])))
                     continue
                 item_blocks = item_blocks if item_blocks is not None else self.blocks(item)
-                for item_empty, tail in item_blocks:
-                    grown.append((item_empty, sequence + tail))
-                    self.spend(len(sequence) + len(tail))
+                grown += [(item_empty, self.joined(sequence, tail)) for item_empty, tail in item_blocks]
             result = _merged(grown)
         return result
+
+    def joined(self, done: list[Node], more: list[Node]) -> list[Node]:
+        """``done`` then ``more`` in match order, written left to right."""
+        self.spend(len(done) + sum(self.size(node) for node in more))
+        return more + done if self.backward else done + more
 
 
 def _marked(mark: Group | None, atom: Node) -> Node:
