@@ -224,6 +224,30 @@ def test_instant_message_is_delivered_within_the_request(engine):
     assert [p["source"] for p in engine.push.payloads()] == ["instant"]
 
 
+@pytest.mark.parametrize(
+    ("split_pattern", "text", "pushed"),
+    [
+        # as V8 splits (tests/unit/test_split_v8_differential.py): a variable-width look-behind ...
+        ("(?<=[。！？]+)", "你好。再见！！好的", ["你好。", "再见！", "！", "好的"]),
+        # ... a group whose empty iteration JavaScript refuses, and bounded fixed nesting
+        ("(,|\\s{0,2})?", "a,b c", ["a,", "b ", "c"]),  # captured separators stay, even a space
+        ("(?:。{2}){2}", "一。。。。二", ["一", "二"]),
+    ],
+)
+def test_instant_message_splits_as_javascript_splits(engine, split_pattern, text, pushed):
+    resp = engine.api.schedule(
+        {
+            "contactName": "Rei",
+            "messageType": "instant",
+            "userMessage": text,
+            "firstSendTime": FIRST,
+            "splitPattern": split_pattern,
+        }
+    )
+    assert resp.status == 200, resp.text
+    assert [p["message"] for p in engine.push.payloads()] == pushed
+
+
 @pytest.mark.parametrize("status", [404, 413])
 def test_instant_permanent_failure_answers_500_and_marks_failed(engine, status):
     engine.push.set_status(engine.subscription.endpoint_id, status)

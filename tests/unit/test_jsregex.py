@@ -111,6 +111,20 @@ JS_BEHAVIOUR = [
     (r"((a)b)+", "abab", "abab"),
     (r"(a|b)+", "abba", "abba"),
     (r"(?:(a)|b)?c", "bc", "bc"),
+    # variable-width lookbehind, matched right to left as in JavaScript
+    (r"(?<=a+)b", "aab", "b"),
+    (r"(?<=a|bc)d", "bcd", "d"),
+    (r"(?<=[。！？]+)好", "你好。！好", "好"),
+    # JavaScript refuses an iteration beyond the minimum that matches empty and tries the next alternative
+    (r"(a??|b)?", "b", "b"),
+    (r"(?:a??|b)+c", "bbc", "bbc"),
+    (r"(。??[\s,]??|[^\s]{0,3})?", "é1_", "é1_"),
+    (r"(?:x?)+y", "xxy", "xxy"),
+    (r"(?:a??){2}b", "ab", "ab"),
+    (r"(a|)+", "aab", "aa"),
+    # bounded fixed nesting
+    (r"(?:。{2}){2}", "一。。。。二", "。。。。"),
+    (r"(?:\d{3},)+", "1,234,567,", "234,567,"),
     (r"", "abc", ""),
     (r"a|", "b", ""),
     (r"。|！", "你好！", "！"),
@@ -128,6 +142,37 @@ def test_capture_groups_keep_javascript_numbering() -> None:
     assert m is not None
     assert m.groups() == ("x", "z", "w")
     assert pattern.groups == 3
+
+
+@pytest.mark.parametrize(
+    ("source", "text", "groups"),
+    [
+        # the optional group's only iteration would be empty: JS leaves it undefined, not ''
+        (r"\u3002|( ??\u3002*\d*)?", "x", (None,)),
+        (r"(a|)+", "aab", ("a",)),
+        (r"(a?)+", "b", ("",)),  # the first (mandatory) iteration may be empty
+        (r"(?:(?=(a)))?b", "ab", (None,)),  # an iteration that is always empty never counts
+        (r"(?:(x)|(y)?)?z", "z", (None, None)),
+        # JS clears a repeated group's captures at every iteration: the last iteration's values only
+        (r"(?:(a)|b)+", "ab", (None,)),
+        (r"((a)|b)*", "ab", ("b", None)),
+        (r"(?:(a)?b){2}", "abb", (None,)),
+        (r"(?:(a)|b)+", "ba", ("a",)),
+        (r"(?:(?:(a)|b)c)+", "acbc", (None,)),
+        (r"(?:(x)|y(z)?)+", "xyzy", (None, None)),
+        # in a look-behind JavaScript matches right to left, so the later group takes the character first
+        (r"(?<=(?:([ab]?)([ab]?))?)z", "az", ("", "a")),
+        (r"(?<=(?=(?:([ab]?)([ab]?))?)..)z", "abz", ("a", "b")),  # a look-ahead in it runs left to right
+        # an empty capture at the last iteration's start: the tree says whose it is
+        (r"(?:b(a?)|c)+", "bc", (None,)),  # only an iteration's end: the previous one's
+        (r"(?:(a?)b|c)+", "bc", (None,)),
+        (r"(?:(a?)b|c)+", "cb", ("",)),  # only an iteration's start: the last one's
+    ],
+)
+def test_captures_follow_javascripts_repeat_rules(source: str, text: str, groups: tuple[str | None, ...]) -> None:
+    m = compile_js_pattern(source).search(text)
+    assert m is not None
+    assert m.groups() == groups
 
 
 def test_non_participating_group_is_none() -> None:
@@ -192,19 +237,22 @@ def test_compile_is_cached() -> None:
         # quantified lookahead (Annex B allows it; capture effects differ)
         "(?=a)*",
         "(?!a)+",
-        # lookbehind Python cannot run, or with a backreference
-        "(?<=a+)b",
-        "(?<=a|bc)d",
+        # a backreference inside a lookbehind
         "(a)(?<=\\1)b",
-        # repeated subpatterns whose captures would differ between engines
-        "(a|)+",
-        "(a*)+",
-        "(?:(a)|b)+",
-        "((a)|b)*",
-        "(?:(a)?b){2}",
+        # a backreference inside a quantified group that can match empty
+        "(a)(?:\\1|b)?",
+        # a repeated group's optional capture we cannot follow through JS's per-iteration reset: one that can
+        # match empty where an iteration starts and where one ends, one inside a look-around, one referred back
+        # to, a repeat inside a look-behind
+        "(?:(a?)|b)+",
         "(?:(?!(a))b)+",
+        "(?:(?=(a))a|b)+",
+        "(?:(a)|b)+\\1",
+        "(?<=(?:(a)|b)+)c",
         # Python cannot repeat that often
         "a{4294967295}",
+        # the rewrite for JavaScript's empty-repeat rule would be too large
+        "(?:(?:a?){99}){99}",
     ],
 )
 def test_rejected(source: str) -> None:
@@ -237,6 +285,8 @@ def test_deep_nesting_is_a_value_error() -> None:
         r"(~{3,})",
         r"(\s*[;；]\s*)",
         r"(?<=[。！？])",
+        r"(?<=[。！？]+)",
+        r"([，,]\s*|\s+)?",
     ],
 )
 def test_typical_split_patterns_compile(source: str) -> None:

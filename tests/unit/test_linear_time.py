@@ -5,7 +5,11 @@ absolute times: a quadratic check would grow 1,000-fold over that range."""
 
 from __future__ import annotations
 
+import time
+
+import pytest
 from amsg.crypto import UserCodec
+from amsg.domain import jsregex
 from amsg.errors import ApiError
 from amsg.http.body import read_body
 from amsg.http.gates import decrypt_request_object
@@ -42,3 +46,39 @@ def test_the_fuzzer_reproducer_is_linear() -> None:
 @given(hostile_shapes)
 def test_body_checks_take_flat_time_per_byte(shape: tuple[str, str]) -> None:
     assert ratio(shape) < MAX_RATIO, shape
+
+
+# splitPattern sources, each grown from a unit: refused (nested or ambiguous repeats, an unterminated group) and
+# accepted (look-behind of any width, the JS empty-repeat rewrite, fixed nesting). Validation refuses a source over
+# 200 characters before compiling; the compile also runs at fire time on whatever was stored.
+PATTERN_SHAPES = [
+    ("(?:", "a+)+"),
+    ("", "(?:a|a)+"),
+    ("(?:", "(?:a?)?"),
+    ("", "(?<=a+)"),
+    ("", "(?:。{2}){2}"),
+    ("", "a??"),
+]
+PATTERN_MAX_RATIO = 8.0  # 2K -> 50K characters: flat is near 1, quadratic ~25
+
+
+def compile_cpu_per_char(source: str, repeats: int) -> float:
+    best = float("inf")
+    for _ in range(repeats):
+        jsregex.compile_js_pattern.cache_clear()
+        jsregex.regex.purge()  # the regex package caches compiled sources too
+        start = time.process_time()
+        try:
+            jsregex.compile_js_pattern(source)
+        except ValueError:
+            pass
+        best = min(best, time.process_time() - start)
+    return best / len(source)
+
+
+@pytest.mark.parametrize("shape", PATTERN_SHAPES, ids=[unit for _, unit in PATTERN_SHAPES])
+def test_split_pattern_checks_take_flat_time_per_character(shape: tuple[str, str]) -> None:
+    """Parsing, the JS repeat rewrite, the safety walk and compiling a splitPattern are linear in its length."""
+    small = compile_cpu_per_char(grow(shape, 2_000), repeats=5)
+    large = compile_cpu_per_char(grow(shape, 50_000), repeats=1)
+    assert large / small < PATTERN_MAX_RATIO, (shape, small, large)

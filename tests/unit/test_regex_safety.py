@@ -17,7 +17,19 @@ from hypothesis import strategies as st
 from tests.conftest import examples
 
 # the fuzzer's reproducers, and the classic shapes around them
-CATASTROPHIC = ["(?:a+)+b", "(a+)+b", "(a|aa)+$", "(.*a){20}", "(x+x+)+y", "(\\w|_)*!", "(?:a*b*)*c", "(?:\\s+\\S*)+$"]
+CATASTROPHIC = [
+    "(?:a+)+b",
+    "(a+)+b",
+    "(a|aa)+$",
+    "(.*a){20}",
+    "(x+x+)+y",
+    "(\\w|_)*!",
+    "(?:a*b*)*c",
+    "(?:\\s+\\S*)+$",
+    # ambiguous only once JavaScript's empty-repeat rule is spelled out: (?:a?a?)+ runs as (?:a?a?)(?:aa?|a)*
+    "(?:a?a?)+b",
+    "(?:(?:a?){2})+b",
+]
 # shapes that must stay accepted: the default, real-world separators, bounded inner repeats
 ACCEPTED = [
     "([。！？!?]+)",
@@ -30,6 +42,14 @@ ACCEPTED = [
     "(?:ab?)+",
     "(\\d{1,3}),",
     "\\s*\\s*x",
+    # bounded fixed nesting matches its text one way only
+    "(?:。{2}){2}",
+    "(?:\\d{3},)+",
+    "(?:(?:ab){2}c)+",
+    # JavaScript accepts these, and so do we now
+    "(a|)+",
+    "(?<=[。！？]+)",
+    "(。??[\\s,]??|[^\\s]{0,3})?",
 ]
 
 

@@ -53,6 +53,8 @@ def test_spec_vectors(text: str, pattern: str | list[str] | None, expected: list
         ("😀！好", None, ["😀！", "好"]),
         # lookbehind sees text before the search position
         ("a1b2", "(?<=\\d)", ["a1", "b2"]),
+        # a variable-width lookbehind: split after each run of punctuation, as V8 does
+        ("你好。再见！！好的", "(?<=[。！？]+)", ["你好。", "再见！", "！", "好的"]),
         # ^ only matches at the start of the chunk
         ("abab", "^a", ["bab"]),
         # cascade: a chunk the first pattern leaves alone is still split by the next one
@@ -89,6 +91,12 @@ def test_split_message(text: str, pattern: str | list[str] | None, expected: lis
             ["A", None, "B", "bold", "/", "B", "and", None, "CODE", "coded", "/", "CODE", ""],
         ),
         ("a-b_c", "(-)|(_)", ["a", "-", None, "b", None, "_", "c"]),
+        # as V8 splits: an empty iteration of the optional group is refused, so the second branch matches
+        ("é1_！-_", "(。??[\\s,]??|[^\\s]{0,3})?", ["", "é1_", "", "！-_", ""]),
+        # ... and a group whose only iteration would be empty stays undefined
+        ("a。1 b", "\\u3002|( ??\\u3002*\\d*)?", ["a", None, "", "1", "", " ", "b"]),
+        # a repeated group's capture holds its last iteration's value, undefined if that one skipped it
+        ("x ab y ba z", "(?:(a)|b)+", ["x ", None, " y ", "a", " z"]),
     ],
 )
 def test_js_split(text: str, source: str, expected: list[str | None]) -> None:
@@ -99,7 +107,7 @@ def test_default_pattern_is_the_reference_one() -> None:
     assert DEFAULT_SPLIT_PATTERN == "([。！？!?]+)"
 
 
-@pytest.mark.parametrize("pattern", ["(", "\\p{L}", ["([。])", "(a|)+"]])
+@pytest.mark.parametrize("pattern", ["(", "\\p{L}", ["([。])", "(a+)+"]])
 def test_untranslatable_pattern_raises_value_error(pattern: str | list[str]) -> None:
     with pytest.raises(ValueError):
         split_message("text", pattern)

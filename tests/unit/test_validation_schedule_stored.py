@@ -409,7 +409,23 @@ def test_split_pattern_invalid(value, message):
 
 @pytest.mark.parametrize(
     "value",
-    [None, [], "\\n", "[。！？!?]+", "([。！？!?]+)", "(?<sep>\\n)", "a{2", "x" * 200, "😀" * 100, ["\\n"] * 10, ""],
+    [
+        *(
+            None,
+            [],
+            "\\n",
+            "[。！？!?]+",
+            "([。！？!?]+)",
+            "(?<sep>\\n)",
+            "a{2",
+            "x" * 200,
+            "😀" * 100,
+            ["\\n"] * 10,
+            "",
+        ),
+        # what JavaScript accepts: variable-width look-behind, nullable repeated groups, bounded fixed nesting
+        *("(?<=[。！？]+)", "(。??[\\s,]??|[^\\s]{0,3})?", "(a|)+", "(?:。{2}){2}"),
+    ],
 )
 def test_split_pattern_valid(value):
     assert validate(fixed(splitPattern=value)).build_stored_payload(NOW)["splitPattern"] == value

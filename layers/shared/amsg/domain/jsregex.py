@@ -1,11 +1,15 @@
-"""JavaScript regex sources (``splitPattern``) translated to Python ``re`` (see docs/compatibility.md).
+"""JavaScript regex sources (``splitPattern``) translated to Python ``regex`` (see docs/compatibility.md).
 
 Stored patterns are JavaScript regex *sources* compiled by the reference with ``new RegExp(source)`` — no
 flags, so the web-compatibility grammar of ECMAScript Annex B applies. Python's ``re`` disagrees with that
 dialect in syntax and in meaning (Unicode ``\\d``/``\\w``/``\\s``, ``$`` before a final newline, ``.``, group
 syntax, backreferences to unset groups), so a pattern is parsed as JavaScript and re-emitted as Python.
-Whatever cannot be reproduced faithfully raises ``ValueError``; validation turns that into the documented
-400 at schedule/update time, so a stored pattern never surprises the engine at fire time.
+Two rules of JavaScript's repeats are spelled out in the emitted pattern (:mod:`amsg.domain.jsregex_repeat`):
+an iteration beyond the minimum that matches empty is refused (``(a??|b)?`` matches ``b``), and a repeated
+group's captures are cleared at every iteration (:mod:`amsg.domain.jsregex_reset`). Look-behind of any width
+runs as in JavaScript (right to left). Whatever cannot be reproduced faithfully raises ``ValueError``;
+validation turns that into the documented 400 at schedule/update time, so a stored pattern never surprises
+the engine at fire time. tests/unit/test_split_v8_differential.py holds all of it to V8.
 
 Mapping (JS source → emitted Python):
 
@@ -41,14 +45,17 @@ Rejected (``ValueError``): JS syntax errors; ``\\p{…}``/``\\P{…}`` and ``\\u
 which cannot be given — without it JS silently reads them as literal text, never what the author meant);
 ``\\N`` with N above the group count (Annex B would read it as an octal escape); lone surrogate escapes;
 named-group duplicates; inline modifiers ``(?i:…)``; quantified lookarounds; backreferences inside a
-lookbehind; lookbehinds Python cannot run (variable width); a repeated (max > 1) subpattern whose
-captures could differ between engines — it can match empty, or holds a capture that may skip an
-iteration (JS clears captures at every iteration, Python keeps the previous one): ``(a|)+``,
-``(?:(a)|b)+``; more than 99 backreferenced groups.
+lookbehind, or inside a quantified group that can match empty; a repeated group's optional capture that can
+match empty both where an iteration starts and where one ends, sits in a look-around, is referred back to, or
+repeats inside a look-behind (``(?:(a?)|b)+``: JavaScript's per-iteration reset could not be followed
+exactly); a pattern whose rewrite for the repeat rules
+exceeds :data:`~amsg.domain.jsregex_repeat.MAX_REWRITTEN_NODES`; more than 99 backreferenced groups. The
+backtracking safety walk (:mod:`amsg.domain.regex_safety`) refuses more.
 
 Known, accepted difference: Python strings are code points, JS strings UTF-16 code units. An astral
 character (emoji) is one character here and two in JS, so ``.`` or a negated class consumes the whole
-emoji instead of half of it. That is what a pattern author means, so it is kept.
+emoji where V8 takes half of it (and a split can cut an emoji in two). A push never carries half an emoji
+here, which is what a pattern author means, so it is kept (docs/decisions.md, "splitPattern runs as V8 runs").
 """
 
 from __future__ import annotations
@@ -58,19 +65,10 @@ import re
 
 import regex
 
-from amsg.domain.jsregex_ast import (
-    MAX_CODE_POINT,
-    Alt,
-    Assert,
-    BackRef,
-    Char,
-    Class,
-    Group,
-    Node,
-    Quant,
-    check_repeat,
-    complement_ranges,
-)
+from amsg.domain.jsregex_ast import Alt, Assert, BackRef, Char, Class, Group, Node, Quant, complement_ranges
+from amsg.domain.jsregex_emit import emit
+from amsg.domain.jsregex_repeat import Rewrite, apply_js_repeat_rule
+from amsg.domain.jsregex_reset import JsPattern
 from amsg.domain.regex_safety import check_backtracking
 
 __all__ = ["compile_js_pattern", "translate_js_pattern"]
@@ -99,9 +97,6 @@ _ASCII_LETTERS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ
 _DECIMAL = re.compile(r"[0-9]+")
 _NAMED_REF = re.compile(r"k<([^>]*)>")
 _BRACED_QUANTIFIER = re.compile(r"\{([0-9]+)(?:(,)([0-9]*))?\}")
-_WORD_CLASS = "[0-9A-Z_a-z]"
-_WORD_BOUNDARY = f"(?:(?<={_WORD_CLASS})(?!{_WORD_CLASS})|(?<!{_WORD_CLASS})(?={_WORD_CLASS}))"
-_NOT_WORD_BOUNDARY = f"(?:(?<={_WORD_CLASS})(?={_WORD_CLASS})|(?<!{_WORD_CLASS})(?!{_WORD_CLASS}))"
 _PY_MAX_BACKREF = 99
 
 
@@ -262,7 +257,7 @@ class _Parser:
     def _group(self) -> Group:
         start = self.pos
         self.pos += 1  # (
-        kind, name = self._group_kind() if self._peek() == "?" else ("cap", None)
+        kind, name = self._group_kind()
         index = 0
         if kind == "cap":
             self.next_group += 1
@@ -282,24 +277,25 @@ class _Parser:
         return Group(kind, body, index, name)
 
     def _group_kind(self) -> tuple[str, str | None]:
-        """What follows ``(?``: a non-capturing group, a lookaround, or a named capture (its name)."""
+        """The group's kind (and name) from what follows ``(``; ``self.pos`` moves to the body."""
+        if self._peek() != "?":
+            return "cap", None
         nxt = self._peek(1)
         simple = {":": "nc", "=": "la", "!": "nla"}
         if nxt in simple:
             self.pos += 2
             return simple[nxt], None
         if nxt == "<" and self._peek(2) in ("=", "!"):
-            kind = "lb" if self._peek(2) == "=" else "nlb"
             self.pos += 3
-            return kind, None
-        if nxt != "<":
-            raise self._error("invalid group (inline modifiers are not supported)")
-        end = self.src.find(">", self.pos + 2)
-        name = self.src[self.pos + 2 : end] if end != -1 else ""
-        if end == -1 or not _valid_js_group_name(name):
-            raise self._error("invalid capture group name")
-        self.pos = end + 1
-        return "cap", name
+            return ("lb" if self.src[self.pos - 1] == "=" else "nlb"), None
+        if nxt == "<":
+            end = self.src.find(">", self.pos + 2)
+            name = self.src[self.pos + 2 : end] if end != -1 else ""
+            if end == -1 or not _valid_js_group_name(name):
+                raise self._error("invalid capture group name")
+            self.pos = end + 1
+            return "cap", name
+        raise self._error("invalid group (inline modifiers are not supported)")
 
     def _atom(self) -> Node:
         ch = self._peek()
@@ -478,99 +474,61 @@ class _Parser:
         return self._character_escape(in_class=True)
 
 
-# --- emission ------------------------------------------------------------------------------------------------
-
-
-def _cp_text(cp: int) -> str:
-    ch = chr(cp)
-    if ch.isascii() and (ch.isalnum() or ch == "_"):
-        return ch
-    if cp <= 0xFF:
-        return f"\\x{cp:02x}"
-    if cp <= 0xFFFF:
-        return f"\\u{cp:04x}"
-    return f"\\U{cp:08x}"
-
-
-def _class_text(ranges: _Ranges, negated: bool) -> str:
-    if not ranges:
-        return f"[\\x00-{_cp_text(MAX_CODE_POINT)}]" if negated else "(?!)"
-    body = "".join(_cp_text(lo) if lo == hi else f"{_cp_text(lo)}-{_cp_text(hi)}" for lo, hi in ranges)
-    return f"[^{body}]" if negated else f"[{body}]"
-
-
-_GROUP_OPEN = {"nc": "(?:", "la": "(?=", "nla": "(?!", "lb": "(?<=", "nlb": "(?<!"}
-
-
-def _emit(node: Node) -> str:
-    match node:
-        case Char():
-            return _cp_text(node.cp)
-        case Class():
-            return _class_text(node.ranges, node.negated)
-        case Assert():
-            return {"start": "\\A", "end": "\\Z", "b": _WORD_BOUNDARY, "B": _NOT_WORD_BOUNDARY}[node.kind]
-        case Alt():
-            return "|".join("".join(_emit(item) for item in branch) for branch in node.branches)
-        case Group():
-            if node.kind == "cap":
-                opener = f"(?P<{node.name}>" if node.name and node.name.isidentifier() else "("
-            else:
-                opener = _GROUP_OPEN[node.kind]
-            return opener + _emit(node.body) + ")"
-        case BackRef():
-            return f"(?:(?({node.index})\\{node.index}))" if node.settable else "(?:)"
-        case Quant():
-            check_repeat(node)
-            inner = _emit(node.atom)
-            if not isinstance(node.atom, Char | Class | Group):
-                inner = f"(?:{inner})"
-            return inner + _quantifier(node.lo, node.hi) + ("?" if node.lazy else "")
-    raise AssertionError(f"unknown node {node!r}")
-
-
-_SHORT_QUANTIFIERS = {(0, None): "*", (1, None): "+", (0, 1): "?"}
-
-
-def _quantifier(lo: int, hi: int | None) -> str:
-    if (lo, hi) in _SHORT_QUANTIFIERS:
-        return _SHORT_QUANTIFIERS[(lo, hi)]
-    if hi is None:
-        return f"{{{lo},}}"
-    return f"{{{lo}}}" if lo == hi else f"{{{lo},{hi}}}"
-
-
-def _parse(source: str) -> Alt:
+def _parse(source: str) -> tuple[Alt, _Prescan]:
     if not isinstance(source, str):
         raise ValueError("pattern source must be a string")
+    parser = _Parser(source)
     try:
-        return _Parser(source).parse()
+        return parser.parse(), parser.info
+    except RecursionError as exc:
+        raise ValueError("pattern nests too deeply") from exc
+
+
+def _rewritten(tree: Alt, info: _Prescan) -> Rewrite:
+    """``tree`` with JavaScript's repeat rules spelled out (:mod:`amsg.domain.jsregex_repeat`)."""
+    try:
+        return apply_js_repeat_rule(tree, info.group_count)
+    except RecursionError as exc:
+        raise ValueError("pattern nests too deeply") from exc
+
+
+def _check_backtracking(tree: Alt) -> None:
+    try:
+        check_backtracking(tree)
+    except RecursionError as exc:
+        raise ValueError("pattern nests too deeply") from exc
+
+
+def _emitted(rewrite: Rewrite, info: _Prescan) -> str:
+    try:
+        return emit(rewrite.tree, rewrite.group_count + rewrite.markers, info.names, named=rewrite.markers > 0)
     except RecursionError as exc:
         raise ValueError("pattern nests too deeply") from exc
 
 
 def translate_js_pattern(source: str) -> str:
-    """Python ``re`` source equivalent to the JavaScript regex ``source`` (no flags); ``ValueError`` if none."""
-    tree = _parse(source)
-    try:
-        return _emit(tree)
-    except RecursionError as exc:
-        raise ValueError("pattern nests too deeply") from exc
+    """Python ``regex`` source equivalent to the JavaScript regex ``source`` (no flags); ``ValueError`` if none."""
+    tree, info = _parse(source)
+    return _emitted(_rewritten(tree, info), info)
 
 
 @functools.lru_cache(maxsize=256)
-def compile_js_pattern(source: str) -> regex.Pattern[str]:
+def compile_js_pattern(source: str) -> JsPattern:
     """Compile a JavaScript regex source (no flags) to an equivalent pattern, or raise ``ValueError``.
 
-    Patterns that backtrack catastrophically are refused (:mod:`amsg.domain.regex_safety`). The result is a
-    ``regex`` pattern (``re``-compatible syntax) so every match can run under a CPU budget (``timeout=``).
-    Cached: the same stored patterns are compiled at validation time and again at every fire.
+    Patterns that backtrack catastrophically are refused (:mod:`amsg.domain.regex_safety`), judged on the tree
+    as written and as it actually runs. The pattern runs in ``regex``, so every match can run under a CPU budget
+    (``timeout=``) and a variable-width look-behind runs as in JavaScript (right to left); its matches report
+    captures as JavaScript does. Cached: the same stored patterns are compiled at validation time and again at
+    every fire.
     """
-    tree = _parse(source)
-    check_backtracking(tree)
-    translated = translate_js_pattern(source)
+    tree, info = _parse(source)
+    _check_backtracking(tree)
+    rewrite = _rewritten(tree, info)
+    _check_backtracking(rewrite.tree)
+    translated = _emitted(rewrite, info)
     try:
-        re.compile(translated)  # keeps the accepted set that of `re` (e.g. no variable-width lookbehind)
-        return regex.compile(translated)
-    except (regex.error, re.error, OverflowError, RecursionError) as exc:
+        compiled = regex.compile(translated)
+    except (regex.error, OverflowError, RecursionError) as exc:
         raise ValueError(f"pattern cannot be compiled: {exc}") from exc
+    return JsPattern(compiled, info.group_count, rewrite.resets)

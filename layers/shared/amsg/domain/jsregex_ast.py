@@ -104,38 +104,3 @@ def nullable(node: Node) -> bool:
         case Group():
             return node.kind not in ("cap", "nc") or nullable(node.body)
     return True
-
-
-def has_capture(node: Node) -> bool:
-    match node:
-        case Group():
-            return node.kind == "cap" or has_capture(node.body)
-        case Alt():
-            return any(has_capture(item) for branch in node.branches for item in branch)
-        case Quant():
-            return has_capture(node.atom)
-    return False
-
-
-def conditional_capture(node: Node, conditional: bool) -> bool:
-    """Whether some capture inside ``node`` may stay unset while ``node`` itself matches."""
-    match node:
-        case Group():
-            if node.kind == "cap" and conditional:
-                return True
-            inner = conditional or node.kind in ("nla", "nlb")
-            return conditional_capture(node.body, inner)
-        case Alt():
-            inner = conditional or len(node.branches) > 1
-            return any(conditional_capture(item, inner) for branch in node.branches for item in branch)
-        case Quant():
-            return conditional_capture(node.atom, conditional or node.lo == 0)
-    return False
-
-
-def check_repeat(quant: Quant) -> None:
-    if (quant.hi is None or quant.hi > 1) and has_capture(quant.atom):
-        if nullable(quant.atom):
-            raise ValueError("a repeated group that can match empty must not contain captures")
-        if conditional_capture(quant.atom, False):
-            raise ValueError("a repeated group must not contain optional captures (JS resets them per iteration)")

@@ -1,14 +1,17 @@
-"""Refusing ``splitPattern``s that backtrack catastrophically (see docs/decisions.md, "User-supplied regexes").
+r"""Refusing ``splitPattern``s that backtrack catastrophically (see docs/decisions.md, "User-supplied regexes").
 
 A backtracking engine takes exponential time when a repeated subpattern can match the same text in more than
 one way. Two shapes cause nearly every real case, and both are visible in the syntax tree:
 
-* a repeat inside a repeat — ``(a+)+``, ``(?:a+)+b``, ``(x+x+)+y``, ``(.*a){20}``;
-* a repeated alternation whose branches can start with the same character — ``(a|aa)+``, ``(\\w|_)*``.
+* a repeat of variable count inside a repeat — ``(a+)+``, ``(?:a+)+b``, ``(x+x+)+y``, ``(.*a){20}``; a repeat of
+  fixed count nests harmlessly (``(?:。{2}){2}``, ``(?:\d{3},)+``): it matches its text one way only;
+* a repeated alternation whose branches can start with the same character — ``(a|aa)+``, ``(\w|_)*``.
 
-:func:`check_backtracking` walks the tree once and refuses both (a ``ValueError``: validation turns it into the
-documented 400). It is a first line only: polynomial shapes such as ``\\s*\\s*\\s*x`` remain, so every match
-also runs under a CPU budget (:mod:`amsg.domain.splitting`).
+:func:`check_backtracking` walks a tree once and refuses both (a ``ValueError``: validation turns it into the
+documented 400). :mod:`amsg.domain.jsregex` walks the pattern as written and as rewritten for JavaScript's
+empty-repeat rule, which spells out the alternatives hidden in ``(?:a?a?)+`` (``(?:aa?|a)*``). It is a first
+line only: polynomial shapes such as ``\s*\s*\s*x`` remain, so every match also runs under a CPU budget
+(:mod:`amsg.domain.splitting`).
 """
 
 from __future__ import annotations
@@ -32,7 +35,7 @@ _Ranges = list[tuple[int, int]]
 
 
 def check_backtracking(tree: Node) -> None:
-    """Raise ``ValueError`` if ``tree`` holds a nested repeat or an ambiguous repeated alternation."""
+    """Raise ``ValueError`` if ``tree`` holds a variable repeat in a repeat or an ambiguous repeated alternation."""
     _walk(tree, in_repeat=False)
 
 
@@ -44,8 +47,8 @@ def _walk(node: Node, *, in_repeat: bool) -> None:
     match node:
         case Quant():
             repeats = _repeats(node)
-            if repeats and in_repeat:
-                raise ValueError("a repeat must not contain another repeat (catastrophic backtracking)")
+            if repeats and in_repeat and node.lo != node.hi:
+                raise ValueError("a repeat of variable count inside a repeat (catastrophic backtracking)")
             _walk(node.atom, in_repeat=in_repeat or repeats)
         case Group():
             _walk(node.body, in_repeat=in_repeat)

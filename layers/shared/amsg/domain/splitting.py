@@ -4,8 +4,8 @@ Patterns are JavaScript regex sources (translated by :mod:`amsg.domain.jsregex`)
 ``String.prototype.split`` semantics — not Python's ``re.split``, which splits on empty matches at the start and
 end. Each piece is the trimmed text plus every participating capture of the separator that follows it, so a
 captured separator (the default punctuation) stays with its sentence, an uncaptured one vanishes, and a
-group that did not take part adds nothing. A list of patterns is a cascade: every chunk produced by pattern
-k is split again by pattern k+1.
+group that did not take part (``undefined`` in JavaScript's ``split`` result) adds nothing, like an empty one.
+A list of patterns is a cascade: every chunk produced by pattern k is split again by pattern k+1.
 
 Every match runs under one CPU budget per message (:data:`SPLIT_BUDGET_S`): a pattern that exhausts it — or a
 stored pattern the translator now refuses — fails the delivery *permanently* (:class:`SplitPatternFailure`), since
@@ -57,8 +57,8 @@ def js_split(text: str, pattern: Any, deadline: _Deadline | None = None) -> list
 
     Captures of each separator are inserted after the piece before it. An empty match never splits at the
     position where the current piece starts (so never at index 0) and a match at the very end is never tried.
-    ``pattern`` is a compiled ``regex`` pattern; with a ``deadline`` every match runs under its remaining budget
-    (``TimeoutError`` when spent).
+    ``pattern`` is what :func:`compile_js_pattern` returns (or a plain ``regex`` pattern); with a ``deadline`` every
+    match runs under its remaining budget (``TimeoutError`` when spent).
     """
     deadline = deadline or _Deadline(SPLIT_BUDGET_S)
     size = len(text)
