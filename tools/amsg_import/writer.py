@@ -22,6 +22,7 @@ client removed), and resurrecting it would deliver or show it twice.
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Callable
 from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
@@ -127,7 +128,7 @@ class TargetWriter:
 
     def write(self, kind: str, rec: Any) -> Outcome:
         """Write one record of ``kind``, honouring the import ledger (see the module docstring)."""
-        method = getattr(self, _METHODS[kind])
+        method: Callable[[Any], Outcome] = getattr(self, _METHODS[kind])
         located = self._locate(kind, rec)
         if located is None:
             return method(rec)

@@ -18,8 +18,10 @@ from amsg.ports import (
     APPEND_FALLBACK,
     CLAIM_BATCH,
     KEEP,
+    AppendFallback,
     CapCharge,
     CapReached,
+    ClaimAlone,
     ClaimStore,
     ClaimWanted,
     DueCandidate,
@@ -185,7 +187,7 @@ class MemoryClaimStore:
 
     def claim_many(
         self, wanted: Sequence[ClaimWanted], *, now_ms: int, lease_until_ms: int, owner: str
-    ) -> list[TaskRow | object | None]:
+    ) -> list[TaskRow | ClaimAlone | None]:
         if len(wanted) > CLAIM_BATCH:
             raise ValueError(f"at most {CLAIM_BATCH} claims per batch")
         with self._lock:
@@ -202,7 +204,7 @@ class MemoryClaimStore:
         now_ms: int,
         lease_until_ms: int,
         owner: str,
-    ) -> list[list[TaskRow | object | None]]:
+    ) -> list[list[TaskRow | ClaimAlone | None]]:
         """The fakes hold one key space: every part is this store (the tenant line runs on moto)."""
         if any(store is not self for store, _ in parts):
             raise NotFaked("claims across key spaces (the multi-tenant tick) are not faked")
@@ -282,7 +284,7 @@ class MemoryClaimStore:
         owner: str,
         claim_first: str | None = None,
         outbox_seq: int | None = None,
-    ) -> list[int] | object | None:
+    ) -> list[int] | AppendFallback | None:
         if row.owner is not None or not _fits(rows):
             return APPEND_FALLBACK
         with self._lock:

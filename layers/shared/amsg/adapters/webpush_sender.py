@@ -186,7 +186,7 @@ def encrypt_aes128gcm(plaintext: bytes, ua_public: bytes, auth_secret: bytes) ->
     import http_ece  # lazy, see module docstring
 
     try:
-        return http_ece.encrypt(
+        record: bytes = http_ece.encrypt(
             plaintext,
             salt=os.urandom(16),
             private_key=ec.generate_private_key(ec.SECP256R1()),
@@ -197,6 +197,7 @@ def encrypt_aes128gcm(plaintext: bytes, ua_public: bytes, auth_secret: bytes) ->
         )
     except (ValueError, TypeError, http_ece.ECEException) as exc:
         raise _invalid_subscription("keys are unusable") from exc
+    return record
 
 
 def _parse_subscription(subscription: Mapping[str, Any]) -> tuple[str, bytes, bytes]:

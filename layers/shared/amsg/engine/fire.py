@@ -236,7 +236,7 @@ class AgenticFire(HookServices):
     def _execute(self, calls: list[dict[str, Any]], session: HookContext) -> list[dict[str, Any]]:
         self.throw_if_cancelled()
         try:
-            results = call_hook(self.hooks.execute_tool_calls, calls, session)  # type: ignore[arg-type]
+            results: Any = call_hook(self.hooks.execute_tool_calls, calls, session)  # type: ignore[arg-type]
         except (Cancelled, TenantInactive):  # a tool's push found the tenant inactive: the fire stops
             raise
         except Exception as exc:
@@ -245,8 +245,8 @@ class AgenticFire(HookServices):
             results = failed_tools(calls, str(exc) or type(exc).__name__)
         self.throw_if_cancelled()
         if not isinstance(results, list):
-            results = failed_tools(calls, "execute_tool_calls must return a list of tool messages")
-        return results
+            return failed_tools(calls, "execute_tool_calls must return a list of tool messages")
+        return list(results)
 
     # ---- sending (finish) -----------------------------------------------------------------------------------
 

@@ -91,7 +91,7 @@ class HookServices:
             return entries
         return next((entry["value"] for entry in entries if entry["key"] == key), None)
 
-    def write_state(self, namespace: str, entries: Any, value: Any = ..., *, guarded: bool = True) -> dict:
+    def write_state(self, namespace: str, entries: Any, value: Any = ..., *, guarded: bool = True) -> dict[str, Any]:
         if guarded:
             self.throw_if_cancelled()
         if value is not ...:

@@ -24,6 +24,8 @@ from amsg.ports import (
     APPEND_FALLBACK,
     CLAIM_ALONE,
     CLAIM_BATCH,
+    AppendFallback,
+    ClaimAlone,
     ClaimStore,
     ClaimWanted,
     DueCandidate,
@@ -90,7 +92,7 @@ class DynamoClaimStore(DynamoSettlements):
 
     def claim_many(
         self, wanted: Sequence[ClaimWanted], *, now_ms: int, lease_until_ms: int, owner: str
-    ) -> list[TaskRow | object | None]:
+    ) -> list[TaskRow | ClaimAlone | None]:
         """Up to CLAIM_BATCH claims as one TransactWriteItems (the same conditions and writes as :meth:`claim`),
         then one consistent BatchGetItem of the claimed rows. The tick's claim rate is bound by its client CPU
         (building, signing and parsing requests), and this costs about a fifth of single UpdateItems per claim.
@@ -110,14 +112,14 @@ class DynamoClaimStore(DynamoSettlements):
         now_ms: int,
         lease_until_ms: int,
         owner: str,
-    ) -> list[list[TaskRow | object | None]]:
+    ) -> list[list[TaskRow | ClaimAlone | None]]:
         """:meth:`claim_many` for the claims of several key spaces (the tenants of one round of the multi-tenant
         tick) in one transaction and one read back. Each part's store builds its own keys, so a claim is written
         in its own space only; the stores must share this store's table."""
         flat = [(_same_table(self, store), w) for store, part in parts for w in part]
         if len(flat) > CLAIM_BATCH:
             raise ValueError(f"at most {CLAIM_BATCH} claims per batch")
-        results: list[TaskRow | object | None] = [None] * len(flat)
+        results: list[TaskRow | ClaimAlone | None] = [None] * len(flat)
         now_iso, lease_until = iso_from_ms(now_ms), iso_from_ms(lease_until_ms)
         trying = list(range(len(flat)))
         while trying:
@@ -167,7 +169,7 @@ class DynamoClaimStore(DynamoSettlements):
         self,
         flat: list[tuple[DynamoClaimStore, ClaimWanted]],
         claimed: list[int],
-        results: list[TaskRow | object | None],
+        results: list[TaskRow | ClaimAlone | None],
         owner: str,
         lease_until: str,
     ) -> None:
@@ -381,7 +383,7 @@ class DynamoClaimStore(DynamoSettlements):
         owner: str,
         claim_first: str | None = None,
         outbox_seq: int | None = None,
-    ) -> list[int] | object | None:
+    ) -> list[int] | AppendFallback | None:
         """One transaction: the outbox counter (compare-and-set from the value read with the task), the task
         (claim still ours and leased; records the occurrence, takes the run lease) and every row as new."""
         # a tenant's first push is taken here only while the tenant is active (docs/tenancy-data.md)
@@ -513,7 +515,7 @@ def _same_table(this: DynamoClaimStore, store: object) -> DynamoClaimStore:
     return store
 
 
-def _split(results: list[TaskRow | object | None], sizes: list[int]) -> list[list[TaskRow | object | None]]:
+def _split(results: list[TaskRow | ClaimAlone | None], sizes: list[int]) -> list[list[TaskRow | ClaimAlone | None]]:
     out, start = [], 0
     for size in sizes:
         out.append(results[start : start + size])

@@ -404,8 +404,9 @@ class DynamoClientStateStore:
         return rows
 
     def _value_of(self, pk: str, item: dict[str, Any]) -> str | None:
-        if isinstance(item.get("value"), str):
-            return item["value"]
+        inline = item.get("value")
+        if isinstance(inline, str):
+            return inline
         token = item.get("blob_token")
         if not token:
             return None

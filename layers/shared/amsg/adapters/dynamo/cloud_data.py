@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import secrets
+from collections.abc import Callable
 from decimal import Decimal
 from typing import Any
 
@@ -95,7 +96,7 @@ class DynamoCloudDataStore:
     def list_resources(self, user_id: str) -> ResourceListing:
         pk = self.keys.user_pk(user_id)
         listing = ResourceListing()
-        readers = (
+        readers: tuple[tuple[str, Callable[[], list[StoredResource]]], ...] = (
             ("task", lambda: self._tasks(pk)),
             ("state", lambda: self._state(pk)),
             ("credential", lambda: self._credentials(pk)),

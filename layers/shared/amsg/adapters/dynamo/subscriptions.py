@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from amsg.adapters.dynamo import keys
 from amsg.adapters.dynamo.table import DynamoTable
 from amsg.ports import PushSubscriptionRow
 
 
-def subscription_row(item: dict | None) -> PushSubscriptionRow | None:
+def subscription_row(item: dict[str, Any] | None) -> PushSubscriptionRow | None:
     """The stored subscription of a ``PUSH`` item (also read in batches with a task or a counter)."""
     if not item or not item.get("subscription"):
         return None

@@ -153,7 +153,7 @@ class DynamoTable:
         consistent: bool = True,
         projection: str | None = None,
         names: dict[str, str] | None = None,
-    ) -> dict | None:
+    ) -> dict[str, Any] | None:
         kwargs: dict[str, Any] = {"Key": key, "ConsistentRead": consistent}
         if projection:
             kwargs["ProjectionExpression"] = projection
@@ -236,7 +236,8 @@ class DynamoTable:
         (merged with the siblings' reads in a thread bound to a coalescing session)."""
         session: BoundSession | None = getattr(self._local, "coalescing", None)
         if session is not None:
-            return session.call("batch_get", item_keys)
+            found: dict[tuple[str, str], dict[str, Any]] = session.call("batch_get", item_keys)
+            return found
         return self.batch_get_now(item_keys)
 
     def batch_get_now(
@@ -305,4 +306,4 @@ def backoff(attempt: int, *, base_s: float = 0.004, cap_s: float = 0.25) -> None
 
 
 def is_conditional_failure(exc: ClientError) -> bool:
-    return exc.response["Error"]["Code"] == "ConditionalCheckFailedException"
+    return bool(exc.response["Error"]["Code"] == "ConditionalCheckFailedException")
