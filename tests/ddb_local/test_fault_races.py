@@ -178,8 +178,13 @@ class FailingSettle:
         return self.settle(*args, **kwargs)
 
 
-@pytest.mark.parametrize("recurrence", ["none", "daily"])
-def test_a_settlement_failed_after_the_pushes_is_finished_later(ddb_local_endpoint, ddb_local_table, recurrence):
+@pytest.mark.parametrize(
+    ("recurrence", "outage_ms"), [("none", 0), ("daily", 0), ("none", 7_200_000), ("daily", 7_200_000)]
+)
+def test_a_settlement_failed_after_the_pushes_is_finished_later(
+    ddb_local_endpoint, ddb_local_table, recurrence, outage_ms
+):
+    """Also when the outage outlasts the stale window (an hour): the task is finished as delivered, not expired."""
     ctx = ddb_context(ddb_local_endpoint, ddb_local_table)
     sender, queue = RecordingPushSender(), MemoryQueue()
     with_fakes(ctx, sender, queue)
@@ -197,6 +202,7 @@ def test_a_settlement_failed_after_the_pushes_is_finished_later(ddb_local_endpoi
     _drain(ctx, queue)
     assert len(sender.sent) == 2
 
+    ctx.clock.advance(outage_ms)
     for _ in range(3):  # later ticks and runs finish it
         ctx.clock.advance(10 * 60_000)
         run_tick(ctx)
