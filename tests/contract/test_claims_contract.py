@@ -336,9 +336,9 @@ def test_an_unconfirmed_row_keeps_its_send_claim_and_a_release_is_the_claims_own
     assert stores.outbox.claim_send(USER, "m2", **kw)
     stores.outbox.mark_delivered(USER, ["m2"], NOW + 2)
     assert not stores.outbox.mark_unconfirmed(USER, "m2", NOW + 3)  # a delivered row is not unconfirmed
-    # a discard never deletes a row some run took for sending (its push may have left)
-    assert stores.outbox.discard_undelivered(USER, ["m1", "m2", "m3"]) == 1
-    assert [r.message_id for r in stores.outbox.list_for_task(USER, uuid)] == ["m1", "m2"]
+    # the API's discard (the user cancelled the task) takes every row nobody received, claimed or not
+    assert stores.outbox.discard_undelivered_for_task(USER, uuid) == 2
+    assert [r.message_id for r in stores.outbox.list_for_task(USER, uuid)] == ["m2"]
 
 
 def test_a_run_discards_its_rows_only_while_its_claim_is_the_tasks_and_it_ended_it(stores):

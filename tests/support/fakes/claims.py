@@ -431,7 +431,8 @@ class FencedMemoryOutboxStore(MemoryOutboxStore):
                 task = self._tasks._user(user_id).get(task_uuid)
                 if task is None or task.claim_version != claim_version or task.status == "pending":
                     return 0  # the run that holds this claim has not ended the task: nothing of it is ours
-            return super().discard_undelivered_for_task(user_id, task_uuid)
+            mine = [m for m, item in self._user(user_id).items() if item.row.task_uuid == task_uuid]
+            return self._discard(user_id, mine, untaken=claim_version is not None)
 
     def _sendable(self, row: OutboxRow, user_id: str, task_uuid: str, claim_version: int, now_ms: int) -> bool:
         """Row untaken, undelivered, unacked; the task's claim current and its lease unexpired."""

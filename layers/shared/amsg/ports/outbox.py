@@ -112,17 +112,17 @@ class OutboxStore(Protocol):
         ...
 
     def discard_undelivered(self, user_id: str, message_ids: Sequence[str]) -> int:
-        """Delete the given rows that nobody took for sending and that were neither delivered nor acked
-        (a claimed row may have been pushed: it stays for the pull); count."""
+        """Delete the given rows that were neither delivered nor acked; count."""
         ...
 
     def discard_undelivered_for_task(self, user_id: str, task_uuid: str, *, claim_version: int | None = None) -> int:
-        """Delete the task's rows that nobody took for sending and that were neither delivered nor acked; count.
+        """Delete the task's rows nobody received; count.
 
-        Without ``claim_version`` (the API's cancel and update, which remove the task themselves) unfenced. With
-        it (a delivery run's cancellation) each delete commits only while the task still carries that claim
-        version and is no longer pending, i.e. the run itself ended it: a superseded run, or one whose task was
-        deleted or claimed again, deletes nothing (docs/delivery.md, fencing)."""
+        Without ``claim_version`` (the API's cancel and update, which delete the task first: the user no longer
+        wants any of it) every row neither delivered nor acked. With it (a delivery run's cancellation) only rows
+        nobody took for sending (a claimed row may have been pushed), each delete committing only while the task
+        still carries that claim version and is no longer pending, i.e. the run itself ended it: a superseded
+        run, or one whose task was deleted or claimed again, deletes nothing (docs/delivery.md, fencing)."""
         ...
 
     def list_for_task(self, user_id: str, task_uuid: str, *, since_ms: int = 0, limit: int = 500) -> list[OutboxRow]:

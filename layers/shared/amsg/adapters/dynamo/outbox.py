@@ -59,11 +59,10 @@ ID_DIGITS = 16
 MAX_ID = 10**ID_DIGITS - 1
 
 _NAMES = {"#ttl": "ttl"}
-# a row nobody took for sending, pushed or acked: the only kind a discard may delete
-_UNTOUCHED = (
-    "attribute_exists(SK) AND attribute_not_exists(sending_at) AND attribute_not_exists(delivered_at) "
-    "AND attribute_not_exists(acked_at)"
-)
+# a row nobody received (the API's discard: the user cancelled, so a row claimed for sending goes too)
+_UNDELIVERED = "attribute_exists(SK) AND attribute_not_exists(delivered_at) AND attribute_not_exists(acked_at)"
+# a row nobody took for sending, pushed or acked: the only kind a run's (fenced) discard may delete
+_UNTOUCHED = f"{_UNDELIVERED} AND attribute_not_exists(sending_at)"
 
 
 def _pad(n: int) -> str:
@@ -351,7 +350,7 @@ class DynamoOutboxStore(OutboxSendClaims):
 
     def _delete_undelivered(self, key: dict[str, str]) -> bool:
         try:
-            result = self.t.table.delete_item(Key=key, ConditionExpression=_UNTOUCHED, ReturnValues="ALL_OLD")
+            result = self.t.table.delete_item(Key=key, ConditionExpression=_UNDELIVERED, ReturnValues="ALL_OLD")
         except ClientError as exc:
             if not is_conditional_failure(exc):
                 raise
@@ -411,16 +410,16 @@ class DynamoOutboxStore(OutboxSendClaims):
         return out
 
     def discard_undelivered_for_task(self, user_id: str, task_uuid: str, *, claim_version: int | None = None) -> int:
-        """Delete the task's rows nobody has taken or received yet (never claimed, delivered or acked)."""
+        """Delete the task's rows nobody has received (the API); a run's: only untaken rows, fenced."""
         rows = self._task_items(user_id, task_uuid, projection="PK, SK, task_uuid, sending_at, delivered_at, acked_at")
-        keys_ = [
+        if claim_version is None:
+            return sum(1 for row in rows if self._delete_undelivered({"PK": row["PK"], "SK": row["SK"]}))
+        untouched = [
             {"PK": row["PK"], "SK": row["SK"]}
             for row in rows
             if not any(row.get(name) is not None for name in ("sending_at", "delivered_at", "acked_at"))
         ]
-        if claim_version is None:
-            return sum(1 for key in keys_ if self._delete_undelivered(key))
-        return sum(1 for key in keys_ if self._delete_fenced(key, user_id, task_uuid, claim_version))
+        return sum(1 for key in untouched if self._delete_fenced(key, user_id, task_uuid, claim_version))
 
     def list_for_task(self, user_id: str, task_uuid: str, *, since_ms: int = 0, limit: int = 500) -> list[OutboxRow]:
         return [self._row(item) for item in self._task_items(user_id, task_uuid, since_ms=since_ms, limit=limit)]
