@@ -33,6 +33,7 @@ from boto3.dynamodb.conditions import Attr, Key
 from botocore.exceptions import ClientError
 
 from amsg.adapters.dynamo import keys
+from amsg.adapters.dynamo.compact import pack, unpack
 from amsg.adapters.dynamo.outbox_sending import OutboxSendClaims
 from amsg.adapters.dynamo.owners import GuardSet, owner_sets, raise_if_guard_failed
 from amsg.adapters.dynamo.table import (
@@ -83,7 +84,7 @@ def _distinct(ids: Iterable[str]) -> list[str]:
 
 def _payload_attrs(row: OutboxAppend, blob: BlobRef | None) -> dict[str, Any]:
     if blob is None:
-        return {"payload": row.encrypted_push}
+        return {"payload": pack(row.encrypted_push)}
     return {"payload_token": blob.token, "payload_parts": blob.parts}
 
 
@@ -163,7 +164,7 @@ class DynamoOutboxStore(OutboxSendClaims):
     # ---- mapping ----------------------------------------------------------------------------------------
 
     def _row(self, item: dict[str, Any]) -> OutboxRow:
-        payload = item.get("payload")
+        payload = unpack(item.get("payload"))
         if payload is None and item.get("payload_token"):
             payload = self.t.read_blob(
                 item["PK"],
