@@ -29,7 +29,7 @@ from typing import Any
 
 from amsg.adapters.dynamo import keys, pending
 from amsg.adapters.dynamo.client_state import DynamoClientStateStore, root_sk
-from amsg.adapters.dynamo.outbox import ACKED_RETENTION_MS, INLINE_PAYLOAD_CHARS, RETENTION_MS, DynamoOutboxStore
+from amsg.adapters.dynamo.outbox import ACKED_RETENTION_MS, RETENTION_MS, DynamoOutboxStore
 from amsg.adapters.dynamo.table import INLINE_CHARS, DynamoTable, TransactionCancelled, is_conditional_failure
 from amsg.adapters.dynamo.tasks import drop_parts as drop_task_parts
 from amsg.adapters.dynamo.tasks import payload_attrs as task_payload_attrs
@@ -377,7 +377,7 @@ class TargetWriter:
             return _failed("outbox id already used by another row in the target (import into a fresh table)")
         blob = None
         pk = self.space.user_pk(rec.user_id)
-        if len(rec.payload) > INLINE_PAYLOAD_CHARS:
+        if len(rec.payload) > INLINE_CHARS:
             blob = self.outbox_store._write_parts(pk, rec.message_id, rec.payload, ttl)
         row = OutboxAppend(
             message_id=rec.message_id,

@@ -12,11 +12,12 @@ from boto3.dynamodb.conditions import Key
 from botocore.exceptions import ClientError
 
 from amsg.adapters.dynamo import keys, pending
+from amsg.adapters.dynamo.counters import cas_attempts, read_counter, set_counter
 from amsg.adapters.dynamo.delivery_policy import policy_row
 from amsg.adapters.dynamo.outbox import fits_one_transaction, new_row_put
 from amsg.adapters.dynamo.settlements import DynamoSettlements
 from amsg.adapters.dynamo.subscriptions import subscription_row
-from amsg.adapters.dynamo.table import TransactionCancelled, backoff, item_int
+from amsg.adapters.dynamo.table import TransactionCancelled, item_int
 from amsg.adapters.dynamo.tasks import stored_ms
 from amsg.adapters.dynamo.tenants import active_fence, tenant_key, tenant_record
 from amsg.failures import ClaimTaken
@@ -419,12 +420,9 @@ class DynamoClaimStore(DynamoSettlements):
             }
         }
         current = outbox_seq
-        for attempt in range(APPEND_ATTEMPTS):
-            if attempt:
-                backoff(attempt)
+        for _ in cas_attempts(APPEND_ATTEMPTS):
             if current is None:
-                counter = self.t.get(counter_key)
-                current = item_int(counter.get("n")) if counter else 0
+                current = read_counter(self.t, counter_key)
             ids = list(range(current + 1, current + 1 + len(rows)))
             puts = [
                 {
@@ -438,14 +436,7 @@ class DynamoClaimStore(DynamoSettlements):
                 }
                 for item, row_id in zip(rows, ids, strict=True)
             ]
-            counter_update = {
-                "Update": {
-                    "Key": counter_key,
-                    "UpdateExpression": "SET n = :new",
-                    "ConditionExpression": "attribute_not_exists(n) OR n = :cur",
-                    "ExpressionAttributeValues": {":new": ids[-1], ":cur": current},
-                }
-            }
+            counter_update = set_counter(counter_key, current, ids[-1])
             try:
                 self.t.transact([counter_update, task_update, *puts, *([fence] if fence else [])])
             except TransactionCancelled as cancelled:

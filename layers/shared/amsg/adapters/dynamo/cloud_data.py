@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import secrets
 from collections.abc import Callable
 from decimal import Decimal
 from typing import Any
@@ -30,7 +29,13 @@ from amsg.adapters.dynamo import keys, pending
 from amsg.adapters.dynamo.client_state import root_sk, value_parts_prefix
 from amsg.adapters.dynamo.compact import unpack
 from amsg.adapters.dynamo.owners import owner_key
-from amsg.adapters.dynamo.table import BlobRef, DynamoTable, TransactionCancelled, is_conditional_failure
+from amsg.adapters.dynamo.table import (
+    INLINE_CHARS,
+    BlobRef,
+    DynamoTable,
+    TransactionCancelled,
+    is_conditional_failure,
+)
 from amsg.adapters.dynamo.tasks import registry_delete
 from amsg.errors import LeaseLost, OwnerChanged
 from amsg.observability import logger
@@ -42,7 +47,6 @@ RECORD_PREFIX = "R#"
 # data in part items "RP#<kind>#<id>#<token>#<n>" (never under the "R#<kind>#" listing prefix); parts carry a TTL
 # past any record's life, so a part left by a crash between writes expires.
 RECORD_PART_PREFIX = "RP#"
-INLINE_RECORD_CHARS = 300_000
 RECORD_PART_TTL_S = 32 * 86_400
 READ_FAILED = "Cloud storage source could not be read"
 
@@ -308,17 +312,11 @@ class DynamoCloudDataStore:
 
     def _data_attrs(self, user_id: str, kind: str, record_id: str, data: str, now_ms: int) -> dict[str, Any]:
         """The attributes that hold ``data``: inline, or a pointer to part items written first."""
-        if len(data) <= INLINE_RECORD_CHARS:
+        if len(data) <= INLINE_CHARS:
             return {"data": data}
-        token = secrets.token_hex(8)
         prefix = _part_prefix(self._record_key(user_id, kind, record_id)["SK"])
-        chunks = [data[i : i + INLINE_RECORD_CHARS] for i in range(0, len(data), INLINE_RECORD_CHARS)]
-        ttl = now_ms // 1000 + RECORD_PART_TTL_S
-        self.t.batch_put(
-            {"PK": self.keys.user_pk(user_id), "SK": f"{prefix}{token}#{n:05d}", "v": chunk, "ttl": ttl}
-            for n, chunk in enumerate(chunks)
-        )
-        return {"data_token": token, "data_parts": len(chunks)}
+        blob = self.t.write_blob(self.keys.user_pk(user_id), prefix, data, ttl=now_ms // 1000 + RECORD_PART_TTL_S)
+        return {"data_token": blob.token, "data_parts": blob.parts}
 
     def _data_of(self, item: dict[str, Any]) -> str | None:
         if "data" in item:
@@ -442,7 +440,7 @@ class DynamoCloudDataStore:
 
     def _leased_update(self, user_id: str, write: LeasedWrite) -> dict[str, Any]:
         # operation records stay small (counts and, for a purge, at most MAX_PURGE_RESOURCES entries)
-        if len(write.data) > INLINE_RECORD_CHARS:
+        if len(write.data) > INLINE_CHARS:
             raise ValueError("a leased record must fit in one item")
         sets = ["#data = :d", "updated_at = :now"]
         removes: list[str] = []

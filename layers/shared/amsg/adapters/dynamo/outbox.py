@@ -17,14 +17,13 @@ Item ``U#<uid> / O#<message_id>`` (ids over 1000 UTF-8 bytes are hashed, see :fu
   claim version, which ``sending_cv`` records) so a row is pushed by at most one run; handed back only by that
   claim, and only when its push surely did not go out; ``unconfirmed_at`` (ms) — its push left without an
   answer: the send claim stays for good (docs/delivery.md).
-* ``payload`` — storage ciphertext of the push JSON; above :data:`INLINE_PAYLOAD_CHARS` it is split across
+* ``payload`` — storage ciphertext of the push JSON; above :data:`INLINE_CHARS` it is split across
   ``OP#…`` part items written before the row (they carry the row's ttl, so nothing is orphaned for good).
 """
 
 from __future__ import annotations
 
 import contextlib
-import secrets
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -34,14 +33,14 @@ from botocore.exceptions import ClientError
 
 from amsg.adapters.dynamo import keys
 from amsg.adapters.dynamo.compact import pack, unpack
+from amsg.adapters.dynamo.counters import cas_attempts, read_counter, set_counter
 from amsg.adapters.dynamo.outbox_sending import OutboxSendClaims
 from amsg.adapters.dynamo.owners import GuardSet, owner_sets, raise_if_guard_failed
 from amsg.adapters.dynamo.table import (
-    PART_CHARS,
+    INLINE_CHARS,
     BlobRef,
     DynamoTable,
     TransactionCancelled,
-    backoff,
     is_conditional_failure,
     item_int,
 )
@@ -51,7 +50,6 @@ from amsg.ports import OutboxAppend, OutboxRow
 DAY_MS = 86_400_000
 RETENTION_MS = 28 * DAY_MS  # any row, after creation
 ACKED_RETENTION_MS = 7 * DAY_MS  # acked rows, after the ack
-INLINE_PAYLOAD_CHARS = 300_000
 # One transaction: the counter + 99 rows, and stay well below the 4 MB request limit.
 MAX_ROWS_PER_TRANSACTION = 99
 MAX_TRANSACTION_CHARS = 3_000_000
@@ -129,7 +127,7 @@ def fits_one_transaction(rows: Sequence[OutboxAppend], spare: int = 0) -> bool:
     (and ``spare`` more actions)."""
     return (
         0 < len(rows) <= MAX_ROWS_PER_TRANSACTION - 1 - spare
-        and all(len(row.encrypted_push) <= INLINE_PAYLOAD_CHARS for row in rows)
+        and all(len(row.encrypted_push) <= INLINE_CHARS for row in rows)
         and sum(len(row.encrypted_push) + len(row.message_id) + 512 for row in rows) <= MAX_TRANSACTION_CHARS
         and len({row.message_id for row in rows}) == len(rows)
     )
@@ -143,17 +141,6 @@ class _AppendPlan:
     ids: dict[str, int] = field(default_factory=dict)  # message id -> row id
     replaced: list[dict[str, Any]] = field(default_factory=list)  # unacked rows whose payload parts go
     used: set[str] = field(default_factory=set)  # message ids whose new parts the actions reference
-
-
-def _counter_update(counter_key: dict[str, str], current: int, next_id: int) -> dict[str, Any]:
-    return {
-        "Update": {
-            "Key": counter_key,
-            "UpdateExpression": "SET n = :new",
-            "ConditionExpression": "attribute_not_exists(n) OR n = :cur",
-            "ExpressionAttributeValues": {":new": next_id, ":cur": current},
-        }
-    }
 
 
 class DynamoOutboxStore(OutboxSendClaims):
@@ -188,14 +175,7 @@ class DynamoOutboxStore(OutboxSendClaims):
         )
 
     def _write_parts(self, pk: str, message_id: str, text: str, ttl: int) -> BlobRef:
-        token = secrets.token_hex(8)
-        prefix = keys.outbox_part_prefix(message_id)
-        chunks = [text[i : i + PART_CHARS] for i in range(0, len(text), PART_CHARS)]
-        self.t.batch_put(
-            {"PK": pk, "SK": f"{prefix}{token}#{index:05d}", "v": chunk, "ttl": ttl}
-            for index, chunk in enumerate(chunks)
-        )
-        return BlobRef(token, len(chunks))
+        return self.t.write_blob(pk, keys.outbox_part_prefix(message_id), text, ttl=ttl)
 
     def _drop_parts(self, pk: str, message_id: str, token: str) -> None:
         """Best effort: unreferenced parts also expire with their ttl."""
@@ -228,7 +208,7 @@ class DynamoOutboxStore(OutboxSendClaims):
         owners = {row.owner.ref for row in rows if row.owner is not None}
         max_rows = MAX_ROWS_PER_TRANSACTION - len(owners)  # each owner's check is one more action
         for row in rows:
-            cost = min(len(row.encrypted_push), INLINE_PAYLOAD_CHARS) + len(row.message_id) + 512
+            cost = min(len(row.encrypted_push), INLINE_CHARS) + len(row.message_id) + 512
             if chunk and (len(chunk) >= max_rows or size + cost > MAX_TRANSACTION_CHARS):
                 yield chunk
                 chunk, size = [], 0
@@ -241,13 +221,11 @@ class DynamoOutboxStore(OutboxSendClaims):
         pk = self.keys.user_pk(user_id)
         blobs: dict[str, BlobRef] = {}
         for row in chunk:
-            if len(row.encrypted_push) > INLINE_PAYLOAD_CHARS:
+            if len(row.encrypted_push) > INLINE_CHARS:
                 blobs[row.message_id] = self._write_parts(
                     pk, row.message_id, row.encrypted_push, _ttl_for(row.created_at)
                 )
-        for attempt in range(APPEND_ATTEMPTS):
-            if attempt:
-                backoff(attempt)  # the per-user counter moved under us: jittered back-off, then read again
+        for _ in cas_attempts(APPEND_ATTEMPTS):  # the per-user counter moved under us: back off, read again
             plan = self._plan_append(user_id, chunk, blobs)
             if plan.actions and not self._commit_append(user_id, chunk, plan.actions, blobs):
                 continue  # the counter moved or a row changed under us: read again
@@ -267,8 +245,7 @@ class DynamoOutboxStore(OutboxSendClaims):
         rows are replaced in place, acked rows are final; the counter moves only if it still holds what was read."""
         counter_key = self.keys.counter_key(user_id, "outbox")
         existing = self._batch_get([self.keys.outbox_key(user_id, row.message_id) for row in chunk])
-        counter = self.t.get(counter_key)
-        current = item_int(counter.get("n")) if counter else 0
+        current = read_counter(self.t, counter_key)
         next_id = current
         plan = _AppendPlan()
         for row in chunk:
@@ -290,7 +267,7 @@ class DynamoOutboxStore(OutboxSendClaims):
             if blob is not None:
                 plan.used.add(row.message_id)
         if next_id > current:
-            plan.actions.insert(0, _counter_update(counter_key, current, next_id))
+            plan.actions.insert(0, set_counter(counter_key, current, next_id))
         return plan
 
     def _commit_append(

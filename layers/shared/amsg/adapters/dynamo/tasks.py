@@ -13,6 +13,7 @@ from botocore.exceptions import ClientError
 
 from amsg.adapters.dynamo import keys, pending
 from amsg.adapters.dynamo.compact import pack, unpack
+from amsg.adapters.dynamo.counters import cas_attempts, read_counter, set_counter
 from amsg.adapters.dynamo.owners import guard_check, owner_sets, raise_if_guard_failed
 from amsg.adapters.dynamo.subscriptions import subscription_row
 from amsg.adapters.dynamo.table import (
@@ -214,14 +215,11 @@ class DynamoTaskStore:
         self, task: NewTask, payload_attrs: dict[str, Any], supersedes_uuid: str | None, hint: tuple | None
     ) -> CreatedTask:
         counter_key = self.keys.counter_key(task.user_id, "task")
-        for attempt in range(CREATE_ATTEMPTS):
-            if attempt:
-                backoff(attempt)
+        for attempt in cas_attempts(CREATE_ATTEMPTS):
             if attempt == 0 and hint is not None:
                 current, old = hint[2], hint[3]  # read together with the subscription
             else:
-                counter = self.t.get(counter_key)
-                current = item_int(counter.get("n")) if counter else 0
+                current = read_counter(self.t, counter_key)
                 old = self.t.get(self._key(task.user_id, supersedes_uuid)) if supersedes_uuid else None
             new_id = current + 1
             next_iso, now_iso = iso_from_ms(task.next_send_at_ms), iso_from_ms(task.now_ms)
@@ -246,14 +244,7 @@ class DynamoTaskStore:
             if task.correlation_id:
                 item["corr_id"] = task.correlation_id
             actions: list[dict[str, Any]] = [
-                {
-                    "Update": {
-                        "Key": counter_key,
-                        "UpdateExpression": "SET n = :new",
-                        "ConditionExpression": "attribute_not_exists(n) OR n = :cur",
-                        "ExpressionAttributeValues": {":new": new_id, ":cur": current},
-                    }
-                },
+                set_counter(counter_key, current, new_id),
                 {"Put": {"Item": item, "ConditionExpression": "attribute_not_exists(PK)"}},
                 {
                     "Put": {
