@@ -32,7 +32,7 @@ def wired(ddb_local_endpoint, ddb_local_table):
     sender, queue = RecordingPushSender(), MemoryQueue()
     with_fakes(ctx, sender, queue)
     meter = units.Meter(ddb_local_endpoint, units.Schema(table_definition(load_template())))
-    meter.attach(ctx.tasks.t.wire)
+    meter.attach(ctx.tasks.db.wire)
     units.reset()
     return ctx, sender, queue
 
@@ -125,19 +125,19 @@ def test_items_of_the_previous_layout_are_delivered_and_settled(wired):
     ctx, sender, queue = wired
     user, task_uuid = _seed(ctx, "旧的")
     key = {"PK": f"U#{user}", "SK": f"T#{task_uuid}"}
-    item = ctx.tasks.t.get(key)
+    item = ctx.tasks.db.get(key)
     assert not isinstance(item["payload"], str)  # written now: packed
     text = unpack(item["payload"])
-    ctx.tasks.t.table.update_item(Key=key, UpdateExpression="SET payload = :p", ExpressionAttributeValues={":p": text})
-    assert isinstance(ctx.tasks.t.get(key)["payload"], str)
+    ctx.tasks.db.table.update_item(Key=key, UpdateExpression="SET payload = :p", ExpressionAttributeValues={":p": text})
+    assert isinstance(ctx.tasks.db.get(key)["payload"], str)
     _deliver(ctx, queue)
     (push,) = sender.sent
     assert push["taskUuid"] == task_uuid
     assert ctx.tasks.find_task(task_uuid) is None
     (row,) = ctx.outbox.list_unacked(user, 0, 10, T0_MS + 61_000)
-    stored = next(iter(ctx.outbox.t.query_prefix(f"U#{user}", "O#")))
+    stored = next(iter(ctx.outbox.db.query_prefix(f"U#{user}", "O#")))
     assert not isinstance(stored["payload"], str)
-    ctx.outbox.t.table.update_item(
+    ctx.outbox.db.table.update_item(
         Key={"PK": stored["PK"], "SK": stored["SK"]},
         UpdateExpression="SET payload = :p",
         ExpressionAttributeValues={":p": unpack(stored["payload"])},

@@ -145,15 +145,15 @@ class _AppendPlan:
 
 class DynamoOutboxStore(OutboxSendClaims):
     def __init__(self, table: DynamoTable, *, space: keys.KeySpace = keys.SINGLE) -> None:
-        self.t = table
-        self.keys = space
+        self.db = table
+        self.space = space
 
     # ---- mapping ----------------------------------------------------------------------------------------
 
     def _row(self, item: dict[str, Any]) -> OutboxRow:
         payload = unpack(item.get("payload"))
         if payload is None and item.get("payload_token"):
-            payload = self.t.read_blob(
+            payload = self.db.read_blob(
                 item["PK"],
                 keys.outbox_part_prefix(item["message_id"]),
                 BlobRef(str(item["payload_token"]), item_int(item.get("payload_parts"))),
@@ -175,12 +175,12 @@ class DynamoOutboxStore(OutboxSendClaims):
         )
 
     def _write_parts(self, pk: str, message_id: str, text: str, ttl: int) -> BlobRef:
-        return self.t.write_blob(pk, keys.outbox_part_prefix(message_id), text, ttl=ttl)
+        return self.db.write_blob(pk, keys.outbox_part_prefix(message_id), text, ttl=ttl)
 
     def _drop_parts(self, pk: str, message_id: str, token: str) -> None:
         """Best effort: unreferenced parts also expire with their ttl."""
         with contextlib.suppress(ClientError):
-            self.t.delete_blob(pk, keys.outbox_part_prefix(message_id), token)
+            self.db.delete_blob(pk, keys.outbox_part_prefix(message_id), token)
 
     def _drop_parts_of(self, item: dict[str, Any] | None) -> None:
         if item and item.get("payload_token") and item.get("message_id") is not None:
@@ -188,7 +188,7 @@ class DynamoOutboxStore(OutboxSendClaims):
 
     def _batch_get(self, item_keys: list[dict[str, str]]) -> dict[str, dict[str, Any]]:
         """Consistent reads of one user's rows, keyed by SK."""
-        return {sk: item for (_, sk), item in self.t.batch_get(item_keys).items()}
+        return {sk: item for (_, sk), item in self.db.batch_get(item_keys).items()}
 
     # ---- engine-facing ----------------------------------------------------------------------------------
 
@@ -218,7 +218,7 @@ class DynamoOutboxStore(OutboxSendClaims):
             yield chunk
 
     def _append_chunk(self, user_id: str, chunk: list[OutboxAppend]) -> dict[str, int]:
-        pk = self.keys.user_pk(user_id)
+        pk = self.space.user_pk(user_id)
         blobs: dict[str, BlobRef] = {}
         for row in chunk:
             if len(row.encrypted_push) > INLINE_CHARS:
@@ -243,13 +243,13 @@ class DynamoOutboxStore(OutboxSendClaims):
     def _plan_append(self, user_id: str, chunk: list[OutboxAppend], blobs: dict[str, BlobRef]) -> _AppendPlan:
         """Read the rows and the per-user id counter, then the actions: new rows take the next ids, unacked
         rows are replaced in place, acked rows are final; the counter moves only if it still holds what was read."""
-        counter_key = self.keys.counter_key(user_id, "outbox")
-        existing = self._batch_get([self.keys.outbox_key(user_id, row.message_id) for row in chunk])
-        current = read_counter(self.t, counter_key)
+        counter_key = self.space.counter_key(user_id, "outbox")
+        existing = self._batch_get([self.space.outbox_key(user_id, row.message_id) for row in chunk])
+        current = read_counter(self.db, counter_key)
         next_id = current
         plan = _AppendPlan()
         for row in chunk:
-            key = self.keys.outbox_key(user_id, row.message_id)
+            key = self.space.outbox_key(user_id, row.message_id)
             old = existing.get(key["SK"])
             blob = blobs.get(row.message_id)
             if old is None:
@@ -275,18 +275,18 @@ class DynamoOutboxStore(OutboxSendClaims):
     ) -> bool:
         """One transaction with the owners' guards; False when a condition failed (read again). A failed guard
         drops the chunk's parts and raises."""
-        guards = GuardSet(self.keys)
+        guards = GuardSet(self.space)
         for row in chunk:
             if row.owner is not None:  # rows of an owned task commit only while its owner holds
                 guards.add(row.owner.ref, row.owner.generation)
         try:
-            self.t.transact(actions + guards.actions(user_id))
+            self.db.transact(actions + guards.actions(user_id))
         except TransactionCancelled as cancelled:
             try:
                 raise_if_guard_failed(cancelled, len(actions), len(guards))
             except CloudGuardError:
                 for message_id, blob in blobs.items():
-                    self._drop_parts(self.keys.user_pk(user_id), message_id, blob.token)
+                    self._drop_parts(self.space.user_pk(user_id), message_id, blob.token)
                 raise
             return False
         return True
@@ -328,7 +328,7 @@ class DynamoOutboxStore(OutboxSendClaims):
 
     def _delete_undelivered(self, key: dict[str, str]) -> bool:
         try:
-            result = self.t.table.delete_item(Key=key, ConditionExpression=_UNDELIVERED, ReturnValues="ALL_OLD")
+            result = self.db.table.delete_item(Key=key, ConditionExpression=_UNDELIVERED, ReturnValues="ALL_OLD")
         except ClientError as exc:
             if not is_conditional_failure(exc):
                 raise
@@ -341,15 +341,15 @@ class DynamoOutboxStore(OutboxSendClaims):
         run that holds that claim ended it): one transaction, so a claim taken meanwhile keeps the row."""
         fence = {
             "ConditionCheck": {
-                "Key": {"PK": self.keys.user_pk(user_id), "SK": keys.task_sk(task_uuid)},
+                "Key": {"PK": self.space.user_pk(user_id), "SK": keys.task_sk(task_uuid)},
                 "ConditionExpression": "claim_version = :cv AND #st <> :pending",
                 "ExpressionAttributeNames": {"#st": "status"},
                 "ExpressionAttributeValues": {":cv": claim_version, ":pending": "pending"},
             }
         }
-        old = self.t.get(key, projection="payload_token, message_id")
+        old = self.db.get(key, projection="payload_token, message_id")
         try:
-            self.t.transact([{"Delete": {"Key": key, "ConditionExpression": _UNTOUCHED}}, fence])
+            self.db.transact([{"Delete": {"Key": key, "ConditionExpression": _UNTOUCHED}}, fence])
         except TransactionCancelled:
             return False
         if old is not None:
@@ -360,14 +360,14 @@ class DynamoOutboxStore(OutboxSendClaims):
         return sum(
             1
             for message_id in _distinct(message_ids)
-            if self._delete_undelivered(self.keys.outbox_key(user_id, message_id))
+            if self._delete_undelivered(self.space.outbox_key(user_id, message_id))
         )
 
     def _task_items(
         self, user_id: str, task_uuid: str, *, since_ms: int = 0, limit: int | None = None, projection: str = ""
     ) -> list[dict[str, Any]]:
         """The task's rows from LSI ``outbox_by_task`` (consistent), ordered by (created_at, id)."""
-        pk = self.keys.user_pk(user_id)
+        pk = self.space.user_pk(user_id)
         low = f"{task_uuid}#{max(0, since_ms):013d}#"
         high = f"{task_uuid}#~"  # '~' sorts after every digit
         kwargs: dict[str, Any] = {
@@ -378,7 +378,7 @@ class DynamoOutboxStore(OutboxSendClaims):
         if projection:
             kwargs["ProjectionExpression"] = projection
         out: list[dict[str, Any]] = []
-        for item in self.t.query_all(**kwargs):
+        for item in self.db.query_all(**kwargs):
             # another task's uuid may extend this one ("a" vs "a#1"): keep exact matches only
             if item.get("task_uuid") != task_uuid:
                 continue
@@ -409,14 +409,14 @@ class DynamoOutboxStore(OutboxSendClaims):
             return []
         kwargs: dict[str, Any] = {
             "IndexName": "outbox_unacked",
-            "KeyConditionExpression": Key("PK").eq(self.keys.user_pk(user_id)) & Key("ob_lsk").gt(_pad(max(0, since))),
+            "KeyConditionExpression": Key("PK").eq(self.space.user_pk(user_id)) & Key("ob_lsk").gt(_pad(max(0, since))),
             "FilterExpression": Attr("ttl").gt(now_ms // 1000),
             "ConsistentRead": True,
         }
         items: list[dict[str, Any]] = []
         # Limit applies before the filter: keep reading pages until `limit` rows passed it
         while len(items) < limit:
-            page = self.t.table.query(Limit=limit - len(items), **kwargs)
+            page = self.db.table.query(Limit=limit - len(items), **kwargs)
             items.extend(page.get("Items", []))
             last = page.get("LastEvaluatedKey")
             if not last:
@@ -429,12 +429,12 @@ class DynamoOutboxStore(OutboxSendClaims):
         now_s = now_ms // 1000
         newly = 0
         for message_id in _distinct(message_ids):
-            key = self.keys.outbox_key(user_id, message_id)
+            key = self.space.outbox_key(user_id, message_id)
             # common case: the ack comes within 21 days of creation, so ack + 7 d is the earlier expiry
             if self._try_ack(key, now_ms, "AND #ttl > :a7", {":a7": acked_ttl}, set_ttl=acked_ttl):
                 newly += 1
                 continue
-            current = self.t.table.get_item(
+            current = self.db.table.get_item(
                 Key=key,
                 ConsistentRead=True,
                 ProjectionExpression="acked_at, #ttl",
@@ -454,7 +454,7 @@ class DynamoOutboxStore(OutboxSendClaims):
         if set_ttl is not None:
             all_values[":newttl"] = set_ttl
         try:
-            self.t.table.update_item(
+            self.db.table.update_item(
                 Key=key,
                 UpdateExpression=update,
                 ConditionExpression=f"attribute_exists(SK) AND attribute_not_exists(acked_at) {extra}",
@@ -475,18 +475,18 @@ class DynamoOutboxStore(OutboxSendClaims):
             return now_ms is None or ttl is None or ttl > now_ms // 1000
 
         if message_ids is None:
-            pk = self.keys.user_pk(user_id)
+            pk = self.space.user_pk(user_id)
             rows = list(
-                self.t.query_prefix(
+                self.db.query_prefix(
                     pk, keys.OUTBOX_PREFIX, ProjectionExpression="PK, SK, #ttl", ExpressionAttributeNames=dict(_NAMES)
                 )
             )
-            parts = list(self.t.query_prefix(pk, keys.OUTBOX_PART_PREFIX, ProjectionExpression="PK, SK"))
-            self.t.batch_delete({"PK": item["PK"], "SK": item["SK"]} for item in rows + parts)
+            parts = list(self.db.query_prefix(pk, keys.OUTBOX_PART_PREFIX, ProjectionExpression="PK, SK"))
+            self.db.batch_delete({"PK": item["PK"], "SK": item["SK"]} for item in rows + parts)
             return sum(1 for item in rows if live(item))
         deleted = 0
         for message_id in _distinct(message_ids):
-            result = self.t.table.delete_item(Key=self.keys.outbox_key(user_id, message_id), ReturnValues="ALL_OLD")
+            result = self.db.table.delete_item(Key=self.space.outbox_key(user_id, message_id), ReturnValues="ALL_OLD")
             old = result.get("Attributes")
             self._drop_parts_of(old)
             if live(old):

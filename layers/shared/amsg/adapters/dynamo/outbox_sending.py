@@ -36,8 +36,8 @@ def _distinct(ids: Sequence[str]) -> list[str]:
 class OutboxSendClaims:
     """The send-claim side of the outbox rows."""
 
-    t: DynamoTable
-    keys: keys.KeySpace
+    db: DynamoTable
+    space: keys.KeySpace
 
     def claim_send(
         self,
@@ -53,27 +53,27 @@ class OutboxSendClaims:
     ) -> bool:
         actions = self._claim_actions(user_id, message_id, task_uuid, claim_version, now_ms)
         if owner is not None:  # an owned task's push is taken only while its owner holds
-            actions.append(guard_check(self.keys, user_id, owner.ref, owner.generation))
-        fence = active_fence(self.keys)
+            actions.append(guard_check(self.space, user_id, owner.ref, owner.generation))
+        fence = active_fence(self.space)
         if fence is not None:  # and a tenant's only while the tenant is active (no push once its deletion began)
             actions.append(fence)
         fence_at = len(actions) - 1 if fence is not None else None
         if delivered is not None and not caps:
             # the previous row of the batch went out: its delivered mark rides along with this claim
             try:
-                self.t.transact([{"Update": delivered_update(self.keys, user_id, delivered, now_ms)}, *actions])
+                self.db.transact([{"Update": delivered_update(self.space, user_id, delivered, now_ms)}, *actions])
                 return True
             except TransactionCancelled:
                 self.mark_delivered(user_id, [delivered], now_ms)  # then decide the claim on its own
         elif delivered is not None:
             self.mark_delivered(user_id, [delivered], now_ms)
         first_cap = len(actions)
-        actions += [cap_charge_action(self.keys, user_id, charge) for charge in caps]
+        actions += [cap_charge_action(self.space, user_id, charge) for charge in caps]
         try:
-            self.t.transact(actions)
+            self.db.transact(actions)
         except TransactionCancelled as cancelled:
             if fence_at is not None and cancelled.failed(fence_at):
-                raise TenantInactive(self.keys.tenant_id) from None
+                raise TenantInactive(self.space.tenant_id) from None
             if owner is not None:
                 raise_if_guard_failed(cancelled, 2, 1)
             full = [caps[i - first_cap].window_end_ms for i in range(first_cap, len(actions)) if cancelled.failed(i)]
@@ -88,7 +88,7 @@ class OutboxSendClaims:
         return [
             {
                 "Update": {
-                    "Key": self.keys.outbox_key(user_id, message_id),
+                    "Key": self.space.outbox_key(user_id, message_id),
                     "UpdateExpression": "SET sending_at = :t, sending_cv = :cv",
                     "ConditionExpression": "attribute_exists(SK) AND attribute_not_exists(sending_at) "
                     "AND attribute_not_exists(delivered_at) AND attribute_not_exists(acked_at)",
@@ -97,7 +97,7 @@ class OutboxSendClaims:
             },
             {
                 "ConditionCheck": {
-                    "Key": {"PK": self.keys.user_pk(user_id), "SK": keys.task_sk(task_uuid)},
+                    "Key": {"PK": self.space.user_pk(user_id), "SK": keys.task_sk(task_uuid)},
                     # our claim is current and its lease unexpired: a run that lost its lease sends nothing
                     "ConditionExpression": "claim_version = :cv AND #st = :pending AND lease_until > :now",
                     "ExpressionAttributeNames": {"#st": "status"},
@@ -119,8 +119,8 @@ class OutboxSendClaims:
             condition += " AND (attribute_not_exists(sending_cv) OR sending_cv = :cv)"
             values[":cv"] = claim_version
         try:
-            self.t.table.update_item(
-                Key=self.keys.outbox_key(user_id, message_id),
+            self.db.table.update_item(
+                Key=self.space.outbox_key(user_id, message_id),
                 UpdateExpression="REMOVE sending_at, sending_cv",
                 ConditionExpression=condition,
                 **({"ExpressionAttributeValues": values} if values else {}),
@@ -131,8 +131,8 @@ class OutboxSendClaims:
 
     def mark_unconfirmed(self, user_id: str, message_id: str, at_ms: int) -> bool:
         try:
-            self.t.table.update_item(
-                Key=self.keys.outbox_key(user_id, message_id),
+            self.db.table.update_item(
+                Key=self.space.outbox_key(user_id, message_id),
                 UpdateExpression="SET unconfirmed_at = :t",
                 ConditionExpression="attribute_exists(sending_at) AND attribute_not_exists(delivered_at)",
                 ExpressionAttributeValues={":t": at_ms},
@@ -149,7 +149,7 @@ class OutboxSendClaims:
         touched = 0
         for message_id in _distinct(message_ids):
             try:
-                self.t.table.update_item(**delivered_update(self.keys, user_id, message_id, at_ms))
+                self.db.table.update_item(**delivered_update(self.space, user_id, message_id, at_ms))
                 touched += 1
             except ClientError as exc:
                 if not is_conditional_failure(exc):

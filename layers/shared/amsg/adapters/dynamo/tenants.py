@@ -64,7 +64,7 @@ def tenant_record(item: dict[str, Any]) -> TenantRecord:
 
 class DynamoTenantStore:
     def __init__(self, table: DynamoTable) -> None:
-        self.t = table
+        self.db = table
 
     def create(self, record: TenantRecord) -> None:
         item = {
@@ -80,14 +80,14 @@ class DynamoTenantStore:
         if record.rate_limit_rps is not None:
             item["rate_limit_rps"] = record.rate_limit_rps
         try:
-            self.t.table.put_item(Item=item, ConditionExpression="attribute_not_exists(PK)")
+            self.db.table.put_item(Item=item, ConditionExpression="attribute_not_exists(PK)")
         except ClientError as exc:
             if is_conditional_failure(exc):
                 raise TenantExists(record.tenant_id) from None
             raise
 
     def get(self, tenant_id: str) -> TenantRecord | None:
-        item = self.t.get(tenant_key(tenant_id))
+        item = self.db.get(tenant_key(tenant_id))
         return tenant_record(item) if item else None
 
     def list_page(self, cursor: str | None = None, limit: int = 100) -> TenantPage:
@@ -98,7 +98,7 @@ class DynamoTenantStore:
         }
         if cursor:  # only a key of the registry's own partition: a cursor cannot point the query elsewhere
             kwargs["ExclusiveStartKey"] = {"PK": REGISTRY_PK, "SK": str(cursor)}
-        page = self.t.table.query(**kwargs)
+        page = self.db.table.query(**kwargs)
         last = page.get("LastEvaluatedKey")
         return TenantPage(
             records=[tenant_record(item) for item in page.get("Items", [])],
@@ -122,7 +122,7 @@ class DynamoTenantStore:
 
     def count_request(self, tenant_id: str, second: int, limit: int) -> bool:
         try:
-            self.t.table.update_item(
+            self.db.table.update_item(
                 Key={"PK": KeySpace(tenant_id).prefix + "RATE", "SK": str(second)},
                 UpdateExpression="ADD n :one SET #ttl = if_not_exists(#ttl, :ttl)",
                 ConditionExpression="attribute_not_exists(n) OR n < :limit",
@@ -150,7 +150,7 @@ class DynamoTenantStore:
         }
         total = 0
         while True:
-            page = self.t.table.query(**kwargs)
+            page = self.db.table.query(**kwargs)
             total += int(page.get("Count", 0))
             if not page.get("LastEvaluatedKey"):
                 return total
@@ -168,7 +168,7 @@ class DynamoTenantStore:
         if names:
             kwargs["ExpressionAttributeNames"] = names
         try:
-            return tenant_record(self.t.table.update_item(**kwargs)["Attributes"])
+            return tenant_record(self.db.table.update_item(**kwargs)["Attributes"])
         except ClientError as exc:
             if is_conditional_failure(exc):
                 raise TenantNotFound(tenant_id) from None
