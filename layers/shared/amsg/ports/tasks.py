@@ -68,7 +68,7 @@ class NewTask:
 @dataclass
 class CreatePrep:
     subscription: PushSubscriptionRow | None
-    hint: Any = None  # adapter-private: what the create may reuse from the same read
+    hint: object = None  # opaque, the adapter's own: what the create may reuse from the same read
 
 
 @dataclass

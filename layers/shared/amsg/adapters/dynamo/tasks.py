@@ -7,6 +7,7 @@ every create/update, large payloads split across items. The delivery side (claim
 from __future__ import annotations
 
 import contextlib
+from dataclasses import dataclass
 from typing import Any
 
 from botocore.exceptions import ClientError
@@ -157,6 +158,24 @@ def delete_counted(t: DynamoTable, space: keys.KeySpace, user_id: str, uuid: str
     raise StoreUnavailable("task delete kept conflicting")
 
 
+@dataclass(frozen=True)
+class _CreateHint:
+    """What :meth:`DynamoTaskStore.prepare_create` read for the create (the port carries it as an opaque value)."""
+
+    user_id: str
+    supersedes_uuid: str | None
+    counter: int
+    old: dict[str, Any] | None
+
+    @classmethod
+    def of(cls, prepared: CreatePrep | None, user_id: str, supersedes_uuid: str | None) -> _CreateHint | None:
+        """The hint, when it was read for this very create."""
+        hint = prepared.hint if prepared is not None else None
+        if isinstance(hint, cls) and (hint.user_id, hint.supersedes_uuid) == (user_id, supersedes_uuid):
+            return hint
+        return None
+
+
 class DynamoTaskStore:
     def __init__(
         self,
@@ -194,16 +213,14 @@ class DynamoTaskStore:
         subscription = subscription_row(push)
         counter = found.get((wanted[1]["PK"], wanted[1]["SK"]))
         old = found.get((wanted[2]["PK"], wanted[2]["SK"])) if supersedes_uuid else None
-        hint = (user_id, supersedes_uuid, item_int(counter.get("n")) if counter else 0, old)
+        hint = _CreateHint(user_id, supersedes_uuid, item_int(counter.get("n")) if counter else 0, old)
         return CreatePrep(subscription=subscription, hint=hint)
 
     def create_task(
         self, task: NewTask, supersedes_uuid: str | None = None, *, prepared: CreatePrep | None = None
     ) -> CreatedTask:
         payload_attrs, blob = self._payload_attrs(task.user_id, task.uuid, task.encrypted_payload)
-        hint = prepared.hint if prepared is not None else None
-        if not (isinstance(hint, tuple) and hint[:2] == (task.user_id, supersedes_uuid)):
-            hint = None
+        hint = _CreateHint.of(prepared, task.user_id, supersedes_uuid)
         try:
             return self._create(task, payload_attrs, supersedes_uuid, hint)
         except BaseException:
@@ -212,12 +229,12 @@ class DynamoTaskStore:
             raise
 
     def _create(
-        self, task: NewTask, payload_attrs: dict[str, Any], supersedes_uuid: str | None, hint: tuple | None
+        self, task: NewTask, payload_attrs: dict[str, Any], supersedes_uuid: str | None, hint: _CreateHint | None
     ) -> CreatedTask:
         counter_key = self.space.counter_key(task.user_id, "task")
         for attempt in cas_attempts(CREATE_ATTEMPTS):
             if attempt == 0 and hint is not None:
-                current, old = hint[2], hint[3]  # read together with the subscription
+                current, old = hint.counter, hint.old  # read together with the subscription
             else:
                 current = read_counter(self.db, counter_key)
                 old = self.db.get(self._key(task.user_id, supersedes_uuid)) if supersedes_uuid else None
