@@ -32,7 +32,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from boto3.dynamodb.conditions import Key
 from botocore.exceptions import ClientError
 
 from amsg.adapters.dynamo import keys
@@ -482,8 +481,8 @@ class DynamoClientStateStore:
                 continue
             page = self.db.table.query(
                 IndexName=RETENTION_INDEX,
-                KeyConditionExpression=Key("ret_pk").eq(self.space.state_retention_pk(namespace))
-                & Key("ret_sk").lt(pad_ms(before)),
+                KeyConditionExpression="ret_pk = :rpk AND ret_sk < :before",
+                ExpressionAttributeValues={":rpk": self.space.state_retention_pk(namespace), ":before": pad_ms(before)},
                 Limit=budget,
             )
             for hit in page.get("Items", []):

@@ -21,7 +21,6 @@ from collections.abc import Callable
 from decimal import Decimal
 from typing import Any
 
-from boto3.dynamodb.conditions import Key
 from botocore.exceptions import ClientError
 
 from amsg import jsonio
@@ -430,7 +429,8 @@ class DynamoCloudDataStore:
         """``(user_id, record_id)`` of records due for work (next attempt reached, lease free or expired)."""
         response = self.db.table.query(
             IndexName="work",
-            KeyConditionExpression=Key("work_pk").eq(self.space.work_pk(kind)) & Key("work_sk").lte(_work_sk(now_ms)),
+            KeyConditionExpression="work_pk = :wpk AND work_sk <= :due",
+            ExpressionAttributeValues={":wpk": self.space.work_pk(kind), ":due": _work_sk(now_ms)},
             Limit=limit,
         )
         prefix = f"{RECORD_PREFIX}{kind}#"

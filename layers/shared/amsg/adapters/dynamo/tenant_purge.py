@@ -14,7 +14,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from boto3.dynamodb.conditions import Attr, Key
 from botocore.exceptions import ClientError
 
 from amsg import jsonio
@@ -43,7 +42,11 @@ class DynamoTenantPurge:
     def pending(self) -> list[str]:
         return [
             str(item["SK"])
-            for item in self.db.query_all(KeyConditionExpression=Key("PK").eq(PURGE_PK), ProjectionExpression="SK")
+            for item in self.db.query_all(
+                KeyConditionExpression="PK = :pk",
+                ExpressionAttributeValues={":pk": PURGE_PK},
+                ProjectionExpression="SK",
+            )
         ]
 
     def step(self, tenant_id: str, now_ms: int, *, grace_ms: int) -> PurgeProgress:
@@ -55,7 +58,8 @@ class DynamoTenantPurge:
         if not cursor and record.get("clean_pass") and now_ms < started + grace_ms:
             return PurgeProgress(tenant_id, 0, False, waiting=True)  # a clean pass done: running deliveries end
         kwargs: dict[str, Any] = {
-            "FilterExpression": Attr("PK").begins_with(tenant_space(tenant_id).prefix),
+            "FilterExpression": "begins_with(PK, :prefix)",
+            "ExpressionAttributeValues": {":prefix": tenant_space(tenant_id).prefix},
             "ProjectionExpression": "PK, SK",
             "Limit": SCAN_PAGE,
         }

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from boto3.dynamodb.conditions import Key
 from botocore.exceptions import ClientError
 
 from amsg.adapters.dynamo.keys import KeySpace
@@ -92,7 +91,8 @@ class DynamoTenantStore:
 
     def list_page(self, cursor: str | None = None, limit: int = 100) -> TenantPage:
         kwargs: dict[str, Any] = {
-            "KeyConditionExpression": Key("PK").eq(REGISTRY_PK),
+            "KeyConditionExpression": "PK = :pk",
+            "ExpressionAttributeValues": {":pk": REGISTRY_PK},
             "ConsistentRead": True,
             "Limit": max(1, min(limit, 1000)),
         }
@@ -145,7 +145,9 @@ class DynamoTenantStore:
     def _count(self, index: str, attribute: str, partition: str) -> int:
         kwargs: dict[str, Any] = {
             "IndexName": index,
-            "KeyConditionExpression": Key(attribute).eq(partition),
+            "KeyConditionExpression": "#part = :part",
+            "ExpressionAttributeNames": {"#part": attribute},
+            "ExpressionAttributeValues": {":part": partition},
             "Select": "COUNT",
         }
         total = 0
