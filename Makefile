@@ -32,7 +32,7 @@ DEMO_PORT ?= 8000
 demo: venv ## the PWA example (examples/pwa) on http://127.0.0.1:8000, beside make run's stack (started if none runs)
 	.venv/bin/python examples/pwa/serve.py --port $(DEMO_PORT) --api http://127.0.0.1:$(PORT) --tick-interval $(TICK)
 
-# both print their wall time last; XDIST=0 runs in one process (e.g. to read a traceback in order)
+# both print their wall time and CPU seconds last (CPU stays comparable on a loaded machine); XDIST=0 runs in one process (e.g. to read a traceback in order)
 XDIST ?= auto
 # bytecode is cached (under .cache/pycache) even where the environment turns writing it off: each pytest
 # process (the controller and every xdist worker) otherwise compiles some 850 modules again, ~3 s of CPU each

@@ -10,7 +10,8 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from amsg import jsonio, runtime
-from amsg.engine.messages import parse_task_message
+from amsg.context import AppContext
+from amsg.engine.messages import TaskMessage, parse_task_message
 from amsg.engine.run_task import RECORD_WORKERS, run_message, run_together
 from amsg.observability import emit_metric, logger, metrics, tenant_dimension
 from aws_lambda_powertools.utilities.batch import BatchProcessor, EventType, process_partial_response
@@ -28,7 +29,7 @@ class ConcurrentBatchProcessor(BatchProcessor):
     # the current batch's tenants' keys, read once per batch (the multi-tenant line; docs/tenancy-data.md)
     tenant_keys: dict[str, str | None] | None = None
 
-    def process(self) -> list[tuple]:
+    def process(self) -> list[tuple[Any, ...]]:
         self.tenant_keys = {}
         if self._pool is None:  # built on the first batch, never at import
             self._pool = ThreadPoolExecutor(max_workers=RECORD_WORKERS, thread_name_prefix="record")
@@ -55,7 +56,7 @@ processor = ConcurrentBatchProcessor(event_type=EventType.SQS)
 _metrics_lock = threading.Lock()  # records finish on several threads; the metric set is shared
 
 
-def record_handler(record: SQSRecord, lambda_context: LambdaContext) -> dict:
+def record_handler(record: SQSRecord, lambda_context: LambdaContext) -> dict[str, Any]:
     """One record; the batch processor passes this invocation's context (its remaining time bounds the run)."""
     ctx = runtime.app_context()
     message = parse_task_message(record.body)
@@ -79,7 +80,7 @@ def record_handler(record: SQSRecord, lambda_context: LambdaContext) -> dict:
     return summary
 
 
-def _tenant_counts(ctx: Any, message: Any, summary: dict) -> None:
+def _tenant_counts(ctx: AppContext, message: TaskMessage | None, summary: dict[str, Any]) -> None:
     """The multi-tenant line: the record's counts again under its ``Tenant`` dimension (a named tenant's id, else
     ``other``; docs/operations.md). Emitted at once, as the batch's metric set has one dimension set."""
     tenant = tenant_dimension(getattr(message, "tenant_id", None), ctx.settings.metrics_tenants)
@@ -91,5 +92,5 @@ def _tenant_counts(ctx: Any, message: Any, summary: dict) -> None:
 
 @metrics.log_metrics
 @logger.inject_lambda_context(log_event=False)
-def handler(event: dict, context: LambdaContext) -> PartialItemFailureResponse:
+def handler(event: dict[str, Any], context: LambdaContext) -> PartialItemFailureResponse:
     return process_partial_response(event=event, record_handler=record_handler, processor=processor, context=context)

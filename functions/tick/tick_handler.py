@@ -1,5 +1,7 @@
 """EventBridge Scheduler (every minute) → claim due tasks and enqueue them. Delivery is run_task's."""
 
+from typing import Any
+
 from amsg import runtime
 from amsg.engine.tick import run_tick
 from amsg.hooks import report_error
@@ -11,7 +13,7 @@ runtime.prepare(storage=True, secrets=("master_key", "vapid_private_key"))  # in
 
 @metrics.log_metrics
 @logger.inject_lambda_context(log_event=False, correlation_id_path="executionId")  # the scheduler's execution
-def handler(event: dict, context: LambdaContext) -> dict:
+def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     ctx = runtime.app_context()
     try:
         summary = run_tick(

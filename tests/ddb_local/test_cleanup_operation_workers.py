@@ -152,7 +152,7 @@ def assert_exact(ctx, user: str, op_id: str, expected: dict[str, str], log: Dele
     rows: list[dict] = []
     scan: dict = {"ConsistentRead": True}
     while True:  # plain values through the table (its low-level client answers in wire types)
-        page = ctx.cloud_data.t.table.scan(**scan)
+        page = ctx.cloud_data.db.table.scan(**scan)
         rows += page["Items"]
         if "LastEvaluatedKey" not in page:
             break

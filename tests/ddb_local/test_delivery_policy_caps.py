@@ -71,7 +71,7 @@ def test_racing_consumers_never_exceed_a_cap_and_lose_nothing(ddb_local_endpoint
         assert set(counts.values()) == {2}  # both pushes of each fire, each exactly once
         window += 1
         start = (T0_MS + window * HOUR) - (T0_MS + window * HOUR) % HOUR
-        counter = ctx.policies.t.get(keys.cap_counter_key(user, f"u#60#{start - HOUR}"))
+        counter = ctx.policies.db.get(keys.cap_counter_key(user, f"u#60#{start - HOUR}"))
         assert counter is not None and len(counter["occ"]) == min(CAP, TASKS - before)
         assert int(counter["ttl"]) == start // 1000 + 86_400
     assert sorted(fires(sender)) == sorted(tasks)

@@ -49,7 +49,7 @@ def _tick_and_run(ctx, queue: MemoryQueue) -> list[dict]:
 
 
 def _rows(ctx, user: str) -> list[dict]:
-    return list(ctx.outbox.t.query_prefix(f"U#{user}", "O#"))
+    return list(ctx.outbox.db.query_prefix(f"U#{user}", "O#"))
 
 
 @pytest.fixture
@@ -86,7 +86,7 @@ def test_a_batch_already_in_the_outbox_without_the_task_marker_is_not_sent_twice
     ctx.clock.current_ms = T0_MS + 61_000
     (first,) = _tick_and_run(ctx, queue)
     assert first["details"]["failedTasks"][0]["retryCount"] == 1
-    ctx.outbox.t.table.update_item(Key={"PK": f"U#{user}", "SK": f"T#{task_uuid}"}, UpdateExpression="REMOVE ob_occ")
+    ctx.outbox.db.table.update_item(Key={"PK": f"U#{user}", "SK": f"T#{task_uuid}"}, UpdateExpression="REMOVE ob_occ")
     assert ctx.tasks.find_task(task_uuid).outbox_occurrence_ms is None
     ctx.clock.advance(120_000)
     (second,) = _tick_and_run(ctx, queue)
@@ -149,7 +149,7 @@ def test_a_batch_of_five_shares_one_read_and_two_transactions(wired):
     from tests.support.aws_calls import record_aws_calls
 
     ctx, sender, queue = wired
-    ctx.coalescer = DynamoCoalescer(ctx.claims.t, max_wait_s=2.0)
+    ctx.coalescer = DynamoCoalescer(ctx.claims.db, max_wait_s=2.0)
     seeded = [_seed(ctx, "早上好") for _ in range(5)]
     ctx.clock.current_ms = T0_MS + 61_000
     run_tick(ctx)

@@ -64,7 +64,7 @@ def test_a_claimed_task_of_a_retired_owner_is_cancelled_never_delivered(ddb_loca
             assert row is None  # delivered one-shots are deleted
             continue
         assert row.status == "failed" and "CLOUD_OWNER_RETIRED" in (row.last_error or "")
-        item = ctx.cloud_data.t.get({"PK": f"U#{user}", "SK": f"T#{task_uuid}"})
+        item = ctx.cloud_data.db.get({"PK": f"U#{user}", "SK": f"T#{task_uuid}"})
         assert "due_pk" not in item  # out of the due index
     assert all(r.task_uuid in pushed for r in ctx.outbox.list_unacked(user, 0, 100, ctx.now_ms()))
     # never again: not after every lease has run out, not after a restore (its guard names the old generation)

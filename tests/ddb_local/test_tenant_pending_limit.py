@@ -83,7 +83,7 @@ def test_concurrent_creates_at_the_limit_accept_exactly_the_limit(tenants):
     for i in range(LIMIT):
         create(b, i, T0_MS + 60_000)
     assert scanned(client, table, "tenant-b") == (LIMIT, LIMIT)
-    assert pending.read(a.tasks.t, tenant_space("tenant-a")) == (LIMIT, None)
+    assert pending.read(a.tasks.db, tenant_space("tenant-a")) == (LIMIT, None)
 
 
 def deliver_all(ctx, queue) -> None:

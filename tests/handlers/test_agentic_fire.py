@@ -500,7 +500,7 @@ def test_agentic_fires_count_against_caps_and_defer_when_a_cap_fills_mid_fire(ag
 
     def before(ctx):  # another fire takes the last slot while this one is being generated
         charge = CapCharge(f"u#60#{hour}", 1, hour + 3_600_000, "someone-else@1")
-        engine.ctx.policies.t.transact([cap_charge_action(engine.ctx.policies.keys, engine.api.user_id, charge)])
+        engine.ctx.policies.db.transact([cap_charge_action(engine.ctx.policies.space, engine.api.user_id, charge)])
         return [{"role": "user", "content": "x"}]
 
     SCRIPT.before = before
@@ -513,5 +513,5 @@ def test_agentic_fires_count_against_caps_and_defer_when_a_cap_fills_mid_fire(ag
     fire(engine, 3_600_000 + 1_000)
     assert [p["message"] for p in engine.push.payloads()] == ["晚上好。"]
     assert len(engine.llm.requests) == 1
-    counter = engine.ctx.policies.t.get({"PK": f"U#{engine.api.user_id}", "SK": f"CAP#u#60#{hour + 3_600_000}"})
+    counter = engine.ctx.policies.db.get({"PK": f"U#{engine.api.user_id}", "SK": f"CAP#u#60#{hour + 3_600_000}"})
     assert counter["occ"] == {f"{created['uuid']}@{FIRST_MS}"}

@@ -30,9 +30,9 @@ def strict_json(text: str):
 @pytest.fixture
 def strict(api, ctx):
     """The api client on a moto that refuses what DynamoDB refuses; counts DynamoDB calls."""
-    enforce_dynamodb_limits(ctx.tasks.t)
+    enforce_dynamodb_limits(ctx.tasks.db)
     calls: list[str] = []
-    for client in table_clients(ctx.tasks.t):
+    for client in table_clients(ctx.tasks.db):
         client.meta.events.register("before-call.dynamodb.*", lambda model, **_: calls.append(model.name))
     api.dynamodb_calls = calls
     return api

@@ -18,7 +18,7 @@ __all__ = ["on_table"]  # the fixture, shared with the first half
 
 
 def _fail_on_call(monkeypatch, store, n: int, exc: Exception):
-    real = store.t.transact
+    real = store.db.transact
     calls = {"n": 0}
 
     def transact(actions):
@@ -27,7 +27,7 @@ def _fail_on_call(monkeypatch, store, n: int, exc: Exception):
             raise exc
         return real(actions)
 
-    monkeypatch.setattr(store.t, "transact", transact)
+    monkeypatch.setattr(store.db, "transact", transact)
     return calls
 
 
@@ -69,8 +69,8 @@ def test_transactions_are_split_by_size(ctx, monkeypatch):
 
     store = ctx.client_state
     sizes = []
-    real = store.t.transact
-    monkeypatch.setattr(store.t, "transact", lambda actions: (sizes.append(len(json.dumps(actions))), real(actions)))
+    real = store.db.transact
+    monkeypatch.setattr(store.db, "transact", lambda actions: (sizes.append(len(json.dumps(actions))), real(actions)))
     user, key = str(uuid.uuid4()), "ab" * 32
     entries = [StateEntry(i, "sz", f"k{i:02d}", chr(65 + i) * 170_000, OLD) for i in range(20)]
     result = write_entries(store, user, UserCodec(key), entries, T0_MS)

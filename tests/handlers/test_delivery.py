@@ -401,7 +401,7 @@ def test_a_claim_that_keeps_failing_is_isolated_and_retried_next_tick(engine, mo
     bad = schedule(engine, userMessage="later")
     schedule(engine, userMessage="now")
     due(engine)
-    table = engine.ctx.claims.t
+    table = engine.ctx.claims.db
     real_transact, real_claim = table.transact, engine.ctx.claims.claim
     throttled = ClientError({"Error": {"Code": "ThrottlingException", "Message": "x"}}, "TransactWriteItems")
 

@@ -105,7 +105,7 @@ def seed_user(client: WireClient) -> list[str]:
 
 @pytest.fixture
 def fuzz_env(ctx):
-    enforce_dynamodb_limits(ctx.tasks.t)  # one table object behind every store
+    enforce_dynamodb_limits(ctx.tasks.db)  # one table object behind every store
     push = RecordingPushSender()
     llm = EchoLlm()
     ports = ctx.delivery

@@ -22,7 +22,7 @@ CATASTROPHIC = ["(?:a+)+b", "(a+)+b", "(a|aa)+$", "(.*a){20}", "(x+x+)+y"]
 @pytest.fixture
 def strict(api, ctx):
     """The api client on a moto that refuses what DynamoDB refuses."""
-    enforce_dynamodb_limits(ctx.tasks.t)
+    enforce_dynamodb_limits(ctx.tasks.db)
     assert api.put_subscription(dummy_subscription()).status == 200
     return api
 

@@ -61,10 +61,10 @@ def test_round_trip_values_never_returned(ctx, api):
 @pytest.mark.dynamo_store  # reads the table's items
 def test_overwrite_keeps_count_created_at_and_refreshes_updated_at(ctx, api):
     api.put_credentials([cred("k")])
-    first = ctx.credentials.t.get({"PK": f"U#{api.user_id}", "SK": "C#k"})
+    first = ctx.credentials.db.get({"PK": f"U#{api.user_id}", "SK": "C#k"})
     ctx.clock.advance(5_000)
     assert api.put_credentials([cred("k", key="rotated")]).data == {"upserted": 1}
-    second = ctx.credentials.t.get({"PK": f"U#{api.user_id}", "SK": "C#k"})
+    second = ctx.credentials.db.get({"PK": f"U#{api.user_id}", "SK": "C#k"})
     assert second["created_at"] == first["created_at"] and second["updated_at"] != first["updated_at"]
     assert int(second["rev"]) == 2
     assert ctx.credentials.count(api.user_id) == 1

@@ -125,7 +125,7 @@ def test_append_retries_when_another_append_commits_in_between(ctx, api):
     """The counter compare-and-set inside the transaction: a writer that read a stale counter retries and
     gets the next id (real threads race on DynamoDB Local: tests/ddb_local/test_outbox_concurrency.py)."""
     store = ctx.outbox
-    real_get = store.t.get
+    real_get = store.db.get
     injected = []
 
     def get_then_interleave(key, **kw):
@@ -136,11 +136,11 @@ def test_append_retries_when_another_append_commits_in_between(ctx, api):
         return value
 
     seed(ctx, api, ["first"])
-    store.t.get = get_then_interleave
+    store.db.get = get_then_interleave
     try:
         assert seed(ctx, api, ["mine"]) == [3]
     finally:
-        store.t.get = real_get
+        store.db.get = real_get
     entries, cursor = api.outbox_sync()
     assert [(e["id"], e["messageId"]) for e in entries] == [(1, "first"), (2, "sneaky"), (3, "mine")]
     assert cursor == 3
@@ -167,7 +167,7 @@ def test_large_payload_round_trips(ctx, api):
     entry = api.outbox().data["entries"][0]
     assert entry["push"]["reasoningContent"] == big
     assert api.outbox_delete({"messageIds": ["big"]}).data == {"deleted": 1}
-    leftovers = list(ctx.outbox.t.query_prefix(f"U#{api.user_id}", "OP#"))
+    leftovers = list(ctx.outbox.db.query_prefix(f"U#{api.user_id}", "OP#"))
     assert leftovers == []
 
 
@@ -188,7 +188,7 @@ def test_other_users_rows_are_invisible(ctx, api):
 
 
 def item(ctx, api, message_id):
-    return ctx.outbox.t.get({"PK": f"U#{api.user_id}", "SK": f"O#{message_id}"})
+    return ctx.outbox.db.get({"PK": f"U#{api.user_id}", "SK": f"O#{message_id}"})
 
 
 @pytest.mark.dynamo_store  # reads the table's items

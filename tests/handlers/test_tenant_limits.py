@@ -35,7 +35,7 @@ def _pending(multi, tenant_id: str) -> tuple[int, int | None]:
     from amsg.adapters.dynamo import pending
     from amsg.adapters.dynamo.keys import tenant_space
 
-    return pending.read(multi.ctx.tasks.t, tenant_space(tenant_id))
+    return pending.read(multi.ctx.tasks.db, tenant_space(tenant_id))
 
 
 def _schedule(tenant, **extra):
@@ -90,15 +90,15 @@ def test_a_tenant_override_replaces_the_default(multi):
     from amsg.adapters.dynamo.keys import tenant_space
 
     a, b = _tenant(multi), _tenant(multi)
-    pending.set_override(multi.ctx.tasks.t, tenant_space(a.id), 3)
-    pending.set_override(multi.ctx.tasks.t, tenant_space(b.id), 1)
+    pending.set_override(multi.ctx.tasks.db, tenant_space(a.id), 3)
+    pending.set_override(multi.ctx.tasks.db, tenant_space(b.id), 1)
     assert [_schedule(a).status for _ in range(4)] == [201, 201, 201, 429]
     refused = [_schedule(b) for _ in range(2)]
     assert [r.status for r in refused] == [201, 429]
     assert refused[1].body["error"]["details"] == {"limit": 1}
-    pending.set_override(multi.ctx.tasks.t, tenant_space(b.id), 0)  # no limit for B
+    pending.set_override(multi.ctx.tasks.db, tenant_space(b.id), 0)  # no limit for B
     assert [_schedule(b).status for _ in range(3)] == [201, 201, 201]
-    pending.set_override(multi.ctx.tasks.t, tenant_space(b.id), None)  # back to the default (2)
+    pending.set_override(multi.ctx.tasks.db, tenant_space(b.id), None)  # back to the default (2)
     assert _schedule(b).code == "TENANT_PENDING_LIMIT"
     assert _pending(multi, b.id) == (4, None)
 

@@ -105,7 +105,7 @@ def memory_tenants(ctx: Any, tenant_ids: list[str]) -> dict[str, str]:
 
     from tests.support.fakes.tenants import LocalKeyWrapper, MemoryTenantStore
 
-    table = getattr(ctx.claims, "t", None)
+    table = getattr(ctx.claims, "db", None)
     registry = DynamoTenantStore(table) if table is not None else MemoryTenantStore()
     wrapper = LocalKeyWrapper()
     master_keys = {}

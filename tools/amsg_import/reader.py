@@ -305,7 +305,8 @@ class ReferenceReader:
     def read(self, kind: str) -> Iterator[Record | Problem]:
         if not self.has(kind):
             return iter(())
-        return getattr(self, f"_read_{kind}")()
+        records: Iterator[Record | Problem] = getattr(self, f"_read_{kind}")()
+        return records
 
     def ciphertexts(self, kind: str) -> Iterator[tuple[str, str]]:
         """``(user_id, ciphertext)`` of a kind's encrypted column, for the master-key check."""

@@ -22,13 +22,14 @@ client removed), and resurrecting it would deliver or show it twice.
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Callable
 from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
 
 from amsg.adapters.dynamo import keys, pending
 from amsg.adapters.dynamo.client_state import DynamoClientStateStore, root_sk
-from amsg.adapters.dynamo.outbox import ACKED_RETENTION_MS, INLINE_PAYLOAD_CHARS, RETENTION_MS, DynamoOutboxStore
+from amsg.adapters.dynamo.outbox import ACKED_RETENTION_MS, RETENTION_MS, DynamoOutboxStore
 from amsg.adapters.dynamo.table import INLINE_CHARS, DynamoTable, TransactionCancelled, is_conditional_failure
 from amsg.adapters.dynamo.tasks import drop_parts as drop_task_parts
 from amsg.adapters.dynamo.tasks import payload_attrs as task_payload_attrs
@@ -110,7 +111,7 @@ class TargetWriter:
         outbox_floor: int,
         space: keys.KeySpace = keys.SINGLE,
     ) -> None:
-        self.t = table
+        self.db = table
         self.space = space  # a tenant's import writes under its namespace (docs/tenancy.md)
         self.due_shards = due_shards
         self.now_ms = now_ms
@@ -127,18 +128,18 @@ class TargetWriter:
 
     def write(self, kind: str, rec: Any) -> Outcome:
         """Write one record of ``kind``, honouring the import ledger (see the module docstring)."""
-        method = getattr(self, _METHODS[kind])
+        method: Callable[[Any], Outcome] = getattr(self, _METHODS[kind])
         located = self._locate(kind, rec)
         if located is None:
             return method(rec)
         item_key, ledger_key = located
-        in_ledger = self.t.get(ledger_key, projection="SK") is not None
-        if in_ledger and self.t.get(item_key, projection="SK") is None:
+        in_ledger = self.db.get(ledger_key, projection="SK") is not None
+        if in_ledger and self.db.get(item_key, projection="SK") is None:
             return _skipped("imported before and completed or deleted here since")
         outcome = method(rec)
         if not in_ledger and outcome.status != FAILED and outcome.reason != RETENTION_SKIP:
             try:  # the row is in the table now (written, or already there): remember it
-                self.t.table.put_item(
+                self.db.table.put_item(
                     Item={**ledger_key, "kind": kind, "at": self.now_ms}, ConditionExpression="attribute_not_exists(SK)"
                 )
             except ClientError as exc:
@@ -177,7 +178,7 @@ class TargetWriter:
             if floor <= 0:
                 continue
             try:
-                self.t.table.update_item(
+                self.db.table.update_item(
                     Key=self.space.counter_key(user_id, name),
                     UpdateExpression="SET n = :m",
                     ConditionExpression="attribute_not_exists(n) OR n < :m",
@@ -192,7 +193,7 @@ class TargetWriter:
         if user_id not in cache:
             cache[user_id] = {
                 int(item["id"]): str(item[name])
-                for item in self.t.query_prefix(
+                for item in self.db.query_prefix(
                     self.space.user_pk(user_id),
                     prefix,
                     ProjectionExpression="id, #n",
@@ -247,7 +248,7 @@ class TargetWriter:
     def write_task(self, rec: TaskRecord) -> Outcome:
         self.ensure_counters(rec.user_id)
         projection = "rev, claim_version, updated_at, imported, payload_token, #st"
-        existing = self.t.get(
+        existing = self.db.get(
             self.space.task_key(rec.user_id, rec.uuid), projection=projection, names={"#st": "status"}
         )
         if existing is not None:
@@ -261,7 +262,7 @@ class TargetWriter:
         ids = self._ids_in_target(self._task_ids, rec.user_id, keys.TASK_PREFIX, "uuid")
         if ids.get(rec.id, rec.uuid) != rec.uuid:
             return _failed("task id already used by another task in the target (import into a fresh table)")
-        payload, blob = task_payload_attrs(self.t, self.space, rec.user_id, rec.uuid, rec.encrypted_payload)
+        payload, blob = task_payload_attrs(self.db, self.space, rec.user_id, rec.uuid, rec.encrypted_payload)
         put: dict[str, Any] = {"Item": self.task_item(rec, payload)}
         if existing is None:
             put["ConditionExpression"] = "attribute_not_exists(PK)"
@@ -287,16 +288,16 @@ class TargetWriter:
         if delta:  # the tenant's pending count moves with the very write that makes (or ends) a pending task
             actions.append(pending.adjust(self.space, delta))
         try:
-            self.t.transact(actions)
+            self.db.transact(actions)
         except TransactionCancelled as cancelled:
             if blob is not None:
-                drop_task_parts(self.t, self.space, rec.user_id, rec.uuid, blob.token)
+                drop_task_parts(self.db, self.space, rec.user_id, rec.uuid, blob.token)
             if cancelled.failed(1):
                 return _failed("task uuid already belongs to another user in the target")
             return _skipped("changed in the target while importing")
         ids[rec.id] = rec.uuid
         if existing is not None and existing.get("payload_token"):
-            drop_task_parts(self.t, self.space, rec.user_id, rec.uuid, str(existing["payload_token"]))
+            drop_task_parts(self.db, self.space, rec.user_id, rec.uuid, str(existing["payload_token"]))
         return _written("replaced an older import") if existing is not None else _written()
 
     def _pending_delta(self, existing: dict[str, Any] | None, status: str) -> int:
@@ -309,12 +310,12 @@ class TargetWriter:
 
     def _drop(self, pk: str, prefix: str, token: str) -> None:
         with contextlib.suppress(ClientError):
-            self.t.delete_blob(pk, prefix, token)
+            self.db.delete_blob(pk, prefix, token)
 
     # ---- client state -----------------------------------------------------------------------------------
 
     def write_state(self, rec: StateRecord) -> Outcome:
-        current = self.t.get(
+        current = self.db.get(
             {"PK": self.space.user_pk(rec.user_id), "SK": root_sk(rec.namespace, rec.key)}, projection="updated_at"
         )
         if current is not None and (_int(current.get("updated_at")) or 0) >= rec.updated_at:
@@ -329,7 +330,7 @@ class TargetWriter:
 
     def _conditional_update(self, **kwargs: Any) -> bool:
         try:
-            self.t.table.update_item(**kwargs)
+            self.db.table.update_item(**kwargs)
         except ClientError as exc:
             if is_conditional_failure(exc):
                 return False
@@ -368,7 +369,7 @@ class TargetWriter:
             return _skipped(RETENTION_SKIP)
         self.ensure_counters(rec.user_id)
         key = self.space.outbox_key(rec.user_id, rec.message_id)
-        existing = self.t.get(key, projection="id, acked_at, delivered_at")
+        existing = self.db.get(key, projection="id, acked_at, delivered_at")
         if existing is not None:
             return self._advance_outbox(rec, key, existing, ttl)
         ids = self._ids_in_target(self._outbox_ids, rec.user_id, keys.OUTBOX_PREFIX, "message_id")
@@ -376,7 +377,7 @@ class TargetWriter:
             return _failed("outbox id already used by another row in the target (import into a fresh table)")
         blob = None
         pk = self.space.user_pk(rec.user_id)
-        if len(rec.payload) > INLINE_PAYLOAD_CHARS:
+        if len(rec.payload) > INLINE_CHARS:
             blob = self.outbox_store._write_parts(pk, rec.message_id, rec.payload, ttl)
         row = OutboxAppend(
             message_id=rec.message_id,
@@ -397,7 +398,7 @@ class TargetWriter:
             item["acked_at"] = rec.acked_at
             item.pop("ob_lsk", None)  # only unacked rows are listed by GET /outbox
         try:
-            self.t.table.put_item(Item=item, ConditionExpression=put["ConditionExpression"])
+            self.db.table.put_item(Item=item, ConditionExpression=put["ConditionExpression"])
         except ClientError as exc:
             if blob is not None:
                 self._drop(pk, keys.outbox_part_prefix(rec.message_id), blob.token)
@@ -452,7 +453,7 @@ class TargetWriter:
         written with the table's blob helper) plus ``RI#<kind>#<sha256(idempotency key)>`` when keyed."""
         pk = self.space.user_pk(rec.user_id)
         sk = f"R#{rec.kind}#{rec.id}"
-        current = self.t.get({"PK": pk, "SK": sk}, projection="updated_at")
+        current = self.db.get({"PK": pk, "SK": sk}, projection="updated_at")
         if current is not None and (_int(current.get("updated_at")) or 0) >= rec.updated_at:
             return _skipped("already in the target (same or newer)")
         values: dict[str, Any] = {":k": rec.kind, ":id": rec.id, ":u": rec.updated_at}
@@ -463,7 +464,7 @@ class TargetWriter:
             values[":d"] = rec.data
             removes += ["write_token", "chunk_count"]
         else:
-            blob = self.t.write_blob(pk, f"RC#{rec.kind}#{rec.id}#", rec.data)
+            blob = self.db.write_blob(pk, f"RC#{rec.kind}#{rec.id}#", rec.data)
             sets += ["write_token = :w", "chunk_count = :n"]
             values[":w"], values[":n"] = blob.token, blob.parts
             removes.append("#data")
@@ -487,7 +488,7 @@ class TargetWriter:
         if not done:
             return _skipped("newer in the target")
         if rec.idempotency_key is not None:
-            self.t.table.put_item(
+            self.db.table.put_item(
                 Item={
                     "PK": pk,
                     "SK": f"RI#{rec.kind}#{keys.sha256_hex(rec.idempotency_key)}",
@@ -515,7 +516,7 @@ class TargetWriter:
         )
         if done:
             return _written()
-        current = self.t.get(target, projection="SK, cloud_meta")
+        current = self.db.get(target, projection="SK, cloud_meta")
         if current is None:
             return _skipped("resource not imported")
         if current.get("cloud_meta") == rec.encrypted_value:

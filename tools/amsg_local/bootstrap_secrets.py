@@ -97,7 +97,7 @@ class BootstrapResult:
 
 def _read(ssm: Any, name: str) -> str | None:
     try:
-        return ssm.get_parameter(Name=name, WithDecryption=True)["Parameter"]["Value"]
+        return str(ssm.get_parameter(Name=name, WithDecryption=True)["Parameter"]["Value"])
     except ssm.exceptions.ParameterNotFound:
         return None
 

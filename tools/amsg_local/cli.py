@@ -251,7 +251,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "run-task":
         return _run_task(args)
     if args.command == "import":
-        return _import_command().main(args)
+        return int(_import_command().main(args))
     if args.command == "bootstrap-secrets":
         return bootstrap_secrets.main(args)
     if args.command == "tenants":

@@ -210,8 +210,9 @@ class LocalDelivery:
             return None
         for kind in ("ScheduleV2", "Schedule"):
             for props in function_events(self.template, self.tick_function, kind):
-                if isinstance(props.get("Input"), str):
-                    return props["Input"]
+                given = props.get("Input")
+                if isinstance(given, str):
+                    return given
         return None
 
     def missing(self) -> str | None:
@@ -242,7 +243,8 @@ class LocalDelivery:
                 f"arn:aws:scheduler:{self.region}:123456789012:schedule/default/{self.tick_function}",
             )
         )
-        return json.loads(text)
+        event: dict[str, Any] = json.loads(text)
+        return event
 
     def tick(self) -> dict[str, Any]:
         assert self.tick_function is not None

@@ -149,7 +149,7 @@ def install_fast_transactions() -> None:
 
     transact_write_items.amsg_fast = True  # type: ignore[attr-defined]
     backend_class.transact_write_items = transact_write_items  # type: ignore[method-assign]
-    models.copy = _RollbackCopies  # type: ignore[assignment]
+    models.copy = _RollbackCopies  # type: ignore[assignment,attr-defined]
 
 
 class SerializedApp:

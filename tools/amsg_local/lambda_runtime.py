@@ -425,10 +425,11 @@ class LambdaRuntime:
             return runtime
 
     def invoke(self, logical_id: str, event: Any, **kwargs: Any) -> Invocation:
-        return self.function(logical_id).invoke(event, **kwargs)
+        invocation: Invocation = self.function(logical_id).invoke(event, **kwargs)
+        return invocation
 
     def handler_file(self, logical_id: str) -> Path:
-        return self.function(logical_id).spec.handler_file
+        return Path(self.function(logical_id).spec.handler_file)
 
     def stats(self) -> dict[str, Any]:
         """Per function: invocations, cold starts and their mean init time, errors, sandboxes (process mode)."""

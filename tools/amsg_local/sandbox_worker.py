@@ -26,7 +26,7 @@ import traceback
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 __all__ = ["SandboxConfig", "main", "max_rss_kb", "serve"]
 
@@ -109,7 +109,7 @@ def _import_handler(config: SandboxConfig) -> Callable[[Any, Any], Any]:
     handler = getattr(module, config.function_name, None)
     if not callable(handler):
         raise AttributeError(f"Handler '{config.function_name}' missing on module '{config.module_name}'")
-    return handler
+    return cast(Callable[[Any, Any], Any], handler)
 
 
 def _discard_disabled_metrics() -> None:

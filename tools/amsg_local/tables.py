@@ -42,7 +42,7 @@ def create_tables_from_template(
         dynamodb_client.create_table(TableName=table_name, **definition)
     deadline = time.monotonic() + timeout_s
     while True:
-        table = dynamodb_client.describe_table(TableName=table_name)["Table"]
+        table: dict[str, Any] = dynamodb_client.describe_table(TableName=table_name)["Table"]
         indexes_active = all(
             index.get("IndexStatus", "ACTIVE") == "ACTIVE" for index in table.get("GlobalSecondaryIndexes", [])
         )

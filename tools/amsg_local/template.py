@@ -513,7 +513,7 @@ def _table_props(template: Mapping[str, Any], logical_id: str | None) -> dict[st
     resource = template["Resources"].get(logical_id) or {}
     if resource.get("Type") != "AWS::DynamoDB::Table":
         raise TemplateError(f"{logical_id} is not an AWS::DynamoDB::Table")
-    return resolve(resource.get("Properties") or {}, template)
+    return _resolved_properties(resource, template)
 
 
 def table_definition(template: Mapping[str, Any], logical_id: str | None = None) -> dict[str, Any]:
@@ -571,4 +571,11 @@ def queue_definition(template: Mapping[str, Any], logical_id: str) -> dict[str, 
     resource = template["Resources"].get(logical_id) or {}
     if resource.get("Type") != "AWS::SQS::Queue":
         raise TemplateError(f"{logical_id} is not an AWS::SQS::Queue")
-    return resolve(resource.get("Properties") or {}, template)
+    return _resolved_properties(resource, template)
+
+
+def _resolved_properties(resource: Mapping[str, Any], template: Mapping[str, Any]) -> dict[str, Any]:
+    properties = resolve(resource.get("Properties") or {}, template)
+    if not isinstance(properties, dict):
+        raise TemplateError("a resource's Properties must be a mapping")
+    return properties

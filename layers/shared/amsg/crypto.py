@@ -15,8 +15,9 @@ import hmac
 import secrets
 from typing import Any
 
-from amsg.jsonio import dumps as compact_json  # the one JSON writer, re-exported for the codecs' callers
-from amsg.jsonio import loads
+from amsg.jsonio import dumps, loads
+
+compact_json = dumps  # the one JSON writer, re-exported for the codecs' callers
 
 
 class DecryptError(Exception):
@@ -60,7 +61,8 @@ def _gcm_decrypt(key: bytes, iv: bytes, tag: bytes, ciphertext: bytes, aead: Any
         raise DecryptError("invalid iv")
     try:
         if len(tag) == 16 and len(iv) == 12:
-            return (aead or _aesgcm(key)).decrypt(iv, ciphertext + tag, None)
+            plaintext: bytes = (aead or _aesgcm(key)).decrypt(iv, ciphertext + tag, None)
+            return plaintext
         return _gcm_any(key, iv, tag, ciphertext)
     except InvalidTag as exc:
         raise DecryptError("authentication failed") from exc

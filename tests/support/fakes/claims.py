@@ -18,8 +18,10 @@ from amsg.ports import (
     APPEND_FALLBACK,
     CLAIM_BATCH,
     KEEP,
+    AppendFallback,
     CapCharge,
     CapReached,
+    ClaimAlone,
     ClaimStore,
     ClaimWanted,
     DueCandidate,
@@ -185,7 +187,7 @@ class MemoryClaimStore:
 
     def claim_many(
         self, wanted: Sequence[ClaimWanted], *, now_ms: int, lease_until_ms: int, owner: str
-    ) -> list[TaskRow | object | None]:
+    ) -> list[TaskRow | ClaimAlone | None]:
         if len(wanted) > CLAIM_BATCH:
             raise ValueError(f"at most {CLAIM_BATCH} claims per batch")
         with self._lock:
@@ -202,7 +204,7 @@ class MemoryClaimStore:
         now_ms: int,
         lease_until_ms: int,
         owner: str,
-    ) -> list[list[TaskRow | object | None]]:
+    ) -> list[list[TaskRow | ClaimAlone | None]]:
         """The fakes hold one key space: every part is this store (the tenant line runs on moto)."""
         if any(store is not self for store, _ in parts):
             raise NotFaked("claims across key spaces (the multi-tenant tick) are not faked")
@@ -282,7 +284,7 @@ class MemoryClaimStore:
         owner: str,
         claim_first: str | None = None,
         outbox_seq: int | None = None,
-    ) -> list[int] | object | None:
+    ) -> list[int] | AppendFallback | None:
         if row.owner is not None or not _fits(rows):
             return APPEND_FALLBACK
         with self._lock:
@@ -300,6 +302,8 @@ class MemoryClaimStore:
             for item, row_id in zip(rows, ids, strict=True):
                 sending = now_ms if item.message_id == claim_first else None
                 self._outbox._insert(items, item, row_id, sending)
+                if sending is not None:
+                    items[item.message_id].row.sending_cv = row.claim_version
             self._outbox._counters[row.user_id] = ids[-1]
             task.outbox_occurrence_ms = task.next_send_at_ms
             if lease_until_ms is not None:
@@ -420,7 +424,17 @@ class FencedMemoryOutboxStore(MemoryOutboxStore):
             for charge in caps:
                 self._policies.charge(user_id, charge)
             item.row.sending_at = now_ms
+            item.row.sending_cv = claim_version
             return True
+
+    def discard_undelivered_for_task(self, user_id: str, task_uuid: str, *, claim_version: int | None = None) -> int:
+        with self._lock:
+            if claim_version is not None:
+                task = self._tasks._user(user_id).get(task_uuid)
+                if task is None or task.claim_version != claim_version or task.status == "pending":
+                    return 0  # the run that holds this claim has not ended the task: nothing of it is ours
+            mine = [m for m, item in self._user(user_id).items() if item.row.task_uuid == task_uuid]
+            return self._discard(user_id, mine, untaken=claim_version is not None)
 
     def _sendable(self, row: OutboxRow, user_id: str, task_uuid: str, claim_version: int, now_ms: int) -> bool:
         """Row untaken, undelivered, unacked; the task's claim current and its lease unexpired."""

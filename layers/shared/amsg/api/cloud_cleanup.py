@@ -56,7 +56,8 @@ def _load(ctx: AppContext, user_id: str, codec: UserCodec, kind: str, record_id:
     stored = ctx.cloud_data.get_record(user_id, kind, record_id, now_ms=ctx.now_ms())
     if stored is None:
         raise api_error("CLOUD_RECORD_NOT_FOUND")
-    return jsonio.loads(codec.decrypt(stored))
+    record: dict[str, Any] = jsonio.loads(codec.decrypt(stored))
+    return record
 
 
 # ---- plans ----------------------------------------------------------------------------------------------

@@ -185,7 +185,8 @@ def _resources(request: ApiRequest, ctx: AppContext, user_id: str, codec: UserCo
 
 
 def _load(stored: str, codec: UserCodec) -> dict[str, Any]:
-    return jsonio.loads(codec.decrypt(stored))
+    record: dict[str, Any] = jsonio.loads(codec.decrypt(stored))
+    return record
 
 
 # ---- owners ---------------------------------------------------------------------------------------------

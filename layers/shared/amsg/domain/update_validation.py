@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from amsg.domain.jsvalues import is_finite_number, is_plain_object, is_positive_integer, js_trim, js_truthy
+from amsg.domain.llm_messages import validate_messages_array
 from amsg.domain.timezones import canonical_tz
 from amsg.domain.urls import avatar_url_error
 from amsg.domain.validation import (
@@ -18,7 +19,6 @@ from amsg.domain.validation import (
     distinct_cred_ids,
     normalize_int,
     split_pattern_error,
-    validate_messages_array,
 )
 from amsg.errors import api_error, invalid_update
 from amsg.timeutil import iso_from_ms, parse_iso_ms

@@ -58,7 +58,7 @@ def _valid_ipv4(host: str) -> bool:
     values = [n for n in numbers if n is not None]
     if any(n > 255 for n in values[:-1]):
         return False
-    return values[-1] < 256 ** (5 - len(values))
+    return bool(values[-1] < 256 ** (5 - len(values)))
 
 
 def _valid_ipv6(text: str) -> bool:

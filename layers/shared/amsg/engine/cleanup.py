@@ -60,7 +60,7 @@ class CleanupStepError(Exception):
 
 
 def backoff_ms(attempts: int) -> int:
-    return min(BACKOFF_CAP_MS, BACKOFF_BASE_MS * 2**attempts)
+    return int(min(BACKOFF_CAP_MS, BACKOFF_BASE_MS * 2**attempts))
 
 
 def inventory(ctx: AppContext, user_id: str, codec: UserCodec) -> tuple[list[Entry], dict[str, StoredResource], bool]:

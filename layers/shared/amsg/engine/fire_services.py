@@ -91,7 +91,7 @@ class HookServices:
             return entries
         return next((entry["value"] for entry in entries if entry["key"] == key), None)
 
-    def write_state(self, namespace: str, entries: Any, value: Any = ..., *, guarded: bool = True) -> dict:
+    def write_state(self, namespace: str, entries: Any, value: Any = ..., *, guarded: bool = True) -> dict[str, Any]:
         if guarded:
             self.throw_if_cancelled()
         if value is not ...:
@@ -156,7 +156,7 @@ class HookServices:
         if push["notification"].get("show") is False or self.env.push_sender is None:
             return {"messageId": message_id, "pushed": False}
         try:
-            subscription = resolve_subscription(self.ctx, self.row, self.payload, self.codec)
+            subscription = resolve_subscription(self.ctx, self.row, self.payload, self.codec, self.env, fresh=True)
             pushed = send_one(self.ctx, self.row, push, subscription, self.env)
         except (Cancelled, TenantInactive):
             raise

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import enum
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Final, Protocol
 
 from amsg.ports.delivery_policy import DeliveryPolicyRow
 from amsg.ports.outbox import OutboxAppend
@@ -36,7 +37,7 @@ class ClaimStore(Protocol):
 
     def claim_many(
         self, wanted: Sequence[ClaimWanted], *, now_ms: int, lease_until_ms: int, owner: str
-    ) -> list[TaskRow | object | None]:
+    ) -> list[TaskRow | ClaimAlone | None]:
         """:meth:`claim` for up to ``CLAIM_BATCH`` ungrouped tasks in one round trip (and one read back): per task, the
         claimed row, None when its condition failed, or ``CLAIM_ALONE`` when the batch could not run (the
         caller claims that task alone, so one faulty task never holds back the others)."""
@@ -49,7 +50,7 @@ class ClaimStore(Protocol):
         now_ms: int,
         lease_until_ms: int,
         owner: str,
-    ) -> list[list[TaskRow | object | None]]:
+    ) -> list[list[TaskRow | ClaimAlone | None]]:
         """:meth:`claim_many` over several stores of one table (the key spaces of the tenants a tick serves): up
         to ``CLAIM_BATCH`` claims in all, in one round trip and one read back; one result list per part."""
         ...
@@ -89,7 +90,7 @@ class ClaimStore(Protocol):
         owner: str,
         claim_first: str | None = None,
         outbox_seq: int | None = None,
-    ) -> list[int] | object | None:
+    ) -> list[int] | AppendFallback | None:
         """Append a new occurrence's batch in one transaction that also adopts the claim (fenced by
         ``claim_version``, lease unexpired; ``lease_until_ms`` becomes the lease) and records the occurrence on
         the task, optionally claiming row ``claim_first`` for sending. Returns the row ids, None when the claim
@@ -106,18 +107,35 @@ class ClaimStore(Protocol):
     def delete_settled_before(self, cutoff_ms: int, *, shards: int, limit: int) -> int: ...
 
 
-KEEP = object()
-"""Sentinel: leave this attribute as it is."""
+class Keep(enum.Enum):
+    """A settlement attribute left as it is (a one-member enum: typed, and compared with ``is``)."""
 
-APPEND_FALLBACK = object()
-"""Sentinel of :meth:`ClaimStore.append_batch`: not appended, use the outbox's general append."""
+    KEEP = "keep"
+
+
+KEEP: Final = Keep.KEEP
+
+
+class AppendFallback(enum.Enum):
+    """:meth:`ClaimStore.append_batch` did not append: use the outbox's general append."""
+
+    APPEND_FALLBACK = "append-fallback"
+
+
+APPEND_FALLBACK: Final = AppendFallback.APPEND_FALLBACK
 
 CLAIM_BATCH = 25
 """Most claims per :meth:`ClaimStore.claim_many` call (DynamoDB allows 100 per transaction; a smaller batch loses
 less to a conflict and the tick keeps every claim worker busy)."""
 
-CLAIM_ALONE = object()
-"""Sentinel of :meth:`ClaimStore.claim_many`: the batch could not run for this task; claim it alone."""
+
+class ClaimAlone(enum.Enum):
+    """:meth:`ClaimStore.claim_many` could not run the batch for this task: claim it alone."""
+
+    CLAIM_ALONE = "claim-alone"
+
+
+CLAIM_ALONE: Final = ClaimAlone.CLAIM_ALONE
 
 
 @dataclass(frozen=True)
@@ -153,8 +171,8 @@ class Settlement:
     delete: bool = False
     status: str | None = None
     retry_after_ms: int | None = None
-    retry_count: object = KEEP
-    last_error: object = KEEP  # JSON text; None clears it
+    retry_count: int | Keep = KEEP
+    last_error: str | Keep | None = KEEP  # JSON text; None clears it
     encrypted_payload: str | None = None  # rewritten only if the payload is unchanged since the claim
     payload_rev: int | None = None
     policy_deferred: bool = False  # ``retry_after_ms`` is a delivery-policy deferral (kept as ``deferred_until``)

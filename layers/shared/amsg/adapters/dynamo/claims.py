@@ -12,11 +12,12 @@ from boto3.dynamodb.conditions import Key
 from botocore.exceptions import ClientError
 
 from amsg.adapters.dynamo import keys, pending
+from amsg.adapters.dynamo.counters import cas_attempts, read_counter, set_counter
 from amsg.adapters.dynamo.delivery_policy import policy_row
 from amsg.adapters.dynamo.outbox import fits_one_transaction, new_row_put
 from amsg.adapters.dynamo.settlements import DynamoSettlements
 from amsg.adapters.dynamo.subscriptions import subscription_row
-from amsg.adapters.dynamo.table import TransactionCancelled, backoff, item_int
+from amsg.adapters.dynamo.table import TransactionCancelled, item_int
 from amsg.adapters.dynamo.tasks import stored_ms
 from amsg.adapters.dynamo.tenants import active_fence, tenant_key, tenant_record
 from amsg.failures import ClaimTaken
@@ -24,6 +25,8 @@ from amsg.ports import (
     APPEND_FALLBACK,
     CLAIM_ALONE,
     CLAIM_BATCH,
+    AppendFallback,
+    ClaimAlone,
     ClaimStore,
     ClaimWanted,
     DueCandidate,
@@ -47,13 +50,13 @@ class DynamoClaimStore(DynamoSettlements):
     def due_candidates(self, shard: int, now_ms: int, limit: int, start: Any = None) -> tuple[list[DueCandidate], Any]:
         kwargs: dict[str, Any] = {
             "IndexName": "due",
-            "KeyConditionExpression": Key("due_pk").eq(self.keys.due_shard_pk(shard))
+            "KeyConditionExpression": Key("due_pk").eq(self.space.due_shard_pk(shard))
             & Key("due_sk").lte(keys.due_window_end(iso_from_ms(now_ms))),
             "Limit": limit,
         }
         if start:
             kwargs["ExclusiveStartKey"] = start
-        response = self.t.table.query(**kwargs)
+        response = self.db.table.query(**kwargs)
         candidates = [
             DueCandidate(
                 user_id=item["user_id"],
@@ -90,7 +93,7 @@ class DynamoClaimStore(DynamoSettlements):
 
     def claim_many(
         self, wanted: Sequence[ClaimWanted], *, now_ms: int, lease_until_ms: int, owner: str
-    ) -> list[TaskRow | object | None]:
+    ) -> list[TaskRow | ClaimAlone | None]:
         """Up to CLAIM_BATCH claims as one TransactWriteItems (the same conditions and writes as :meth:`claim`),
         then one consistent BatchGetItem of the claimed rows. The tick's claim rate is bound by its client CPU
         (building, signing and parsing requests), and this costs about a fifth of single UpdateItems per claim.
@@ -110,14 +113,14 @@ class DynamoClaimStore(DynamoSettlements):
         now_ms: int,
         lease_until_ms: int,
         owner: str,
-    ) -> list[list[TaskRow | object | None]]:
+    ) -> list[list[TaskRow | ClaimAlone | None]]:
         """:meth:`claim_many` for the claims of several key spaces (the tenants of one round of the multi-tenant
         tick) in one transaction and one read back. Each part's store builds its own keys, so a claim is written
         in its own space only; the stores must share this store's table."""
         flat = [(_same_table(self, store), w) for store, part in parts for w in part]
         if len(flat) > CLAIM_BATCH:
             raise ValueError(f"at most {CLAIM_BATCH} claims per batch")
-        results: list[TaskRow | object | None] = [None] * len(flat)
+        results: list[TaskRow | ClaimAlone | None] = [None] * len(flat)
         now_iso, lease_until = iso_from_ms(now_ms), iso_from_ms(lease_until_ms)
         trying = list(range(len(flat)))
         while trying:
@@ -130,7 +133,7 @@ class DynamoClaimStore(DynamoSettlements):
                 for store, w in (flat[i] for i in trying)
             ]
             try:
-                self.t.transact(actions)
+                self.db.transact(actions)
             except TransactionCancelled as cancelled:
                 lost = {i for k, i in enumerate(trying) if cancelled.failed(k)}
                 if lost:
@@ -150,10 +153,10 @@ class DynamoClaimStore(DynamoSettlements):
     def pending_counts(self, stores: Sequence[ClaimStore]) -> list[int | None]:
         """Each store's count of pending tasks (docs/tenancy.md, limits), in one BatchGetItem per 100 stores: 0 for
         a tenant that never had one, None for a space that keeps no count (the single line)."""
-        spaces = [_same_table(self, store).keys for store in stores]
+        spaces = [_same_table(self, store).space for store in stores]
         wanted = [space.pending_counter_key() for space in spaces if pending.counted(space)]
         # eventually consistent, like the due index it stands in for: half the read units of a consistent read
-        found = self.t.batch_get_now(wanted, consistent=False) if wanted else {}
+        found = self.db.batch_get_now(wanted, consistent=False) if wanted else {}
         counts: list[int | None] = []
         for space in spaces:
             if not pending.counted(space):
@@ -167,12 +170,12 @@ class DynamoClaimStore(DynamoSettlements):
         self,
         flat: list[tuple[DynamoClaimStore, ClaimWanted]],
         claimed: list[int],
-        results: list[TaskRow | object | None],
+        results: list[TaskRow | ClaimAlone | None],
         owner: str,
         lease_until: str,
     ) -> None:
         keys_of = {i: flat[i][0]._key(flat[i][1].user_id, flat[i][1].uuid) for i in claimed}
-        found = self.t.batch_get_now(list(keys_of.values()))
+        found = self.db.batch_get_now(list(keys_of.values()))
         for i, key in keys_of.items():
             item = found.get((key["PK"], key["SK"]))
             if (
@@ -220,11 +223,11 @@ class DynamoClaimStore(DynamoSettlements):
         item, whose ``holder`` names the last task that got a grouped lease. The claim commits only if that
         holder, checked at commit time, holds no unexpired pending lease, so at most one task of the group is
         ever in flight (no write skew)."""
-        lock_key = self.keys.group_lock_key(user_id, group)
-        lock = self.t.get(lock_key)
+        lock_key = self.space.group_lock_key(user_id, group)
+        lock = self.db.get(lock_key)
         holder = lock.get("holder") if lock else None
         if holder and holder != uuid:
-            current = self.t.get(self._key(user_id, holder), projection="#st, lease_until", names={"#st": "status"})
+            current = self.db.get(self._key(user_id, holder), projection="#st, lease_until", names={"#st": "status"})
             if current and current.get("status") == "pending" and (current.get("lease_until") or "") > now_iso:
                 return None  # group busy: leave the task untouched, it stays due
         actions: list[dict[str, Any]] = [
@@ -285,10 +288,10 @@ class DynamoClaimStore(DynamoSettlements):
                 }
             )
         try:
-            self.t.transact(actions)
+            self.db.transact(actions)
         except TransactionCancelled:
             return None  # the lock moved, the holder renewed, or the task changed
-        item = self.t.get(self._key(user_id, uuid))
+        item = self.db.get(self._key(user_id, uuid))
         return self._row(item) if item else None
 
     def adopt_claim(
@@ -325,7 +328,7 @@ class DynamoClaimStore(DynamoSettlements):
         """Why an adoption was refused: ClaimTaken (raised) when the claim is current but another run adopted it
         and still holds its lease (then nothing of this run may touch the task or its outbox rows); the task
         when it is ``owner`` itself that holds it; else None (the claim moved on)."""
-        item = self.t.get(self._key(user_id, uuid))
+        item = self.db.get(self._key(user_id, uuid))
         if (
             item is not None
             and item.get("status", "pending") == "pending"
@@ -345,13 +348,13 @@ class DynamoClaimStore(DynamoSettlements):
         task_key = self._key(user_id, uuid)
         wanted = [
             task_key,
-            self.keys.push_key(user_id),
-            self.keys.counter_key(user_id, "outbox"),
-            self.keys.policy_key(user_id),
+            self.space.push_key(user_id),
+            self.space.counter_key(user_id, "outbox"),
+            self.space.policy_key(user_id),
         ]
-        if self.keys.tenant_id is not None:  # its status and key ride along: no registry read of their own
-            wanted.append(tenant_key(self.keys.tenant_id))
-        found = self.t.batch_get(wanted)
+        if self.space.tenant_id is not None:  # its status and key ride along: no registry read of their own
+            wanted.append(tenant_key(self.space.tenant_id))
+        found = self.db.batch_get(wanted)
         item = found.get((task_key["PK"], task_key["SK"]))
         if (
             item is None
@@ -381,14 +384,14 @@ class DynamoClaimStore(DynamoSettlements):
         owner: str,
         claim_first: str | None = None,
         outbox_seq: int | None = None,
-    ) -> list[int] | object | None:
+    ) -> list[int] | AppendFallback | None:
         """One transaction: the outbox counter (compare-and-set from the value read with the task), the task
         (claim still ours and leased; records the occurrence, takes the run lease) and every row as new."""
         # a tenant's first push is taken here only while the tenant is active (docs/tenancy-data.md)
-        fence = active_fence(self.keys) if claim_first is not None else None
+        fence = active_fence(self.space) if claim_first is not None else None
         if row.owner is not None or not fits_one_transaction(rows, spare=0 if fence is None else 1):
             return APPEND_FALLBACK  # owned tasks append through the outbox's owner-guarded path
-        counter_key = self.keys.counter_key(row.user_id, "outbox")
+        counter_key = self.space.counter_key(row.user_id, "outbox")
         now_iso = iso_from_ms(now_ms)
         lease_until = None if lease_until_ms is None else iso_from_ms(lease_until_ms)
         sets = ["ob_occ = :occ"]
@@ -417,37 +420,28 @@ class DynamoClaimStore(DynamoSettlements):
             }
         }
         current = outbox_seq
-        for attempt in range(APPEND_ATTEMPTS):
-            if attempt:
-                backoff(attempt)
+        for _ in cas_attempts(APPEND_ATTEMPTS):
             if current is None:
-                counter = self.t.get(counter_key)
-                current = item_int(counter.get("n")) if counter else 0
+                current = read_counter(self.db, counter_key)
             ids = list(range(current + 1, current + 1 + len(rows)))
             puts = [
                 {
                     "Put": new_row_put(
-                        self.keys.outbox_key(row.user_id, item.message_id),
+                        self.space.outbox_key(row.user_id, item.message_id),
                         item,
                         row_id,
                         sending_at=now_ms if item.message_id == claim_first else None,
+                        sending_cv=row.claim_version,
                     )
                 }
                 for item, row_id in zip(rows, ids, strict=True)
             ]
-            counter_update = {
-                "Update": {
-                    "Key": counter_key,
-                    "UpdateExpression": "SET n = :new",
-                    "ConditionExpression": "attribute_not_exists(n) OR n = :cur",
-                    "ExpressionAttributeValues": {":new": ids[-1], ":cur": current},
-                }
-            }
+            counter_update = set_counter(counter_key, current, ids[-1])
             try:
-                self.t.transact([counter_update, task_update, *puts, *([fence] if fence else [])])
+                self.db.transact([counter_update, task_update, *puts, *([fence] if fence else [])])
             except TransactionCancelled as cancelled:
                 if fence is not None and cancelled.failed(2 + len(puts)):
-                    raise TenantInactive(self.keys.tenant_id) from None
+                    raise TenantInactive(self.space.tenant_id) from None
                 if cancelled.failed(1):
                     if lease_until is not None:
                         self._refused_adoption(row.user_id, row.uuid, row.claim_version, now_iso, owner)
@@ -508,12 +502,12 @@ class DynamoClaimStore(DynamoSettlements):
 
 
 def _same_table(this: DynamoClaimStore, store: object) -> DynamoClaimStore:
-    if not isinstance(store, DynamoClaimStore) or store.t is not this.t:
+    if not isinstance(store, DynamoClaimStore) or store.db is not this.db:
         raise ValueError("claims of one transaction must share a table")
     return store
 
 
-def _split(results: list[TaskRow | object | None], sizes: list[int]) -> list[list[TaskRow | object | None]]:
+def _split(results: list[TaskRow | ClaimAlone | None], sizes: list[int]) -> list[list[TaskRow | ClaimAlone | None]]:
     out, start = [], 0
     for size in sizes:
         out.append(results[start : start + size])

@@ -32,7 +32,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from boto3.dynamodb.conditions import Key
 from botocore.exceptions import ClientError
 
 from amsg.adapters.dynamo import keys
@@ -147,8 +146,8 @@ def _decide_group(
 
 class DynamoClientStateStore:
     def __init__(self, table: DynamoTable, *, space: keys.KeySpace = keys.SINGLE) -> None:
-        self.t = table
-        self.keys = space
+        self.db = table
+        self.space = space
 
     # ---- write --------------------------------------------------------------------------------------------
 
@@ -167,7 +166,7 @@ class DynamoClientStateStore:
         Owned keys: each applied entry commits only while its owner (named, or recorded on the key) holds, in
         the same transaction; ``inherit`` is the owner of the task whose fire writes (every write is gated on it,
         and naming another owner is ``CLOUD_CROSS_OWNER_WRITE``)."""
-        pk = self.keys.user_pk(user_id)
+        pk = self.space.user_pk(user_id)
         groups: dict[str, _Group] = {}
         for index, write in enumerate(writes):
             sk = root_sk(write.namespace, write.key)
@@ -263,7 +262,7 @@ class DynamoClientStateStore:
     ) -> _Attempt:
         """Read the part's roots (consistently: the linearization point) and decide every entry against them."""
         stored = self._read_roots(pk, [group.sk for group in part])
-        plan = _Attempt(GuardSet(self.keys))
+        plan = _Attempt(GuardSet(self.space))
         if inherit is not None:
             plan.guards.add(inherit.ref, inherit.generation)
         for group in part:
@@ -309,13 +308,13 @@ class DynamoClientStateStore:
     def _commit(self, pk: str, part: list[_Group], plan: _Attempt, check: dict[str, Any] | None, attempt: int) -> bool:
         """Send the attempt's transaction (with its owner guards and the fencing check); False: decide again."""
         data_actions = len(plan.actions)
-        actions = plan.actions + plan.guards.actions(self.keys.user_of(pk))
+        actions = plan.actions + plan.guards.actions(self.space.user_of(pk))
         if check is not None:
             actions.append(check)
         if len(actions) > TX_MAX_ACTIONS and len(part) > 1:
             raise _TooManyActions
         try:
-            self.t.transact(actions)
+            self.db.transact(actions)
         except TransactionCancelled as exc:
             if check is not None and exc.failed(len(actions) - 1):
                 raise ClaimLost("the task claim fencing this write is gone") from exc
@@ -335,7 +334,7 @@ class DynamoClientStateStore:
         if len(write.value) <= INLINE_CHARS:
             return None
         if index not in new_blobs:
-            new_blobs[index] = self.t.write_blob(pk, value_parts_prefix(group.namespace, group.key), write.value)
+            new_blobs[index] = self.db.write_blob(pk, value_parts_prefix(group.namespace, group.key), write.value)
         return new_blobs[index]
 
     def _root_item(
@@ -351,7 +350,7 @@ class DynamoClientStateStore:
             "rev": item_int(current.get("rev")) + 1 if current else 1,
             "ref_rows": rows,
             "ref_bytes": size,
-            "ret_pk": self.keys.state_retention_pk(group.namespace),
+            "ret_pk": self.space.state_retention_pk(group.namespace),
             "ret_sk": pad_ms(write.guard),
         }
         if blob is None:
@@ -366,7 +365,7 @@ class DynamoClientStateStore:
         found: dict[str, dict[str, Any]] = {}
         for start in range(0, len(sks), BATCH_GET_MAX_KEYS):
             request: dict[str, Any] = {
-                self.t.name: {
+                self.db.name: {
                     "Keys": [{"PK": pk, "SK": sk} for sk in sks[start : start + BATCH_GET_MAX_KEYS]],
                     "ConsistentRead": True,
                     "ProjectionExpression": "#sk, #ua, #rev, #bt, owner_ref, cloud_meta",
@@ -374,8 +373,8 @@ class DynamoClientStateStore:
                 }
             }
             for attempt in range(20):
-                response = self.t.resource.batch_get_item(RequestItems=request)
-                for item in response.get("Responses", {}).get(self.t.name, []):
+                response = self.db.resource.batch_get_item(RequestItems=request)
+                for item in response.get("Responses", {}).get(self.db.name, []):
                     found[item["SK"]] = item
                 request = response.get("UnprocessedKeys") or {}
                 if not request:
@@ -390,12 +389,12 @@ class DynamoClientStateStore:
     def get_namespace(self, user_id: str, namespace: str) -> list[StateRow]:
         if not _addressable(namespace):
             return []
-        pk = self.keys.user_pk(user_id)
+        pk = self.space.user_pk(user_id)
         rows: list[StateRow] = []
-        for item in self.t.query_prefix(pk, root_prefix(namespace)):
+        for item in self.db.query_prefix(pk, root_prefix(namespace)):
             value = self._value_of(pk, item)
             if value is None:
-                latest = self.t.get({"PK": pk, "SK": item["SK"]})  # replaced while we read it? one re-read
+                latest = self.db.get({"PK": pk, "SK": item["SK"]})  # replaced while we read it? one re-read
                 value = self._value_of(pk, latest) if latest else None
                 item = latest or item
             if value is not None:
@@ -404,20 +403,21 @@ class DynamoClientStateStore:
         return rows
 
     def _value_of(self, pk: str, item: dict[str, Any]) -> str | None:
-        if isinstance(item.get("value"), str):
-            return item["value"]
+        inline = item.get("value")
+        if isinstance(inline, str):
+            return inline
         token = item.get("blob_token")
         if not token:
             return None
         ref = BlobRef(str(token), item_int(item.get("blob_parts")))
-        return self.t.read_blob(pk, value_parts_prefix(item["ns"], item["key"]), ref)
+        return self.db.read_blob(pk, value_parts_prefix(item["ns"], item["key"]), ref)
 
     def list_namespaces(self, user_id: str, limit: int) -> NamespaceListing:
         """Per namespace: entries (roots), reference-equivalent stored bytes, newest ``updated_at``; sorted by
         namespace, then cut to ``limit`` (``truncated`` when more exist)."""
         stats: dict[str, list[int]] = {}
-        for item in self.t.query_prefix(
-            self.keys.user_pk(user_id),
+        for item in self.db.query_prefix(
+            self.space.user_pk(user_id),
             ROOT_PREFIX,
             ProjectionExpression="#ns, #ua, #rr, #rb",
             ExpressionAttributeNames={"#ns": "ns", "#ua": "updated_at", "#rr": "ref_rows", "#rb": "ref_bytes"},
@@ -436,16 +436,16 @@ class DynamoClientStateStore:
 
     def delete_all(self, user_id: str) -> int:
         """Every root and part of the user (BatchWriteItem: not atomic, idempotent)."""
-        pk = self.keys.user_pk(user_id)
+        pk = self.space.user_pk(user_id)
         doomed: list[dict[str, str]] = []
         count = 0
-        for item in self.t.query_prefix(pk, ROOT_PREFIX, **_KEYS_AND_ROWS):
+        for item in self.db.query_prefix(pk, ROOT_PREFIX, **_KEYS_AND_ROWS):
             doomed.append({"PK": item["PK"], "SK": item["SK"]})
             count += item_int(item.get("ref_rows"), 1)
-        for item in self.t.query_prefix(pk, PART_PREFIX, ProjectionExpression="PK, SK"):
+        for item in self.db.query_prefix(pk, PART_PREFIX, ProjectionExpression="PK, SK"):
             doomed.append({"PK": item["PK"], "SK": item["SK"]})
         if doomed:
-            self.t.batch_delete(doomed)
+            self.db.batch_delete(doomed)
         return count
 
     def delete_namespace(self, user_id: str, namespace: str) -> int:
@@ -454,16 +454,16 @@ class DynamoClientStateStore:
         be had — documented in docs/compatibility.md)."""
         if not _addressable(namespace):
             return 0
-        pk = self.keys.user_pk(user_id)
+        pk = self.space.user_pk(user_id)
         doomed: list[dict[str, str]] = []
         count = 0
-        for item in self.t.query_prefix(pk, root_prefix(namespace), **_KEYS_AND_ROWS):
+        for item in self.db.query_prefix(pk, root_prefix(namespace), **_KEYS_AND_ROWS):
             doomed.append({"PK": item["PK"], "SK": item["SK"]})
             count += item_int(item.get("ref_rows"), 1)
-        for item in self.t.query_prefix(pk, namespace_parts_prefix(namespace), ProjectionExpression="PK, SK"):
+        for item in self.db.query_prefix(pk, namespace_parts_prefix(namespace), ProjectionExpression="PK, SK"):
             doomed.append({"PK": item["PK"], "SK": item["SK"]})
         for start in range(0, len(doomed), TX_MAX_ACTIONS):
-            self.t.transact([{"Delete": {"Key": key}} for key in doomed[start : start + TX_MAX_ACTIONS]])
+            self.db.transact([{"Delete": {"Key": key}} for key in doomed[start : start + TX_MAX_ACTIONS]])
         return count
 
     def cleanup_expired(self, ttl_days: Mapping[str, float], now_ms: int, *, limit: int = 100) -> int:
@@ -479,10 +479,10 @@ class DynamoClientStateStore:
             before = math.ceil(now_ms - days * DAY_MS)  # updated_at < now - days·86 400 000
             if before <= 0 or not _addressable(namespace):
                 continue
-            page = self.t.table.query(
+            page = self.db.table.query(
                 IndexName=RETENTION_INDEX,
-                KeyConditionExpression=Key("ret_pk").eq(self.keys.state_retention_pk(namespace))
-                & Key("ret_sk").lt(pad_ms(before)),
+                KeyConditionExpression="ret_pk = :rpk AND ret_sk < :before",
+                ExpressionAttributeValues={":rpk": self.space.state_retention_pk(namespace), ":before": pad_ms(before)},
                 Limit=budget,
             )
             for hit in page.get("Items", []):
@@ -492,7 +492,7 @@ class DynamoClientStateStore:
 
     def _expire_root(self, pk: str, sk: str, before: int) -> int:
         try:
-            response = self.t.table.delete_item(
+            response = self.db.table.delete_item(
                 Key={"PK": pk, "SK": sk},
                 ConditionExpression="#ua < :before",
                 ExpressionAttributeNames={"#ua": "updated_at"},
@@ -511,7 +511,7 @@ class DynamoClientStateStore:
     def _delete_parts(self, pk: str, namespace: str, key: str, token: str) -> None:
         """Best effort: leftover parts are unreferenced (never read) and go with the next namespace delete."""
         try:
-            self.t.delete_blob(pk, value_parts_prefix(namespace, key), token)
+            self.db.delete_blob(pk, value_parts_prefix(namespace, key), token)
         except Exception:  # garbage collection must not fail a committed write
             from amsg.observability import logger
 

@@ -17,18 +17,24 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import secrets
+from collections.abc import Callable
 from decimal import Decimal
 from typing import Any
 
-from boto3.dynamodb.conditions import Key
 from botocore.exceptions import ClientError
 
 from amsg import jsonio
 from amsg.adapters.dynamo import keys, pending
 from amsg.adapters.dynamo.client_state import root_sk, value_parts_prefix
+from amsg.adapters.dynamo.compact import unpack
 from amsg.adapters.dynamo.owners import owner_key
-from amsg.adapters.dynamo.table import BlobRef, DynamoTable, TransactionCancelled, is_conditional_failure
+from amsg.adapters.dynamo.table import (
+    INLINE_CHARS,
+    BlobRef,
+    DynamoTable,
+    TransactionCancelled,
+    is_conditional_failure,
+)
 from amsg.adapters.dynamo.tasks import registry_delete
 from amsg.errors import LeaseLost, OwnerChanged
 from amsg.observability import logger
@@ -40,7 +46,6 @@ RECORD_PREFIX = "R#"
 # data in part items "RP#<kind>#<id>#<token>#<n>" (never under the "R#<kind>#" listing prefix); parts carry a TTL
 # past any record's life, so a part left by a crash between writes expires.
 RECORD_PART_PREFIX = "RP#"
-INLINE_RECORD_CHARS = 300_000
 RECORD_PART_TTL_S = 32 * 86_400
 READ_FAILED = "Cloud storage source could not be read"
 
@@ -87,15 +92,15 @@ def _owned(item: dict[str, Any]) -> dict[str, Any]:
 
 class DynamoCloudDataStore:
     def __init__(self, table: DynamoTable, *, space: keys.KeySpace = keys.SINGLE) -> None:
-        self.t = table
-        self.keys = space
+        self.db = table
+        self.space = space
 
     # ---- inventory source -------------------------------------------------------------------------------
 
     def list_resources(self, user_id: str) -> ResourceListing:
-        pk = self.keys.user_pk(user_id)
+        pk = self.space.user_pk(user_id)
         listing = ResourceListing()
-        readers = (
+        readers: tuple[tuple[str, Callable[[], list[StoredResource]]], ...] = (
             ("task", lambda: self._tasks(pk)),
             ("state", lambda: self._state(pk)),
             ("credential", lambda: self._credentials(pk)),
@@ -112,10 +117,10 @@ class DynamoCloudDataStore:
 
     def _tasks(self, pk: str) -> list[StoredResource]:
         out = []
-        for item in self.t.query_prefix(pk, keys.TASK_PREFIX):
-            payload = item.get("payload")
+        for item in self.db.query_prefix(pk, keys.TASK_PREFIX):
+            payload = unpack(item.get("payload"))
             if payload is None and item.get("payload_token"):
-                payload = self.t.read_blob(
+                payload = self.db.read_blob(
                     pk,
                     keys.task_part_prefix(item["uuid"]),
                     BlobRef(str(item["payload_token"]), _int(item.get("payload_parts")) or 0),
@@ -137,7 +142,7 @@ class DynamoCloudDataStore:
 
     def _state(self, pk: str) -> list[StoredResource]:
         out = []
-        for item in self.t.query_prefix(pk, "S#"):
+        for item in self.db.query_prefix(pk, "S#"):
             value = item.get("value")
             size = _int(item.get("ref_bytes"))
             out.append(
@@ -166,15 +171,15 @@ class DynamoCloudDataStore:
                 rev=_int(item.get("rev")),
                 **_owned(item),
             )
-            for item in self.t.query_prefix(pk, keys.CREDENTIAL_PREFIX)
+            for item in self.db.query_prefix(pk, keys.CREDENTIAL_PREFIX)
         ]
 
     def _outbox(self, pk: str) -> list[StoredResource]:
         out = []
-        for item in self.t.query_prefix(pk, keys.OUTBOX_PREFIX):
-            payload = item.get("payload")
+        for item in self.db.query_prefix(pk, keys.OUTBOX_PREFIX):
+            payload = unpack(item.get("payload"))
             if payload is None and item.get("payload_token"):
-                payload = self.t.read_blob(
+                payload = self.db.read_blob(
                     pk,
                     keys.outbox_part_prefix(item["message_id"]),
                     BlobRef(str(item["payload_token"]), _int(item.get("payload_parts")) or 0),
@@ -199,7 +204,7 @@ class DynamoCloudDataStore:
         return out
 
     def _subscription(self, user_id: str) -> list[StoredResource]:
-        item = self.t.get(self.keys.push_key(user_id))
+        item = self.db.get(self.space.push_key(user_id))
         if not item:
             return []
         return [
@@ -224,50 +229,50 @@ class DynamoCloudDataStore:
         With ``progress`` the delete and the operation's progress write are one transaction that also checks the
         operation's lease: a worker that lost the lease deletes nothing (:class:`LeaseLost`), and a resource is
         never deleted without its count being recorded."""
-        pk = self.keys.user_pk(user_id)
+        pk = self.space.user_pk(user_id)
         ident = str(resource.identity[0])
         rev_cond, rev_values = _rev_condition(resource.rev)
         parts: tuple[str, str] | None = None
         if resource.type == "task":
-            key = self.keys.task_key(user_id, ident)
-            token = (self.t.get(key, projection="payload_token") or {}).get("payload_token")
+            key = self.space.task_key(user_id, ident)
+            token = (self.db.get(key, projection="payload_token") or {}).get("payload_token")
             parts = (keys.task_part_prefix(ident), str(token)) if token else None
             actions = [
-                *_task_delete(self.keys, key, resource, rev_cond, rev_values),
-                registry_delete(self.keys, ident, user_id),
+                *_task_delete(self.space, key, resource, rev_cond, rev_values),
+                registry_delete(self.space, ident, user_id),
             ]
         elif resource.type == "state":
             namespace, key_part = ident, str(resource.identity[1])
             key = {"PK": pk, "SK": root_sk(namespace, key_part)}
-            token = (self.t.get(key, projection="blob_token") or {}).get("blob_token")
+            token = (self.db.get(key, projection="blob_token") or {}).get("blob_token")
             parts = (value_parts_prefix(namespace, key_part), str(token)) if token else None
             actions = [_delete(key, rev_cond, rev_values)]
         elif resource.type == "credential":
-            actions = [_delete(self.keys.credential_key(user_id, ident), rev_cond, rev_values)]
+            actions = [_delete(self.space.credential_key(user_id, ident), rev_cond, rev_values)]
         elif resource.type == "outbox":
-            key = self.keys.outbox_key(user_id, ident)
-            token = (self.t.get(key, projection="payload_token") or {}).get("payload_token")
+            key = self.space.outbox_key(user_id, ident)
+            token = (self.db.get(key, projection="payload_token") or {}).get("payload_token")
             parts = (keys.outbox_part_prefix(ident), str(token)) if token else None
             actions = [_delete(key, rev_cond, rev_values)]
         else:
-            actions = [_delete(self.keys.push_key(user_id), rev_cond, rev_values)]
+            actions = [_delete(self.space.push_key(user_id), rev_cond, rev_values)]
         if progress is not None:
             actions.append(self._leased_update(user_id, progress))
         try:
-            self.t.transact(actions)
+            self.db.transact(actions)
         except TransactionCancelled as cancelled:
             if progress is not None and cancelled.failed(len(actions) - 1):
                 raise LeaseLost(progress.record_id) from None
             return False
         if parts is not None:
             with contextlib.suppress(ClientError):  # unreferenced parts are harmless (and expire)
-                self.t.delete_blob(pk, parts[0], parts[1])
+                self.db.delete_blob(pk, parts[0], parts[1])
         return True
 
     # ---- management records -----------------------------------------------------------------------------
 
     def _record_key(self, user_id: str, kind: str, record_id: str) -> dict[str, str]:
-        return {"PK": self.keys.user_pk(user_id), "SK": f"{RECORD_PREFIX}{kind}#{record_id}"}
+        return {"PK": self.space.user_pk(user_id), "SK": f"{RECORD_PREFIX}{kind}#{record_id}"}
 
     def put_record(
         self,
@@ -286,7 +291,7 @@ class DynamoCloudDataStore:
         if ttl_s is not None:
             item["ttl"] = now_ms // 1000 + ttl_s
         if work_at is not None:
-            item.update(_work_keys(self.keys, kind, work_at))
+            item.update(_work_keys(self.space, kind, work_at))
         condition: dict[str, Any] = {}
         if create_only:  # an expired record (not yet removed by TTL) counts as absent
             condition = {
@@ -295,7 +300,7 @@ class DynamoCloudDataStore:
                 "ExpressionAttributeValues": {":now_s": now_ms // 1000},
             }
         try:
-            old = self.t.table.put_item(Item=item, ReturnValues="ALL_OLD", **condition).get("Attributes") or {}
+            old = self.db.table.put_item(Item=item, ReturnValues="ALL_OLD", **condition).get("Attributes") or {}
         except ClientError as exc:
             self._drop_parts(user_id, kind, record_id, item.get("data_token"))
             if is_conditional_failure(exc):
@@ -306,17 +311,11 @@ class DynamoCloudDataStore:
 
     def _data_attrs(self, user_id: str, kind: str, record_id: str, data: str, now_ms: int) -> dict[str, Any]:
         """The attributes that hold ``data``: inline, or a pointer to part items written first."""
-        if len(data) <= INLINE_RECORD_CHARS:
+        if len(data) <= INLINE_CHARS:
             return {"data": data}
-        token = secrets.token_hex(8)
         prefix = _part_prefix(self._record_key(user_id, kind, record_id)["SK"])
-        chunks = [data[i : i + INLINE_RECORD_CHARS] for i in range(0, len(data), INLINE_RECORD_CHARS)]
-        ttl = now_ms // 1000 + RECORD_PART_TTL_S
-        self.t.batch_put(
-            {"PK": self.keys.user_pk(user_id), "SK": f"{prefix}{token}#{n:05d}", "v": chunk, "ttl": ttl}
-            for n, chunk in enumerate(chunks)
-        )
-        return {"data_token": token, "data_parts": len(chunks)}
+        blob = self.db.write_blob(self.space.user_pk(user_id), prefix, data, ttl=now_ms // 1000 + RECORD_PART_TTL_S)
+        return {"data_token": blob.token, "data_parts": blob.parts}
 
     def _data_of(self, item: dict[str, Any]) -> str | None:
         if "data" in item:
@@ -325,18 +324,18 @@ class DynamoCloudDataStore:
         if not token:
             return None
         prefix = _part_prefix(str(item["SK"]))
-        return self.t.read_blob(str(item["PK"]), prefix, BlobRef(str(token), _int(item.get("data_parts")) or 0))
+        return self.db.read_blob(str(item["PK"]), prefix, BlobRef(str(token), _int(item.get("data_parts")) or 0))
 
     def _drop_parts(self, user_id: str, kind: str, record_id: str, token: Any) -> None:
         if token:
             with contextlib.suppress(ClientError):  # unreferenced parts are harmless (and expire)
                 key = self._record_key(user_id, kind, record_id)
-                self.t.delete_blob(key["PK"], _part_prefix(key["SK"]), str(token))
+                self.db.delete_blob(key["PK"], _part_prefix(key["SK"]), str(token))
 
     def set_record_ttl(self, user_id: str, kind: str, record_id: str, *, now_ms: int, ttl_s: int) -> None:
         """Start the expiry of an existing record (nothing when it is gone)."""
         try:
-            self.t.table.update_item(
+            self.db.table.update_item(
                 Key=self._record_key(user_id, kind, record_id),
                 UpdateExpression="SET #ttl = :ttl",
                 ConditionExpression="attribute_exists(SK)",
@@ -348,12 +347,12 @@ class DynamoCloudDataStore:
                 raise
 
     def delete_record(self, user_id: str, kind: str, record_id: str) -> None:
-        old = self.t.table.delete_item(Key=self._record_key(user_id, kind, record_id), ReturnValues="ALL_OLD")
+        old = self.db.table.delete_item(Key=self._record_key(user_id, kind, record_id), ReturnValues="ALL_OLD")
         self._drop_parts(user_id, kind, record_id, (old.get("Attributes") or {}).get("data_token"))
 
     def get_record(self, user_id: str, kind: str, record_id: str, *, now_ms: int | None = None) -> str | None:
         """The record's data; an expired record (TTL deletion lags) reads as absent when ``now_ms`` is given."""
-        item = self.t.get(self._record_key(user_id, kind, record_id))
+        item = self.db.get(self._record_key(user_id, kind, record_id))
         if not item or not _live(item, now_ms):
             return None
         return self._data_of(item)
@@ -362,7 +361,7 @@ class DynamoCloudDataStore:
         prefix = f"{RECORD_PREFIX}{kind}#"
         found = (
             self._data_of(item)
-            for item in self.t.query_prefix(self.keys.user_pk(user_id), prefix)
+            for item in self.db.query_prefix(self.space.user_pk(user_id), prefix)
             if _live(item, now_ms)
         )
         return [data for data in found if data]
@@ -374,7 +373,7 @@ class DynamoCloudDataStore:
         end, so a worker that dies is replaced by a later tick."""
         until = now_ms + lease_ms
         try:
-            self.t.table.update_item(
+            self.db.table.update_item(
                 Key=self._record_key(user_id, kind, record_id),
                 UpdateExpression="SET lease_token = :t, lease_until = :u"
                 + (", work_sk = :w" if kind in WORK_KINDS else ""),
@@ -396,7 +395,7 @@ class DynamoCloudDataStore:
     def save_leased(self, user_id: str, write: LeasedWrite) -> None:
         """Write a leased record's data (renewing or releasing the lease) iff ``write.token`` still holds it."""
         try:
-            self.t.transact([self._leased_update(user_id, write)])
+            self.db.transact([self._leased_update(user_id, write)])
         except TransactionCancelled:
             raise LeaseLost(write.record_id) from None
 
@@ -411,7 +410,7 @@ class DynamoCloudDataStore:
             values[":exp"] = expected
         fence = {
             "Update": {
-                "Key": owner_key(self.keys, user_id, ref),
+                "Key": owner_key(self.space, user_id, ref),
                 "UpdateExpression": "SET active = :a, updated_at = :now, owner_type = if_not_exists(owner_type, :t), "
                 "owner_id = if_not_exists(owner_id, :i) ADD generation :one",
                 "ConditionExpression": condition,
@@ -419,7 +418,7 @@ class DynamoCloudDataStore:
             }
         }
         try:
-            self.t.transact([fence, self._leased_update(user_id, write)])
+            self.db.transact([fence, self._leased_update(user_id, write)])
         except TransactionCancelled as cancelled:
             if cancelled.failed(1):
                 raise LeaseLost(write.record_id) from None
@@ -428,19 +427,20 @@ class DynamoCloudDataStore:
 
     def due_records(self, kind: str, now_ms: int, limit: int) -> list[tuple[str, str]]:
         """``(user_id, record_id)`` of records due for work (next attempt reached, lease free or expired)."""
-        response = self.t.table.query(
+        response = self.db.table.query(
             IndexName="work",
-            KeyConditionExpression=Key("work_pk").eq(self.keys.work_pk(kind)) & Key("work_sk").lte(_work_sk(now_ms)),
+            KeyConditionExpression="work_pk = :wpk AND work_sk <= :due",
+            ExpressionAttributeValues={":wpk": self.space.work_pk(kind), ":due": _work_sk(now_ms)},
             Limit=limit,
         )
         prefix = f"{RECORD_PREFIX}{kind}#"
         return [
-            (self.keys.user_of(str(item["PK"])), str(item["SK"])[len(prefix) :]) for item in response.get("Items", [])
+            (self.space.user_of(str(item["PK"])), str(item["SK"])[len(prefix) :]) for item in response.get("Items", [])
         ]
 
     def _leased_update(self, user_id: str, write: LeasedWrite) -> dict[str, Any]:
         # operation records stay small (counts and, for a purge, at most MAX_PURGE_RESOURCES entries)
-        if len(write.data) > INLINE_RECORD_CHARS:
+        if len(write.data) > INLINE_CHARS:
             raise ValueError("a leased record must fit in one item")
         sets = ["#data = :d", "updated_at = :now"]
         removes: list[str] = []
@@ -457,7 +457,7 @@ class DynamoCloudDataStore:
                 removes += ["work_pk", "work_sk"]
             else:
                 sets += ["work_pk = :wp", "work_sk = :ws"]
-                values[":wp"] = self.keys.work_pk(write.kind)
+                values[":wp"] = self.space.work_pk(write.kind)
                 values[":ws"] = _work_sk(eligible)
         if write.ttl_s is None:
             removes.append("#ttl")

@@ -37,8 +37,8 @@ def _distinct(ids: Iterable[str]) -> list[str]:
 
 class DynamoCredentialStore:
     def __init__(self, table: DynamoTable, *, space: keys.KeySpace = keys.SINGLE) -> None:
-        self.t = table
-        self.keys = space
+        self.db = table
+        self.space = space
 
     # ---- writes -----------------------------------------------------------------------------------------
 
@@ -56,7 +56,7 @@ class DynamoCredentialStore:
             str(item["cred_id"]): str(item["owner_ref"]) if item.get("owner_ref") else None
             for item in self._batch_get(user_id, list(latest), "cred_id, owner_ref")
         }
-        guards = GuardSet(self.keys)
+        guards = GuardSet(self.space)
         actions: list[dict[str, Any]] = []
         for entry in latest.values():
             stored_ref = stored.get(entry.cred_id)
@@ -73,7 +73,7 @@ class DynamoCredentialStore:
             actions.append(
                 {
                     "Update": {
-                        "Key": self.keys.credential_key(user_id, entry.cred_id),
+                        "Key": self.space.credential_key(user_id, entry.cred_id),
                         "UpdateExpression": f"{sets} ADD rev :one",
                         # the recorded owner is still the one read (ownership never changes under a write)
                         "ConditionExpression": condition,
@@ -86,7 +86,7 @@ class DynamoCredentialStore:
         written = len(actions)
         actions += guards.actions(user_id)
         try:
-            self.t.transact(actions)
+            self.db.transact(actions)
         except TransactionCancelled as cancelled:
             raise_if_guard_failed(cancelled, written, len(guards))
             if "ConditionalCheckFailed" in cancelled.reasons:
@@ -98,7 +98,7 @@ class DynamoCredentialStore:
         """Per-item deletes (idempotent, so a partially applied list is harmless); counts rows that existed."""
         deleted = 0
         for cred_id in _distinct(cred_ids):
-            result = self.t.table.delete_item(Key=self.keys.credential_key(user_id, cred_id), ReturnValues="ALL_OLD")
+            result = self.db.table.delete_item(Key=self.space.credential_key(user_id, cred_id), ReturnValues="ALL_OLD")
             if result.get("Attributes"):
                 deleted += 1
         return deleted
@@ -116,12 +116,12 @@ class DynamoCredentialStore:
     def _delete_matching(self, user_id: str, prefix: str) -> int:
         """Not atomic beyond one batch: deletes are idempotent, a retry finishes the job."""
         rows = list(
-            self.t.query_prefix(
-                self.keys.user_pk(user_id), keys.CREDENTIAL_PREFIX + prefix, ProjectionExpression="PK, SK"
+            self.db.query_prefix(
+                self.space.user_pk(user_id), keys.CREDENTIAL_PREFIX + prefix, ProjectionExpression="PK, SK"
             )
         )
         if rows:
-            self.t.batch_delete({"PK": row["PK"], "SK": row["SK"]} for row in rows)
+            self.db.batch_delete({"PK": row["PK"], "SK": row["SK"]} for row in rows)
         return len(rows)
 
     # ---- reads ------------------------------------------------------------------------------------------
@@ -130,13 +130,13 @@ class DynamoCredentialStore:
         """Paginated COUNT (a page stops at 1 MB, and 500 large values need several)."""
         kwargs: dict[str, Any] = {
             "KeyConditionExpression": "PK = :pk AND begins_with(SK, :p)",
-            "ExpressionAttributeValues": {":pk": self.keys.user_pk(user_id), ":p": keys.CREDENTIAL_PREFIX},
+            "ExpressionAttributeValues": {":pk": self.space.user_pk(user_id), ":p": keys.CREDENTIAL_PREFIX},
             "ConsistentRead": True,
             "Select": "COUNT",
         }
         total = 0
         while True:
-            page = self.t.table.query(**kwargs)
+            page = self.db.table.query(**kwargs)
             total += int(page.get("Count", 0))
             last = page.get("LastEvaluatedKey")
             if not last:
@@ -144,8 +144,8 @@ class DynamoCredentialStore:
             kwargs["ExclusiveStartKey"] = last
 
     def list(self, user_id: str) -> list[tuple[str, int | None]]:
-        rows = self.t.query_prefix(
-            self.keys.user_pk(user_id), keys.CREDENTIAL_PREFIX, ProjectionExpression="cred_id, updated_at"
+        rows = self.db.query_prefix(
+            self.space.user_pk(user_id), keys.CREDENTIAL_PREFIX, ProjectionExpression="cred_id, updated_at"
         )
         return [(str(row["cred_id"]), stored_ms(row.get("updated_at"))) for row in rows]
 
@@ -166,14 +166,14 @@ class DynamoCredentialStore:
         found: Items = []
         for start in range(0, len(wanted), 100):
             request: dict[str, Any] = {
-                self.t.name: {
-                    "Keys": [self.keys.credential_key(user_id, cred_id) for cred_id in wanted[start : start + 100]],
+                self.db.name: {
+                    "Keys": [self.space.credential_key(user_id, cred_id) for cred_id in wanted[start : start + 100]],
                     "ConsistentRead": True,
                     "ProjectionExpression": projection,
                 }
             }
             while request:
-                response = self.t.resource.batch_get_item(RequestItems=request)
-                found.extend(response.get("Responses", {}).get(self.t.name, []))
+                response = self.db.resource.batch_get_item(RequestItems=request)
+                found.extend(response.get("Responses", {}).get(self.db.name, []))
                 request = response.get("UnprocessedKeys") or {}
         return found

@@ -46,28 +46,28 @@ def policy_row(item: dict[str, Any] | None) -> DeliveryPolicyRow | None:
 
 class DynamoDeliveryPolicyStore:
     def __init__(self, table: DynamoTable, *, space: keys.KeySpace = keys.SINGLE) -> None:
-        self.t = table
-        self.keys = space
+        self.db = table
+        self.space = space
 
     def get_policy(self, user_id: str) -> DeliveryPolicyRow | None:
-        return policy_row(self.t.get(self.keys.policy_key(user_id)))
+        return policy_row(self.db.get(self.space.policy_key(user_id)))
 
     def put_policy(self, user_id: str, encrypted: str, updated_at: int) -> None:
-        self.t.table.update_item(
-            Key=self.keys.policy_key(user_id),
+        self.db.table.update_item(
+            Key=self.space.policy_key(user_id),
             UpdateExpression="SET #p = :p, updated_at = :u",
             ExpressionAttributeNames={"#p": "policy"},
             ExpressionAttributeValues={":p": encrypted, ":u": updated_at},
         )
 
     def delete_policy(self, user_id: str) -> bool:
-        result = self.t.table.delete_item(Key=self.keys.policy_key(user_id), ReturnValues="ALL_OLD")
+        result = self.db.table.delete_item(Key=self.space.policy_key(user_id), ReturnValues="ALL_OLD")
         return bool(result.get("Attributes"))
 
     def cap_room(self, user_id: str, charges: Sequence[CapCharge]) -> int | None:
         full: list[int] = []
         for charge in charges:
-            item = self.t.get(self.keys.cap_counter_key(user_id, charge.counter), projection="occ")
+            item = self.db.get(self.space.cap_counter_key(user_id, charge.counter), projection="occ")
             counted = set((item or {}).get("occ") or ())
             if charge.occurrence not in counted and len(counted) >= charge.max:
                 full.append(charge.window_end_ms)

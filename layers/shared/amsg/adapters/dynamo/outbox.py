@@ -13,16 +13,17 @@ Item ``U#<uid> / O#<message_id>`` (ids over 1000 UTF-8 bytes are hashed, see :fu
 * ``ttl`` — epoch seconds: ``created + 28 d``; on ack ``min(created + 28 d, ack + 7 d)``. TTL deletion lags,
   so readers also filter ``ttl > now``.
 * ``delivered_at`` / ``acked_at`` (ms) — set by a successful push / the client's ack (final);
-  ``sending_at`` (ms) — set by :meth:`DynamoOutboxStore.claim_send` (fenced by the task's claim version) so a
-  row is pushed by at most one run; released again when that push fails.
-* ``payload`` — storage ciphertext of the push JSON; above :data:`INLINE_PAYLOAD_CHARS` it is split across
+  ``sending_at`` (ms) and ``sending_cv`` — set by :meth:`DynamoOutboxStore.claim_send` (fenced by the task's
+  claim version, which ``sending_cv`` records) so a row is pushed by at most one run; handed back only by that
+  claim, and only when its push surely did not go out; ``unconfirmed_at`` (ms) — its push left without an
+  answer: the send claim stays for good (docs/delivery.md).
+* ``payload`` — storage ciphertext of the push JSON; above :data:`INLINE_CHARS` it is split across
   ``OP#…`` part items written before the row (they carry the row's ttl, so nothing is orphaned for good).
 """
 
 from __future__ import annotations
 
 import contextlib
-import secrets
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -31,27 +32,24 @@ from boto3.dynamodb.conditions import Attr, Key
 from botocore.exceptions import ClientError
 
 from amsg.adapters.dynamo import keys
-from amsg.adapters.dynamo.delivery_policy import cap_charge_action
-from amsg.adapters.dynamo.owners import GuardSet, guard_check, owner_sets, raise_if_guard_failed
+from amsg.adapters.dynamo.compact import pack, unpack
+from amsg.adapters.dynamo.counters import cas_attempts, read_counter, set_counter
+from amsg.adapters.dynamo.outbox_sending import OutboxSendClaims
+from amsg.adapters.dynamo.owners import GuardSet, owner_sets, raise_if_guard_failed
 from amsg.adapters.dynamo.table import (
-    PART_CHARS,
+    INLINE_CHARS,
     BlobRef,
     DynamoTable,
     TransactionCancelled,
-    backoff,
     is_conditional_failure,
     item_int,
 )
-from amsg.adapters.dynamo.tenants import active_fence
 from amsg.errors import CloudGuardError, StoreUnavailable
-from amsg.ports import CapCharge, CapReached, OutboxAppend, OutboxRow, OwnerClaim
-from amsg.ports.tenants import TenantInactive
-from amsg.timeutil import iso_from_ms
+from amsg.ports import OutboxAppend, OutboxRow
 
 DAY_MS = 86_400_000
 RETENTION_MS = 28 * DAY_MS  # any row, after creation
 ACKED_RETENTION_MS = 7 * DAY_MS  # acked rows, after the ack
-INLINE_PAYLOAD_CHARS = 300_000
 # One transaction: the counter + 99 rows, and stay well below the 4 MB request limit.
 MAX_ROWS_PER_TRANSACTION = 99
 MAX_TRANSACTION_CHARS = 3_000_000
@@ -60,6 +58,10 @@ ID_DIGITS = 16
 MAX_ID = 10**ID_DIGITS - 1
 
 _NAMES = {"#ttl": "ttl"}
+# a row nobody received (the API's discard: the user cancelled, so a row claimed for sending goes too)
+_UNDELIVERED = "attribute_exists(SK) AND attribute_not_exists(delivered_at) AND attribute_not_exists(acked_at)"
+# a row nobody took for sending, pushed or acked: the only kind a run's (fenced) discard may delete
+_UNTOUCHED = f"{_UNDELIVERED} AND attribute_not_exists(sending_at)"
 
 
 def _pad(n: int) -> str:
@@ -80,15 +82,21 @@ def _distinct(ids: Iterable[str]) -> list[str]:
 
 def _payload_attrs(row: OutboxAppend, blob: BlobRef | None) -> dict[str, Any]:
     if blob is None:
-        return {"payload": row.encrypted_push}
+        return {"payload": pack(row.encrypted_push)}
     return {"payload_token": blob.token, "payload_parts": blob.parts}
 
 
 def new_row_put(
-    key: dict[str, str], row: OutboxAppend, row_id: int, blob: BlobRef | None = None, *, sending_at: int | None = None
+    key: dict[str, str],
+    row: OutboxAppend,
+    row_id: int,
+    blob: BlobRef | None = None,
+    *,
+    sending_at: int | None = None,
+    sending_cv: int | None = None,
 ) -> dict[str, Any]:
     """The ``Put`` of a new outbox row (only if no row has that id yet); ``sending_at`` claims it for sending
-    in the same write (a single-push batch is appended and claimed in one transaction)."""
+    in the same write, for the claim ``sending_cv`` (the first push is appended and claimed in one transaction)."""
     item: dict[str, Any] = {
         **key,
         "id": row_id,
@@ -105,6 +113,7 @@ def new_row_put(
         "message_index": row.message_index,
         "total_messages": row.total_messages,
         "sending_at": sending_at,
+        "sending_cv": sending_cv if sending_at is not None else None,
     }
     item.update({name: value for name, value in optional.items() if value is not None})
     if row.task_uuid is not None:
@@ -113,22 +122,12 @@ def new_row_put(
     return {"Item": item, "ConditionExpression": "attribute_not_exists(SK)"}
 
 
-def delivered_update(space: keys.KeySpace, user_id: str, message_id: str, at_ms: int) -> dict[str, Any]:
-    """The ``Update`` that marks a pushed row delivered (the row must still exist: never recreate one)."""
-    return {
-        "Key": space.outbox_key(user_id, message_id),
-        "UpdateExpression": "SET delivered_at = :t",
-        "ConditionExpression": "attribute_exists(SK)",
-        "ExpressionAttributeValues": {":t": at_ms},
-    }
-
-
 def fits_one_transaction(rows: Sequence[OutboxAppend], spare: int = 0) -> bool:
     """Whether a batch can be appended with inline payloads in one transaction next to the counter and task
     (and ``spare`` more actions)."""
     return (
         0 < len(rows) <= MAX_ROWS_PER_TRANSACTION - 1 - spare
-        and all(len(row.encrypted_push) <= INLINE_PAYLOAD_CHARS for row in rows)
+        and all(len(row.encrypted_push) <= INLINE_CHARS for row in rows)
         and sum(len(row.encrypted_push) + len(row.message_id) + 512 for row in rows) <= MAX_TRANSACTION_CHARS
         and len({row.message_id for row in rows}) == len(rows)
     )
@@ -144,28 +143,17 @@ class _AppendPlan:
     used: set[str] = field(default_factory=set)  # message ids whose new parts the actions reference
 
 
-def _counter_update(counter_key: dict[str, str], current: int, next_id: int) -> dict[str, Any]:
-    return {
-        "Update": {
-            "Key": counter_key,
-            "UpdateExpression": "SET n = :new",
-            "ConditionExpression": "attribute_not_exists(n) OR n = :cur",
-            "ExpressionAttributeValues": {":new": next_id, ":cur": current},
-        }
-    }
-
-
-class DynamoOutboxStore:
+class DynamoOutboxStore(OutboxSendClaims):
     def __init__(self, table: DynamoTable, *, space: keys.KeySpace = keys.SINGLE) -> None:
-        self.t = table
-        self.keys = space
+        self.db = table
+        self.space = space
 
     # ---- mapping ----------------------------------------------------------------------------------------
 
     def _row(self, item: dict[str, Any]) -> OutboxRow:
-        payload = item.get("payload")
+        payload = unpack(item.get("payload"))
         if payload is None and item.get("payload_token"):
-            payload = self.t.read_blob(
+            payload = self.db.read_blob(
                 item["PK"],
                 keys.outbox_part_prefix(item["message_id"]),
                 BlobRef(str(item["payload_token"]), item_int(item.get("payload_parts"))),
@@ -182,22 +170,17 @@ class DynamoOutboxStore:
             delivered_at=item_int(item.get("delivered_at"), None),
             acked_at=item_int(item.get("acked_at"), None),
             sending_at=item_int(item.get("sending_at"), None),
+            sending_cv=item_int(item.get("sending_cv"), None),
+            unconfirmed_at=item_int(item.get("unconfirmed_at"), None),
         )
 
     def _write_parts(self, pk: str, message_id: str, text: str, ttl: int) -> BlobRef:
-        token = secrets.token_hex(8)
-        prefix = keys.outbox_part_prefix(message_id)
-        chunks = [text[i : i + PART_CHARS] for i in range(0, len(text), PART_CHARS)]
-        self.t.batch_put(
-            {"PK": pk, "SK": f"{prefix}{token}#{index:05d}", "v": chunk, "ttl": ttl}
-            for index, chunk in enumerate(chunks)
-        )
-        return BlobRef(token, len(chunks))
+        return self.db.write_blob(pk, keys.outbox_part_prefix(message_id), text, ttl=ttl)
 
     def _drop_parts(self, pk: str, message_id: str, token: str) -> None:
         """Best effort: unreferenced parts also expire with their ttl."""
         with contextlib.suppress(ClientError):
-            self.t.delete_blob(pk, keys.outbox_part_prefix(message_id), token)
+            self.db.delete_blob(pk, keys.outbox_part_prefix(message_id), token)
 
     def _drop_parts_of(self, item: dict[str, Any] | None) -> None:
         if item and item.get("payload_token") and item.get("message_id") is not None:
@@ -205,7 +188,7 @@ class DynamoOutboxStore:
 
     def _batch_get(self, item_keys: list[dict[str, str]]) -> dict[str, dict[str, Any]]:
         """Consistent reads of one user's rows, keyed by SK."""
-        return {sk: item for (_, sk), item in self.t.batch_get(item_keys).items()}
+        return {sk: item for (_, sk), item in self.db.batch_get(item_keys).items()}
 
     # ---- engine-facing ----------------------------------------------------------------------------------
 
@@ -225,7 +208,7 @@ class DynamoOutboxStore:
         owners = {row.owner.ref for row in rows if row.owner is not None}
         max_rows = MAX_ROWS_PER_TRANSACTION - len(owners)  # each owner's check is one more action
         for row in rows:
-            cost = min(len(row.encrypted_push), INLINE_PAYLOAD_CHARS) + len(row.message_id) + 512
+            cost = min(len(row.encrypted_push), INLINE_CHARS) + len(row.message_id) + 512
             if chunk and (len(chunk) >= max_rows or size + cost > MAX_TRANSACTION_CHARS):
                 yield chunk
                 chunk, size = [], 0
@@ -235,16 +218,14 @@ class DynamoOutboxStore:
             yield chunk
 
     def _append_chunk(self, user_id: str, chunk: list[OutboxAppend]) -> dict[str, int]:
-        pk = self.keys.user_pk(user_id)
+        pk = self.space.user_pk(user_id)
         blobs: dict[str, BlobRef] = {}
         for row in chunk:
-            if len(row.encrypted_push) > INLINE_PAYLOAD_CHARS:
+            if len(row.encrypted_push) > INLINE_CHARS:
                 blobs[row.message_id] = self._write_parts(
                     pk, row.message_id, row.encrypted_push, _ttl_for(row.created_at)
                 )
-        for attempt in range(APPEND_ATTEMPTS):
-            if attempt:
-                backoff(attempt)  # the per-user counter moved under us: jittered back-off, then read again
+        for _ in cas_attempts(APPEND_ATTEMPTS):  # the per-user counter moved under us: back off, read again
             plan = self._plan_append(user_id, chunk, blobs)
             if plan.actions and not self._commit_append(user_id, chunk, plan.actions, blobs):
                 continue  # the counter moved or a row changed under us: read again
@@ -262,14 +243,13 @@ class DynamoOutboxStore:
     def _plan_append(self, user_id: str, chunk: list[OutboxAppend], blobs: dict[str, BlobRef]) -> _AppendPlan:
         """Read the rows and the per-user id counter, then the actions: new rows take the next ids, unacked
         rows are replaced in place, acked rows are final; the counter moves only if it still holds what was read."""
-        counter_key = self.keys.counter_key(user_id, "outbox")
-        existing = self._batch_get([self.keys.outbox_key(user_id, row.message_id) for row in chunk])
-        counter = self.t.get(counter_key)
-        current = item_int(counter.get("n")) if counter else 0
+        counter_key = self.space.counter_key(user_id, "outbox")
+        existing = self._batch_get([self.space.outbox_key(user_id, row.message_id) for row in chunk])
+        current = read_counter(self.db, counter_key)
         next_id = current
         plan = _AppendPlan()
         for row in chunk:
-            key = self.keys.outbox_key(user_id, row.message_id)
+            key = self.space.outbox_key(user_id, row.message_id)
             old = existing.get(key["SK"])
             blob = blobs.get(row.message_id)
             if old is None:
@@ -287,7 +267,7 @@ class DynamoOutboxStore:
             if blob is not None:
                 plan.used.add(row.message_id)
         if next_id > current:
-            plan.actions.insert(0, _counter_update(counter_key, current, next_id))
+            plan.actions.insert(0, set_counter(counter_key, current, next_id))
         return plan
 
     def _commit_append(
@@ -295,18 +275,18 @@ class DynamoOutboxStore:
     ) -> bool:
         """One transaction with the owners' guards; False when a condition failed (read again). A failed guard
         drops the chunk's parts and raises."""
-        guards = GuardSet(self.keys)
+        guards = GuardSet(self.space)
         for row in chunk:
             if row.owner is not None:  # rows of an owned task commit only while its owner holds
                 guards.add(row.owner.ref, row.owner.generation)
         try:
-            self.t.transact(actions + guards.actions(user_id))
+            self.db.transact(actions + guards.actions(user_id))
         except TransactionCancelled as cancelled:
             try:
                 raise_if_guard_failed(cancelled, len(actions), len(guards))
             except CloudGuardError:
                 for message_id, blob in blobs.items():
-                    self._drop_parts(self.keys.user_pk(user_id), message_id, blob.token)
+                    self._drop_parts(self.space.user_pk(user_id), message_id, blob.token)
                 raise
             return False
         return True
@@ -329,7 +309,7 @@ class DynamoOutboxStore:
             ":rev": old.get("rev", 0),
         }
         sets = ["created_at = :c", "#ttl = :ttl", "rev = rev + :one"]
-        removes = ["delivered_at", "sending_at"]
+        removes = ["delivered_at", "sending_at", "sending_cv", "unconfirmed_at"]
         for name, value in self._payload_attrs(row, blob).items():
             sets.append(f"{name} = :{name}")
             values[f":{name}"] = value
@@ -346,109 +326,9 @@ class DynamoOutboxStore:
             "ExpressionAttributeValues": values,
         }
 
-    def claim_send(
-        self,
-        user_id: str,
-        message_id: str,
-        *,
-        task_uuid: str,
-        claim_version: int,
-        now_ms: int,
-        owner: OwnerClaim | None = None,
-        caps: Sequence[CapCharge] = (),
-        delivered: str | None = None,
-    ) -> bool:
-        actions = self._claim_actions(user_id, message_id, task_uuid, claim_version, now_ms)
-        if owner is not None:  # an owned task's push is taken only while its owner holds
-            actions.append(guard_check(self.keys, user_id, owner.ref, owner.generation))
-        fence = active_fence(self.keys)
-        if fence is not None:  # and a tenant's only while the tenant is active (no push once its deletion began)
-            actions.append(fence)
-        fence_at = len(actions) - 1 if fence is not None else None
-        if delivered is not None and not caps:
-            # the previous row of the batch went out: its delivered mark rides along with this claim
-            try:
-                self.t.transact([{"Update": delivered_update(self.keys, user_id, delivered, now_ms)}, *actions])
-                return True
-            except TransactionCancelled:
-                self.mark_delivered(user_id, [delivered], now_ms)  # then decide the claim on its own
-        elif delivered is not None:
-            self.mark_delivered(user_id, [delivered], now_ms)
-        first_cap = len(actions)
-        actions += [cap_charge_action(self.keys, user_id, charge) for charge in caps]
-        try:
-            self.t.transact(actions)
-        except TransactionCancelled as cancelled:
-            if fence_at is not None and cancelled.failed(fence_at):
-                raise TenantInactive(self.keys.tenant_id) from None
-            if owner is not None:
-                raise_if_guard_failed(cancelled, 2, 1)
-            full = [caps[i - first_cap].window_end_ms for i in range(first_cap, len(actions)) if cancelled.failed(i)]
-            if full and not any(cancelled.failed(i) for i in range(first_cap)):
-                raise CapReached(max(full)) from None
-            return False
-        return True
-
-    def _claim_actions(
-        self, user_id: str, message_id: str, task_uuid: str, claim_version: int, now_ms: int
-    ) -> list[dict[str, Any]]:
-        return [
-            {
-                "Update": {
-                    "Key": self.keys.outbox_key(user_id, message_id),
-                    "UpdateExpression": "SET sending_at = :t",
-                    "ConditionExpression": "attribute_exists(SK) AND attribute_not_exists(sending_at) "
-                    "AND attribute_not_exists(delivered_at) AND attribute_not_exists(acked_at)",
-                    "ExpressionAttributeValues": {":t": now_ms},
-                }
-            },
-            {
-                "ConditionCheck": {
-                    "Key": {"PK": self.keys.user_pk(user_id), "SK": keys.task_sk(task_uuid)},
-                    # our claim is current and its lease unexpired: a run that lost its lease sends nothing
-                    "ConditionExpression": "claim_version = :cv AND #st = :pending AND lease_until > :now",
-                    "ExpressionAttributeNames": {"#st": "status"},
-                    "ExpressionAttributeValues": {
-                        ":cv": claim_version,
-                        ":pending": "pending",
-                        ":now": iso_from_ms(now_ms),
-                    },
-                }
-            },
-        ]
-
-    def release_send(self, user_id: str, message_id: str) -> None:
-        try:
-            self.t.table.update_item(
-                Key=self.keys.outbox_key(user_id, message_id),
-                UpdateExpression="REMOVE sending_at",
-                ConditionExpression="attribute_exists(SK) AND attribute_not_exists(delivered_at)",
-            )
-        except ClientError as exc:
-            if not is_conditional_failure(exc):
-                raise
-
-    def mark_delivered(self, user_id: str, message_ids: Sequence[str], at_ms: int) -> int:
-        if isinstance(message_ids, str):
-            message_ids = [message_ids]
-        touched = 0
-        for message_id in _distinct(message_ids):
-            try:
-                self.t.table.update_item(**delivered_update(self.keys, user_id, message_id, at_ms))
-                touched += 1
-            except ClientError as exc:
-                if not is_conditional_failure(exc):
-                    raise
-        return touched
-
     def _delete_undelivered(self, key: dict[str, str]) -> bool:
         try:
-            result = self.t.table.delete_item(
-                Key=key,
-                ConditionExpression="attribute_exists(SK) AND attribute_not_exists(delivered_at) "
-                "AND attribute_not_exists(acked_at)",
-                ReturnValues="ALL_OLD",
-            )
+            result = self.db.table.delete_item(Key=key, ConditionExpression=_UNDELIVERED, ReturnValues="ALL_OLD")
         except ClientError as exc:
             if not is_conditional_failure(exc):
                 raise
@@ -456,18 +336,38 @@ class DynamoOutboxStore:
         self._drop_parts_of(result.get("Attributes"))
         return True
 
+    def _delete_fenced(self, key: dict[str, str], user_id: str, task_uuid: str, claim_version: int) -> bool:
+        """Delete an untouched row only while the task carries ``claim_version`` and is no longer pending (the
+        run that holds that claim ended it): one transaction, so a claim taken meanwhile keeps the row."""
+        fence = {
+            "ConditionCheck": {
+                "Key": {"PK": self.space.user_pk(user_id), "SK": keys.task_sk(task_uuid)},
+                "ConditionExpression": "claim_version = :cv AND #st <> :pending",
+                "ExpressionAttributeNames": {"#st": "status"},
+                "ExpressionAttributeValues": {":cv": claim_version, ":pending": "pending"},
+            }
+        }
+        old = self.db.get(key, projection="payload_token, message_id")
+        try:
+            self.db.transact([{"Delete": {"Key": key, "ConditionExpression": _UNTOUCHED}}, fence])
+        except TransactionCancelled:
+            return False
+        if old is not None:
+            self._drop_parts_of({**old, "PK": key["PK"]})
+        return True
+
     def discard_undelivered(self, user_id: str, message_ids: Sequence[str]) -> int:
         return sum(
             1
             for message_id in _distinct(message_ids)
-            if self._delete_undelivered(self.keys.outbox_key(user_id, message_id))
+            if self._delete_undelivered(self.space.outbox_key(user_id, message_id))
         )
 
     def _task_items(
         self, user_id: str, task_uuid: str, *, since_ms: int = 0, limit: int | None = None, projection: str = ""
     ) -> list[dict[str, Any]]:
         """The task's rows from LSI ``outbox_by_task`` (consistent), ordered by (created_at, id)."""
-        pk = self.keys.user_pk(user_id)
+        pk = self.space.user_pk(user_id)
         low = f"{task_uuid}#{max(0, since_ms):013d}#"
         high = f"{task_uuid}#~"  # '~' sorts after every digit
         kwargs: dict[str, Any] = {
@@ -478,7 +378,7 @@ class DynamoOutboxStore:
         if projection:
             kwargs["ProjectionExpression"] = projection
         out: list[dict[str, Any]] = []
-        for item in self.t.query_all(**kwargs):
+        for item in self.db.query_all(**kwargs):
             # another task's uuid may extend this one ("a" vs "a#1"): keep exact matches only
             if item.get("task_uuid") != task_uuid:
                 continue
@@ -487,10 +387,17 @@ class DynamoOutboxStore:
                 break
         return out
 
-    def discard_undelivered_for_task(self, user_id: str, task_uuid: str) -> int:
-        """Delete the task's rows nobody has received yet (never delivered, never acked)."""
-        rows = self._task_items(user_id, task_uuid, projection="PK, SK, task_uuid")
-        return sum(1 for row in rows if self._delete_undelivered({"PK": row["PK"], "SK": row["SK"]}))
+    def discard_undelivered_for_task(self, user_id: str, task_uuid: str, *, claim_version: int | None = None) -> int:
+        """Delete the task's rows nobody has received (the API); a run's: only untaken rows, fenced."""
+        rows = self._task_items(user_id, task_uuid, projection="PK, SK, task_uuid, sending_at, delivered_at, acked_at")
+        if claim_version is None:
+            return sum(1 for row in rows if self._delete_undelivered({"PK": row["PK"], "SK": row["SK"]}))
+        untouched = [
+            {"PK": row["PK"], "SK": row["SK"]}
+            for row in rows
+            if not any(row.get(name) is not None for name in ("sending_at", "delivered_at", "acked_at"))
+        ]
+        return sum(1 for key in untouched if self._delete_fenced(key, user_id, task_uuid, claim_version))
 
     def list_for_task(self, user_id: str, task_uuid: str, *, since_ms: int = 0, limit: int = 500) -> list[OutboxRow]:
         return [self._row(item) for item in self._task_items(user_id, task_uuid, since_ms=since_ms, limit=limit)]
@@ -502,14 +409,14 @@ class DynamoOutboxStore:
             return []
         kwargs: dict[str, Any] = {
             "IndexName": "outbox_unacked",
-            "KeyConditionExpression": Key("PK").eq(self.keys.user_pk(user_id)) & Key("ob_lsk").gt(_pad(max(0, since))),
+            "KeyConditionExpression": Key("PK").eq(self.space.user_pk(user_id)) & Key("ob_lsk").gt(_pad(max(0, since))),
             "FilterExpression": Attr("ttl").gt(now_ms // 1000),
             "ConsistentRead": True,
         }
         items: list[dict[str, Any]] = []
         # Limit applies before the filter: keep reading pages until `limit` rows passed it
         while len(items) < limit:
-            page = self.t.table.query(Limit=limit - len(items), **kwargs)
+            page = self.db.table.query(Limit=limit - len(items), **kwargs)
             items.extend(page.get("Items", []))
             last = page.get("LastEvaluatedKey")
             if not last:
@@ -522,12 +429,12 @@ class DynamoOutboxStore:
         now_s = now_ms // 1000
         newly = 0
         for message_id in _distinct(message_ids):
-            key = self.keys.outbox_key(user_id, message_id)
+            key = self.space.outbox_key(user_id, message_id)
             # common case: the ack comes within 21 days of creation, so ack + 7 d is the earlier expiry
             if self._try_ack(key, now_ms, "AND #ttl > :a7", {":a7": acked_ttl}, set_ttl=acked_ttl):
                 newly += 1
                 continue
-            current = self.t.table.get_item(
+            current = self.db.table.get_item(
                 Key=key,
                 ConsistentRead=True,
                 ProjectionExpression="acked_at, #ttl",
@@ -547,7 +454,7 @@ class DynamoOutboxStore:
         if set_ttl is not None:
             all_values[":newttl"] = set_ttl
         try:
-            self.t.table.update_item(
+            self.db.table.update_item(
                 Key=key,
                 UpdateExpression=update,
                 ConditionExpression=f"attribute_exists(SK) AND attribute_not_exists(acked_at) {extra}",
@@ -568,18 +475,18 @@ class DynamoOutboxStore:
             return now_ms is None or ttl is None or ttl > now_ms // 1000
 
         if message_ids is None:
-            pk = self.keys.user_pk(user_id)
+            pk = self.space.user_pk(user_id)
             rows = list(
-                self.t.query_prefix(
+                self.db.query_prefix(
                     pk, keys.OUTBOX_PREFIX, ProjectionExpression="PK, SK, #ttl", ExpressionAttributeNames=dict(_NAMES)
                 )
             )
-            parts = list(self.t.query_prefix(pk, keys.OUTBOX_PART_PREFIX, ProjectionExpression="PK, SK"))
-            self.t.batch_delete({"PK": item["PK"], "SK": item["SK"]} for item in rows + parts)
+            parts = list(self.db.query_prefix(pk, keys.OUTBOX_PART_PREFIX, ProjectionExpression="PK, SK"))
+            self.db.batch_delete({"PK": item["PK"], "SK": item["SK"]} for item in rows + parts)
             return sum(1 for item in rows if live(item))
         deleted = 0
         for message_id in _distinct(message_ids):
-            result = self.t.table.delete_item(Key=self.keys.outbox_key(user_id, message_id), ReturnValues="ALL_OLD")
+            result = self.db.table.delete_item(Key=self.space.outbox_key(user_id, message_id), ReturnValues="ALL_OLD")
             old = result.get("Attributes")
             self._drop_parts_of(old)
             if live(old):

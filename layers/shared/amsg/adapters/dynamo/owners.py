@@ -121,17 +121,17 @@ def _state(item: Mapping[str, Any]) -> OwnerState:
 
 class DynamoOwnerStore:
     def __init__(self, table: DynamoTable, *, space: keys.KeySpace = keys.SINGLE) -> None:
-        self.t = table
-        self.keys = space
+        self.db = table
+        self.space = space
 
     def get(self, user_id: str, ref: str) -> OwnerState | None:
         """The owner item (consistent read), or None when the owner was never retired."""
-        item = self.t.get(owner_key(self.keys, user_id, ref))
+        item = self.db.get(owner_key(self.space, user_id, ref))
         return _state(item) if item else None
 
     def list(self, user_id: str) -> list[OwnerState]:
         """Every owner item of the user, ordered by (type, id)."""
-        states = [_state(item) for item in self.t.query_prefix(self.keys.user_pk(user_id), OWNER_PREFIX)]
+        states = [_state(item) for item in self.db.query_prefix(self.space.user_pk(user_id), OWNER_PREFIX)]
         return sorted(states, key=lambda s: (s.owner_type, s.owner_id))
 
     def guard_holds(self, user_id: str, ref: str, generation: int) -> bool:
@@ -150,8 +150,8 @@ class DynamoOwnerStore:
         if expected:
             values[":exp"] = expected
         try:
-            result = self.t.table.update_item(
-                Key=owner_key(self.keys, user_id, ref),
+            result = self.db.table.update_item(
+                Key=owner_key(self.space, user_id, ref),
                 UpdateExpression="SET active = :a, updated_at = :now, owner_type = if_not_exists(owner_type, :t), "
                 "owner_id = if_not_exists(owner_id, :i) ADD generation :one",
                 ConditionExpression=condition,

@@ -23,19 +23,19 @@ REQUIRED_INDEXES: dict[str, tuple[str, str]] = {
 
 class DynamoSchemaInspector:
     def __init__(self, table: DynamoTable) -> None:
-        self.t = table
+        self.db = table
 
     def check_schema(self, now_ms: int) -> SchemaReport:
-        client = self.t.client
+        client = self.db.client
         items: list[dict[str, Any]] = []
         missing: list[str] = []
         try:
-            description = client.describe_table(TableName=self.t.name)["Table"]
+            description = client.describe_table(TableName=self.db.name)["Table"]
         except ClientError as exc:
             # our own words only: the SDK's message would end up in the 500 body
             not_found = exc.response.get("Error", {}).get("Code") == "ResourceNotFoundException"
             error = "table does not exist" if not_found else "table cannot be described"
-            return SchemaReport(ok=False, items=[], missing=[f"table:{self.t.name}"], error=error)
+            return SchemaReport(ok=False, items=[], missing=[f"table:{self.db.name}"], error=error)
         present: dict[str, str] = {}
         for index in description.get("GlobalSecondaryIndexes", []):
             present[index["IndexName"]] = index.get("IndexStatus", "ACTIVE")
@@ -51,7 +51,7 @@ class DynamoSchemaInspector:
                 entry["error"] = "missing" if status is None else f"index status {status}"
                 missing.append(f"index:{name}")
             items.append(entry)
-        ttl = client.describe_time_to_live(TableName=self.t.name).get("TimeToLiveDescription", {})
+        ttl = client.describe_time_to_live(TableName=self.db.name).get("TimeToLiveDescription", {})
         ttl_ok = ttl.get("AttributeName") == "ttl" and ttl.get("TimeToLiveStatus") in ("ENABLED", "ENABLING")
         items.append(
             {
@@ -63,5 +63,5 @@ class DynamoSchemaInspector:
             }
         )
         if not missing:
-            self.t.table.put_item(Item={**keys.SCHEMA_KEY, "version": keys.SCHEMA_VERSION, "updated_at": now_ms})
+            self.db.table.put_item(Item={**keys.SCHEMA_KEY, "version": keys.SCHEMA_VERSION, "updated_at": now_ms})
         return SchemaReport(ok=not missing, items=items, missing=missing)

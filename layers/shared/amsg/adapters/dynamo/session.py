@@ -22,7 +22,7 @@ from botocore.loaders import Loader
 SERVICE = "dynamodb"
 
 
-class OneServiceLoader(Loader):
+class OneServiceLoader(Loader):  # type: ignore[misc]  # botocore ships no types
     """botocore's data loader for a session that only builds ``SERVICE`` clients."""
 
     def list_available_services(self, type_name: str) -> list[str]:

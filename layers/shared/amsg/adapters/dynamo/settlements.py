@@ -12,7 +12,7 @@ from boto3.dynamodb.conditions import Key
 from botocore.exceptions import ClientError
 
 from amsg.adapters.dynamo import keys, pending
-from amsg.adapters.dynamo.outbox import delivered_update
+from amsg.adapters.dynamo.outbox_sending import delivered_update
 from amsg.adapters.dynamo.table import DynamoTable, TransactionCancelled, is_conditional_failure, item_int
 from amsg.adapters.dynamo.tasks import delete_with_registry, drop_parts, payload_attrs, registry_delete, task_row
 from amsg.ports import KEEP, Settlement, TaskRow
@@ -23,20 +23,20 @@ class DynamoSettlements:
     """The table handle, the fenced writes every claim operation shares, and the settlement of a claim."""
 
     def __init__(self, table: DynamoTable, *, due_shards: int = 1, space: keys.KeySpace = keys.SINGLE) -> None:
-        self.t = table
-        self.keys = space
+        self.db = table
+        self.space = space
         self.due_shards = due_shards
 
     def _row(self, item: dict[str, Any]) -> TaskRow:
-        return task_row(self.t, item)
+        return task_row(self.db, item)
 
     def _key(self, user_id: str, uuid: str) -> dict[str, str]:
-        return self.keys.task_key(user_id, uuid)
+        return self.space.task_key(user_id, uuid)
 
     def _update_if(self, **kwargs: Any) -> dict[str, Any] | None:
         """A conditional UpdateItem: the returned attributes, or None when the condition did not hold."""
         try:
-            return self.t.table.update_item(**kwargs).get("Attributes") or {}
+            return self.db.table.update_item(**kwargs).get("Attributes") or {}
         except ClientError as exc:
             if is_conditional_failure(exc):
                 return None
@@ -53,7 +53,7 @@ class DynamoSettlements:
         if not settlement.delivered:
             return self._settle(user_id, uuid, claim_version, settlement, now_ms)
         marks = [
-            {"Update": delivered_update(self.keys, user_id, message_id, settlement.delivered_at_ms)}
+            {"Update": delivered_update(self.space, user_id, message_id, settlement.delivered_at_ms)}
             for message_id in dict.fromkeys(settlement.delivered)
         ]
         written = False
@@ -68,21 +68,21 @@ class DynamoSettlements:
                     "ExpressionAttributeValues": {":cv": claim_version, ":rev": rev},
                 }
                 try:
-                    self.t.transact(
-                        [*self._ending({"Delete": delete}), registry_delete(self.keys, uuid, user_id), *marks]
+                    self.db.transact(
+                        [*self._ending({"Delete": delete}), registry_delete(self.space, uuid, user_id), *marks]
                     )
                 except TransactionCancelled:
                     pass
                 else:
                     written = True
                     if settlement.payload_token:
-                        drop_parts(self.t, self.keys, user_id, uuid, settlement.payload_token)
+                        drop_parts(self.db, self.space, user_id, uuid, settlement.payload_token)
                     return True
             elif settlement.encrypted_payload is None:
                 update = self._settle_update_kwargs(user_id, uuid, claim_version, settlement, now_ms)
                 actions = self._ending({"Update": update}) if settlement.status is not None else [{"Update": update}]
                 try:
-                    self.t.transact([*actions, *marks])
+                    self.db.transact([*actions, *marks])
                 except TransactionCancelled:
                     pass
                 else:
@@ -94,15 +94,15 @@ class DynamoSettlements:
                 with contextlib.suppress(Exception):
                     for mark in marks:
                         with contextlib.suppress(ClientError):
-                            self.t.table.update_item(**mark["Update"])
+                            self.db.table.update_item(**mark["Update"])
 
     def _ending(self, action: dict[str, Any]) -> list[dict[str, Any]]:
         """The actions of a write that ends a pending task: in a tenant's space the task must still be pending and
         the pending count goes down with it (docs/tenancy.md, limits); elsewhere ``action`` as it is."""
-        if not pending.counted(self.keys):
+        if not pending.counted(self.space):
             return [action]
         ((kind, body),) = action.items()
-        return [{kind: pending.and_pending(body)}, pending.decrement(self.keys)]
+        return [{kind: pending.and_pending(body)}, pending.decrement(self.space)]
 
     def _settle(self, user_id: str, uuid: str, claim_version: int, settlement: Settlement, now_ms: int) -> bool:
         if settlement.delete:
@@ -111,7 +111,7 @@ class DynamoSettlements:
         if with_payload:
             if self._settle_update(user_id, uuid, claim_version, settlement, now_ms, rewrite_payload=True):
                 return True
-            current = self.t.get(self._key(user_id, uuid), projection="claim_version")
+            current = self.db.get(self._key(user_id, uuid), projection="claim_version")
             if not current or item_int(current.get("claim_version")) != claim_version:
                 return False
             # the payload changed since the claim (an update-message): keep it, write the columns only
@@ -130,19 +130,19 @@ class DynamoSettlements:
         kwargs, blob = self._settle_update_parts(
             user_id, uuid, claim_version, s, now_ms, rewrite_payload=rewrite_payload
         )
-        if s.status is not None and pending.counted(self.keys):
+        if s.status is not None and pending.counted(self.space):
             return self._settle_ending(user_id, uuid, kwargs, blob, rewrite_payload=rewrite_payload)
         kwargs["ReturnValues"] = "ALL_OLD"
         try:
-            old = self.t.table.update_item(**kwargs).get("Attributes") or {}
+            old = self.db.table.update_item(**kwargs).get("Attributes") or {}
         except ClientError as exc:
             if blob:
-                drop_parts(self.t, self.keys, user_id, uuid, blob.token)
+                drop_parts(self.db, self.space, user_id, uuid, blob.token)
             if is_conditional_failure(exc):
                 return False
             raise
         if rewrite_payload and old.get("payload_token"):
-            drop_parts(self.t, self.keys, user_id, uuid, str(old["payload_token"]))
+            drop_parts(self.db, self.space, user_id, uuid, str(old["payload_token"]))
         return True
 
     def _settle_ending(
@@ -150,15 +150,15 @@ class DynamoSettlements:
     ) -> bool:
         """A settlement that ends a pending task of a tenant: the update and the pending count in one transaction
         (which returns no old attributes, so a payload about to be replaced has its part token read first)."""
-        old = self.t.get(self._key(user_id, uuid), projection="payload_token") if rewrite_payload else None
+        old = self.db.get(self._key(user_id, uuid), projection="payload_token") if rewrite_payload else None
         try:
-            self.t.transact(self._ending({"Update": update}))
+            self.db.transact(self._ending({"Update": update}))
         except TransactionCancelled:
             if blob:
-                drop_parts(self.t, self.keys, user_id, uuid, blob.token)
+                drop_parts(self.db, self.space, user_id, uuid, blob.token)
             return False
         if old and old.get("payload_token"):
-            drop_parts(self.t, self.keys, user_id, uuid, str(old["payload_token"]))
+            drop_parts(self.db, self.space, user_id, uuid, str(old["payload_token"]))
         return True
 
     def _settle_update_parts(
@@ -175,7 +175,7 @@ class DynamoSettlements:
             names["#st"] = "status"
             sets += ["#st = :status", "ret_pk = :rpk", "ret_sk = :now"]
             values[":status"] = s.status
-            values[":rpk"] = self.keys.done_pk(uuid, self.due_shards)
+            values[":rpk"] = self.space.done_pk(uuid, self.due_shards)
             removes += ["due_pk", "due_sk", "retry_after"]
         else:
             eligible = retry_iso or next_iso
@@ -201,7 +201,7 @@ class DynamoSettlements:
                 values[":le"] = s.last_error
         blob = None
         if rewrite_payload and s.encrypted_payload is not None:
-            attrs, blob = payload_attrs(self.t, self.keys, user_id, uuid, s.encrypted_payload)
+            attrs, blob = payload_attrs(self.db, self.space, user_id, uuid, s.encrypted_payload)
             for name, value in attrs.items():
                 sets.append(f"{name} = :{name}")
                 values[f":{name}"] = value
@@ -221,16 +221,18 @@ class DynamoSettlements:
         return kwargs, blob
 
     def _delete_claimed(self, user_id: str, uuid: str, claim_version: int) -> bool:
-        if not pending.counted(self.keys):
-            return delete_with_registry(self.t, self.keys, user_id, uuid, "claim_version = :cv", {":cv": claim_version})
+        if not pending.counted(self.space):
+            return delete_with_registry(
+                self.db, self.space, user_id, uuid, "claim_version = :cv", {":cv": claim_version}
+            )
         return delete_with_registry(
-            self.t,
-            self.keys,
+            self.db,
+            self.space,
             user_id,
             uuid,
             "claim_version = :cv AND #st = :pst",
             {":cv": claim_version, ":pst": "pending"},
-            extra=[pending.decrement(self.keys)],
+            extra=[pending.decrement(self.space)],
             names={"#st": "status"},
         )
 
@@ -239,17 +241,17 @@ class DynamoSettlements:
         cutoff_iso = iso_from_ms(cutoff_ms)
         deleted = 0
         for shard in range(shards):
-            response = self.t.table.query(
+            response = self.db.table.query(
                 IndexName="retention",
-                KeyConditionExpression=Key("ret_pk").eq(self.keys.done_shard_pk(shard)) & Key("ret_sk").lt(cutoff_iso),
+                KeyConditionExpression=Key("ret_pk").eq(self.space.done_shard_pk(shard)) & Key("ret_sk").lt(cutoff_iso),
                 Limit=max(1, limit - deleted),
             )
             for item in response.get("Items", []):
-                user_id, uuid = self.keys.parse_task_key(item)
+                user_id, uuid = self.space.parse_task_key(item)
                 # the index does not project the payload token; read it so the parts go with the task
-                existing = self.t.get(self._key(user_id, uuid), projection="payload_token")
+                existing = self.db.get(self._key(user_id, uuid), projection="payload_token")
                 try:
-                    self.t.transact(
+                    self.db.transact(
                         [
                             {
                                 "Delete": {
@@ -263,14 +265,14 @@ class DynamoSettlements:
                                     },
                                 }
                             },
-                            registry_delete(self.keys, uuid, user_id),
+                            registry_delete(self.space, uuid, user_id),
                         ]
                     )
                     deleted += 1
                 except TransactionCancelled:
                     continue
                 if existing and existing.get("payload_token"):
-                    drop_parts(self.t, self.keys, user_id, uuid, str(existing["payload_token"]))
+                    drop_parts(self.db, self.space, user_id, uuid, str(existing["payload_token"]))
             if deleted >= limit:
                 break
         return deleted

@@ -29,7 +29,8 @@ from botocore.exceptions import ClientError
 from amsg.adapters.dynamo.plain_table import PlainResource, PlainTable, from_wire, to_wire
 from amsg.adapters.dynamo.session import dynamodb_session
 
-# Keep items well below DynamoDB's 400 KB item limit (attribute names and other attributes count too).
+# The one large-value limit: a value up to INLINE_CHARS is stored in its item, a longer one as parts of
+# PART_CHARS (write_blob); both keep items well below DynamoDB's 400 KB (attribute names and others count too).
 PART_CHARS = 350_000
 INLINE_CHARS = 350_000
 TRANSACTION_RETRIES = 8
@@ -153,7 +154,7 @@ class DynamoTable:
         consistent: bool = True,
         projection: str | None = None,
         names: dict[str, str] | None = None,
-    ) -> dict | None:
+    ) -> dict[str, Any] | None:
         kwargs: dict[str, Any] = {"Key": key, "ConsistentRead": consistent}
         if projection:
             kwargs["ProjectionExpression"] = projection
@@ -236,7 +237,8 @@ class DynamoTable:
         (merged with the siblings' reads in a thread bound to a coalescing session)."""
         session: BoundSession | None = getattr(self._local, "coalescing", None)
         if session is not None:
-            return session.call("batch_get", item_keys)
+            found: dict[tuple[str, str], dict[str, Any]] = session.call("batch_get", item_keys)
+            return found
         return self.batch_get_now(item_keys)
 
     def batch_get_now(
@@ -261,11 +263,14 @@ class DynamoTable:
 
     # ---- large values -----------------------------------------------------------------------------------
 
-    def write_blob(self, pk: str, prefix: str, text: str) -> BlobRef:
+    def write_blob(self, pk: str, prefix: str, text: str, *, ttl: int | None = None) -> BlobRef:
+        """A value too long for its item, as part items ``<prefix><token>#<n>`` written before the item that
+        points at them (``ttl``, epoch s: parts a crash left unreferenced expire)."""
         token = secrets.token_hex(8)
         chunks = [text[i : i + PART_CHARS] for i in range(0, len(text), PART_CHARS)] or [""]
+        expiry = {} if ttl is None else {"ttl": ttl}
         self.batch_put(
-            {"PK": pk, "SK": f"{prefix}{token}#{index:05d}", "v": chunk} for index, chunk in enumerate(chunks)
+            {"PK": pk, "SK": f"{prefix}{token}#{index:05d}", "v": chunk, **expiry} for index, chunk in enumerate(chunks)
         )
         return BlobRef(token, len(chunks))
 
@@ -305,4 +310,4 @@ def backoff(attempt: int, *, base_s: float = 0.004, cap_s: float = 0.25) -> None
 
 
 def is_conditional_failure(exc: ClientError) -> bool:
-    return exc.response["Error"]["Code"] == "ConditionalCheckFailedException"
+    return bool(exc.response["Error"]["Code"] == "ConditionalCheckFailedException")

@@ -7,11 +7,14 @@ every create/update, large payloads split across items. The delivery side (claim
 from __future__ import annotations
 
 import contextlib
+from dataclasses import dataclass
 from typing import Any
 
 from botocore.exceptions import ClientError
 
 from amsg.adapters.dynamo import keys, pending
+from amsg.adapters.dynamo.compact import pack, unpack
+from amsg.adapters.dynamo.counters import cas_attempts, read_counter, set_counter
 from amsg.adapters.dynamo.owners import guard_check, owner_sets, raise_if_guard_failed
 from amsg.adapters.dynamo.subscriptions import subscription_row
 from amsg.adapters.dynamo.table import (
@@ -35,7 +38,7 @@ def payload_attrs(
 ) -> tuple[dict[str, Any], BlobRef | None]:
     """Inline payload, or parts written now and referenced by the item about to be written."""
     if len(encrypted_payload) <= INLINE_CHARS:
-        return {"payload": encrypted_payload}, None
+        return {"payload": pack(encrypted_payload)}, None
     ref = t.write_blob(space.user_pk(user_id), keys.task_part_prefix(uuid), encrypted_payload)
     return {"payload_token": ref.token, "payload_parts": ref.parts}, ref
 
@@ -46,7 +49,7 @@ def stored_ms(value: Any) -> int | None:
 
 
 def task_row(t: DynamoTable, item: dict[str, Any]) -> TaskRow:
-    payload = item.get("payload")
+    payload = unpack(item.get("payload"))
     if payload is None and item.get("payload_token"):
         payload = t.read_blob(
             item["PK"],
@@ -155,6 +158,24 @@ def delete_counted(t: DynamoTable, space: keys.KeySpace, user_id: str, uuid: str
     raise StoreUnavailable("task delete kept conflicting")
 
 
+@dataclass(frozen=True)
+class _CreateHint:
+    """What :meth:`DynamoTaskStore.prepare_create` read for the create (the port carries it as an opaque value)."""
+
+    user_id: str
+    supersedes_uuid: str | None
+    counter: int
+    old: dict[str, Any] | None
+
+    @classmethod
+    def of(cls, prepared: CreatePrep | None, user_id: str, supersedes_uuid: str | None) -> _CreateHint | None:
+        """The hint, when it was read for this very create."""
+        hint = prepared.hint if prepared is not None else None
+        if isinstance(hint, cls) and (hint.user_id, hint.supersedes_uuid) == (user_id, supersedes_uuid):
+            return hint
+        return None
+
+
 class DynamoTaskStore:
     def __init__(
         self,
@@ -164,64 +185,59 @@ class DynamoTaskStore:
         space: keys.KeySpace = keys.SINGLE,
         pending_limit: int = 0,
     ) -> None:
-        self.t = table
-        self.keys = space
+        self.db = table
+        self.space = space
         self.due_shards = due_shards
         self.pending_limit = pending_limit  # a tenant's default pending-task limit (0: none; pending.py)
 
     def _payload_attrs(self, user_id: str, uuid: str, encrypted_payload: str) -> tuple[dict[str, Any], BlobRef | None]:
-        return payload_attrs(self.t, self.keys, user_id, uuid, encrypted_payload)
+        return payload_attrs(self.db, self.space, user_id, uuid, encrypted_payload)
 
     def _row(self, item: dict[str, Any]) -> TaskRow:
-        return task_row(self.t, item)
+        return task_row(self.db, item)
 
     def _key(self, user_id: str, uuid: str) -> dict[str, str]:
-        return self.keys.task_key(user_id, uuid)
+        return self.space.task_key(user_id, uuid)
 
     def _drop_parts(self, user_id: str, uuid: str, token: str) -> None:
-        drop_parts(self.t, self.keys, user_id, uuid, token)
+        drop_parts(self.db, self.space, user_id, uuid, token)
 
     # ---- create -----------------------------------------------------------------------------------------
 
     def prepare_create(self, user_id: str, supersedes_uuid: str | None = None) -> CreatePrep:
-        wanted = [self.keys.push_key(user_id), self.keys.counter_key(user_id, "task")]
+        wanted = [self.space.push_key(user_id), self.space.counter_key(user_id, "task")]
         if supersedes_uuid:
             wanted.append(self._key(user_id, supersedes_uuid))
-        found = self.t.batch_get(wanted)
+        found = self.db.batch_get(wanted)
         push = found.get((wanted[0]["PK"], wanted[0]["SK"]))
         subscription = subscription_row(push)
         counter = found.get((wanted[1]["PK"], wanted[1]["SK"]))
         old = found.get((wanted[2]["PK"], wanted[2]["SK"])) if supersedes_uuid else None
-        hint = (user_id, supersedes_uuid, item_int(counter.get("n")) if counter else 0, old)
+        hint = _CreateHint(user_id, supersedes_uuid, item_int(counter.get("n")) if counter else 0, old)
         return CreatePrep(subscription=subscription, hint=hint)
 
     def create_task(
         self, task: NewTask, supersedes_uuid: str | None = None, *, prepared: CreatePrep | None = None
     ) -> CreatedTask:
         payload_attrs, blob = self._payload_attrs(task.user_id, task.uuid, task.encrypted_payload)
-        hint = prepared.hint if prepared is not None else None
-        if not (isinstance(hint, tuple) and hint[:2] == (task.user_id, supersedes_uuid)):
-            hint = None
+        hint = _CreateHint.of(prepared, task.user_id, supersedes_uuid)
         try:
             return self._create(task, payload_attrs, supersedes_uuid, hint)
         except BaseException:
             if blob:
-                self.t.delete_blob(self.keys.user_pk(task.user_id), keys.task_part_prefix(task.uuid), blob.token)
+                self.db.delete_blob(self.space.user_pk(task.user_id), keys.task_part_prefix(task.uuid), blob.token)
             raise
 
     def _create(
-        self, task: NewTask, payload_attrs: dict[str, Any], supersedes_uuid: str | None, hint: tuple | None
+        self, task: NewTask, payload_attrs: dict[str, Any], supersedes_uuid: str | None, hint: _CreateHint | None
     ) -> CreatedTask:
-        counter_key = self.keys.counter_key(task.user_id, "task")
-        for attempt in range(CREATE_ATTEMPTS):
-            if attempt:
-                backoff(attempt)
+        counter_key = self.space.counter_key(task.user_id, "task")
+        for attempt in cas_attempts(CREATE_ATTEMPTS):
             if attempt == 0 and hint is not None:
-                current, old = hint[2], hint[3]  # read together with the subscription
+                current, old = hint.counter, hint.old  # read together with the subscription
             else:
-                counter = self.t.get(counter_key)
-                current = item_int(counter.get("n")) if counter else 0
-                old = self.t.get(self._key(task.user_id, supersedes_uuid)) if supersedes_uuid else None
+                current = read_counter(self.db, counter_key)
+                old = self.db.get(self._key(task.user_id, supersedes_uuid)) if supersedes_uuid else None
             new_id = current + 1
             next_iso, now_iso = iso_from_ms(task.next_send_at_ms), iso_from_ms(task.now_ms)
             item: dict[str, Any] = {
@@ -238,25 +254,18 @@ class DynamoTaskStore:
                 "updated_at": now_iso,
                 "claim_version": 0,
                 "rev": 1,
-                "due_pk": self.keys.due_pk(task.uuid, self.due_shards),
+                "due_pk": self.space.due_pk(task.uuid, self.due_shards),
                 "due_sk": keys.due_sk(next_iso, task.uuid),
                 **owner_sets(task.owner),
             }
             if task.correlation_id:
                 item["corr_id"] = task.correlation_id
             actions: list[dict[str, Any]] = [
-                {
-                    "Update": {
-                        "Key": counter_key,
-                        "UpdateExpression": "SET n = :new",
-                        "ConditionExpression": "attribute_not_exists(n) OR n = :cur",
-                        "ExpressionAttributeValues": {":new": new_id, ":cur": current},
-                    }
-                },
+                set_counter(counter_key, current, new_id),
                 {"Put": {"Item": item, "ConditionExpression": "attribute_not_exists(PK)"}},
                 {
                     "Put": {
-                        "Item": {**self.keys.uuid_registry_key(task.uuid), "user_id": task.user_id, "id": new_id},
+                        "Item": {**self.space.uuid_registry_key(task.uuid), "user_id": task.user_id, "id": new_id},
                         "ConditionExpression": "attribute_not_exists(PK)",
                     }
                 },
@@ -265,9 +274,9 @@ class DynamoTaskStore:
                 actions += self._supersede_actions(task.user_id, supersedes_uuid or "", old)
             counter_at = self._count_create(actions, old)
             if task.owner is not None:
-                actions.append(guard_check(self.keys, task.user_id, task.owner.ref, task.owner.generation))
+                actions.append(guard_check(self.space, task.user_id, task.owner.ref, task.owner.generation))
             try:
-                self.t.transact(actions)
+                self.db.transact(actions)
             except TransactionCancelled as cancelled:
                 if task.owner is not None:
                     raise_if_guard_failed(cancelled, len(actions) - 1, 1)
@@ -289,32 +298,32 @@ class DynamoTaskStore:
             "ConditionExpression": "rev = :rev",
             "ExpressionAttributeValues": {":rev": old.get("rev", 0)},
         }
-        if pending.counted(self.keys):
+        if pending.counted(self.space):
             delete = pending.with_status(delete, str(old.get("status", "pending")))
-        return [{"Delete": delete}, registry_delete(self.keys, uuid, user_id)]
+        return [{"Delete": delete}, registry_delete(self.space, uuid, user_id)]
 
     def _count_create(self, actions: list[dict[str, Any]], old: dict[str, Any] | None) -> int | None:
         """Append the pending count's increment (a tenant's space; not when a pending task is replaced, which
         leaves the count as it is); its index in ``actions``, or None."""
-        if not pending.counted(self.keys):
+        if not pending.counted(self.space):
             return None
         if old is not None and old.get("status", "pending") == "pending":
             return None
-        actions.append(pending.increment(self.keys, self.pending_limit))
+        actions.append(pending.increment(self.space, self.pending_limit))
         return len(actions) - 1
 
     def _pending_limit(self) -> int:
-        _, override = pending.read(self.t, self.keys)
+        _, override = pending.read(self.db, self.space)
         return self.pending_limit if override is None else override
 
     # ---- read -------------------------------------------------------------------------------------------
 
     def get_task(self, user_id: str, uuid: str) -> TaskRow | None:
-        item = self.t.get(self._key(user_id, uuid))
+        item = self.db.get(self._key(user_id, uuid))
         return self._row(item) if item else None
 
     def list_tasks(self, user_id: str) -> list[TaskRow]:
-        items = self.t.query_prefix(self.keys.user_pk(user_id), keys.TASK_PREFIX)
+        items = self.db.query_prefix(self.space.user_pk(user_id), keys.TASK_PREFIX)
         return [self._row(item) for item in items]
 
     # ---- update -----------------------------------------------------------------------------------------
@@ -367,10 +376,10 @@ class DynamoTaskStore:
         if owner is not None:
             return self._update_guarded(user_id, uuid, update, owner, payload_attrs, blob, now_ms)
         try:
-            result = self.t.table.update_item(**update, ReturnValues="ALL_OLD")
+            result = self.db.table.update_item(**update, ReturnValues="ALL_OLD")
         except ClientError as exc:
             if blob:
-                self.t.delete_blob(self.keys.user_pk(user_id), keys.task_part_prefix(uuid), blob.token)
+                self.db.delete_blob(self.space.user_pk(user_id), keys.task_part_prefix(uuid), blob.token)
             if is_conditional_failure(exc):
                 return None
             raise
@@ -389,17 +398,17 @@ class DynamoTaskStore:
         blob: BlobRef | None,
         now_ms: int,
     ) -> int | None:
-        old = self.t.get(self._key(user_id, uuid), projection="payload_token") or {}
+        old = self.db.get(self._key(user_id, uuid), projection="payload_token") or {}
         try:
-            self.t.transact([{"Update": update}, guard_check(self.keys, user_id, owner.ref, owner.generation)])
+            self.db.transact([{"Update": update}, guard_check(self.space, user_id, owner.ref, owner.generation)])
         except TransactionCancelled as cancelled:
             if blob:
-                self.t.delete_blob(self.keys.user_pk(user_id), keys.task_part_prefix(uuid), blob.token)
+                self.db.delete_blob(self.space.user_pk(user_id), keys.task_part_prefix(uuid), blob.token)
             raise_if_guard_failed(cancelled, 1, 1)
             return None
         except BaseException:
             if blob:
-                self.t.delete_blob(self.keys.user_pk(user_id), keys.task_part_prefix(uuid), blob.token)
+                self.db.delete_blob(self.space.user_pk(user_id), keys.task_part_prefix(uuid), blob.token)
             raise
         if old.get("payload_token") and old.get("payload_token") != payload_attrs.get("payload_token"):
             self._drop_parts(user_id, uuid, str(old["payload_token"]))
@@ -408,12 +417,12 @@ class DynamoTaskStore:
     # ---- delete -----------------------------------------------------------------------------------------
 
     def delete_task(self, user_id: str, uuid: str) -> bool:
-        if not pending.counted(self.keys):
-            return delete_with_registry(self.t, self.keys, user_id, uuid, "attribute_exists(PK)", {})
-        return delete_counted(self.t, self.keys, user_id, uuid)
+        if not pending.counted(self.space):
+            return delete_with_registry(self.db, self.space, user_id, uuid, "attribute_exists(PK)", {})
+        return delete_counted(self.db, self.space, user_id, uuid)
 
     def find_task(self, uuid: str) -> TaskRow | None:
-        registry = self.t.get(self.keys.uuid_registry_key(uuid))
+        registry = self.db.get(self.space.uuid_registry_key(uuid))
         if not registry:
             return None
         return self.get_task(str(registry["user_id"]), uuid)

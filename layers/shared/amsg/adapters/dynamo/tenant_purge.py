@@ -14,7 +14,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from boto3.dynamodb.conditions import Attr, Key
 from botocore.exceptions import ClientError
 
 from amsg import jsonio
@@ -29,10 +28,10 @@ SCAN_PAGE = 1_000  # items evaluated per step (one Scan request, then batch dele
 
 class DynamoTenantPurge:
     def __init__(self, table: DynamoTable) -> None:
-        self.t = table
+        self.db = table
 
     def start(self, tenant_id: str, now_ms: int) -> None:
-        self.t.table.update_item(
+        self.db.table.update_item(
             Key={"PK": PURGE_PK, "SK": tenant_id},
             UpdateExpression="SET started_at = if_not_exists(started_at, :now), "
             "pass_started_at = if_not_exists(pass_started_at, :now), deleted = if_not_exists(deleted, :zero), "
@@ -43,7 +42,11 @@ class DynamoTenantPurge:
     def pending(self) -> list[str]:
         return [
             str(item["SK"])
-            for item in self.t.query_all(KeyConditionExpression=Key("PK").eq(PURGE_PK), ProjectionExpression="SK")
+            for item in self.db.query_all(
+                KeyConditionExpression="PK = :pk",
+                ExpressionAttributeValues={":pk": PURGE_PK},
+                ProjectionExpression="SK",
+            )
         ]
 
     def status(self, tenant_id: str) -> PurgeStatus | None:
@@ -58,7 +61,7 @@ class DynamoTenantPurge:
         )
 
     def step(self, tenant_id: str, now_ms: int, *, grace_ms: int) -> PurgeProgress:
-        record = self.t.get({"PK": PURGE_PK, "SK": tenant_id})
+        record = self.db.get({"PK": PURGE_PK, "SK": tenant_id})
         if record is None:
             return PurgeProgress(tenant_id, 0, True)
         started = item_int(record.get("started_at"))
@@ -66,16 +69,17 @@ class DynamoTenantPurge:
         if not cursor and record.get("clean_pass") and now_ms < started + grace_ms:
             return PurgeProgress(tenant_id, 0, False, waiting=True)  # a clean pass done: running deliveries end
         kwargs: dict[str, Any] = {
-            "FilterExpression": Attr("PK").begins_with(tenant_space(tenant_id).prefix),
+            "FilterExpression": "begins_with(PK, :prefix)",
+            "ExpressionAttributeValues": {":prefix": tenant_space(tenant_id).prefix},
             "ProjectionExpression": "PK, SK",
             "Limit": SCAN_PAGE,
         }
         if cursor:
             kwargs["ExclusiveStartKey"] = jsonio.loads(str(cursor))
-        page = self.t.table.scan(**kwargs)
+        page = self.db.table.scan(**kwargs)
         doomed = [{"PK": item["PK"], "SK": item["SK"]} for item in page.get("Items", [])]
         if doomed:
-            self.t.batch_delete(doomed)
+            self.db.batch_delete(doomed)
         pass_deleted = (item_int(record.get("pass_deleted")) if cursor else 0) + len(doomed)
         pass_started = item_int(record.get("pass_started_at")) if cursor else now_ms
         if page.get("LastEvaluatedKey"):
@@ -89,7 +93,7 @@ class DynamoTenantPurge:
             )
             return PurgeProgress(tenant_id, len(doomed), False)
         if pass_deleted == 0 and pass_started >= started + grace_ms:
-            self.t.batch_delete([tenant_key(tenant_id), {"PK": PURGE_PK, "SK": tenant_id}])
+            self.db.batch_delete([tenant_key(tenant_id), {"PK": PURGE_PK, "SK": tenant_id}])
             return PurgeProgress(tenant_id, len(doomed), True)
         self._save(
             tenant_id,
@@ -110,7 +114,7 @@ class DynamoTenantPurge:
             values[":c"] = cursor
         update = "SET " + ", ".join(sets) + ("" if cursor is not None else " REMOVE scan_cursor")
         try:
-            self.t.table.update_item(
+            self.db.table.update_item(
                 Key={"PK": PURGE_PK, "SK": tenant_id},
                 UpdateExpression=update,
                 ConditionExpression="attribute_exists(PK)",

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from boto3.dynamodb.conditions import Key
 from botocore.exceptions import ClientError
 
 from amsg.adapters.dynamo.keys import KeySpace
@@ -64,7 +63,7 @@ def tenant_record(item: dict[str, Any]) -> TenantRecord:
 
 class DynamoTenantStore:
     def __init__(self, table: DynamoTable) -> None:
-        self.t = table
+        self.db = table
 
     def create(self, record: TenantRecord) -> None:
         item = {
@@ -80,25 +79,26 @@ class DynamoTenantStore:
         if record.rate_limit_rps is not None:
             item["rate_limit_rps"] = record.rate_limit_rps
         try:
-            self.t.table.put_item(Item=item, ConditionExpression="attribute_not_exists(PK)")
+            self.db.table.put_item(Item=item, ConditionExpression="attribute_not_exists(PK)")
         except ClientError as exc:
             if is_conditional_failure(exc):
                 raise TenantExists(record.tenant_id) from None
             raise
 
     def get(self, tenant_id: str) -> TenantRecord | None:
-        item = self.t.get(tenant_key(tenant_id))
+        item = self.db.get(tenant_key(tenant_id))
         return tenant_record(item) if item else None
 
     def list_page(self, cursor: str | None = None, limit: int = 100) -> TenantPage:
         kwargs: dict[str, Any] = {
-            "KeyConditionExpression": Key("PK").eq(REGISTRY_PK),
+            "KeyConditionExpression": "PK = :pk",
+            "ExpressionAttributeValues": {":pk": REGISTRY_PK},
             "ConsistentRead": True,
             "Limit": max(1, min(limit, 1000)),
         }
         if cursor:  # only a key of the registry's own partition: a cursor cannot point the query elsewhere
             kwargs["ExclusiveStartKey"] = {"PK": REGISTRY_PK, "SK": str(cursor)}
-        page = self.t.table.query(**kwargs)
+        page = self.db.table.query(**kwargs)
         last = page.get("LastEvaluatedKey")
         return TenantPage(
             records=[tenant_record(item) for item in page.get("Items", [])],
@@ -122,7 +122,7 @@ class DynamoTenantStore:
 
     def count_request(self, tenant_id: str, second: int, limit: int) -> bool:
         try:
-            self.t.table.update_item(
+            self.db.table.update_item(
                 Key={"PK": KeySpace(tenant_id).prefix + "RATE", "SK": str(second)},
                 UpdateExpression="ADD n :one SET #ttl = if_not_exists(#ttl, :ttl)",
                 ConditionExpression="attribute_not_exists(n) OR n < :limit",
@@ -145,12 +145,14 @@ class DynamoTenantStore:
     def _count(self, index: str, attribute: str, partition: str) -> int:
         kwargs: dict[str, Any] = {
             "IndexName": index,
-            "KeyConditionExpression": Key(attribute).eq(partition),
+            "KeyConditionExpression": "#part = :part",
+            "ExpressionAttributeNames": {"#part": attribute},
+            "ExpressionAttributeValues": {":part": partition},
             "Select": "COUNT",
         }
         total = 0
         while True:
-            page = self.t.table.query(**kwargs)
+            page = self.db.table.query(**kwargs)
             total += int(page.get("Count", 0))
             if not page.get("LastEvaluatedKey"):
                 return total
@@ -168,7 +170,7 @@ class DynamoTenantStore:
         if names:
             kwargs["ExpressionAttributeNames"] = names
         try:
-            return tenant_record(self.t.table.update_item(**kwargs)["Attributes"])
+            return tenant_record(self.db.table.update_item(**kwargs)["Attributes"])
         except ClientError as exc:
             if is_conditional_failure(exc):
                 raise TenantNotFound(tenant_id) from None
