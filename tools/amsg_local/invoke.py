@@ -235,7 +235,8 @@ def invoke_once(spec: FunctionSpec, env: Mapping[str, str], event: Any, offset_m
     runtime = ProcessFunctionRuntime(spec, region, max_sandboxes=1, environment=lambda: dict(env), clock=clock)
     with _lambda_lines(), _stdout_to_stderr():
         try:
-            return runtime.invoke(event)
+            invocation: Invocation = runtime.invoke(event)
+            return invocation
         finally:
             runtime.close()
 

@@ -50,7 +50,7 @@ class DynamoTenantPurge:
         ]
 
     def status(self, tenant_id: str) -> PurgeStatus | None:
-        record = self.t.get({"PK": PURGE_PK, "SK": tenant_id})
+        record = self.db.get({"PK": PURGE_PK, "SK": tenant_id})
         if record is None:
             return None
         return PurgeStatus(
