@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from amsg_local import bootstrap_secrets, tenants_cli
+from amsg_local.ddb_faults import FaultPlan, FaultProxy
 from amsg_local.delivery import LocalDelivery, TickNotConfigured
 from amsg_local.dynamodb_local import (
     DynamoDBLocal,
@@ -190,6 +191,7 @@ class LocalStack:
     _moto: EmbeddedMoto | None = None
     _sqs: SqsServer | None = None
     _ddb_local: DynamoDBLocal | None = None
+    dynamodb_faults: FaultProxy | None = None  # the handlers' DynamoDB goes through it (dynamodb_endpoint does not)
     _saved_env: dict[str, str | None] = field(default_factory=dict)
     _environ: MutableMapping[str, str] = field(default_factory=lambda: os.environ)
     _stopped: bool = False
@@ -243,6 +245,8 @@ class LocalStack:
             self.gateway.runtime.close()
         finally:
             try:
+                if self.dynamodb_faults is not None:
+                    self.dynamodb_faults.stop()
                 if self._ddb_local is not None:
                     self._ddb_local.stop()
             finally:
@@ -334,6 +338,7 @@ def start_local_stack(
     warm: bool = False,
     consumer_concurrency: int | None = None,
     sandboxes: str = "process",
+    dynamodb_faults: FaultPlan | None = None,
 ) -> LocalStack:
     """Start the local stack and return it once it answers on ``base_url``.
 
@@ -347,7 +352,9 @@ def start_local_stack(
     ``consumer_concurrency`` overrides how many run_task invocations the local SQS event source runs at once
     (default: the template's ``ScalingConfig.MaximumConcurrency``). ``sandboxes``: ``"process"`` (default) runs
     every Lambda sandbox in a process of its own; ``"thread"`` keeps them in this process (tests that script a
-    hooks module from the test process).
+    hooks module from the test process). ``dynamodb_faults``: the handlers reach DynamoDB through a fault proxy
+    with this plan (``amsg_local.ddb_faults``; the table is created directly, ``LocalStack.dynamodb_faults``
+    changes the plan while the stack runs).
 
     The process environment is set before any handler is imported and restored by :meth:`LocalStack.stop`.
     """
@@ -366,6 +373,7 @@ def start_local_stack(
     sqs_server: SqsServer | None = None
     ddb_local: DynamoDBLocal | None = None
     gateway: Gateway | None = None
+    faults: FaultProxy | None = None
     try:
         import boto3
 
@@ -438,6 +446,9 @@ def start_local_stack(
                 ) from None
         else:
             create_tables_from_template(ddb, template, settings.table_name)
+        if dynamodb_faults is not None and ddb_endpoint:
+            faults = FaultProxy(ddb_endpoint, dynamodb_faults).start()
+            environ["AWS_ENDPOINT_URL_DYNAMODB"] = faults.endpoint_url
         sqs = LocalSqsClient(sqs_server.sqs)  # the event source polls the model directly, as AWS does internally
         queue = create_queue_from_template(sqs, template, f"{settings.table_name}-tasks")
         environ["AMSG_QUEUE_URL"] = queue.url
@@ -475,6 +486,8 @@ def start_local_stack(
         if gateway is not None:
             gateway.stop()
             gateway.runtime.close()
+        if faults is not None:
+            faults.stop()
         if ddb_local is not None:
             ddb_local.stop()
         if moto is not None:
@@ -494,6 +507,7 @@ def start_local_stack(
         _moto=moto,
         _sqs=sqs_server,
         _ddb_local=ddb_local,
+        dynamodb_faults=faults,
         _saved_env=saved,
         _environ=environ,
     )
@@ -530,6 +544,13 @@ MOTO_LIMITS = (
 
 def backend_description(stack: LocalStack) -> str:
     """The banner's DynamoDB entry: what plays DynamoDB and, for the moto fallback, its limits."""
+    if stack.dynamodb_faults is not None:
+        proxy = stack.dynamodb_faults
+        return f"{_backend(stack)}\n                 handlers go through a fault proxy {proxy.endpoint_url}: {proxy.plan}"
+    return _backend(stack)
+
+
+def _backend(stack: LocalStack) -> str:
     if stack.backend == "dynamodb-local":
         isolated = stack._ddb_local is not None and stack._ddb_local.isolated
         where = "own network namespace, loopback relay" if isolated else "listens on every interface"
@@ -625,6 +646,13 @@ def _parser() -> argparse.ArgumentParser:
         const=False,
         help="the embedded moto server (serialized; the default without Java)",
     )
+    local.add_argument(
+        "--dynamodb-faults",
+        type=FaultPlan.parse,
+        metavar="PLAN",
+        help="inject DynamoDB faults, e.g. throttle=0.1,error=0.05,drop=0.02,latency=0.01,outage=60,seed=7 "
+        "(tools/amsg_local/README.md)",
+    )
     local.add_argument("--template", type=Path, default=None, help="template.yaml (default: found from cwd)")
     local.add_argument("--env-file", type=Path, default=Path(".env"), help="dotenv file (default ./.env)")
     local.add_argument(
@@ -705,6 +733,7 @@ def _serve(args: argparse.Namespace) -> int:
                 dynamodb_local=args.dynamodb_local,
                 config=values,
                 warm=True,
+                dynamodb_faults=args.dynamodb_faults,
             )
         except (DynamoDBLocalUnavailable, ValueError, RuntimeError, OSError) as exc:
             print(f"amsg local: {exc}", file=sys.stderr)
