@@ -6,7 +6,7 @@ run. That is the crash the delivery chain's claims, leases and fencing exist for
 
 ``SandboxKiller(runtime.function("RunTaskFunction"), rate=0.3, interval_s=0.5, seed=1)`` looks at the
 function's busy sandboxes every ``interval_s`` and, with probability ``rate``, kills one of them (chosen by a
-``random.Random(seed)``). Only sandboxes of the given function, and only processes this stack started.
+``random.Random(seed)``), up to ``max_kills``. Only sandboxes of the given function, and only processes this stack started.
 """
 
 from __future__ import annotations
@@ -24,13 +24,16 @@ __all__ = ["SandboxKiller"]
 class SandboxKiller:
     """A daemon thread killing busy sandboxes of one function at random; ``kills`` counts them."""
 
-    def __init__(self, function: Any, *, rate: float = 0.3, interval_s: float = 0.5, seed: int = 0) -> None:
+    def __init__(
+        self, function: Any, *, rate: float = 0.3, interval_s: float = 0.5, seed: int = 0, max_kills: int | None = None
+    ) -> None:
         if not 0.0 <= rate <= 1.0 or interval_s <= 0:
             raise ValueError("rate must be within 0..1 and interval_s positive")
         self.function = function  # a ProcessFunctionRuntime (busy_pids())
         self.rate = rate
         self.interval_s = interval_s
         self.kills = 0
+        self.max_kills = max_kills  # then it stops (else every batch may die, and nothing is ever delivered)
         self._random = random.Random(seed)
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -48,6 +51,8 @@ class SandboxKiller:
 
     def _loop(self) -> None:
         while not self._stop.wait(self.interval_s):
+            if self.max_kills is not None and self.kills >= self.max_kills:
+                return
             if self._random.random() < self.rate:
                 self.kill_one()
 
