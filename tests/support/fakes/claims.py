@@ -300,6 +300,8 @@ class MemoryClaimStore:
             for item, row_id in zip(rows, ids, strict=True):
                 sending = now_ms if item.message_id == claim_first else None
                 self._outbox._insert(items, item, row_id, sending)
+                if sending is not None:
+                    items[item.message_id].row.sending_cv = row.claim_version
             self._outbox._counters[row.user_id] = ids[-1]
             task.outbox_occurrence_ms = task.next_send_at_ms
             if lease_until_ms is not None:
@@ -420,7 +422,16 @@ class FencedMemoryOutboxStore(MemoryOutboxStore):
             for charge in caps:
                 self._policies.charge(user_id, charge)
             item.row.sending_at = now_ms
+            item.row.sending_cv = claim_version
             return True
+
+    def discard_undelivered_for_task(self, user_id: str, task_uuid: str, *, claim_version: int | None = None) -> int:
+        with self._lock:
+            if claim_version is not None:
+                task = self._tasks._user(user_id).get(task_uuid)
+                if task is None or task.claim_version != claim_version or task.status == "pending":
+                    return 0  # the run that holds this claim has not ended the task: nothing of it is ours
+            return super().discard_undelivered_for_task(user_id, task_uuid)
 
     def _sendable(self, row: OutboxRow, user_id: str, task_uuid: str, claim_version: int, now_ms: int) -> bool:
         """Row untaken, undelivered, unacked; the task's claim current and its lease unexpired."""

@@ -156,7 +156,7 @@ class HookServices:
         if push["notification"].get("show") is False or self.env.push_sender is None:
             return {"messageId": message_id, "pushed": False}
         try:
-            subscription = resolve_subscription(self.ctx, self.row, self.payload, self.codec)
+            subscription = resolve_subscription(self.ctx, self.row, self.payload, self.codec, self.env, fresh=True)
             pushed = send_one(self.ctx, self.row, push, subscription, self.env)
         except (Cancelled, TenantInactive):
             raise

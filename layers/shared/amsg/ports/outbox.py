@@ -45,6 +45,8 @@ class OutboxRow:
     delivered_at: int | None = None
     acked_at: int | None = None
     sending_at: int | None = None  # set by claim_send: some run took this row to push it
+    sending_cv: int | None = None  # the task claim version of that run (only it may hand the row back)
+    unconfirmed_at: int | None = None  # its push left and no answer came: never pushed again, waits for the pull
 
 
 class OutboxStore(Protocol):
@@ -94,8 +96,15 @@ class OutboxStore(Protocol):
         :class:`CapReached` is raised."""
         ...
 
-    def release_send(self, user_id: str, message_id: str) -> None:
-        """Undo :meth:`claim_send` after a failed push so a retry may send the row again."""
+    def release_send(self, user_id: str, message_id: str, *, claim_version: int | None = None) -> None:
+        """Undo :meth:`claim_send` after a push that surely did not go out, so a retry may send the row again.
+        With ``claim_version`` only the send claim that claim took is handed back (a run releases nothing of
+        another's); an unconfirmed or delivered row is never released."""
+        ...
+
+    def mark_unconfirmed(self, user_id: str, message_id: str, at_ms: int) -> bool:
+        """Record that the row's push left without an answer (``unconfirmed_at``): it keeps its send claim for
+        good, so nobody pushes it again; the client pulls it. False when the row is gone, delivered or unclaimed."""
         ...
 
     def mark_delivered(self, user_id: str, message_ids: Sequence[str], at_ms: int) -> int:
@@ -103,11 +112,17 @@ class OutboxStore(Protocol):
         ...
 
     def discard_undelivered(self, user_id: str, message_ids: Sequence[str]) -> int:
-        """Delete the given rows that were neither delivered nor acked (cancellation mid-batch); count."""
+        """Delete the given rows that nobody took for sending and that were neither delivered nor acked
+        (a claimed row may have been pushed: it stays for the pull); count."""
         ...
 
-    def discard_undelivered_for_task(self, user_id: str, task_uuid: str) -> int:
-        """Delete the task's rows that were neither delivered nor acked (cancel, supersede); count."""
+    def discard_undelivered_for_task(self, user_id: str, task_uuid: str, *, claim_version: int | None = None) -> int:
+        """Delete the task's rows that nobody took for sending and that were neither delivered nor acked; count.
+
+        Without ``claim_version`` (the API's cancel and update, which remove the task themselves) unfenced. With
+        it (a delivery run's cancellation) each delete commits only while the task still carries that claim
+        version and is no longer pending, i.e. the run itself ended it: a superseded run, or one whose task was
+        deleted or claimed again, deletes nothing (docs/delivery.md, fencing)."""
         ...
 
     def list_for_task(self, user_id: str, task_uuid: str, *, since_ms: int = 0, limit: int = 500) -> list[OutboxRow]:
