@@ -7,7 +7,8 @@ service, there for the client's pull), failed visibly (the task ``failed`` with 
 (segments of tasks still unsettled when the run ended). The goal in every mode: 0 duplicated, 0 lost, 0 pending.
 
 ``AMSG_BENCH_CHAOS_TASKS`` (1,000) tasks per mode, ``AMSG_BENCH_CHAOS_MODES`` (all; a comma list of names),
-``AMSG_BENCH_CHAOS_OUTAGE_S`` (60), ``AMSG_BENCH_CHAOS_BUDGET_S`` (900, wall time per mode). Numbers are
+``AMSG_BENCH_CHAOS_OUTAGE_S`` (60), ``AMSG_BENCH_CHAOS_BUDGET_S`` (900, wall time per mode);
+``AMSG_BENCH_CHAOS_VERBOSE=1`` describes up to five broken tasks per mode (rows, outbox, pushes accepted). Numbers are
 printed, never asserted (``tests/e2e/test_chaos.py`` asserts the small versions).
 """
 
@@ -57,6 +58,8 @@ def main() -> None:
             mode = every[name]
             result = chaos.run_mode(stack, push, mode, tasks, budget_s=budget_s)
             print(_row(mode, result, os.getloadavg()[0]), flush=True)
+            for sample in result.samples if os.environ.get("AMSG_BENCH_CHAOS_VERBOSE") else ():
+                print(f"      {sample}")
 
 
 if __name__ == "__main__":

@@ -95,6 +95,7 @@ class Result:
     mode: str
     tasks: int
     counts: Counter[str]
+    samples: list[str]  # a few broken tasks, described (duplicated, lost or pending)
     seconds: float
     ticks: int
     clock_moved_ms: int
@@ -189,7 +190,7 @@ def _segment(accepted: int, row: Any, in_outbox: bool, unsettled: bool) -> str:
     return "outbox" if in_outbox else "lost"
 
 
-def classify(stack: Any, push: Any, tasks: list[Seeded]) -> Counter[str]:
+def classify(stack: Any, push: Any, tasks: list[Seeded]) -> tuple[Counter[str], list[str]]:
     """Per segment: pushed once, duplicated, failed visibly (the task ``failed`` with ``lastError``), waiting in
     the outbox (not accepted by the push service, unacked in the outbox), pending (its task neither deleted nor
     failed: unfinished, whether the segment went out or not), lost (none of these)."""
@@ -200,18 +201,34 @@ def classify(stack: Any, push: Any, tasks: list[Seeded]) -> Counter[str]:
         accepted[(task_uuid, int(message_id.rsplit("_", 1)[1]))] += count
     now_ms = ctx.now_ms()
 
-    def one(task: Seeded) -> list[str]:
+    def one(task: Seeded) -> tuple[list[str], str]:
         row = ctx.tasks.get_task(task.user, task.uuid)
         rows = ctx.outbox.list_unacked(task.user, 0, 50, now_ms)
-        waiting = {r.message_index for r in rows if r.task_uuid == task.uuid and r.delivered_at is None}
+        # one task per user: every row of the user is this task's (index from the id: msg_task_<id>@<occ>_<i>)
+        waiting = {int(r.message_id.rsplit("_", 1)[1]) for r in rows if r.delivered_at is None}
         unsettled = row is not None and row.status != "failed"
-        return [_segment(accepted[(task.uuid, i)], row, i in waiting, unsettled) for i in range(len(SEGMENTS))]
+        kinds = [_segment(accepted[(task.uuid, i)], row, i in waiting, unsettled) for i in range(len(SEGMENTS))]
+        return kinds, _describe(task, row, rows, [accepted[(task.uuid, i)] for i in range(len(SEGMENTS))])
 
     counts: Counter[str] = Counter(dict.fromkeys(CATEGORIES, 0))
+    samples: list[str] = []
     with ThreadPoolExecutor(8) as pool:
-        for kinds in pool.map(one, tasks):
+        for kinds, description in pool.map(one, tasks):
             counts.update(kinds)
-    return counts
+            if {"duplicated", "lost", "pending"} & set(kinds) and len(samples) < 5:
+                samples.append(f"{'/'.join(kinds)}: {description}")
+    return counts, samples
+
+
+def _describe(task: Seeded, row: Any, rows: list[Any], accepted: list[int]) -> str:
+    """What a broken task looks like (for a report): its row, its outbox rows, the pushes accepted."""
+    state = "deleted" if row is None else f"{row.status} retry={row.retry_count} lastError={row.last_error!r}"
+    outbox = [
+        f"{r.message_id}(sending={r.sending_at is not None} delivered={r.delivered_at is not None}"
+        f" unconfirmed={getattr(r, 'unconfirmed_at', None) is not None})"
+        for r in rows
+    ]
+    return f"task {task.uuid} {state}; outbox {outbox or 'empty'}; accepted per segment {accepted}"
 
 
 @contextmanager
@@ -261,4 +278,5 @@ def run_mode(
         injected.update({k: v - before.get(k, 0) for k, v in proxy.counts().items() if v - before.get(k, 0)})
     if killer is not None:
         injected["kills"] = killer.kills
-    return Result(mode.name, count, classify(stack, push, tasks), seconds, ticks, moved, injected)
+    counts, samples = classify(stack, push, tasks)
+    return Result(mode.name, count, counts, samples, seconds, ticks, moved, injected)
