@@ -43,7 +43,8 @@ def test_every_segment_is_pushed_once_or_accounted_for(chaos_world, name):
     result = chaos.run_mode(stack, push, mode, TASKS, budget_s=180)
     counts = dict(result.counts)
     assert sum(counts.values()) == len(chaos.SEGMENTS) * TASKS, counts
-    assert (counts["duplicated"], counts["lost"], counts["pending"]) == (0, 0, 0), (counts, result.injected, result.samples)
+    broken = (counts["duplicated"], counts["lost"], counts["pending"])
+    assert broken == (0, 0, 0), (counts, result.injected, result.samples)
     if name != "none":  # the faults really happened (or this proves nothing)
         assert any(v for k, v in result.injected.items() if k != "requests"), result.injected
     if name == "push-410":

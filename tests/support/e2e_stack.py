@@ -35,8 +35,6 @@ def stack_with_push(
     }
     with (
         FakePushService(vapid_public_key=public) as push,
-        start_local_stack(
-            config=settings, sandboxes=sandboxes, dynamodb_faults=dynamodb_faults, warm=warm
-        ) as stack,
+        start_local_stack(config=settings, sandboxes=sandboxes, dynamodb_faults=dynamodb_faults, warm=warm) as stack,
     ):
         yield stack, push

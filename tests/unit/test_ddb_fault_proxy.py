@@ -135,7 +135,9 @@ def test_the_draws_are_reproducible_with_a_seed_and_limited_to_the_named_operati
 
 
 def test_the_plan_spelling_of_amsg_local():
-    plan = FaultPlan.parse("throttle=0.1, 500=0.05,drop=0.02,latency=0.01,latency_s=12,outage=60,seed=7,ops=PutItem+Query")
+    plan = FaultPlan.parse(
+        "throttle=0.1, 500=0.05,drop=0.02,latency=0.01,latency_s=12,outage=60,seed=7,ops=PutItem+Query"
+    )
     assert plan == FaultPlan(0.1, 0.05, 0.02, 0.01, 12.0, 60.0, 7, frozenset({"PutItem", "Query"}))
     for bad in ("throttle", "nope=1", "throttle=0.7,drop=0.5", "error=-1"):
         with pytest.raises(ValueError):

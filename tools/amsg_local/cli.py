@@ -546,7 +546,8 @@ def backend_description(stack: LocalStack) -> str:
     """The banner's DynamoDB entry: what plays DynamoDB and, for the moto fallback, its limits."""
     if stack.dynamodb_faults is not None:
         proxy = stack.dynamodb_faults
-        return f"{_backend(stack)}\n                 handlers go through a fault proxy {proxy.endpoint_url}: {proxy.plan}"
+        where = f"handlers go through a fault proxy {proxy.endpoint_url}: {proxy.plan}"
+        return f"{_backend(stack)}\n                 {where}"
     return _backend(stack)
 
 

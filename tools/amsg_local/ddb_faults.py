@@ -205,80 +205,79 @@ def error_body(kind: str, draw: int) -> tuple[int, bytes]:
     return 500, json.dumps({"__type": _PREFIX + "InternalServerError", "message": "Internal server error"}).encode()
 
 
-def _make_handler(proxy: FaultProxy) -> type[BaseHTTPRequestHandler]:
-    class Handler(BaseHTTPRequestHandler):
-        protocol_version = "HTTP/1.1"
-        upstream: http.client.HTTPConnection | None = None
+class _Handler(BaseHTTPRequestHandler):
+    """One client connection: each request is answered with its fault, or forwarded on this connection's own
+    upstream connection."""
 
-        def setup(self) -> None:
-            super().setup()
-            self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    protocol_version = "HTTP/1.1"
+    proxy: FaultProxy  # set on the subclass each proxy makes
+    upstream: http.client.HTTPConnection | None = None
 
-        def finish(self) -> None:
-            with contextlib.suppress(OSError):
-                super().finish()
-            if self.upstream is not None:
-                self.upstream.close()
+    def setup(self) -> None:
+        super().setup()
+        self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
 
-        def do_POST(self) -> None:
-            body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
-            operation = (self.headers.get("X-Amz-Target") or "").rpartition(".")[2]
-            fault = proxy.decide(operation)
-            if fault == "outage":
-                self._reset()
-                return
-            if fault in ("throttle", "error"):
-                status, payload = error_body(fault, next(proxy.variants))
-                self._answer(status, [("Content-Type", _JSON), ("x-amzn-RequestId", uuid.uuid4().hex)], payload)
-                return
-            if fault == "latency":
-                time.sleep(proxy.plan.latency_s)
-            try:
-                status, headers, payload = self._forward(body)
-            except OSError:
-                self._reset()
-                return
-            if fault == "drop":
-                self._reset()
-                return
-            self._answer(status, headers, payload)
+    def finish(self) -> None:
+        with contextlib.suppress(OSError):
+            super().finish()
+        if self.upstream is not None:
+            self.upstream.close()
 
-        def _forward(self, body: bytes) -> tuple[int, list[tuple[str, str]], bytes]:
+    def do_POST(self) -> None:
+        body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        fault = self.proxy.decide((self.headers.get("X-Amz-Target") or "").rpartition(".")[2])
+        if fault in ("throttle", "error"):
+            status, payload = error_body(fault, next(self.proxy.variants))
+            self._answer(status, [("Content-Type", _JSON), ("x-amzn-RequestId", uuid.uuid4().hex)], payload)
+            return
+        if fault == "latency":
+            time.sleep(self.proxy.plan.latency_s)
+        answer = None if fault == "outage" else self._forward(body)
+        if answer is None or fault == "drop":
+            self._reset()
+            return
+        self._answer(*answer)
+
+    def _forward(self, body: bytes) -> tuple[int, list[tuple[str, str]], bytes] | None:
+        """DynamoDB's answer, or None when the upstream connection failed."""
+        headers = {k: v for k, v in self.headers.items() if k.lower() not in _HOP_BY_HOP}
+        try:
             if self.upstream is None:
-                self.upstream = http.client.HTTPConnection(*proxy.target, timeout=60)
+                self.upstream = http.client.HTTPConnection(*self.proxy.target, timeout=60)
                 self.upstream.connect()
                 assert self.upstream.sock is not None
                 self.upstream.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            headers = {k: v for k, v in self.headers.items() if k.lower() not in _HOP_BY_HOP}
-            try:
-                self.upstream.request("POST", self.path, body=body, headers=headers)
-                response = self.upstream.getresponse()
-                payload = response.read()
-            except (OSError, http.client.HTTPException):
+            self.upstream.request("POST", self.path, body=body, headers=headers)
+            response = self.upstream.getresponse()
+            payload = response.read()
+        except (OSError, http.client.HTTPException):
+            if self.upstream is not None:
                 self.upstream.close()
-                self.upstream = None
-                raise OSError("upstream failed") from None
-            kept = [(k, v) for k, v in response.getheaders() if k.lower() not in _HOP_BY_HOP]
-            return response.status, kept, payload
+            self.upstream = None
+            return None
+        kept = [(k, v) for k, v in response.getheaders() if k.lower() not in _HOP_BY_HOP]
+        return response.status, kept, payload
 
-        def _answer(self, status: int, headers: list[tuple[str, str]], payload: bytes) -> None:
-            try:
-                self.send_response_only(status)
-                for name, value in headers:
-                    self.send_header(name, value)
-                self.send_header("Content-Length", str(len(payload)))
-                self.end_headers()
-                self.wfile.write(payload)
-            except OSError:
-                self.close_connection = True
-
-        def _reset(self) -> None:
-            """Close with a TCP reset: the client sees its connection die with no answer."""
+    def _answer(self, status: int, headers: list[tuple[str, str]], payload: bytes) -> None:
+        try:
+            self.send_response_only(status)
+            for name, value in headers:
+                self.send_header(name, value)
+            self.send_header("Content-Length", str(len(payload)))
+            self.end_headers()
+            self.wfile.write(payload)
+        except OSError:
             self.close_connection = True
-            with contextlib.suppress(OSError):
-                self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
 
-        def log_message(self, format: str, *args: Any) -> None:
-            pass
+    def _reset(self) -> None:
+        """Close with a TCP reset: the client sees its connection die with no answer."""
+        self.close_connection = True
+        with contextlib.suppress(OSError):
+            self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
 
-    return Handler
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+
+def _make_handler(proxy: FaultProxy) -> type[BaseHTTPRequestHandler]:
+    return type("FaultProxyHandler", (_Handler,), {"proxy": proxy})

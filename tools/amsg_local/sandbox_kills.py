@@ -6,7 +6,8 @@ run. That is the crash the delivery chain's claims, leases and fencing exist for
 
 ``SandboxKiller(runtime.function("RunTaskFunction"), rate=0.3, interval_s=0.5, seed=1)`` looks at the
 function's busy sandboxes every ``interval_s`` and, with probability ``rate``, kills one of them (chosen by a
-``random.Random(seed)``), up to ``max_kills``. Only sandboxes of the given function, and only processes this stack started.
+``random.Random(seed)``), up to ``max_kills``. Only sandboxes of the given function, and only processes this
+stack started.
 """
 
 from __future__ import annotations
