@@ -41,6 +41,7 @@ def main() -> None:
     every = chaos.modes(outage_s)
     chosen = [m for m in os.environ.get("AMSG_BENCH_CHAOS_MODES", ",".join(every)).split(",") if m]
     logging.getLogger("local_stack").setLevel(logging.CRITICAL)  # the injected failures, one traceback each
+    os.environ["POWERTOOLS_LOG_LEVEL"] = "CRITICAL"  # and the sandboxes' warnings: the counts say it all
     print(
         f"== chaos: {tasks} one-shot tasks of {len(chaos.SEGMENTS)} segments per mode on the local stack (DynamoDB"
         " Local behind the fault proxy, process sandboxes); segments counted"
