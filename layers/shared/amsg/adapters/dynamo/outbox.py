@@ -33,7 +33,7 @@ from boto3.dynamodb.conditions import Attr, Key
 from botocore.exceptions import ClientError
 
 from amsg.adapters.dynamo import keys
-from amsg.adapters.dynamo.outbox_sending import OutboxSendClaims
+from amsg.adapters.dynamo.outbox_sending import OutboxSendClaims, claim_check
 from amsg.adapters.dynamo.owners import GuardSet, owner_sets, raise_if_guard_failed
 from amsg.adapters.dynamo.table import (
     PART_CHARS,
@@ -44,8 +44,8 @@ from amsg.adapters.dynamo.table import (
     is_conditional_failure,
     item_int,
 )
-from amsg.errors import CloudGuardError, StoreUnavailable
-from amsg.ports import OutboxAppend, OutboxRow
+from amsg.errors import ClaimLost, CloudGuardError, StoreUnavailable
+from amsg.ports import ClaimFence, OutboxAppend, OutboxRow
 
 DAY_MS = 86_400_000
 RETENTION_MS = 28 * DAY_MS  # any row, after creation
@@ -211,13 +211,13 @@ class DynamoOutboxStore(OutboxSendClaims):
 
     # ---- engine-facing ----------------------------------------------------------------------------------
 
-    def append(self, user_id: str, rows: Sequence[OutboxAppend]) -> list[int]:
+    def append(self, user_id: str, rows: Sequence[OutboxAppend], *, fence: ClaimFence | None = None) -> list[int]:
         merged: dict[str, OutboxAppend] = {}
         for row in rows:
             merged[row.message_id] = row  # a repeated id keeps its first position and takes the last content
         ids: dict[str, int] = {}
         for chunk in self._chunks(list(merged.values())):
-            ids.update(self._append_chunk(user_id, chunk))
+            ids.update(self._append_chunk(user_id, chunk, fence))
         return [ids[row.message_id] for row in rows]
 
     @staticmethod
@@ -236,7 +236,7 @@ class DynamoOutboxStore(OutboxSendClaims):
         if chunk:
             yield chunk
 
-    def _append_chunk(self, user_id: str, chunk: list[OutboxAppend]) -> dict[str, int]:
+    def _append_chunk(self, user_id: str, chunk: list[OutboxAppend], fence: ClaimFence | None) -> dict[str, int]:
         pk = self.keys.user_pk(user_id)
         blobs: dict[str, BlobRef] = {}
         for row in chunk:
@@ -248,7 +248,7 @@ class DynamoOutboxStore(OutboxSendClaims):
             if attempt:
                 backoff(attempt)  # the per-user counter moved under us: jittered back-off, then read again
             plan = self._plan_append(user_id, chunk, blobs)
-            if plan.actions and not self._commit_append(user_id, chunk, plan.actions, blobs):
+            if plan.actions and not self._commit_append(user_id, chunk, plan.actions, blobs, fence):
                 continue  # the counter moved or a row changed under us: read again
             for old in plan.replaced:
                 self._drop_parts_of(old)
@@ -293,20 +293,30 @@ class DynamoOutboxStore(OutboxSendClaims):
         return plan
 
     def _commit_append(
-        self, user_id: str, chunk: list[OutboxAppend], actions: list[dict[str, Any]], blobs: dict[str, BlobRef]
+        self,
+        user_id: str,
+        chunk: list[OutboxAppend],
+        actions: list[dict[str, Any]],
+        blobs: dict[str, BlobRef],
+        fence: ClaimFence | None = None,
     ) -> bool:
-        """One transaction with the owners' guards; False when a condition failed (read again). A failed guard
-        drops the chunk's parts and raises."""
+        """One transaction with the owners' guards (and a run's claim check); False when a condition failed (read
+        again). A failed guard or claim drops the chunk's parts and raises."""
         guards = GuardSet(self.keys)
         for row in chunk:
             if row.owner is not None:  # rows of an owned task commit only while its owner holds
                 guards.add(row.owner.ref, row.owner.generation)
+        checks = guards.actions(user_id)
+        if fence is not None:
+            checks.append(claim_check(self.keys, user_id, fence.task_uuid, fence.claim_version, fence.now_ms))
         try:
-            self.t.transact(actions + guards.actions(user_id))
+            self.t.transact(actions + checks)
         except TransactionCancelled as cancelled:
             try:
                 raise_if_guard_failed(cancelled, len(actions), len(guards))
-            except CloudGuardError:
+                if fence is not None and cancelled.failed(len(actions) + len(guards)):
+                    raise ClaimLost("the task claim fencing this append is gone")
+            except (CloudGuardError, ClaimLost):
                 for message_id, blob in blobs.items():
                     self._drop_parts(self.keys.user_pk(user_id), message_id, blob.token)
                 raise
