@@ -336,9 +336,9 @@ def test_an_unconfirmed_row_keeps_its_send_claim_and_a_release_is_the_claims_own
     assert stores.outbox.claim_send(USER, "m2", **kw)
     stores.outbox.mark_delivered(USER, ["m2"], NOW + 2)
     assert not stores.outbox.mark_unconfirmed(USER, "m2", NOW + 3)  # a delivered row is not unconfirmed
-    # a discard never deletes a row some run took for sending (its push may have left)
-    assert stores.outbox.discard_undelivered(USER, ["m1", "m2", "m3"]) == 1
-    assert [r.message_id for r in stores.outbox.list_for_task(USER, uuid)] == ["m1", "m2"]
+    # the API's discard (the user cancelled the task) takes every row nobody received, claimed or not
+    assert stores.outbox.discard_undelivered_for_task(USER, uuid) == 2
+    assert [r.message_id for r in stores.outbox.list_for_task(USER, uuid)] == ["m2"]
 
 
 def test_a_run_discards_its_rows_only_while_its_claim_is_the_tasks_and_it_ended_it(stores):
@@ -373,3 +373,26 @@ def test_a_gone_subscription_is_marked_only_if_unchanged_and_a_new_put_clears_it
     assert subscriptions.get_push_subscription(USER).gone
     subscriptions.put_push_subscription(USER, "enc-2", NOW + 1)  # the client subscribed again
     assert not subscriptions.get_push_subscription(USER).gone
+
+
+def test_a_runs_append_commits_only_under_its_claim_and_never_re_arms_the_new_claims_rows(stores):
+    from amsg.errors import ClaimLost
+    from amsg.ports import ClaimFence
+
+    uuid = create(stores, 1)
+    old = claim(stores, uuid)
+    assert old is not None
+    assert stores.outbox.append(USER, [push("m1", uuid)], fence=ClaimFence(uuid, old.claim_version, NOW)) == [1]
+    new = claim(stores, uuid, now=LEASE, lease=LEASE + 30_000)  # the old lease expired: claimed again
+    assert new is not None
+    assert stores.outbox.claim_send(USER, "m1", task_uuid=uuid, claim_version=new.claim_version, now_ms=LEASE)
+    with pytest.raises(ClaimLost):  # the superseded run's upsert would clear the new claim's send claim
+        stores.outbox.append(
+            USER, [push("m1", uuid), push("m2", uuid)], fence=ClaimFence(uuid, old.claim_version, LEASE)
+        )
+    rows = stores.outbox.list_for_task(USER, uuid)
+    assert [(r.message_id, r.sending_at) for r in rows] == [("m1", LEASE)]
+    fence = ClaimFence(uuid, new.claim_version, LEASE)
+    assert stores.outbox.append(USER, [push("m2", uuid)], fence=fence) == [2]
+    with pytest.raises(ClaimLost):  # an expired lease fences too
+        stores.outbox.append(USER, [push("m3", uuid)], fence=ClaimFence(uuid, new.claim_version, LEASE + 30_000))

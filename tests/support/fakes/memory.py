@@ -14,6 +14,7 @@ from dataclasses import dataclass, replace
 
 from amsg.ports import (
     CapCharge,
+    ClaimFence,
     CredentialWrite,
     DeliveryPolicyRow,
     OutboxAppend,
@@ -70,7 +71,9 @@ class MemoryOutboxStore:
 
     # -- engine-facing --
 
-    def append(self, user_id: str, rows: Sequence[OutboxAppend]) -> list[int]:
+    def append(self, user_id: str, rows: Sequence[OutboxAppend], *, fence: ClaimFence | None = None) -> list[int]:
+        if fence is not None and type(self) is MemoryOutboxStore:
+            raise NotFaked("a fenced append checks the task: FencedMemoryOutboxStore")
         merged: dict[str, OutboxAppend] = {}
         for row in rows:
             _no_owner(row.owner)
@@ -143,15 +146,15 @@ class MemoryOutboxStore:
                 item.row.delivered_at = at_ms
         return len(touched)
 
-    def _discard(self, user_id: str, message_ids: Iterable[str]) -> int:
+    def _discard(self, user_id: str, message_ids: Iterable[str], *, untaken: bool = False) -> int:
         items = self._user(user_id)
         gone = [
             m
             for m in message_ids
             if m in items
-            and items[m].row.sending_at is None
             and items[m].row.delivered_at is None
             and items[m].row.acked_at is None
+            and not (untaken and items[m].row.sending_at is not None)
         ]
         for message_id in gone:
             del items[message_id]
@@ -166,7 +169,7 @@ class MemoryOutboxStore:
             raise NotFaked("a fenced discard checks the task: FencedMemoryOutboxStore")
         with self._lock:
             mine = [m for m, item in self._user(user_id).items() if item.row.task_uuid == task_uuid]
-            return self._discard(user_id, mine)
+            return self._discard(user_id, mine, untaken=claim_version is not None)
 
     def list_for_task(self, user_id: str, task_uuid: str, *, since_ms: int = 0, limit: int = 500) -> list[OutboxRow]:
         with self._lock:

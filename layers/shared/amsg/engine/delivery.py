@@ -44,7 +44,7 @@ from amsg.engine.sending import (
     resolve_subscription,
     send_one,
 )
-from amsg.engine.stale import defer_task, is_stale, settle_stale
+from amsg.engine.stale import batch_outboxed, defer_task, is_stale, settle_stale
 from amsg.engine.summary import DeliverySummary
 from amsg.errors import CloudGuardError
 from amsg.failures import ClaimTaken, DeliveryFailure, PushSendError
@@ -124,11 +124,21 @@ def _payload_to_fire(
         if _may_write(ctx, row, env, summary):
             cancel_retired(ctx, row, summary)  # retired since the task was written: it never fires again
         return None
-    if is_stale(row, now, ctx.settings.stale_after_ms):
+    if is_stale(row, now, ctx.settings.stale_after_ms) and not _handed_over(ctx, row, codec):
         if _may_write(ctx, row, env, summary):
             settle_stale(ctx, row, payload, codec, summary)
         return None
     return payload
+
+
+def _handed_over(ctx: AppContext, row: TaskRow, codec: UserCodec) -> bool:
+    """A late occurrence whose batch is in the outbox with nothing left to push (its settlement failed after
+    the pushes): it is settled as delivered, not as stale."""
+    if not batch_outboxed(row):
+        return False
+    occurrence = Occurrence(row.id, row.uuid, row.next_send_at_ms or None)
+    entries = _committed_batch(ctx, row, occurrence, codec)
+    return entries is not None and not _left_to_push(entries)
 
 
 def _record_failed_run(
@@ -208,7 +218,7 @@ def process_occurrence(
     hooks = load_hooks(ctx.settings.hooks_module)
     agentic = hooks.agentic and needs_llm(payload)
     # the task records the occurrence whose batch is in the outbox, so a first attempt needs no lookup
-    known = row.outbox_occurrence_ms is not None and row.outbox_occurrence_ms == row.next_send_at_ms
+    known = batch_outboxed(row)
     entries = _committed_batch(ctx, row, occurrence, codec) if known or agentic else None
     if entries is not None and not _left_to_push(entries):
         return _finish_handed_over(ctx, row, entries, env)

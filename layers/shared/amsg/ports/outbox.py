@@ -30,6 +30,16 @@ class OutboxAppend:
     owner: OwnerClaim | None = None  # inherited from the firing task: the append commits only while it holds
 
 
+@dataclass(frozen=True)
+class ClaimFence:
+    """A delivery run's claim on the task whose rows it writes: the write commits only while the task is pending
+    under ``claim_version`` with its lease unexpired at ``now_ms`` (else :class:`amsg.errors.ClaimLost`)."""
+
+    task_uuid: str
+    claim_version: int
+    now_ms: int
+
+
 @dataclass
 class OutboxRow:
     """A stored outbox row. ``encrypted_push`` is None when a split payload lost a part (read as undecryptable)."""
@@ -60,8 +70,12 @@ class OutboxStore(Protocol):
 
     # -- engine-facing ------------------------------------------------------------------------------------
 
-    def append(self, user_id: str, rows: Sequence[OutboxAppend]) -> list[int]:
+    def append(self, user_id: str, rows: Sequence[OutboxAppend], *, fence: ClaimFence | None = None) -> list[int]:
         """Upsert on ``(user_id, message_id)``; returns the row id of each input row, in input order.
+
+        ``fence`` (a delivery run's appends): each transaction also checks the run's task claim, and
+        :class:`amsg.errors.ClaimLost` is raised (nothing of that transaction written) once it no longer holds,
+        so a superseded run never re-arms rows the newer claim works.
 
         * new message id: inserted with the next per-user id (allocated in the same transaction);
         * existing, not acked: updated in place (same id): payload and ``created_at`` replaced,
@@ -112,17 +126,17 @@ class OutboxStore(Protocol):
         ...
 
     def discard_undelivered(self, user_id: str, message_ids: Sequence[str]) -> int:
-        """Delete the given rows that nobody took for sending and that were neither delivered nor acked
-        (a claimed row may have been pushed: it stays for the pull); count."""
+        """Delete the given rows that were neither delivered nor acked; count."""
         ...
 
     def discard_undelivered_for_task(self, user_id: str, task_uuid: str, *, claim_version: int | None = None) -> int:
-        """Delete the task's rows that nobody took for sending and that were neither delivered nor acked; count.
+        """Delete the task's rows nobody received; count.
 
-        Without ``claim_version`` (the API's cancel and update, which remove the task themselves) unfenced. With
-        it (a delivery run's cancellation) each delete commits only while the task still carries that claim
-        version and is no longer pending, i.e. the run itself ended it: a superseded run, or one whose task was
-        deleted or claimed again, deletes nothing (docs/delivery.md, fencing)."""
+        Without ``claim_version`` (the API's cancel and update, which delete the task first: the user no longer
+        wants any of it) every row neither delivered nor acked. With it (a delivery run's cancellation) only rows
+        nobody took for sending (a claimed row may have been pushed), each delete committing only while the task
+        still carries that claim version and is no longer pending, i.e. the run itself ended it: a superseded
+        run, or one whose task was deleted or claimed again, deletes nothing (docs/delivery.md, fencing)."""
         ...
 
     def list_for_task(self, user_id: str, task_uuid: str, *, since_ms: int = 0, limit: int = 500) -> list[OutboxRow]:

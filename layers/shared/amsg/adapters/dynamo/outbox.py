@@ -33,7 +33,7 @@ from boto3.dynamodb.conditions import Attr, Key
 from botocore.exceptions import ClientError
 
 from amsg.adapters.dynamo import keys
-from amsg.adapters.dynamo.outbox_sending import OutboxSendClaims
+from amsg.adapters.dynamo.outbox_sending import OutboxSendClaims, claim_check
 from amsg.adapters.dynamo.owners import GuardSet, owner_sets, raise_if_guard_failed
 from amsg.adapters.dynamo.table import (
     PART_CHARS,
@@ -44,8 +44,8 @@ from amsg.adapters.dynamo.table import (
     is_conditional_failure,
     item_int,
 )
-from amsg.errors import CloudGuardError, StoreUnavailable
-from amsg.ports import OutboxAppend, OutboxRow
+from amsg.errors import ClaimLost, CloudGuardError, StoreUnavailable
+from amsg.ports import ClaimFence, OutboxAppend, OutboxRow
 
 DAY_MS = 86_400_000
 RETENTION_MS = 28 * DAY_MS  # any row, after creation
@@ -59,11 +59,10 @@ ID_DIGITS = 16
 MAX_ID = 10**ID_DIGITS - 1
 
 _NAMES = {"#ttl": "ttl"}
-# a row nobody took for sending, pushed or acked: the only kind a discard may delete
-_UNTOUCHED = (
-    "attribute_exists(SK) AND attribute_not_exists(sending_at) AND attribute_not_exists(delivered_at) "
-    "AND attribute_not_exists(acked_at)"
-)
+# a row nobody received (the API's discard: the user cancelled, so a row claimed for sending goes too)
+_UNDELIVERED = "attribute_exists(SK) AND attribute_not_exists(delivered_at) AND attribute_not_exists(acked_at)"
+# a row nobody took for sending, pushed or acked: the only kind a run's (fenced) discard may delete
+_UNTOUCHED = f"{_UNDELIVERED} AND attribute_not_exists(sending_at)"
 
 
 def _pad(n: int) -> str:
@@ -212,13 +211,13 @@ class DynamoOutboxStore(OutboxSendClaims):
 
     # ---- engine-facing ----------------------------------------------------------------------------------
 
-    def append(self, user_id: str, rows: Sequence[OutboxAppend]) -> list[int]:
+    def append(self, user_id: str, rows: Sequence[OutboxAppend], *, fence: ClaimFence | None = None) -> list[int]:
         merged: dict[str, OutboxAppend] = {}
         for row in rows:
             merged[row.message_id] = row  # a repeated id keeps its first position and takes the last content
         ids: dict[str, int] = {}
         for chunk in self._chunks(list(merged.values())):
-            ids.update(self._append_chunk(user_id, chunk))
+            ids.update(self._append_chunk(user_id, chunk, fence))
         return [ids[row.message_id] for row in rows]
 
     @staticmethod
@@ -237,7 +236,7 @@ class DynamoOutboxStore(OutboxSendClaims):
         if chunk:
             yield chunk
 
-    def _append_chunk(self, user_id: str, chunk: list[OutboxAppend]) -> dict[str, int]:
+    def _append_chunk(self, user_id: str, chunk: list[OutboxAppend], fence: ClaimFence | None) -> dict[str, int]:
         pk = self.keys.user_pk(user_id)
         blobs: dict[str, BlobRef] = {}
         for row in chunk:
@@ -249,7 +248,7 @@ class DynamoOutboxStore(OutboxSendClaims):
             if attempt:
                 backoff(attempt)  # the per-user counter moved under us: jittered back-off, then read again
             plan = self._plan_append(user_id, chunk, blobs)
-            if plan.actions and not self._commit_append(user_id, chunk, plan.actions, blobs):
+            if plan.actions and not self._commit_append(user_id, chunk, plan.actions, blobs, fence):
                 continue  # the counter moved or a row changed under us: read again
             for old in plan.replaced:
                 self._drop_parts_of(old)
@@ -294,20 +293,30 @@ class DynamoOutboxStore(OutboxSendClaims):
         return plan
 
     def _commit_append(
-        self, user_id: str, chunk: list[OutboxAppend], actions: list[dict[str, Any]], blobs: dict[str, BlobRef]
+        self,
+        user_id: str,
+        chunk: list[OutboxAppend],
+        actions: list[dict[str, Any]],
+        blobs: dict[str, BlobRef],
+        fence: ClaimFence | None = None,
     ) -> bool:
-        """One transaction with the owners' guards; False when a condition failed (read again). A failed guard
-        drops the chunk's parts and raises."""
+        """One transaction with the owners' guards (and a run's claim check); False when a condition failed (read
+        again). A failed guard or claim drops the chunk's parts and raises."""
         guards = GuardSet(self.keys)
         for row in chunk:
             if row.owner is not None:  # rows of an owned task commit only while its owner holds
                 guards.add(row.owner.ref, row.owner.generation)
+        checks = guards.actions(user_id)
+        if fence is not None:
+            checks.append(claim_check(self.keys, user_id, fence.task_uuid, fence.claim_version, fence.now_ms))
         try:
-            self.t.transact(actions + guards.actions(user_id))
+            self.t.transact(actions + checks)
         except TransactionCancelled as cancelled:
             try:
                 raise_if_guard_failed(cancelled, len(actions), len(guards))
-            except CloudGuardError:
+                if fence is not None and cancelled.failed(len(actions) + len(guards)):
+                    raise ClaimLost("the task claim fencing this append is gone")
+            except (CloudGuardError, ClaimLost):
                 for message_id, blob in blobs.items():
                     self._drop_parts(self.keys.user_pk(user_id), message_id, blob.token)
                 raise
@@ -351,7 +360,7 @@ class DynamoOutboxStore(OutboxSendClaims):
 
     def _delete_undelivered(self, key: dict[str, str]) -> bool:
         try:
-            result = self.t.table.delete_item(Key=key, ConditionExpression=_UNTOUCHED, ReturnValues="ALL_OLD")
+            result = self.t.table.delete_item(Key=key, ConditionExpression=_UNDELIVERED, ReturnValues="ALL_OLD")
         except ClientError as exc:
             if not is_conditional_failure(exc):
                 raise
@@ -411,16 +420,16 @@ class DynamoOutboxStore(OutboxSendClaims):
         return out
 
     def discard_undelivered_for_task(self, user_id: str, task_uuid: str, *, claim_version: int | None = None) -> int:
-        """Delete the task's rows nobody has taken or received yet (never claimed, delivered or acked)."""
+        """Delete the task's rows nobody has received (the API); a run's: only untaken rows, fenced."""
         rows = self._task_items(user_id, task_uuid, projection="PK, SK, task_uuid, sending_at, delivered_at, acked_at")
-        keys_ = [
+        if claim_version is None:
+            return sum(1 for row in rows if self._delete_undelivered({"PK": row["PK"], "SK": row["SK"]}))
+        untouched = [
             {"PK": row["PK"], "SK": row["SK"]}
             for row in rows
             if not any(row.get(name) is not None for name in ("sending_at", "delivered_at", "acked_at"))
         ]
-        if claim_version is None:
-            return sum(1 for key in keys_ if self._delete_undelivered(key))
-        return sum(1 for key in keys_ if self._delete_fenced(key, user_id, task_uuid, claim_version))
+        return sum(1 for key in untouched if self._delete_fenced(key, user_id, task_uuid, claim_version))
 
     def list_for_task(self, user_id: str, task_uuid: str, *, since_ms: int = 0, limit: int = 500) -> list[OutboxRow]:
         return [self._row(item) for item in self._task_items(user_id, task_uuid, since_ms=since_ms, limit=limit)]
