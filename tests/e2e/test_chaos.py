@@ -17,10 +17,7 @@ pytestmark = [pytest.mark.e2e, pytest.mark.xdist_group("chaos")]
 TASKS = int(os.environ.get("AMSG_CHAOS_TEST_TASKS", "10"))
 MODES = chaos.modes(outage_s=6.0, small=True)
 # modes that still break the promise, with why (remove an entry when its fix lands)
-KNOWN = {
-    "push-slow": "a push accepted but answered after AMSG_PUSH_TIMEOUT_MS is sent again: send_one releases the "
-    "send claim on a read timeout, so the retry pushes the same message id a second time",
-}
+KNOWN: dict[str, str] = {}
 
 
 @pytest.fixture(scope="module")

@@ -74,9 +74,9 @@ def modes(outage_s: float = 60.0, seed: int = 7, *, small: bool = False) -> dict
         Mode("push-slow", f"{100 * push(0.1):g}% accepted, 201 after the timeout", push={"slow_accept": push(0.1)}),
         Mode(
             "kills",
-            "busy run_task sandboxes SIGKILLed, " + ("3, 0.3 s apart" if small else "p=0.3 every 0.5 s, up to 100"),
+            "busy run_task sandboxes SIGKILLed, " + ("3, 0.05 s apart" if small else "p=0.3 every 0.5 s, up to 100"),
             kill_rate=1.0 if small else 0.3,
-            kill_interval_s=0.3 if small else 0.5,
+            kill_interval_s=0.05 if small else 0.5,
             max_kills=3 if small else 100,
         ),
     )

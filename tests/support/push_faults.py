@@ -7,7 +7,8 @@ Every well-formed push draws its answer from one ``random.Random(seed)`` in arri
 * ``hang``: no answer at all for ``hang_s`` (the sender's timeout ends it; the push is not accepted);
 * ``slow_accept``: the push is recorded as accepted (``201``) and the answer comes ``slow_s`` later, after the
   sender's ``AMSG_PUSH_TIMEOUT_MS``: the push went out, the sender cannot know it;
-* ``gone``: a share of the *subscriptions* (chosen by endpoint, not per push) answer ``410`` to every push.
+* ``gone``: a share of the *subscriptions* (drawn once per endpoint, at its first push) answer ``410`` to every
+  push.
 
 The fake records every push with its decrypted ``messageId`` and ``taskUuid``, so
 ``FakePushService.accepted_counts()`` shows a duplicate (> 1) or a loss (0) per message id.
@@ -15,7 +16,6 @@ The fake records every push with its decrypted ``messageId`` and ``taskUuid``, s
 
 from __future__ import annotations
 
-import hashlib
 import random
 import threading
 from dataclasses import dataclass
@@ -43,12 +43,15 @@ class PushFaultPlan:
         self._random = random.Random(self.seed)
         self._lock = threading.Lock()
         self._errors = 0
+        self._gone: dict[str, bool] = {}
         self.injected: dict[str, int] = {}
 
     def is_gone(self, endpoint_id: str) -> bool:
-        """Whether this subscription answers 410 (a stable choice per endpoint and seed)."""
-        digest = hashlib.sha256(f"{self.seed}/{endpoint_id}".encode()).digest()
-        return int.from_bytes(digest[:4], "big") / 2**32 < self.gone
+        """Whether this subscription answers 410: drawn once, at its first push (seeded, in arrival order)."""
+        with self._lock:
+            if endpoint_id not in self._gone:
+                self._gone[endpoint_id] = self._random.random() < self.gone
+            return self._gone[endpoint_id]
 
     def __call__(self, push: ReceivedPush) -> PushFault | None:
         if self.gone and self.is_gone(push.endpoint_id):
