@@ -1,5 +1,5 @@
 """``python -m bench [NAME ...]``: imports, cold, tick, requests, capacity, e2e, load, migration and hostile
-(all by default); moto-memory, local, tenants and cost on request.
+(all by default); moto-memory, local, tenants, cost and chaos on request.
 
 Numbers are printed, never asserted."""
 
@@ -20,6 +20,7 @@ for _key, _value in {
 
 from bench import (  # noqa: E402
     capacity,
+    chaos,
     cold,
     cost,
     e2e,
@@ -44,6 +45,7 @@ def main(argv: list[str]) -> int:
         runners["local"] = local_stack
         runners["tenants"] = tenants
         runners["cost"] = cost
+        runners["chaos"] = chaos
         runners[name].main()
     return 0
 

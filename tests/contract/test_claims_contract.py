@@ -373,3 +373,26 @@ def test_a_gone_subscription_is_marked_only_if_unchanged_and_a_new_put_clears_it
     assert subscriptions.get_push_subscription(USER).gone
     subscriptions.put_push_subscription(USER, "enc-2", NOW + 1)  # the client subscribed again
     assert not subscriptions.get_push_subscription(USER).gone
+
+
+def test_a_runs_append_commits_only_under_its_claim_and_never_re_arms_the_new_claims_rows(stores):
+    from amsg.errors import ClaimLost
+    from amsg.ports import ClaimFence
+
+    uuid = create(stores, 1)
+    old = claim(stores, uuid)
+    assert old is not None
+    assert stores.outbox.append(USER, [push("m1", uuid)], fence=ClaimFence(uuid, old.claim_version, NOW)) == [1]
+    new = claim(stores, uuid, now=LEASE, lease=LEASE + 30_000)  # the old lease expired: claimed again
+    assert new is not None
+    assert stores.outbox.claim_send(USER, "m1", task_uuid=uuid, claim_version=new.claim_version, now_ms=LEASE)
+    with pytest.raises(ClaimLost):  # the superseded run's upsert would clear the new claim's send claim
+        stores.outbox.append(
+            USER, [push("m1", uuid), push("m2", uuid)], fence=ClaimFence(uuid, old.claim_version, LEASE)
+        )
+    rows = stores.outbox.list_for_task(USER, uuid)
+    assert [(r.message_id, r.sending_at) for r in rows] == [("m1", LEASE)]
+    fence = ClaimFence(uuid, new.claim_version, LEASE)
+    assert stores.outbox.append(USER, [push("m2", uuid)], fence=fence) == [2]
+    with pytest.raises(ClaimLost):  # an expired lease fences too
+        stores.outbox.append(USER, [push("m3", uuid)], fence=ClaimFence(uuid, new.claim_version, LEASE + 30_000))

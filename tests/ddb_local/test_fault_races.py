@@ -274,3 +274,28 @@ def test_a_sandbox_killed_between_the_410_and_its_writes_sends_nothing_more(ddb_
     assert len(attempts) == 1  # the takeover does not push to an endpoint whose last answer is unknown
     assert ctx.tasks.find_task(task_uuid) is None or ctx.tasks.find_task(task_uuid).status != "pending"
     assert len(_outbox_ids(ctx, user)) == 2  # both segments wait for the pull
+
+
+def test_late_answers_in_racing_batches_push_nothing_twice(ddb_local_endpoint, ddb_local_table):
+    """Racing ticks and consumers with duplicated SQS deliveries, a late answer on some first segments: every
+    segment is pushed at most once, and every one is pushed or waiting in the outbox."""
+    from tests.support.ddb_engine import race
+
+    ctx = ddb_context(ddb_local_endpoint, ddb_local_table)
+    sender, queue = RecordingPushSender(), MemoryQueue()
+    with_fakes(ctx, sender, queue)
+    users = [str(uuid.uuid4()) for _ in range(6)]
+    tasks = [(user, _task(ctx, user, "甲。乙。")) for user in users for _ in range(4)]
+    for index, (_, task_uuid) in enumerate(tasks):
+        if index % 3 == 0:
+            sender.late.add(f"msg_task_{ctx.tasks.find_task(task_uuid).id}@{DUE_MS}_0")
+    ctx.clock.current_ms = T0_MS + 61_000
+    race(ctx, queue, ticks=2, consumers=2, duplicate=True)
+    counts = sender.counts()
+    assert set(counts.values()) == {1}
+    for user, task_uuid in tasks:
+        assert len(ctx.outbox.list_for_task(user, task_uuid)) == 2  # nothing lost
+        assert ctx.tasks.find_task(task_uuid) is None  # all settled
+    late_tasks = {t for i, (_, t) in enumerate(tasks) if i % 3 == 0}
+    assert {key.split("/")[0] for key in counts} == {t for _, t in tasks}
+    assert sum(1 for key in counts if key.split("/")[0] in late_tasks) == len(late_tasks)  # the second waits

@@ -15,6 +15,8 @@ Typical use::
     push.set_status(sub.endpoint_id, 410)           # every later push to it answers 410
     push.set_status(sub.endpoint_id, 500, 429, 201) # one per request; the last one sticks
     push.set_delay(sub.endpoint_id, 2.0)            # answer after 2 s (timeouts)
+    push.faults = plan                              # a PushFault per well-formed push (tests/support/push_faults.py)
+    push.accepted_counts()                          # 2xx answers per "taskUuid/messageId" (duplicates show as > 1)
 
 Strict mode (default) answers like a picky push service when the request itself is wrong: 401 for a missing or
 invalid VAPID token, 403 when ``k`` is not the expected application server key, 400 for a missing ``TTL``, a
@@ -35,6 +37,8 @@ import secrets
 import socket
 import threading
 import time
+from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -280,6 +284,15 @@ class ReceivedPush:
         return {name.lower() for name, _ in self.header_items}
 
 
+@dataclass(frozen=True)
+class PushFault:
+    """How to answer one push: a status, after ``delay_s``, with extra headers (``Retry-After``)."""
+
+    status: int
+    delay_s: float = 0.0
+    headers: tuple[tuple[str, str], ...] = ()
+
+
 class FakePushService:
     """Threaded loopback push service on ``127.0.0.1:<ephemeral>``. Use as a context manager (or start/stop)."""
 
@@ -304,6 +317,8 @@ class FakePushService:
         self._statuses: dict[str, list[int]] = {}
         self._delays: dict[str, float] = {}
         self._ids = itertools.count(1)
+        # decides the answer of every well-formed push (after scripted statuses would): fault injection
+        self.faults: Callable[[ReceivedPush], PushFault | None] | None = None
 
     # lifecycle
 
@@ -395,6 +410,14 @@ class FakePushService:
             if 200 <= r.status < 300 and (endpoint_id is None or r.endpoint_id == endpoint_id)
         ]
 
+    def accepted_counts(self) -> Counter[str]:
+        """2xx answers per ``taskUuid/messageId`` of the decrypted push (answered late or not: it was accepted)."""
+        return Counter(
+            f"{r.payload.get('taskUuid')}/{r.payload.get('messageId')}"
+            for r in self.received
+            if 200 <= r.status < 300 and isinstance(r.payload, dict)
+        )
+
     def wait_for(self, count: int, endpoint_id: str | None = None, timeout_s: float = 5.0) -> list[ReceivedPush]:
         """Block until ``count`` pushes (to ``endpoint_id`` if given) arrived; AssertionError on timeout."""
         deadline = time.monotonic() + timeout_s
@@ -418,7 +441,7 @@ class FakePushService:
             return script.pop(0) if len(script) > 1 else script[0]
         return self.default_status if endpoint_id in self._subs else 404
 
-    def _handle(self, path: str, header_items: list[tuple[str, str]], body: bytes) -> tuple[int, float]:
+    def _handle(self, path: str, header_items: list[tuple[str, str]], body: bytes) -> PushFault:
         endpoint_id = path[len(PUSH_PATH) :].split("?", 1)[0]
         headers = {name.lower(): value for name, value in header_items}
         vapid = verify_vapid(
@@ -438,15 +461,16 @@ class FakePushService:
                 record.payload = json.loads(dec.plaintext)
             except (ValueError, UnicodeDecodeError) as exc:
                 record.decrypt_error = str(exc)
+        strict = self._strict_status(record, sub is not None)
+        fault = self.faults(record) if strict is None and self.faults is not None else None
         with self._cond:
-            status = self._strict_status(record, sub is not None)
-            if status is None:
-                status = self._next_status(endpoint_id)
-            record.status = status
-            delay = self._delays.get(endpoint_id, 0.0)
+            if fault is None:
+                status = strict if strict is not None else self._next_status(endpoint_id)
+                fault = PushFault(status, self._delays.get(endpoint_id, 0.0))
+            record.status = fault.status
             self._received.append(record)
             self._cond.notify_all()
-        return status, delay
+        return fault
 
     def _strict_status(self, record: ReceivedPush, known: bool) -> int | None:
         if not self.strict:
@@ -470,14 +494,17 @@ def _make_handler(service: FakePushService) -> type[BaseHTTPRequestHandler]:
             if not self.path.startswith(PUSH_PATH):
                 self._answer(404, b"no such push resource")
                 return
-            status, delay = service._handle(self.path, list(self.headers.items()), body)
-            if delay:
-                time.sleep(delay)
-            self._answer(status, b"" if 200 <= status < 300 else f"fake push: {status}".encode())
+            fault = service._handle(self.path, list(self.headers.items()), body)
+            if fault.delay_s:
+                time.sleep(fault.delay_s)
+            status = fault.status
+            self._answer(status, b"" if 200 <= status < 300 else f"fake push: {status}".encode(), fault.headers)
 
-        def _answer(self, status: int, body: bytes) -> None:
+        def _answer(self, status: int, body: bytes, headers: tuple[tuple[str, str], ...] = ()) -> None:
             try:
                 self.send_response(status)
+                for name, value in headers:
+                    self.send_header(name, value)
                 if status == 201:
                     # service.last_origin: a delayed answer may come after the test stopped the service
                     self.send_header("Location", f"{service.last_origin}/message/{secrets.token_hex(6)}")

@@ -255,3 +255,25 @@ def test_stats_route_counts_cold_starts_per_function(tmp_path: Path) -> None:
     assert (misc["invocations"], misc["coldStarts"]) == (3, 1)
     assert misc["initMsAvg"] > 0
     assert misc["sandboxes"]["live"] == 1
+
+
+def test_the_sandbox_killer_kills_only_a_busy_sandbox_and_its_invocation_ends_with_exit_error(
+    runtime: LambdaRuntime,
+) -> None:
+    from amsg_local.sandbox_kills import SandboxKiller
+
+    function = runtime.function("PidFunction")
+    runtime.invoke("PidFunction", {})  # a warm, idle sandbox
+    killer = SandboxKiller(function, seed=1)
+    assert function.busy_pids() == [] and killer.kill_one() is None
+    with ThreadPoolExecutor(1) as pool:
+        running = pool.submit(runtime.invoke, "PidFunction", {"nap": 3})
+        deadline = time.monotonic() + 5
+        while not function.busy_pids() and time.monotonic() < deadline:
+            time.sleep(0.02)
+        time.sleep(0.2)  # the event is in the sandbox's hands
+        [busy] = function.busy_pids()
+        assert killer.kill_one() == busy and killer.kills == 1
+        killed = running.result()
+    assert killed.error_type == "Runtime.ExitError" and "signal: killed" in (killed.error_message or "")
+    assert runtime.invoke("PidFunction", {}).ok  # replaced by the next invocation

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from amsg_local import bootstrap_secrets, invoke, operator_env, status, tenants_cli
+from amsg_local.ddb_faults import FaultPlan
 from amsg_local.delivery import LocalDelivery, TickNotConfigured
 from amsg_local.dynamodb_local import DynamoDBLocalUnavailable
 from amsg_local.envfile import read_env_file
@@ -56,6 +57,14 @@ MOTO_LIMITS = (
 
 def backend_description(stack: LocalStack) -> str:
     """The banner's DynamoDB entry: what plays DynamoDB and, for the moto fallback, its limits."""
+    if stack.dynamodb_faults is not None:
+        proxy = stack.dynamodb_faults
+        where = f"handlers go through a fault proxy {proxy.endpoint_url}: {proxy.plan}"
+        return f"{_backend(stack)}\n                 {where}"
+    return _backend(stack)
+
+
+def _backend(stack: LocalStack) -> str:
     if stack.backend == "dynamodb-local":
         where = (
             "own network namespace, loopback relay" if stack.dynamodb_local_isolated else "listens on every interface"
@@ -131,6 +140,13 @@ def _parser() -> argparse.ArgumentParser:
         action="store_const",
         const=False,
         help="the embedded moto server (serialized; the default without Java)",
+    )
+    local.add_argument(
+        "--dynamodb-faults",
+        type=FaultPlan.parse,
+        metavar="PLAN",
+        help="inject DynamoDB faults, e.g. throttle=0.1,error=0.05,drop=0.02,latency=0.01,outage=60,seed=7 "
+        "(tools/amsg_local/README.md)",
     )
     local.add_argument("--template", type=Path, default=None, help="template.yaml (default: found from cwd)")
     local.add_argument("--env-file", type=Path, default=Path(".env"), help="dotenv file (default ./.env)")
@@ -215,6 +231,7 @@ def _serve(args: argparse.Namespace) -> int:
                 # Powertools would print one EMF metrics blob per request to this console (the developer's
                 # environment may turn it back on)
                 environment_defaults={"POWERTOOLS_METRICS_DISABLED": "true"},
+                dynamodb_faults=args.dynamodb_faults,
             )
         except (DynamoDBLocalUnavailable, ValueError, RuntimeError, OSError) as exc:
             print(f"amsg local: {exc}", file=sys.stderr)

@@ -247,6 +247,12 @@ class ProcessFunctionRuntime:
         with self._lock:
             return list(self._live)
 
+    def busy_pids(self) -> list[int]:
+        """Sandboxes running an invocation now (what a fault injector kills: ``amsg_local.sandbox_kills``)."""
+        with self._lock:
+            idle = {sandbox.pid for sandbox in self._idle}
+            return [pid for pid in self._live if pid not in idle]
+
     def close(self) -> None:
         """Stop every sandbox (idle ones now; busy ones when their invocation ends)."""
         with self._lock:

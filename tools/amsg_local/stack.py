@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from amsg_local.ddb_faults import FaultPlan, FaultProxy
 from amsg_local.delivery import LocalDelivery
 from amsg_local.dynamodb_local import (
     DynamoDBLocal,
@@ -114,6 +115,7 @@ class LocalStack:
     region: str
     backend: str = "moto"
     environment: StackEnvironment = field(default_factory=StackEnvironment)
+    dynamodb_faults: FaultProxy | None = None  # the handlers' DynamoDB goes through it (dynamodb_endpoint does not)
     _ddb_local: DynamoDBLocal | None = None
     _resources: contextlib.ExitStack = field(default_factory=contextlib.ExitStack)
     _stopped: bool = False
@@ -157,10 +159,13 @@ class LocalStack:
         return self.gateway.ticks.run_once()
 
     def client(self, service: str) -> Any:
-        """A boto3 client for this stack's DynamoDB (``dynamodb``) or SQS (``sqs``)."""
+        """A boto3 client for this stack's DynamoDB (``dynamodb``, never through the fault proxy) or SQS (``sqs``)."""
         import boto3
 
-        return boto3.client(service, **client_options(self.function_environment(), service))
+        options = client_options(self.function_environment(), service)
+        if service == "dynamodb" and self.dynamodb_endpoint:
+            options["endpoint_url"] = self.dynamodb_endpoint
+        return boto3.client(service, **options)
 
     def stop(self) -> None:
         """Stop the gateway, the sandboxes and what this stack started (by handle/PID), in reverse order."""
@@ -324,6 +329,18 @@ def _create_table_and_queue(
     return sqs, queue
 
 
+def _start_fault_proxy(
+    cleanup: contextlib.ExitStack, env: StackEnvironment, store: Store, plan: FaultPlan | None
+) -> FaultProxy | None:
+    """With a fault plan, the functions reach DynamoDB through a fault proxy (the table exists already)."""
+    if plan is None or not store.endpoint:
+        return None
+    proxy = FaultProxy(store.endpoint, plan).start()
+    cleanup.callback(proxy.stop)
+    env.set("AWS_ENDPOINT_URL_DYNAMODB", proxy.endpoint_url)
+    return proxy
+
+
 def _install_context(cleanup: contextlib.ExitStack, environment: Mapping[str, str]) -> Any:
     """Build the layer's context now, from the functions' environment, with an injected movable clock
     (``POST /_local/clock``); returns the clock, and forgets the context on stop.
@@ -469,6 +486,7 @@ def start_local_stack(
     consumer_concurrency: int | None = None,
     sandboxes: str = "process",
     environment_defaults: Mapping[str, str] | None = None,
+    dynamodb_faults: FaultPlan | None = None,
 ) -> LocalStack:
     """Start the local stack and return it once it answers on ``base_url``.
 
@@ -484,6 +502,9 @@ def start_local_stack(
     every Lambda sandbox in a process of its own; ``"thread"`` keeps them in this process (tests that script a
     hooks module from the test process). ``environment_defaults`` are functions' variables the caller's
     environment may override (the CLI turns Powertools' per-request metrics output off this way).
+    ``dynamodb_faults``: the handlers reach DynamoDB through a fault proxy with this plan
+    (``amsg_local.ddb_faults``; the table is created directly, ``LocalStack.dynamodb_faults`` changes the plan
+    while the stack runs).
     """
     if not is_loopback(host):
         raise ValueError(f"refusing to bind {host}: the local stack only listens on loopback addresses")
@@ -501,6 +522,7 @@ def start_local_stack(
         if env.current().get("AMSG_TENANCY", "").strip().lower() == "multi":
             _multi_tenant_environment(cleanup, env, store)
         queueing = _create_table_and_queue(template, settings, env, sqs_server, store)
+        faults = _start_fault_proxy(cleanup, env, store, dynamodb_faults)
         stack_region = client_options(env.current(), "dynamodb")["region_name"]
         gateway = _start_gateway(cleanup, template, settings, env, queueing, stack_region, options)
         return LocalStack(
@@ -512,6 +534,7 @@ def start_local_stack(
             region=stack_region,
             backend=store.backend,
             environment=env,
+            dynamodb_faults=faults,
             _ddb_local=store.ddb_local,
             _resources=cleanup.pop_all(),
         )

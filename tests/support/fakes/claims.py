@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
+from amsg.errors import ClaimLost
 from amsg.failures import ClaimTaken
 from amsg.ports import (
     APPEND_FALLBACK,
@@ -22,6 +23,7 @@ from amsg.ports import (
     CapCharge,
     CapReached,
     ClaimAlone,
+    ClaimFence,
     ClaimStore,
     ClaimWanted,
     DueCandidate,
@@ -427,6 +429,12 @@ class FencedMemoryOutboxStore(MemoryOutboxStore):
             item.row.sending_cv = claim_version
             return True
 
+    def append(self, user_id: str, rows: Sequence[OutboxAppend], *, fence: ClaimFence | None = None) -> list[int]:
+        with self._lock:  # the claim check and the rows in one step
+            if fence is not None and not self._claim_holds(user_id, fence.task_uuid, fence.claim_version, fence.now_ms):
+                raise ClaimLost("the task claim fencing this append is gone")
+            return super().append(user_id, rows)
+
     def discard_undelivered_for_task(self, user_id: str, task_uuid: str, *, claim_version: int | None = None) -> int:
         with self._lock:
             if claim_version is not None:
@@ -440,6 +448,10 @@ class FencedMemoryOutboxStore(MemoryOutboxStore):
         """Row untaken, undelivered, unacked; the task's claim current and its lease unexpired."""
         if row.sending_at is not None or row.delivered_at is not None or row.acked_at is not None:
             return False
+        return self._claim_holds(user_id, task_uuid, claim_version, now_ms)
+
+    def _claim_holds(self, user_id: str, task_uuid: str, claim_version: int, now_ms: int) -> bool:
+        """The task is pending under ``claim_version`` and its lease unexpired (the adapter's claim check)."""
         task = self._tasks._user(user_id).get(task_uuid)
         return (
             task is not None

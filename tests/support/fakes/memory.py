@@ -14,6 +14,7 @@ from dataclasses import dataclass, replace
 
 from amsg.ports import (
     CapCharge,
+    ClaimFence,
     CredentialWrite,
     DeliveryPolicyRow,
     OutboxAppend,
@@ -70,7 +71,9 @@ class MemoryOutboxStore:
 
     # -- engine-facing --
 
-    def append(self, user_id: str, rows: Sequence[OutboxAppend]) -> list[int]:
+    def append(self, user_id: str, rows: Sequence[OutboxAppend], *, fence: ClaimFence | None = None) -> list[int]:
+        if fence is not None and type(self) is MemoryOutboxStore:
+            raise NotFaked("a fenced append checks the task: FencedMemoryOutboxStore")
         merged: dict[str, OutboxAppend] = {}
         for row in rows:
             _no_owner(row.owner)

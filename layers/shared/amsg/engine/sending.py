@@ -11,9 +11,10 @@ from amsg.context import AppContext
 from amsg.crypto import DecryptError, UserCodec, compact_json
 from amsg.engine.env import Cancelled, DeliveryEnv
 from amsg.engine.pushes import encode_push
+from amsg.errors import ClaimLost
 from amsg.failures import DeliveryFailure, PushSendError
 from amsg.observability import emit_metric, logger
-from amsg.ports import OutboxAppend, PushSubscriptionRow, TaskRow
+from amsg.ports import ClaimFence, OutboxAppend, PushSubscriptionRow, TaskRow
 
 VAPID_MISSING = "VAPID configuration missing - push notifications cannot be sent"
 DEADLINE_CODE = "INSTANT_DEADLINE_EXCEEDED"
@@ -52,7 +53,15 @@ def time_to_push(env: DeliveryEnv, pushes_after: int = 0) -> float | None:
 
 
 def append_batch(ctx: AppContext, row: TaskRow, pushes: list[dict[str, Any]], codec: UserCodec) -> None:
-    ctx.outbox.append(row.user_id, outbox_rows(ctx, row, pushes, codec))
+    """The general append of a run, fenced by its claim: a run that lost it re-arms no row (docs/delivery.md)."""
+    try:
+        ctx.outbox.append(row.user_id, outbox_rows(ctx, row, pushes, codec), fence=claim_fence(ctx, row))
+    except ClaimLost:
+        raise Cancelled("cancelled_mid_delivery") from None
+
+
+def claim_fence(ctx: AppContext, row: TaskRow) -> ClaimFence:
+    return ClaimFence(row.uuid, row.claim_version, ctx.now_ms())
 
 
 def outbox_rows(ctx: AppContext, row: TaskRow, pushes: list[dict[str, Any]], codec: UserCodec) -> list[OutboxAppend]:

@@ -30,6 +30,16 @@ class OutboxAppend:
     owner: OwnerClaim | None = None  # inherited from the firing task: the append commits only while it holds
 
 
+@dataclass(frozen=True)
+class ClaimFence:
+    """A delivery run's claim on the task whose rows it writes: the write commits only while the task is pending
+    under ``claim_version`` with its lease unexpired at ``now_ms`` (else :class:`amsg.errors.ClaimLost`)."""
+
+    task_uuid: str
+    claim_version: int
+    now_ms: int
+
+
 @dataclass
 class OutboxRow:
     """A stored outbox row. ``encrypted_push`` is None when a split payload lost a part (read as undecryptable)."""
@@ -60,8 +70,12 @@ class OutboxStore(Protocol):
 
     # -- engine-facing ------------------------------------------------------------------------------------
 
-    def append(self, user_id: str, rows: Sequence[OutboxAppend]) -> list[int]:
+    def append(self, user_id: str, rows: Sequence[OutboxAppend], *, fence: ClaimFence | None = None) -> list[int]:
         """Upsert on ``(user_id, message_id)``; returns the row id of each input row, in input order.
+
+        ``fence`` (a delivery run's appends): each transaction also checks the run's task claim, and
+        :class:`amsg.errors.ClaimLost` is raised (nothing of that transaction written) once it no longer holds,
+        so a superseded run never re-arms rows the newer claim works.
 
         * new message id: inserted with the next per-user id (allocated in the same transaction);
         * existing, not acked: updated in place (same id): payload and ``created_at`` replaced,

@@ -34,7 +34,7 @@ from botocore.exceptions import ClientError
 from amsg.adapters.dynamo import keys
 from amsg.adapters.dynamo.compact import pack, unpack
 from amsg.adapters.dynamo.counters import cas_attempts, read_counter, set_counter
-from amsg.adapters.dynamo.outbox_sending import OutboxSendClaims
+from amsg.adapters.dynamo.outbox_sending import OutboxSendClaims, claim_check
 from amsg.adapters.dynamo.owners import GuardSet, owner_sets, raise_if_guard_failed
 from amsg.adapters.dynamo.table import (
     INLINE_CHARS,
@@ -44,8 +44,8 @@ from amsg.adapters.dynamo.table import (
     is_conditional_failure,
     item_int,
 )
-from amsg.errors import CloudGuardError, StoreUnavailable
-from amsg.ports import OutboxAppend, OutboxRow
+from amsg.errors import ClaimLost, CloudGuardError, StoreUnavailable
+from amsg.ports import ClaimFence, OutboxAppend, OutboxRow
 
 DAY_MS = 86_400_000
 RETENTION_MS = 28 * DAY_MS  # any row, after creation
@@ -192,13 +192,13 @@ class DynamoOutboxStore(OutboxSendClaims):
 
     # ---- engine-facing ----------------------------------------------------------------------------------
 
-    def append(self, user_id: str, rows: Sequence[OutboxAppend]) -> list[int]:
+    def append(self, user_id: str, rows: Sequence[OutboxAppend], *, fence: ClaimFence | None = None) -> list[int]:
         merged: dict[str, OutboxAppend] = {}
         for row in rows:
             merged[row.message_id] = row  # a repeated id keeps its first position and takes the last content
         ids: dict[str, int] = {}
         for chunk in self._chunks(list(merged.values())):
-            ids.update(self._append_chunk(user_id, chunk))
+            ids.update(self._append_chunk(user_id, chunk, fence))
         return [ids[row.message_id] for row in rows]
 
     @staticmethod
@@ -217,7 +217,7 @@ class DynamoOutboxStore(OutboxSendClaims):
         if chunk:
             yield chunk
 
-    def _append_chunk(self, user_id: str, chunk: list[OutboxAppend]) -> dict[str, int]:
+    def _append_chunk(self, user_id: str, chunk: list[OutboxAppend], fence: ClaimFence | None) -> dict[str, int]:
         pk = self.space.user_pk(user_id)
         blobs: dict[str, BlobRef] = {}
         for row in chunk:
@@ -227,7 +227,7 @@ class DynamoOutboxStore(OutboxSendClaims):
                 )
         for _ in cas_attempts(APPEND_ATTEMPTS):  # the per-user counter moved under us: back off, read again
             plan = self._plan_append(user_id, chunk, blobs)
-            if plan.actions and not self._commit_append(user_id, chunk, plan.actions, blobs):
+            if plan.actions and not self._commit_append(user_id, chunk, plan.actions, blobs, fence):
                 continue  # the counter moved or a row changed under us: read again
             for old in plan.replaced:
                 self._drop_parts_of(old)
@@ -271,20 +271,30 @@ class DynamoOutboxStore(OutboxSendClaims):
         return plan
 
     def _commit_append(
-        self, user_id: str, chunk: list[OutboxAppend], actions: list[dict[str, Any]], blobs: dict[str, BlobRef]
+        self,
+        user_id: str,
+        chunk: list[OutboxAppend],
+        actions: list[dict[str, Any]],
+        blobs: dict[str, BlobRef],
+        fence: ClaimFence | None = None,
     ) -> bool:
-        """One transaction with the owners' guards; False when a condition failed (read again). A failed guard
-        drops the chunk's parts and raises."""
+        """One transaction with the owners' guards (and a run's claim check); False when a condition failed (read
+        again). A failed guard or claim drops the chunk's parts and raises."""
         guards = GuardSet(self.space)
         for row in chunk:
             if row.owner is not None:  # rows of an owned task commit only while its owner holds
                 guards.add(row.owner.ref, row.owner.generation)
+        checks = guards.actions(user_id)
+        if fence is not None:
+            checks.append(claim_check(self.space, user_id, fence.task_uuid, fence.claim_version, fence.now_ms))
         try:
-            self.db.transact(actions + guards.actions(user_id))
+            self.db.transact(actions + checks)
         except TransactionCancelled as cancelled:
             try:
                 raise_if_guard_failed(cancelled, len(actions), len(guards))
-            except CloudGuardError:
+                if fence is not None and cancelled.failed(len(actions) + len(guards)):
+                    raise ClaimLost("the task claim fencing this append is gone")
+            except (CloudGuardError, ClaimLost):
                 for message_id, blob in blobs.items():
                     self._drop_parts(self.space.user_pk(user_id), message_id, blob.token)
                 raise
@@ -336,7 +346,7 @@ class DynamoOutboxStore(OutboxSendClaims):
         self._drop_parts_of(result.get("Attributes"))
         return True
 
-    def _delete_fenced(self, key: dict[str, str], user_id: str, task_uuid: str, claim_version: int) -> bool:
+    def _delete_fenced(self, item: dict[str, Any], user_id: str, task_uuid: str, claim_version: int) -> bool:
         """Delete an untouched row only while the task carries ``claim_version`` and is no longer pending (the
         run that holds that claim ended it): one transaction, so a claim taken meanwhile keeps the row."""
         fence = {
@@ -347,13 +357,12 @@ class DynamoOutboxStore(OutboxSendClaims):
                 "ExpressionAttributeValues": {":cv": claim_version, ":pending": "pending"},
             }
         }
-        old = self.db.get(key, projection="payload_token, message_id")
+        key = {"PK": item["PK"], "SK": item["SK"]}
         try:
             self.db.transact([{"Delete": {"Key": key, "ConditionExpression": _UNTOUCHED}}, fence])
         except TransactionCancelled:
             return False
-        if old is not None:
-            self._drop_parts_of({**old, "PK": key["PK"]})
+        self._drop_parts_of(item)  # the query read its part token: an untaken row is never rewritten
         return True
 
     def discard_undelivered(self, user_id: str, message_ids: Sequence[str]) -> int:
@@ -389,15 +398,16 @@ class DynamoOutboxStore(OutboxSendClaims):
 
     def discard_undelivered_for_task(self, user_id: str, task_uuid: str, *, claim_version: int | None = None) -> int:
         """Delete the task's rows nobody has received (the API); a run's: only untaken rows, fenced."""
-        rows = self._task_items(user_id, task_uuid, projection="PK, SK, task_uuid, sending_at, delivered_at, acked_at")
+        rows = self._task_items(
+            user_id,
+            task_uuid,
+            projection="PK, SK, task_uuid, message_id, payload_token, sending_at, delivered_at, acked_at",
+        )
         if claim_version is None:
             return sum(1 for row in rows if self._delete_undelivered({"PK": row["PK"], "SK": row["SK"]}))
-        untouched = [
-            {"PK": row["PK"], "SK": row["SK"]}
-            for row in rows
-            if not any(row.get(name) is not None for name in ("sending_at", "delivered_at", "acked_at"))
-        ]
-        return sum(1 for key in untouched if self._delete_fenced(key, user_id, task_uuid, claim_version))
+        taken = ("sending_at", "delivered_at", "acked_at")
+        untouched = [row for row in rows if all(row.get(name) is None for name in taken)]
+        return sum(1 for row in untouched if self._delete_fenced(row, user_id, task_uuid, claim_version))
 
     def list_for_task(self, user_id: str, task_uuid: str, *, since_ms: int = 0, limit: int = 500) -> list[OutboxRow]:
         return [self._row(item) for item in self._task_items(user_id, task_uuid, since_ms=since_ms, limit=limit)]

@@ -29,6 +29,19 @@ def delivered_update(space: keys.KeySpace, user_id: str, message_id: str, at_ms:
     }
 
 
+def claim_check(space: keys.KeySpace, user_id: str, task_uuid: str, claim_version: int, now_ms: int) -> dict[str, Any]:
+    """The condition check of a write fenced by a run's task claim: pending under ``claim_version``, lease
+    unexpired."""
+    return {
+        "ConditionCheck": {
+            "Key": {"PK": space.user_pk(user_id), "SK": keys.task_sk(task_uuid)},
+            "ConditionExpression": "claim_version = :cv AND #st = :pending AND lease_until > :now",
+            "ExpressionAttributeNames": {"#st": "status"},
+            "ExpressionAttributeValues": {":cv": claim_version, ":pending": "pending", ":now": iso_from_ms(now_ms)},
+        }
+    }
+
+
 def _distinct(ids: Sequence[str]) -> list[str]:
     return list(dict.fromkeys(i for i in ids if isinstance(i, str)))
 
@@ -95,19 +108,8 @@ class OutboxSendClaims:
                     "ExpressionAttributeValues": {":t": now_ms, ":cv": claim_version},
                 }
             },
-            {
-                "ConditionCheck": {
-                    "Key": {"PK": self.space.user_pk(user_id), "SK": keys.task_sk(task_uuid)},
-                    # our claim is current and its lease unexpired: a run that lost its lease sends nothing
-                    "ConditionExpression": "claim_version = :cv AND #st = :pending AND lease_until > :now",
-                    "ExpressionAttributeNames": {"#st": "status"},
-                    "ExpressionAttributeValues": {
-                        ":cv": claim_version,
-                        ":pending": "pending",
-                        ":now": iso_from_ms(now_ms),
-                    },
-                }
-            },
+            # our claim is current and its lease unexpired: a run that lost its lease sends nothing
+            claim_check(self.space, user_id, task_uuid, claim_version, now_ms),
         ]
 
     def release_send(self, user_id: str, message_id: str, *, claim_version: int | None = None) -> None:
