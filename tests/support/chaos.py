@@ -12,7 +12,6 @@ Then every segment is classified from what the push service accepted and what th
 
 from __future__ import annotations
 
-import os
 import time
 import urllib.error
 import uuid
