@@ -24,7 +24,7 @@ from amsg.engine import cleanup
 from amsg.engine.env import row_view, sandbox_pool
 from amsg.engine.messages import TaskMessage
 from amsg.engine.outcomes import release_claim
-from amsg.engine.stale import is_stale, settle_stale
+from amsg.engine.stale import batch_outboxed, is_stale, settle_stale
 from amsg.engine.summary import DeliverySummary, TickSummary
 from amsg.engine.tenant_deletion import advance_tenant_deletions
 from amsg.hooks import Hooks, load_hooks
@@ -420,7 +420,8 @@ def _take_claimed(
             summary.claim_skipped += 1
             continue
         summary.claimed += 1
-        if is_stale(row, now, ctx.settings.stale_after_ms):
+        # a late task whose batch is in the outbox goes to a run: it may only need its settlement finished
+        if is_stale(row, now, ctx.settings.stale_after_ms) and not batch_outboxed(row):
             _settle_stale_in_tick(ctx, row, summary)
             continue
         enqueuer.add(row)

@@ -407,6 +407,7 @@ class DynamoClaimStore(DynamoSettlements):
                         item,
                         row_id,
                         sending_at=now_ms if item.message_id == claim_first else None,
+                        sending_cv=row.claim_version,
                     )
                 }
                 for item, row_id in zip(rows, ids, strict=True)
