@@ -472,3 +472,20 @@ def test_a_record_started_without_enough_time_hands_its_claim_back(engine):
     assert engine.harness.tick()["claimedTasks"] == 1  # due again at once
     engine.harness.drain()
     assert [p["message"] for p in engine.push.payloads()] == ["patience"]
+
+
+def test_a_push_answered_after_the_timeout_is_never_sent_again(engine):
+    """The push service takes the push and answers late: the outcome is unknown, so the push is not sent again,
+    the next segment is not pushed, the task settles and both wait in the outbox (docs/delivery.md)."""
+    created = schedule(engine, userMessage="第一句。第二句！")
+    engine.push.set_delay(engine.subscription.endpoint_id, 0.6)
+    engine.ctx.delivery.push_sender._timeout_s = 0.2  # the sandbox's sender, as AMSG_PUSH_TIMEOUT_MS=200 builds it
+    due(engine)
+    engine.harness.tick_and_drain()
+    for _ in range(3):  # no retry, however long we wait
+        engine.ctx.clock.advance(10 * 60_000)
+        engine.harness.tick_and_drain()
+    assert [r.payload["message"] for r in engine.push.received] == ["第一句。"]
+    assert engine.api.get_message(created["uuid"]).status == 404  # settled (deleted): nothing half-done
+    entries = engine.api.get_encrypted("/outbox").data["entries"]
+    assert len(entries) == 2  # both segments wait for the pull

@@ -369,7 +369,7 @@ class DynamoOutboxStore(OutboxSendClaims):
         self._drop_parts_of(result.get("Attributes"))
         return True
 
-    def _delete_fenced(self, key: dict[str, str], user_id: str, task_uuid: str, claim_version: int) -> bool:
+    def _delete_fenced(self, item: dict[str, Any], user_id: str, task_uuid: str, claim_version: int) -> bool:
         """Delete an untouched row only while the task carries ``claim_version`` and is no longer pending (the
         run that holds that claim ended it): one transaction, so a claim taken meanwhile keeps the row."""
         fence = {
@@ -380,13 +380,12 @@ class DynamoOutboxStore(OutboxSendClaims):
                 "ExpressionAttributeValues": {":cv": claim_version, ":pending": "pending"},
             }
         }
-        old = self.t.get(key, projection="payload_token, message_id")
+        key = {"PK": item["PK"], "SK": item["SK"]}
         try:
             self.t.transact([{"Delete": {"Key": key, "ConditionExpression": _UNTOUCHED}}, fence])
         except TransactionCancelled:
             return False
-        if old is not None:
-            self._drop_parts_of({**old, "PK": key["PK"]})
+        self._drop_parts_of(item)  # the query read its part token: an untaken row is never rewritten
         return True
 
     def discard_undelivered(self, user_id: str, message_ids: Sequence[str]) -> int:
@@ -422,15 +421,16 @@ class DynamoOutboxStore(OutboxSendClaims):
 
     def discard_undelivered_for_task(self, user_id: str, task_uuid: str, *, claim_version: int | None = None) -> int:
         """Delete the task's rows nobody has received (the API); a run's: only untaken rows, fenced."""
-        rows = self._task_items(user_id, task_uuid, projection="PK, SK, task_uuid, sending_at, delivered_at, acked_at")
+        rows = self._task_items(
+            user_id,
+            task_uuid,
+            projection="PK, SK, task_uuid, message_id, payload_token, sending_at, delivered_at, acked_at",
+        )
         if claim_version is None:
             return sum(1 for row in rows if self._delete_undelivered({"PK": row["PK"], "SK": row["SK"]}))
-        untouched = [
-            {"PK": row["PK"], "SK": row["SK"]}
-            for row in rows
-            if not any(row.get(name) is not None for name in ("sending_at", "delivered_at", "acked_at"))
-        ]
-        return sum(1 for key in untouched if self._delete_fenced(key, user_id, task_uuid, claim_version))
+        taken = ("sending_at", "delivered_at", "acked_at")
+        untouched = [row for row in rows if all(row.get(name) is None for name in taken)]
+        return sum(1 for row in untouched if self._delete_fenced(row, user_id, task_uuid, claim_version))
 
     def list_for_task(self, user_id: str, task_uuid: str, *, since_ms: int = 0, limit: int = 500) -> list[OutboxRow]:
         return [self._row(item) for item in self._task_items(user_id, task_uuid, since_ms=since_ms, limit=limit)]
