@@ -4,7 +4,8 @@ Gateway requests, and dollars per million delivered messages from one price tabl
 Each kind of task is scheduled through the real schedule route (in process) by 20 users, claimed by the real
 tick and delivered by ``run_message`` in SQS batches of the template's ``BatchSize`` run together (what the
 run_task handler does), on DynamoDB Local with ``ReturnConsumedCapacity: INDEXES`` (``bench.counting``). The
-multi-tenant one-shot is seeded through the task store (its schedule figures are the single line's). Lambda
+multi-tenant one-shot is seeded through the task store (its "schedule" is that store write: the subscription's
+write included, no API request). Lambda
 GB-s come from the wall times measured here (DynamoDB Local on a loaded 2-core VM answers slower than DynamoDB
 in-region, so they are an upper bound) times the template's ``MemorySize``. SQS: one ``SendMessageBatch`` per
 10 tasks, one receive and one delete per batch (the event source mapping's empty polls are a fixed cost per
@@ -108,8 +109,47 @@ def multi_tenant(endpoint: str, batch_size: int) -> dict[str, Any]:
         tenants._seed(scope, 10, tenants.T0_MS + 1_000, users=10, workers=1)
     with counting._lock:
         seeded = {k: n / 20 for k, n in counting.unit_detail.items()}
+    billed = {k: n / 20 for k, n in counting.billed().items()}
     ctx.clock.current_ms = tenants.T0_MS + 61_000
-    return {**deliver(ctx, queue, batch_size, tenant_keys=True), "schedule_detail": seeded}
+    return {**deliver(ctx, queue, batch_size, tenant_keys=True), "schedule_detail": seeded, "schedule_billed": billed}
+
+
+def storage(endpoint: str, table: str, schema: Any) -> dict[str, tuple[int, float, float]]:
+    """Per kind of item left in the table: (count, mean item bytes, mean bytes of its index entries), as DynamoDB
+    sizes them for storage (each index entry: its projected attributes and keys + 100 bytes)."""
+    import boto3
+
+    from bench import units
+
+    client = boto3.client("dynamodb", endpoint_url=endpoint, region_name="us-east-1")
+    found: dict[str, list[tuple[int, int]]] = {}
+    for page in client.get_paginator("scan").paginate(TableName=table):
+        for item in page["Items"]:
+            plain = {k: _plain(v) for k, v in item.items()}
+            kind = _kind(plain["SK"], plain["PK"])
+            indexed = sum(
+                units.item_size(entry) + 100
+                for name in schema.indexes
+                if (entry := schema.entry(name, plain)) is not None
+            )
+            found.setdefault(kind, []).append((units.item_size(plain), indexed))
+    return {k: (len(v), sum(a for a, _ in v) / len(v), sum(b for _, b in v) / len(v)) for k, v in found.items()}
+
+
+def _plain(value: dict[str, Any]) -> dict[str, Any]:
+    """A scanned attribute in the meter's wire form (binary values as bytes)."""
+    ((kind, v),) = value.items()
+    return {kind: v}
+
+
+def _kind(sk: dict[str, Any], pk: dict[str, Any]) -> str:
+    text = str(next(iter(sk.values())))
+    if text == "#":
+        return f"uuid registry ({str(next(iter(pk.values()))).split('#')[0]}#)"
+    for prefix, label in (("T#", "task"), ("O#", "outbox row"), ("SEQ#", "counter"), ("PUSH", "subscription")):
+        if text.startswith(prefix):
+            return label
+    return text.split("#")[0] or text
 
 
 def report(name: str, result: dict[str, Any], memory: dict[str, float], batch_size: int) -> float:
@@ -153,5 +193,9 @@ def main() -> None:
         os.environ.setdefault("AWS_DEFAULT_REGION", "us-east-1")
         results["multi-tenant one-shot"] = multi_tenant(endpoint, batch_size)
         counting.meter = None
+        stored = storage(endpoint, "bench-cost", units.Schema(table_definition(load_template())))
     for name, result in results.items():
         report(name, result, memory, batch_size)
+    print("  storage left by the runs above (recurring tasks stay pending; one-shots are deleted when delivered):")
+    for kind, (count, item, indexed) in sorted(stored.items()):
+        print(f"    {kind:28s} {count:4d} items, {item:6.0f} bytes each + {indexed:5.0f} bytes of index entries")

@@ -234,8 +234,8 @@ def main() -> None:
             if label == "DynamoDB Local":  # moto reports no units for transactions, so its figure means nothing
                 print(
                     f"    {'':15s} units    read {capacity.get('read', 0.0):5.2f},"
-                    f" write {capacity.get('write', 0.0):5.2f} per delivered task (table units, as DynamoDB Local"
-                    " reports them)"
+                    f" write {capacity.get('write', 0.0):5.2f} per delivered task (as DynamoDB Local reports them:"
+                    " one item per multi-item transaction, so writes are low; `bench cost` bills them)"
                 )
             print(
                 f"    {'':15s} schedule {_line(schedule)}"

@@ -161,6 +161,21 @@ def test_the_batch_append_is_fenced_by_the_claim_and_adopts_it(stores):
     assert stores.claims.append_batch(row, rows, now_ms=NOW, lease_until_ms=None, owner="run-a") is APPEND_FALLBACK
 
 
+def test_the_append_keeps_a_claim_lease_that_outlasts_the_run_lease_and_still_fences_a_second_run(stores):
+    uuid = create(stores, 1)
+    row = claim(stores, uuid, lease=RUN_LEASE + 60_000)  # the tick's lease ends after the run lease would
+    assert row is not None
+    assert stores.claims.append_batch(row, [push("m1", uuid)], now_ms=NOW, lease_until_ms=RUN_LEASE, owner="a") == [1]
+    assert row.lease_until_ms == RUN_LEASE + 60_000
+    assert stores.tasks.get_task(USER, uuid).lease_until_ms == RUN_LEASE + 60_000  # type: ignore[union-attr]
+    with pytest.raises(ClaimTaken):  # adopted by run a, whose lease holds
+        stores.claims.append_batch(row, [push("m2", uuid)], now_ms=NOW, lease_until_ms=RUN_LEASE, owner="b")
+    # the heartbeat moves it as before, fenced by the claim version
+    assert stores.claims.renew_lease(USER, uuid, row.claim_version, RUN_LEASE, "a")
+    assert stores.tasks.get_task(USER, uuid).lease_until_ms == RUN_LEASE  # type: ignore[union-attr]
+    assert not stores.claims.renew_lease(USER, uuid, row.claim_version + 1, RUN_LEASE, "a")
+
+
 def test_the_batch_append_of_a_lost_claim_writes_nothing(stores):
     uuid = create(stores, 1)
     row = claim(stores, uuid)

@@ -88,7 +88,8 @@ def test_consumer_killed_mid_delivery_is_taken_over_without_duplicates(ddb_local
 
     # the lease is still live: nobody can take the task over yet, and the stale message does nothing
     assert run_tick(ctx)["claimedTasks"] == 0
-    ctx.clock.advance(ctx.settings.run_lease_ms + 1_000)
+    # the lease the task holds: the run lease, or the tick's claim lease when the adoption kept that one
+    ctx.clock.current_ms = ctx.tasks.find_task(task_uuid).lease_until_ms + 1_000
     summary = run_tick(ctx)
     assert summary["claimedTasks"] == 1
     assert run_message(ctx, message, remaining_ms=lambda: 100_000, owner="late")["skipped"] == "claim_not_current"

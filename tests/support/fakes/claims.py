@@ -308,9 +308,10 @@ class MemoryClaimStore:
                     items[item.message_id].row.sending_cv = row.claim_version
             self._outbox._counters[row.user_id] = ids[-1]
             task.outbox_occurrence_ms = task.next_send_at_ms
-            if lease_until_ms is not None:
-                self._take_lease(task, lease_until_ms, owner)
+            if lease_until_ms is not None:  # a claim lease that ends no earlier is kept (the adapter's rule)
+                self._take_lease(task, max(lease_until_ms, task.lease_until_ms or 0), owner)
                 self._lease(task).adopted_cv = task.claim_version
+                lease_until_ms = task.lease_until_ms
         row.outbox_occurrence_ms = row.next_send_at_ms
         if lease_until_ms is not None:
             row.lease_until_ms = lease_until_ms
