@@ -5,6 +5,7 @@ absolute times: a quadratic check would grow 1,000-fold over that range."""
 
 from __future__ import annotations
 
+import gc
 import time
 
 import pytest
@@ -67,12 +68,16 @@ def compile_cpu_per_char(source: str, repeats: int) -> float:
     for _ in range(repeats):
         jsregex.compile_js_pattern.cache_clear()
         jsregex.regex.purge()  # the regex package caches compiled sources too
+        gc.collect()
+        gc.disable()  # a collection of the whole test process's heap is no part of the compile
         start = time.process_time()
         try:
             jsregex.compile_js_pattern(source)
         except ValueError:
             pass
-        best = min(best, time.process_time() - start)
+        finally:
+            best = min(best, time.process_time() - start)
+            gc.enable()
     return best / len(source)
 
 
@@ -80,5 +85,5 @@ def compile_cpu_per_char(source: str, repeats: int) -> float:
 def test_split_pattern_checks_take_flat_time_per_character(shape: tuple[str, str]) -> None:
     """Parsing, the JS repeat rewrite, the safety walk and compiling a splitPattern are linear in its length."""
     small = compile_cpu_per_char(grow(shape, 2_000), repeats=5)
-    large = compile_cpu_per_char(grow(shape, 50_000), repeats=1)
+    large = compile_cpu_per_char(grow(shape, 50_000), repeats=2)
     assert large / small < PATTERN_MAX_RATIO, (shape, small, large)
