@@ -143,3 +143,15 @@ def test_the_plan_spelling_of_amsg_local():
         with pytest.raises(ValueError):
             FaultPlan.parse(bad)
     assert json.dumps(FaultPlan().active) == "false"
+
+
+def test_amsg_local_takes_a_plan_and_describes_it_in_the_same_spelling():
+    from amsg_local.cli import _parser
+
+    args = _parser().parse_args(["local", "--dynamodb-faults", "throttle=0.1,outage=60,ops=Query,seed=3"])
+    plan = args.dynamodb_faults
+    assert plan == FaultPlan(throttle=0.1, outage_s=60, seed=3, operations=frozenset({"Query"}))
+    assert FaultPlan.parse(plan.describe()) == plan
+    assert _parser().parse_args(["local"]).dynamodb_faults is None
+    with pytest.raises(SystemExit):
+        _parser().parse_args(["local", "--dynamodb-faults", "nope=1"])

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from amsg_local import bootstrap_secrets, invoke, operator_env, status, tenants_cli
-from amsg_local.ddb_faults import FaultPlan
+from amsg_local.ddb_faults import fault_plan
 from amsg_local.delivery import LocalDelivery, TickNotConfigured
 from amsg_local.dynamodb_local import DynamoDBLocalUnavailable
 from amsg_local.envfile import read_env_file
@@ -57,14 +57,6 @@ MOTO_LIMITS = (
 
 def backend_description(stack: LocalStack) -> str:
     """The banner's DynamoDB entry: what plays DynamoDB and, for the moto fallback, its limits."""
-    if stack.dynamodb_faults is not None:
-        proxy = stack.dynamodb_faults
-        where = f"handlers go through a fault proxy {proxy.endpoint_url}: {proxy.plan}"
-        return f"{_backend(stack)}\n                 {where}"
-    return _backend(stack)
-
-
-def _backend(stack: LocalStack) -> str:
     if stack.backend == "dynamodb-local":
         where = (
             "own network namespace, loopback relay" if stack.dynamodb_local_isolated else "listens on every interface"
@@ -90,6 +82,11 @@ def _banner(
         f"amsg local stack: {stack.base_url}",
         f"  routes         {len(stack.gateway.routes)} from template.yaml (root and /api/v1/), $default -> 404",
         f"  dynamodb       {backend}; table {s.table_name}",
+        *(
+            [f"  dynamodb faults {faults.plan.describe()}: the handlers go through {faults.endpoint_url}"]
+            if (faults := stack.dynamodb_faults) is not None
+            else []
+        ),
         f"  sqs            {stack.sqs_endpoint} (in-memory SQS); queue {stack.queue.url}",
         f"  cors           {', '.join(s.cors_origins) if s.cors_origins else 'off (no AMSG_CORS_ORIGINS)'}",
         f"  client token   {mask(s.client_token) if s.client_token else 'none (all routes open)'}",
@@ -143,7 +140,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     local.add_argument(
         "--dynamodb-faults",
-        type=FaultPlan.parse,
+        type=fault_plan,
         metavar="PLAN",
         help="inject DynamoDB faults, e.g. throttle=0.1,error=0.05,drop=0.02,latency=0.01,outage=60,seed=7 "
         "(tools/amsg_local/README.md)",

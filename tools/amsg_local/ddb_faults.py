@@ -36,7 +36,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import urlsplit
 
-__all__ = ["FAULT_KINDS", "FaultPlan", "FaultProxy"]
+__all__ = ["FAULT_KINDS", "FaultPlan", "FaultProxy", "fault_plan"]
 
 FAULT_KINDS = ("throttle", "error", "drop", "latency")
 _JSON = "application/x-amz-json-1.0"
@@ -90,9 +90,25 @@ class FaultPlan:
                 values[name] = int(raw) if name == "seed" else float(raw)
         return cls(**values)
 
+    def describe(self) -> str:
+        """The settings that differ from no fault at all, in the spelling :meth:`parse` reads."""
+        names = {"outage_s": "outage", "operations": "ops"}
+        parts = []
+        for name, default in FaultPlan().__dict__.items():
+            value = getattr(self, name)
+            if value != default:
+                shown = "+".join(sorted(value)) if name == "operations" else f"{value:g}"
+                parts.append(f"{names.get(name, name)}={shown}")
+        return ",".join(parts) or "no faults"
+
     @property
     def active(self) -> bool:
         return self.outage_s > 0 or any(getattr(self, kind) > 0 for kind in FAULT_KINDS)
+
+
+def fault_plan(spec: str) -> FaultPlan:
+    """``FaultPlan.parse`` for argparse (its name is the one an error message shows)."""
+    return FaultPlan.parse(spec)
 
 
 class FaultProxy:
