@@ -83,6 +83,9 @@ class _MpQueue:
             self.inbox.put(json.dumps(message))
         return []
 
+    def backlog(self) -> int | None:
+        return self.inbox.qsize()
+
 
 def _sqs_event(bodies: list[str]) -> dict[str, Any]:
     """An SQS event source batch as Lambda delivers it to run_task."""

@@ -29,6 +29,9 @@ class MemoryQueue:
             self.items.put(json.loads(json.dumps(message)))
         return []
 
+    def backlog(self) -> int | None:
+        return self.items.qsize()
+
 
 class Killed(BaseException):
     """Simulates the Lambda sandbox dying mid-delivery (not an Exception: nothing in the engine catches it)."""

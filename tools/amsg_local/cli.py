@@ -42,7 +42,12 @@ from amsg_local.gateway import Gateway
 from amsg_local.lambda_runtime import LambdaRuntime
 from amsg_local.sqs_model import LocalSqsClient
 from amsg_local.sqs_server import SqsServer
-from amsg_local.tables import LocalQueue, create_queue_from_template, create_tables_from_template
+from amsg_local.tables import (
+    LocalQueue,
+    claim_queue_logical_id,
+    create_queue_from_template,
+    create_tables_from_template,
+)
 from amsg_local.template import cors_config, global_environment, load_template
 
 __all__ = [
@@ -73,6 +78,7 @@ _MANAGED_ENV = (
     "AWS_REGION",
     "AMSG_TABLE_NAME",
     "AMSG_QUEUE_URL",
+    "AMSG_CLAIM_QUEUE_URL",
     "AMSG_MASTER_KEY",
     "AMSG_CLIENT_TOKEN",
     "AMSG_VAPID_PUBLIC_KEY",
@@ -301,6 +307,8 @@ def _warm_in_background(runtime: LambdaRuntime, http_functions: list[str], deliv
         assert delivery.tick_function is not None and delivery.consumer_function is not None
         wanted[delivery.tick_function] = 1
         wanted[delivery.consumer_function] = delivery.concurrency
+        if delivery.claimer_function is not None:
+            wanted[delivery.claimer_function] = delivery.claim_concurrency
 
     def warm(logical_id: str, count: int) -> None:
         try:
@@ -441,12 +449,26 @@ def start_local_stack(
         sqs = LocalSqsClient(sqs_server.sqs)  # the event source polls the model directly, as AWS does internally
         queue = create_queue_from_template(sqs, template, f"{settings.table_name}-tasks")
         environ["AMSG_QUEUE_URL"] = queue.url
+        claim_queue = None
+        claims = claim_queue_logical_id(template)
+        if claims is not None:  # claim fan-out: the tick's jobs go to the claimer through its own queue
+            claim_queue = create_queue_from_template(
+                sqs, template, f"{settings.table_name}-claims", logical_id=claims[1]
+            )
+            environ["AMSG_CLAIM_QUEUE_URL"] = claim_queue.url
         _reset_layer_runtime()
         clock = _install_context(environ)
 
         runtime = LambdaRuntime(template, region=region, sandboxes=sandboxes, clock=clock)
         delivery = LocalDelivery(
-            template, runtime, sqs, queue, region=region, clock=clock, concurrency=consumer_concurrency
+            template,
+            runtime,
+            sqs,
+            queue,
+            region=region,
+            clock=clock,
+            concurrency=consumer_concurrency,
+            claim_queue=claim_queue,
         )
         gateway = Gateway(
             template,
