@@ -1,5 +1,5 @@
 """``python -m bench [NAME ...]``: imports, cold, tick, requests, capacity, e2e, load, migration and hostile
-(all by default); moto-memory, local and tenants on request.
+(all by default); moto-memory, local, tenants and spike on request.
 
 Numbers are printed, never asserted."""
 
@@ -29,6 +29,7 @@ from bench import (  # noqa: E402
     migration,
     moto_memory,
     requests,
+    spike,
     tenants,
     tick,
 )
@@ -42,6 +43,7 @@ def main(argv: list[str]) -> int:
         runners["moto-memory"] = moto_memory
         runners["local"] = local_stack
         runners["tenants"] = tenants
+        runners["spike"] = spike
         runners[name].main()
     return 0
 

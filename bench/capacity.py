@@ -24,7 +24,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from bench.sandboxes import MpQueue, consumer, invocation, sqs_event
+from bench.sandboxes import MpQueue, SharedOffsetClock, consumer, invocation, sqs_event, wait_ready
 
 ROOT = Path(__file__).resolve().parents[1]
 REFERENCE_PER_MINUTE = 50
@@ -65,10 +65,10 @@ def template_defaults() -> dict[str, int]:
     }
 
 
-def start_sandboxes(spawn: Any, env: dict[str, str], offset_ms: int, defaults: dict[str, int]) -> tuple:
+def start_sandboxes(spawn: Any, env: dict[str, str], offset_ms: Any, defaults: dict[str, int]) -> tuple:
     """The run_task sandboxes (``RunTaskMaxConcurrency``) and the claimers (``ClaimerMaxConcurrency``) as
     processes, each polling its queue: (queues by function, the results queue, the processes)."""
-    queues = {"run_task": spawn.Queue()}
+    queues = {"run_task": spawn.Queue(), "ready": spawn.Queue()}
     if defaults["claimers"]:
         queues["claimer"] = spawn.Queue()
     results = spawn.Queue()
@@ -82,6 +82,7 @@ def start_sandboxes(spawn: Any, env: dict[str, str], offset_ms: int, defaults: d
     ]
     for process in processes:
         process.start()
+    wait_ready(queues, len(processes))
     return queues, results, processes
 
 
@@ -165,7 +166,6 @@ def _process_cpu_s(pid: int) -> float:
 def run(tasks: int = 10_000, users: int = 1_000, warm_up: int = 1_000) -> dict[str, Any]:
     import boto3
     from amsg import runtime
-    from amsg.clock import OffsetClock
     from amsg.context import DeliveryPorts
     from amsg.crypto import compact_json, encrypt_for_storage
     from amsg.ports import NewTask
@@ -239,11 +239,13 @@ def run(tasks: int = 10_000, users: int = 1_000, warm_up: int = 1_000) -> dict[s
             loadavg = Path("/proc/loadavg").read_text().split()[:3] if Path("/proc/loadavg").exists() else []
             loop_ms_before = _loop_ms()
             # from here on every clock says: the run starts at the due time
-            wall_start_ms = time.time_ns() // 1_000_000 + 5_000  # consumers get 5 s to start
-            offset_ms = due_ms - wall_start_ms
-            ctx.clock = OffsetClock(offset_ms=offset_ms)
+            offset = spawn.Value("q", 0)  # every process's clock: moved below, once the sandboxes are warm
+            tick_module = load_handler_module(ROOT / "functions/tick/tick_handler.py")
             runtime.use(ctx)
-            queues, results, consumers = start_sandboxes(spawn, env, offset_ms, defaults)
+            queues, results, consumers = start_sandboxes(spawn, env, offset, defaults)
+            wall_start_ms = time.time_ns() // 1_000_000 + 1_000
+            offset.value = due_ms - wall_start_ms
+            ctx.clock = SharedOffsetClock(offset)
             delivery = ctx.delivery
             ctx.delivery = DeliveryPorts(
                 make_push_sender=delivery.make_push_sender,
@@ -251,7 +253,6 @@ def run(tasks: int = 10_000, users: int = 1_000, warm_up: int = 1_000) -> dict[s
                 make_queue=lambda: MpQueue(queues["run_task"]),
                 make_claim_queue=lambda: MpQueue(queues["claimer"]) if "claimer" in queues else None,
             )
-            tick_module = load_handler_module(ROOT / "functions/tick/tick_handler.py")
             time.sleep(max(0.0, wall_start_ms / 1000 - time.time()))
             started = time.time()
             java_cpu, own_cpu = _process_cpu_s(server.pid), time.process_time()

@@ -69,9 +69,20 @@ def sqs_event(bodies: list[str]) -> dict[str, Any]:
 HANDLERS = {"run_task": "functions/run_task/run_task_handler.py", "claimer": "functions/claimer/claimer_handler.py"}
 
 
+class SharedOffsetClock:
+    """A clock every process shares: wall time plus an offset in a ``multiprocessing.Value`` that the bench moves
+    (``bench spike`` jumps from one zone's 08:00 to the next)."""
+
+    def __init__(self, offset: Any) -> None:
+        self.offset = offset
+
+    def now_ms(self) -> int:
+        return time.time_ns() // 1_000_000 + int(self.offset.value)
+
+
 def consumer(
     env: dict[str, str],
-    offset_ms: int,
+    offset_ms: Any,
     queues: dict[str, Any],
     batch_size: int,
     timeout_s: int,
@@ -79,7 +90,8 @@ def consumer(
     function: str = "run_task",
 ) -> None:
     """One sandbox of ``function`` (run_task or the claimer): the real handler, SQS-shaped batches from
-    ``queues[function]``, failed records go back to it; the handler's own queues are ``queues["run_task"]`` (the
+    ``queues[function]`` (``offset_ms``: the clock's offset, fixed or a shared ``multiprocessing.Value``),
+    failed records go back to it; the handler's own queues are ``queues["run_task"]`` (the
     task queue) and ``queues["claimer"]`` (the claim queue). A claimer reports when each job ran (seconds since
     the epoch) and what it claimed: the claim timeline."""
     os.environ.update(env)
@@ -91,7 +103,7 @@ def consumer(
     from tests.support.inprocess import load_handler_module
 
     ctx = runtime.build_context(dict(os.environ))
-    ctx.clock = OffsetClock(offset_ms=offset_ms)
+    ctx.clock = SharedOffsetClock(offset_ms) if hasattr(offset_ms, "value") else OffsetClock(offset_ms=offset_ms)
     delivery = ctx.delivery
     ctx.delivery = DeliveryPorts(
         make_push_sender=delivery.make_push_sender,
@@ -101,6 +113,8 @@ def consumer(
     )
     runtime.use(ctx)
     module = load_handler_module(ROOT / HANDLERS[function])
+    if "ready" in queues:  # imported and warm, as Lambda's pollers are before a spike
+        queues["ready"].put(function)
     inbox = queues[function]
     handled = redelivered = 0
     jobs: list[tuple[float, float, int]] = []
@@ -127,9 +141,15 @@ def consumer(
             redelivered += 1
         handled += len(bodies)
     cpu_s = time.process_time() - cpu_start if cpu_start is not None else 0.0
-    if profile is not None:
+    if profile is not None and profile_dir:
         profile.dump_stats(os.path.join(profile_dir, f"{function}-{os.getpid()}.prof"))
     results.put({"function": function, "handled": handled, "redelivered": redelivered, "cpu_s": cpu_s, "jobs": jobs})
+
+
+def wait_ready(queues: dict[str, Any], count: int, timeout_s: float = 300.0) -> None:
+    """Until ``count`` sandboxes have imported their handler (a busy machine takes its time)."""
+    for _ in range(count):
+        queues["ready"].get(timeout=timeout_s)
 
 
 def _batch(inbox: Any, batch_size: int) -> list[str]:
