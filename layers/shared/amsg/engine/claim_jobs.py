@@ -58,10 +58,9 @@ def parse_claim_job(body: str | bytes | None) -> ClaimJob | None:
         data = None
     if isinstance(data, dict) and data.get("kind") == "claim":
         shard, tenant, start = data.get("shard"), data.get("tenantId"), data.get("start")
-        tenant_ok = tenant is None or valid_tenant_id(tenant)
-        if isinstance(shard, int) and not isinstance(shard, bool) and 0 <= shard < 1_000 and tenant_ok:
-            if _start_ok(start):
-                return ClaimJob(shard, tenant, start)
+        shard = shard if isinstance(shard, int) and not isinstance(shard, bool) and 0 <= shard < 1_000 else None
+        if shard is not None and (tenant is None or valid_tenant_id(tenant)) and _start_ok(start):
+            return ClaimJob(shard, tenant, start)
     logger.warning("malformed claim job dropped")
     return None
 
