@@ -113,6 +113,8 @@ def consumer(
     )
     runtime.use(ctx)
     module = load_handler_module(ROOT / HANDLERS[function])
+    if function == "run_task":
+        _ = ctx.delivery.push_sender  # built on a sandbox's first push (its Web Push stack): warm on AWS at 08:00
     if "ready" in queues:  # imported and warm, as Lambda's pollers are before a spike
         queues["ready"].put(function)
     inbox = queues[function]
