@@ -108,7 +108,7 @@ def run_claim_job(
     if backlog is not None and backlog > limit:
         summary.stopped_by = "backlog"  # the next tick starts the chain again
         return
-    page = max(1, ctx.settings.claim_page_size)
+    page, skipped_before = max(1, ctx.settings.claim_page_size), summary.claim_skipped
     candidates, after = lane.claims.due_candidates(job.shard, ctx.now_ms(), page, job.start)
     source = iter(candidates)
     enqueuer = Enqueuer(lane, summary)
@@ -125,7 +125,7 @@ def run_claim_job(
             break
         claim_step(lane, [(lanes[0], chunk)], pool, owner, summary)
     enqueuer.flush()
-    contended = summary.claim_skipped * 2 > len(candidates)
+    contended = (summary.claim_skipped - skipped_before) * 2 > len(candidates)  # this job's page, not the batch's
     if after is not None and not contended:
         _continue(ctx, ClaimJob(job.shard, job.tenant_id, after), summary)
     elif contended:
@@ -150,5 +150,5 @@ def _continue(ctx: AppContext, job: ClaimJob, summary: TickSummary) -> None:
     """Send the chain's next page; if that fails the chain ends here and the next tick starts it again."""
     queue = ctx.delivery.claim_queue
     failed = queue.send_many([job.to_body()]) if queue is not None else [0]
-    summary.claim_jobs = len([job]) - len(failed)
-    summary.claim_jobs_failed = len(failed)
+    summary.claim_jobs = (summary.claim_jobs or 0) + 1 - len(failed)
+    summary.claim_jobs_failed += len(failed)
