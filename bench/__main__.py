@@ -1,5 +1,5 @@
 """``python -m bench [NAME ...]``: imports, cold, tick, requests, capacity, e2e, load, migration and hostile
-(all by default); moto-memory, local, tenants and spike on request.
+(all by default); moto-memory, local, tenants, spike and cost on request.
 
 Numbers are printed, never asserted."""
 
@@ -21,6 +21,7 @@ for _key, _value in {
 from bench import (  # noqa: E402
     capacity,
     cold,
+    cost,
     e2e,
     hostile,
     imports,
@@ -44,6 +45,7 @@ def main(argv: list[str]) -> int:
         runners["local"] = local_stack
         runners["tenants"] = tenants
         runners["spike"] = spike
+        runners["cost"] = cost
         runners[name].main()
     return 0
 

@@ -12,6 +12,8 @@ _lock = threading.Lock()
 calls: Counter[str] = Counter()
 # consumed capacity as the backend reports it ("read"/"write" units: table plus any index it names)
 units: Counter[str] = Counter()
+# the same units split: "<read|write> <Operation> <table|gsi:name|lsi:name>"
+unit_detail: Counter[str] = Counter()
 _READS = {"GetItem", "BatchGetItem", "Query", "Scan", "TransactGetItems"}
 _REPORTS_CAPACITY = _READS | {
     "PutItem",
@@ -43,9 +45,35 @@ def _add_capacity(parsed: dict[str, Any], model: Any, **_: Any) -> None:
     with _lock:
         for entry in consumed if isinstance(consumed, list) else [consumed]:
             units[kind] += float(entry.get("CapacityUnits", 0.0))
+            _split(kind, model.name, entry)
+
+
+def _split(kind: str, operation: str, entry: dict[str, Any]) -> None:
+    """Table and per-index units of one ConsumedCapacity entry (what ``INDEXES`` reports)."""
+    table = entry.get("Table", {}).get("CapacityUnits")
+    indexed = 0.0
+    for label, field in (("gsi", "GlobalSecondaryIndexes"), ("lsi", "LocalSecondaryIndexes")):
+        for name, used in (entry.get(field) or {}).items():
+            indexed += float(used.get("CapacityUnits", 0.0))
+            unit_detail[f"{kind} {operation} {label}:{name}"] += float(used.get("CapacityUnits", 0.0))
+    if table is None:
+        table = float(entry.get("CapacityUnits", 0.0)) - indexed
+    unit_detail[f"{kind} {operation} table"] += float(table)
 
 
 _installed = False
+# a bench.units.Meter when write units are billed from item sizes (DynamoDB Local undercounts transactions)
+meter: Any = None
+
+
+def _meter_before(**kwargs: Any) -> None:
+    if meter is not None:
+        meter.before(**kwargs)
+
+
+def _meter_after(**kwargs: Any) -> None:
+    if meter is not None:
+        meter.after(**kwargs)
 
 
 def install() -> None:
@@ -61,6 +89,8 @@ def install() -> None:
         self.events.register("before-call.*.*", _count)
         self.events.register("provide-client-params.dynamodb.*", _ask_capacity)
         self.events.register("after-call.dynamodb.*", _add_capacity)
+        self.events.register("before-call.dynamodb.*", _meter_before)
+        self.events.register("after-call.dynamodb.*", _meter_after)
 
     boto3.session.Session.__init__ = init  # type: ignore[method-assign]
     boto3.DEFAULT_SESSION = None
@@ -70,8 +100,22 @@ def reset() -> None:
     with _lock:
         calls.clear()
         units.clear()
+        unit_detail.clear()
+    if meter is not None:
+        from bench import units as billing
+
+        billing.reset()
 
 
 def dynamodb_total() -> int:
     with _lock:
         return sum(n for key, n in calls.items() if key.startswith("dynamodb."))
+
+
+def billed() -> dict[str, float]:
+    """Write units billed by the meter since the last reset ("<Operation> <target>"), {} without one."""
+    if meter is None:
+        return {}
+    from bench import units as billing
+
+    return billing.snapshot()

@@ -20,7 +20,7 @@ from typing import Any
 
 from bench import counting
 
-USERS = 20
+USERS = int(__import__("os").environ.get("AMSG_BENCH_USERS", "20"))
 T0_MS = 1_893_369_600_000
 FIRST = "2030-01-01T00:00:00.000Z"  # one day after T0
 DUE_MS = T0_MS + 86_400_000 + 1_000
@@ -71,14 +71,12 @@ def _env(table: str, endpoint: str | None) -> dict[str, str]:
 
 def measure(table: str, endpoint: str | None, batch_size: int = 1) -> dict[str, dict[str, Any]]:
     """Per scenario: requests per task by operation for schedule and for delivery (tick + run_task), each SQS
-    batch of ``batch_size`` records run together as the run_task handler does (1: every record alone)."""
-    import functools
+    batch of ``batch_size`` records run together as the run_task handler does (1: every record alone); also
+    the units (split by table and index) and the wall time of each phase, for ``bench cost``."""
+    import time
 
     from amsg import runtime
     from amsg.clock import FixedClock
-    from amsg.engine.messages import parse_task_message
-    from amsg.engine.run_task import run_message, run_together
-    from amsg.engine.tick import run_tick
 
     from tests.support.ddb_engine import MemoryQueue, RecordingPushSender, with_fakes
     from tests.support.inprocess import InProcessApi
@@ -101,40 +99,83 @@ def measure(table: str, endpoint: str | None, batch_size: int = 1) -> dict[str, 
                 assert client.put_delivery_policy(fields["_policy"]).status == 200
             clients.append(client)
         counting.reset()
+        started = time.perf_counter()
         for client in clients:
             extra = {k: v for k, v in fields.items() if not k.startswith("_")}
             payload = {"contactName": "Rei", "messageType": "fixed", "firstSendTime": FIRST, **extra}
             response = client.schedule(payload)
             assert response.status == 201, response.text
+        schedule_s = time.perf_counter() - started
         schedule = _dynamodb_calls()
-        ctx.clock.current_ms = DUE_MS
-        counting.reset()
-        summary = run_tick(ctx)
-        delivered = 0
-        while not queue.items.empty():
-            batch = [queue.items.get_nowait() for _ in range(min(batch_size, queue.items.qsize()))]
-            jobs = [
-                functools.partial(
-                    run_message, ctx, parse_task_message(json.dumps(body)), remaining_ms=lambda: 100_000, owner=f"b{i}"
-                )
-                for i, body in enumerate(batch)
-            ]
-            delivered += sum(result.get("successCount", 0) for result in run_together(ctx, jobs))
-        deliver = _dynamodb_calls()
         with counting._lock:
-            units = dict(counting.units)
+            schedule_detail = dict(counting.unit_detail)
+        schedule_billed = counting.billed()
+        ctx.clock.current_ms = DUE_MS
+        result = deliver(ctx, queue, batch_size)
         runtime.use(None)
         pushes = Counter(f"{p['taskUuid']}/{p['messageId']}" for p in sender.sent)
         results[name] = {
+            **result,
             "schedule": {op: n / USERS for op, n in schedule.items()},
-            "deliver": {op: n / max(1, delivered) for op, n in deliver.items()},
-            "units": {kind: n / max(1, delivered) for kind, n in units.items()},
-            "delivered": delivered,
-            "claimed": summary["claimedTasks"],
+            "schedule_detail": {k: n / USERS for k, n in schedule_detail.items()},
+            "schedule_billed": {k: n / USERS for k, n in schedule_billed.items()},
+            "schedule_s": schedule_s / USERS,
             "pushes": sum(pushes.values()),
             "duplicates": sum(n - 1 for n in pushes.values()),
         }
     return results
+
+
+def deliver(ctx: Any, queue: Any, batch_size: int, tenant_keys: bool = False) -> dict[str, Any]:
+    """The real tick, then ``run_message`` over the queue in batches of ``batch_size`` run together (what the
+    run_task handler does per SQS batch); requests, units and wall times per delivered task."""
+    import functools
+    import time
+
+    from amsg.engine.messages import parse_task_message
+    from amsg.engine.run_task import run_message, run_together
+    from amsg.engine.tick import run_tick
+
+    counting.reset()
+    started = time.perf_counter()
+    summary = run_tick(ctx)
+    tick_s = time.perf_counter() - started
+    delivered, batches, run_s = 0, 0, 0.0
+    while not queue.items.empty():
+        batch = [queue.items.get_nowait() for _ in range(min(batch_size, queue.items.qsize()))]
+        memo: dict[str, str | None] = {}  # what the run_task handler shares between a batch's records
+        shared = {"tenant_keys": memo} if tenant_keys else {}
+        jobs = [
+            functools.partial(
+                run_message,
+                ctx,
+                parse_task_message(json.dumps(body)),
+                remaining_ms=lambda: 100_000,
+                owner=f"b{i}",
+                **shared,
+            )
+            for i, body in enumerate(batch)
+        ]
+        started = time.perf_counter()
+        delivered += sum(result.get("successCount", 0) for result in run_together(ctx, jobs))
+        run_s += time.perf_counter() - started
+        batches += 1
+    calls = _dynamodb_calls()
+    with counting._lock:
+        units, detail = dict(counting.units), dict(counting.unit_detail)
+    billed = counting.billed()
+    per = max(1, delivered)
+    return {
+        "deliver": {op: n / per for op, n in calls.items()},
+        "units": {kind: n / per for kind, n in units.items()},
+        "deliver_detail": {k: n / per for k, n in detail.items()},
+        "billed": {k: n / per for k, n in billed.items()},
+        "delivered": delivered,
+        "claimed": summary["claimedTasks"],
+        "tick_s": tick_s / per,
+        "run_s": run_s / per,
+        "batches": batches / per,
+    }
 
 
 def _dynamodb_calls() -> Counter[str]:
@@ -193,8 +234,8 @@ def main() -> None:
             if label == "DynamoDB Local":  # moto reports no units for transactions, so its figure means nothing
                 print(
                     f"    {'':15s} units    read {capacity.get('read', 0.0):5.2f},"
-                    f" write {capacity.get('write', 0.0):5.2f} per delivered task (table units, as DynamoDB Local"
-                    " reports them)"
+                    f" write {capacity.get('write', 0.0):5.2f} per delivered task (as DynamoDB Local reports them:"
+                    " one item per multi-item transaction, so writes are low; `bench cost` bills them)"
                 )
             print(
                 f"    {'':15s} schedule {_line(schedule)}"

@@ -11,6 +11,7 @@ import uuid
 from pathlib import Path
 
 import pytest
+from amsg.adapters.dynamo.compact import unpack
 from amsg.adapters.dynamo.table import DynamoTable
 from amsg.crypto import decrypt_payload, derive_user_key
 from amsg.tenancy import lifecycle, tokens
@@ -146,7 +147,7 @@ def test_the_tenant_keeps_its_master_key_and_its_users_keys(stack, reference):
     task = db.tasks[0]
     item = DynamoTable(TABLE, region="us-east-1").get({"PK": f"N#{TENANT}#U#{ALICE}", "SK": f"T#{task['uuid']}"})
     assert item is not None and item["due_pk"].startswith(f"N#{TENANT}#DUE#")
-    assert decrypt_payload(item["payload"], derive_user_key(MASTER, ALICE)) == task["payload"]
+    assert decrypt_payload(unpack(item["payload"]), derive_user_key(MASTER, ALICE)) == task["payload"]
 
 
 def test_a_token_the_reference_issued_before_the_import_authenticates_until_rotation(stack, reference):

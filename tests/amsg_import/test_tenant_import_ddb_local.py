@@ -9,6 +9,7 @@ import uuid
 from collections.abc import Iterator
 
 import pytest
+from amsg.adapters.dynamo.compact import unpack
 from amsg.adapters.dynamo.table import DynamoTable
 from amsg.adapters.dynamo.tenants import DynamoTenantStore
 from amsg.crypto import compact_json, decrypt_payload, derive_user_key, encrypt_for_storage
@@ -114,7 +115,7 @@ def test_tenant_moves_in_from_postgres_under_its_own_key_space(tenant_db, ddb_lo
     for user, task in tasks.items():
         item = table.get({"PK": f"N#{TENANT}#U#{user}", "SK": f"T#{task['uuid']}"})
         assert item is not None
-        assert decrypt_payload(item["payload"], derive_user_key(MASTER, user)) == task["payload"]
+        assert decrypt_payload(unpack(item["payload"]), derive_user_key(MASTER, user)) == task["payload"]
 
 
 def test_racing_imports_of_one_tenant_register_it_once(tenant_db, ddb_local_endpoint, ddb_local_table):

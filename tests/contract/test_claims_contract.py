@@ -161,6 +161,21 @@ def test_the_batch_append_is_fenced_by_the_claim_and_adopts_it(stores):
     assert stores.claims.append_batch(row, rows, now_ms=NOW, lease_until_ms=None, owner="run-a") is APPEND_FALLBACK
 
 
+def test_the_append_keeps_a_claim_lease_that_outlasts_the_run_lease_and_still_fences_a_second_run(stores):
+    uuid = create(stores, 1)
+    row = claim(stores, uuid, lease=RUN_LEASE + 60_000)  # the tick's lease ends after the run lease would
+    assert row is not None
+    assert stores.claims.append_batch(row, [push("m1", uuid)], now_ms=NOW, lease_until_ms=RUN_LEASE, owner="a") == [1]
+    assert row.lease_until_ms == RUN_LEASE + 60_000
+    assert stores.tasks.get_task(USER, uuid).lease_until_ms == RUN_LEASE + 60_000  # type: ignore[union-attr]
+    with pytest.raises(ClaimTaken):  # adopted by run a, whose lease holds
+        stores.claims.append_batch(row, [push("m2", uuid)], now_ms=NOW, lease_until_ms=RUN_LEASE, owner="b")
+    # the heartbeat moves it as before, fenced by the claim version
+    assert stores.claims.renew_lease(USER, uuid, row.claim_version, RUN_LEASE, "a")
+    assert stores.tasks.get_task(USER, uuid).lease_until_ms == RUN_LEASE  # type: ignore[union-attr]
+    assert not stores.claims.renew_lease(USER, uuid, row.claim_version + 1, RUN_LEASE, "a")
+
+
 def test_the_batch_append_of_a_lost_claim_writes_nothing(stores):
     uuid = create(stores, 1)
     row = claim(stores, uuid)
@@ -308,3 +323,91 @@ def test_a_send_claim_charges_the_caps_and_a_full_window_refuses_it(stores):
     # a lost claim is refused as such, even with a full cap
     stores.outbox.release_send(USER, "m3")
     assert not stores.outbox.claim_send(USER, "m3", caps=[cap("d")], **{**kw, "claim_version": 9})
+
+
+# ---- exactly once under faults (docs/delivery.md) -----------------------------------------------------------------
+
+
+def test_an_unconfirmed_row_keeps_its_send_claim_and_a_release_is_the_claims_own(stores):
+    uuid = create(stores, 1)
+    row = claim(stores, uuid)
+    assert row is not None
+    stores.outbox.append(USER, [push("m1", uuid), push("m2", uuid), push("m3", uuid)])
+    kw = {"task_uuid": uuid, "claim_version": row.claim_version, "now_ms": NOW}
+    assert not stores.outbox.mark_unconfirmed(USER, "m1", NOW)  # not taken for sending: nothing to mark
+    assert stores.outbox.claim_send(USER, "m1", **kw) and stores.outbox.claim_send(USER, "m2", **kw)
+    assert stores.outbox.mark_unconfirmed(USER, "m1", NOW + 1)
+    stores.outbox.release_send(USER, "m1", claim_version=row.claim_version)  # never released once unconfirmed
+    stores.outbox.release_send(USER, "m2", claim_version=row.claim_version + 1)  # not that claim's send claim
+    rows = {r.message_id: r for r in stores.outbox.list_for_task(USER, uuid)}
+    assert (rows["m1"].sending_at, rows["m1"].sending_cv, rows["m1"].unconfirmed_at) == (
+        NOW,
+        row.claim_version,
+        NOW + 1,
+    )
+    assert rows["m2"].sending_at == NOW
+    assert not stores.outbox.claim_send(USER, "m1", **kw)  # nobody pushes it again
+    stores.outbox.release_send(USER, "m2", claim_version=row.claim_version)  # its own: handed back
+    assert stores.outbox.claim_send(USER, "m2", **kw)
+    stores.outbox.mark_delivered(USER, ["m2"], NOW + 2)
+    assert not stores.outbox.mark_unconfirmed(USER, "m2", NOW + 3)  # a delivered row is not unconfirmed
+    # the API's discard (the user cancelled the task) takes every row nobody received, claimed or not
+    assert stores.outbox.discard_undelivered_for_task(USER, uuid) == 2
+    assert [r.message_id for r in stores.outbox.list_for_task(USER, uuid)] == ["m2"]
+
+
+def test_a_run_discards_its_rows_only_while_its_claim_is_the_tasks_and_it_ended_it(stores):
+    uuid = create(stores, 1)
+    old = claim(stores, uuid)
+    assert old is not None
+    stores.outbox.append(USER, [push("m1", uuid), push("m2", uuid)])
+    # the lease expired and the tick claimed the task again: the old claim's discard touches nothing
+    new = claim(stores, uuid, now=LEASE, lease=LEASE + 30_000)
+    assert new is not None and new.claim_version == old.claim_version + 1
+    assert stores.outbox.discard_undelivered_for_task(USER, uuid, claim_version=old.claim_version) == 0
+    # the current claim, task still pending (to be worked again): nothing either
+    assert stores.outbox.discard_undelivered_for_task(USER, uuid, claim_version=new.claim_version) == 0
+    assert [r.message_id for r in stores.outbox.list_for_task(USER, uuid)] == ["m1", "m2"]
+    # the run that holds the claim ended the task: its untaken rows go
+    assert stores.outbox.claim_send(USER, "m1", task_uuid=uuid, claim_version=new.claim_version, now_ms=LEASE)
+    done = Settlement(next_send_at_ms=DUE, status="failed")
+    assert stores.claims.settle(USER, uuid, new.claim_version, done, LEASE)
+    assert stores.outbox.discard_undelivered_for_task(USER, uuid, claim_version=old.claim_version) == 0
+    assert stores.outbox.discard_undelivered_for_task(USER, uuid, claim_version=new.claim_version) == 1
+    assert [r.message_id for r in stores.outbox.list_for_task(USER, uuid)] == ["m1"]
+
+
+def test_a_gone_subscription_is_marked_only_if_unchanged_and_a_new_put_clears_it(stores):
+    subscriptions = stores.subscriptions
+    assert not subscriptions.mark_push_subscription_gone(USER, "enc-1", NOW)  # none stored
+    subscriptions.put_push_subscription(USER, "enc-1", NOW)
+    assert not subscriptions.get_push_subscription(USER).gone
+    assert not subscriptions.mark_push_subscription_gone(USER, "enc-other", NOW)  # replaced meanwhile: kept
+    assert not subscriptions.get_push_subscription(USER).gone
+    assert subscriptions.mark_push_subscription_gone(USER, "enc-1", NOW)
+    assert subscriptions.get_push_subscription(USER).gone
+    subscriptions.put_push_subscription(USER, "enc-2", NOW + 1)  # the client subscribed again
+    assert not subscriptions.get_push_subscription(USER).gone
+
+
+def test_a_runs_append_commits_only_under_its_claim_and_never_re_arms_the_new_claims_rows(stores):
+    from amsg.errors import ClaimLost
+    from amsg.ports import ClaimFence
+
+    uuid = create(stores, 1)
+    old = claim(stores, uuid)
+    assert old is not None
+    assert stores.outbox.append(USER, [push("m1", uuid)], fence=ClaimFence(uuid, old.claim_version, NOW)) == [1]
+    new = claim(stores, uuid, now=LEASE, lease=LEASE + 30_000)  # the old lease expired: claimed again
+    assert new is not None
+    assert stores.outbox.claim_send(USER, "m1", task_uuid=uuid, claim_version=new.claim_version, now_ms=LEASE)
+    with pytest.raises(ClaimLost):  # the superseded run's upsert would clear the new claim's send claim
+        stores.outbox.append(
+            USER, [push("m1", uuid), push("m2", uuid)], fence=ClaimFence(uuid, old.claim_version, LEASE)
+        )
+    rows = stores.outbox.list_for_task(USER, uuid)
+    assert [(r.message_id, r.sending_at) for r in rows] == [("m1", LEASE)]
+    fence = ClaimFence(uuid, new.claim_version, LEASE)
+    assert stores.outbox.append(USER, [push("m2", uuid)], fence=fence) == [2]
+    with pytest.raises(ClaimLost):  # an expired lease fences too
+        stores.outbox.append(USER, [push("m3", uuid)], fence=ClaimFence(uuid, new.claim_version, LEASE + 30_000))

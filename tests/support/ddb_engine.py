@@ -46,6 +46,7 @@ class RecordingPushSender:
         self.kill_before: set[str] = set()
         self.kill_after: set[str] = set()
         self.statuses: list[int] = []  # answers for the next pushes (non-2xx raise PushSendError)
+        self.late: set[str] = set()  # accepted, but the answer comes after the sender's timeout (unconfirmed)
 
     def send(self, subscription: Any, payload: bytes | str, **_: Any) -> int:
         push = json.loads(payload)
@@ -60,6 +61,10 @@ class RecordingPushSender:
 
                 raise PushSendError(f"Web Push delivery failed: {status}", status=status)
             self.sent.append(push)
+            if message_id in self.late:
+                from amsg.failures import PushSendError
+
+                raise PushSendError("Web Push delivery failed: ReadTimeout", unconfirmed=True)
             if message_id in self.kill_after:
                 self.kill_after.discard(message_id)
                 raise Killed(message_id)

@@ -202,18 +202,44 @@ def test_connection_refused_is_a_retryable_network_error(sender: WebPushSender) 
     with pytest.raises(PushSendError) as info:
         sender.send(sub.to_json(), b"{}")
     err = info.value
-    assert (err.code, err.status, err.permanent) == ("PUSH_SEND_FAILED", None, False)
+    assert (err.code, err.status, err.permanent, err.unconfirmed) == ("PUSH_SEND_FAILED", None, False, False)
     assert str(err) == "Web Push delivery failed: ConnectError"
     assert url.rsplit(":", 1)[-1] not in str(err)
 
 
-def test_timeout_is_a_retryable_network_error(fake_push: FakePushService, sender: WebPushSender) -> None:
+def test_a_read_timeout_leaves_the_outcome_unknown(fake_push: FakePushService, sender: WebPushSender) -> None:
+    """The request reached the service (it has the push) and the answer came too late: unconfirmed, never to be
+    sent again (docs/delivery.md)."""
     sub = fake_push.subscribe()
     fake_push.set_delay(sub.endpoint_id, 1.0)
     with pytest.raises(PushSendError) as info:
         sender.send(sub.to_json(), b"{}", timeout_s=0.2)
-    assert (info.value.status, info.value.permanent) == (None, False)
+    assert (info.value.status, info.value.permanent, info.value.unconfirmed) == (None, False, True)
     assert "Timeout" in str(info.value)
+    assert len(fake_push.received) == 1
+
+
+def test_a_connection_dropped_before_the_answer_leaves_the_outcome_unknown(sender: WebPushSender) -> None:
+    import socket
+    import threading
+
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(1)
+
+    def read_then_drop() -> None:
+        conn, _ = server.accept()
+        conn.recv(65536)  # the request arrived ...
+        conn.close()  # ... and the connection went away without an answer
+
+    thread = threading.Thread(target=read_then_drop, daemon=True)
+    thread.start()
+    sub = make_browser_subscription(f"http://127.0.0.1:{server.getsockname()[1]}/push/x")
+    with pytest.raises(PushSendError) as info:
+        sender.send(sub.to_json(), b"{}")
+    thread.join(timeout=5)
+    server.close()
+    assert (info.value.status, info.value.unconfirmed) == (None, True)
 
 
 def test_invalid_subscription_is_retryable_and_sends_nothing(fake_push: FakePushService, sender: WebPushSender) -> None:

@@ -83,6 +83,9 @@ class PushSendError(Exception):
       may become the engine's ``pushStatus``.
     * ``permanent``: the reference's permanent-status classification (404, 410, ...), already applied.
     * ``details``: ``{"bytes", "maxBytes"}`` for ``PUSH_PAYLOAD_TOO_LARGE``, else ``None``.
+    * ``unconfirmed``: the request left (whole or in part) and no answer came (read or write timeout, reset,
+      a broken response): the push service may have accepted it, so it must never be sent again
+      (docs/delivery.md). False when nothing of the request was sent (DNS, connect, pool) or an answer came.
     """
 
     def __init__(
@@ -93,6 +96,7 @@ class PushSendError(Exception):
         status: int | None = None,
         permanent: bool | None = None,
         details: dict[str, Any] | None = None,
+        unconfirmed: bool = False,
     ) -> None:
         super().__init__(message)
         self.message = message
@@ -100,3 +104,4 @@ class PushSendError(Exception):
         self.status = status
         self.permanent = is_permanent_push_status(status) if permanent is None else permanent
         self.details = details
+        self.unconfirmed = unconfirmed and status is None

@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
+from amsg.errors import ClaimLost
 from amsg.failures import ClaimTaken
 from amsg.ports import (
     APPEND_FALLBACK,
@@ -20,6 +21,7 @@ from amsg.ports import (
     KEEP,
     CapCharge,
     CapReached,
+    ClaimFence,
     ClaimStore,
     ClaimWanted,
     DueCandidate,
@@ -300,11 +302,14 @@ class MemoryClaimStore:
             for item, row_id in zip(rows, ids, strict=True):
                 sending = now_ms if item.message_id == claim_first else None
                 self._outbox._insert(items, item, row_id, sending)
+                if sending is not None:
+                    items[item.message_id].row.sending_cv = row.claim_version
             self._outbox._counters[row.user_id] = ids[-1]
             task.outbox_occurrence_ms = task.next_send_at_ms
-            if lease_until_ms is not None:
-                self._take_lease(task, lease_until_ms, owner)
+            if lease_until_ms is not None:  # a claim lease that ends no earlier is kept (the adapter's rule)
+                self._take_lease(task, max(lease_until_ms, task.lease_until_ms or 0), owner)
                 self._lease(task).adopted_cv = task.claim_version
+                lease_until_ms = task.lease_until_ms
         row.outbox_occurrence_ms = row.next_send_at_ms
         if lease_until_ms is not None:
             row.lease_until_ms = lease_until_ms
@@ -420,12 +425,32 @@ class FencedMemoryOutboxStore(MemoryOutboxStore):
             for charge in caps:
                 self._policies.charge(user_id, charge)
             item.row.sending_at = now_ms
+            item.row.sending_cv = claim_version
             return True
+
+    def append(self, user_id: str, rows: Sequence[OutboxAppend], *, fence: ClaimFence | None = None) -> list[int]:
+        with self._lock:  # the claim check and the rows in one step
+            if fence is not None and not self._claim_holds(user_id, fence.task_uuid, fence.claim_version, fence.now_ms):
+                raise ClaimLost("the task claim fencing this append is gone")
+            return super().append(user_id, rows)
+
+    def discard_undelivered_for_task(self, user_id: str, task_uuid: str, *, claim_version: int | None = None) -> int:
+        with self._lock:
+            if claim_version is not None:
+                task = self._tasks._user(user_id).get(task_uuid)
+                if task is None or task.claim_version != claim_version or task.status == "pending":
+                    return 0  # the run that holds this claim has not ended the task: nothing of it is ours
+            mine = [m for m, item in self._user(user_id).items() if item.row.task_uuid == task_uuid]
+            return self._discard(user_id, mine, untaken=claim_version is not None)
 
     def _sendable(self, row: OutboxRow, user_id: str, task_uuid: str, claim_version: int, now_ms: int) -> bool:
         """Row untaken, undelivered, unacked; the task's claim current and its lease unexpired."""
         if row.sending_at is not None or row.delivered_at is not None or row.acked_at is not None:
             return False
+        return self._claim_holds(user_id, task_uuid, claim_version, now_ms)
+
+    def _claim_holds(self, user_id: str, task_uuid: str, claim_version: int, now_ms: int) -> bool:
+        """The task is pending under ``claim_version`` and its lease unexpired (the adapter's claim check)."""
         task = self._tasks._user(user_id).get(task_uuid)
         return (
             task is not None

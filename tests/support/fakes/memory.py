@@ -14,6 +14,7 @@ from dataclasses import dataclass, replace
 
 from amsg.ports import (
     CapCharge,
+    ClaimFence,
     CredentialWrite,
     DeliveryPolicyRow,
     OutboxAppend,
@@ -70,7 +71,9 @@ class MemoryOutboxStore:
 
     # -- engine-facing --
 
-    def append(self, user_id: str, rows: Sequence[OutboxAppend]) -> list[int]:
+    def append(self, user_id: str, rows: Sequence[OutboxAppend], *, fence: ClaimFence | None = None) -> list[int]:
+        if fence is not None and type(self) is MemoryOutboxStore:
+            raise NotFaked("a fenced append checks the task: FencedMemoryOutboxStore")
         merged: dict[str, OutboxAppend] = {}
         for row in rows:
             _no_owner(row.owner)
@@ -92,6 +95,8 @@ class MemoryOutboxStore:
             old.row.created_at = row.created_at
             old.row.delivered_at = None
             old.row.sending_at = None
+            old.row.sending_cv = None
+            old.row.unconfirmed_at = None
             old.ttl_s = _ttl_for(row.created_at)
         return old.row.id
 
@@ -113,11 +118,23 @@ class MemoryOutboxStore:
     def claim_send(self, user_id: str, message_id: str, **_: object) -> bool:
         raise NotFaked("claim_send is fenced by the task's claim version in one transaction")
 
-    def release_send(self, user_id: str, message_id: str) -> None:
+    def release_send(self, user_id: str, message_id: str, *, claim_version: int | None = None) -> None:
         with self._lock:
             item = self._user(user_id).get(message_id)
-            if item is not None and item.row.delivered_at is None:
-                item.row.sending_at = None
+            if item is None or item.row.delivered_at is not None or item.row.unconfirmed_at is not None:
+                return
+            if claim_version is not None and item.row.sending_cv not in (None, claim_version):
+                return  # another claim's send claim
+            item.row.sending_at = None
+            item.row.sending_cv = None
+
+    def mark_unconfirmed(self, user_id: str, message_id: str, at_ms: int) -> bool:
+        with self._lock:
+            item = self._user(user_id).get(message_id)
+            if item is None or item.row.sending_at is None or item.row.delivered_at is not None:
+                return False
+            item.row.unconfirmed_at = at_ms
+            return True
 
     def mark_delivered(self, user_id: str, message_ids: Sequence[str], at_ms: int) -> int:
         if isinstance(message_ids, str):
@@ -129,10 +146,15 @@ class MemoryOutboxStore:
                 item.row.delivered_at = at_ms
         return len(touched)
 
-    def _discard(self, user_id: str, message_ids: Iterable[str]) -> int:
+    def _discard(self, user_id: str, message_ids: Iterable[str], *, untaken: bool = False) -> int:
         items = self._user(user_id)
         gone = [
-            m for m in message_ids if m in items and items[m].row.delivered_at is None and items[m].row.acked_at is None
+            m
+            for m in message_ids
+            if m in items
+            and items[m].row.delivered_at is None
+            and items[m].row.acked_at is None
+            and not (untaken and items[m].row.sending_at is not None)
         ]
         for message_id in gone:
             del items[message_id]
@@ -142,10 +164,12 @@ class MemoryOutboxStore:
         with self._lock:
             return self._discard(user_id, _distinct(message_ids))
 
-    def discard_undelivered_for_task(self, user_id: str, task_uuid: str) -> int:
+    def discard_undelivered_for_task(self, user_id: str, task_uuid: str, *, claim_version: int | None = None) -> int:
+        if claim_version is not None and type(self) is MemoryOutboxStore:
+            raise NotFaked("a fenced discard checks the task: FencedMemoryOutboxStore")
         with self._lock:
             mine = [m for m, item in self._user(user_id).items() if item.row.task_uuid == task_uuid]
-            return self._discard(user_id, mine)
+            return self._discard(user_id, mine, untaken=claim_version is not None)
 
     def list_for_task(self, user_id: str, task_uuid: str, *, since_ms: int = 0, limit: int = 500) -> list[OutboxRow]:
         with self._lock:
@@ -286,6 +310,14 @@ class MemoryPushSubscriptionStore:
     def delete_push_subscription(self, user_id: str) -> bool:
         with self._lock:
             return self._rows.pop(user_id, None) is not None
+
+    def mark_push_subscription_gone(self, user_id: str, encrypted: str, at_ms: int) -> bool:
+        with self._lock:
+            row = self._rows.get(user_id)
+            if row is None or row.encrypted_subscription != encrypted:
+                return False
+            row.gone = True
+            return True
 
 
 class MemoryDeliveryPolicyStore:

@@ -165,20 +165,32 @@ class WebPushSender:
         try:
             response = self._http().post(endpoint, content=body, headers=headers, timeout=timeout_s)
         except (httpx.HTTPError, httpx.InvalidURL) as exc:
-            emit_metric(
-                "PushFailures",
-                "Count",
-                1,
-                StatusClass="timeout" if isinstance(exc, httpx.TimeoutException) else "network",
-            )
+            unconfirmed = not isinstance(exc, _nothing_sent(httpx))
+            kind = "unconfirmed" if unconfirmed else "timeout" if isinstance(exc, httpx.TimeoutException) else "network"
+            emit_metric("PushFailures", "Count", 1, StatusClass=kind)
             # Class name only: transport messages can quote the endpoint URL, which is a capability.
-            raise PushSendError(f"Web Push delivery failed: {type(exc).__name__}", status=None) from None
+            raise PushSendError(
+                f"Web Push delivery failed: {type(exc).__name__}", status=None, unconfirmed=unconfirmed
+            ) from None
         status = response.status_code
         if 200 <= status < 300:
             emit_metric("PushLatency", "Milliseconds", (time.monotonic() - started) * 1000)
             return status
         emit_metric("PushFailures", "Count", 1, StatusClass=status_class(status))
         raise PushSendError(_failure_message(response), status=status)
+
+
+def _nothing_sent(httpx: Any) -> tuple[type[Exception], ...]:
+    """Transport errors raised before any byte of the request left: a retry cannot push twice. Every other
+    error (read or write timeout, reset, a broken or missing response) may follow a push the service accepted:
+    its outcome is unknown (docs/delivery.md)."""
+    return (
+        httpx.ConnectError,  # DNS failure, refused, unreachable
+        httpx.ConnectTimeout,
+        httpx.PoolTimeout,
+        httpx.UnsupportedProtocol,
+        httpx.InvalidURL,
+    )
 
 
 def encrypt_aes128gcm(plaintext: bytes, ua_public: bytes, auth_secret: bytes) -> bytes:

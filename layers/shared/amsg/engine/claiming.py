@@ -16,7 +16,7 @@ from amsg.crypto import StoredPayloadUnreadable
 from amsg.engine.env import row_view
 from amsg.engine.messages import TaskMessage
 from amsg.engine.outcomes import release_claim
-from amsg.engine.stale import is_stale, settle_stale
+from amsg.engine.stale import batch_outboxed, is_stale, settle_stale
 from amsg.engine.summary import DeliverySummary, TickSummary
 from amsg.hooks import Hooks
 from amsg.observability import logger
@@ -185,7 +185,8 @@ def _take_claimed(
             summary.claim_skipped += 1
             continue
         summary.claimed += 1
-        if is_stale(row, now, ctx.settings.stale_after_ms):
+        # a late task whose batch is in the outbox goes to a run: it may only need its settlement finished
+        if is_stale(row, now, ctx.settings.stale_after_ms) and not batch_outboxed(row):
             _settle_stale_in_tick(ctx, row, summary)
             continue
         enqueuer.add(row)

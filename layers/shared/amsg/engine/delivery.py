@@ -36,8 +36,15 @@ from amsg.engine.outcomes import (
 )
 from amsg.engine.policy import before_fire
 from amsg.engine.pushes import Occurrence, content_pushes, decode_push, reasoning_push, should_push
-from amsg.engine.sending import VAPID_MISSING, append_batch, outbox_rows, resolve_subscription, send_one
-from amsg.engine.stale import defer_task, is_stale, settle_stale
+from amsg.engine.sending import (
+    VAPID_MISSING,
+    PushUnconfirmed,
+    append_batch,
+    outbox_rows,
+    resolve_subscription,
+    send_one,
+)
+from amsg.engine.stale import batch_outboxed, defer_task, is_stale, settle_stale
 from amsg.engine.summary import DeliverySummary
 from amsg.errors import CloudGuardError
 from amsg.failures import ClaimTaken, DeliveryFailure, PushSendError
@@ -52,6 +59,16 @@ from amsg.tenancy.scope import tenant_of
 class _Entry:
     push: dict[str, Any]
     done: bool  # delivered, acked or already claimed for sending
+    unknown: bool = False  # claimed for sending, never marked delivered: its push may have left (or died unanswered)
+
+
+def _left_to_push(entries: list[_Entry]) -> list[_Entry]:
+    """The rows this run pushes. None once one row's outcome is unknown (unconfirmed, or taken by a run that
+    died): what follows waits in the outbox for the client's pull, so an endpoint that may be gone or hanging
+    gets nothing more and the client still reads the batch in order (docs/delivery.md)."""
+    if any(entry.unknown for entry in entries):
+        return []
+    return [entry for entry in entries if not entry.done and should_push(entry.push, outboxed=True)]
 
 
 def deliver_claimed(ctx: AppContext, row: TaskRow, summary: DeliverySummary, env: DeliveryEnv) -> Outcome | None:
@@ -75,6 +92,8 @@ def deliver_claimed(ctx: AppContext, row: TaskRow, summary: DeliverySummary, env
         return None
     if outcome.redelivered:
         summary.redelivered.append({"taskId": row.id, "pushedCount": outcome.pushed})
+    if outcome.unconfirmed:
+        summary.unconfirmed.append({"taskId": row.id, "unconfirmedCount": outcome.unconfirmed})
     if outcome.reasoning_error:
         summary.reasoning_skipped.append({"taskId": row.id, "reason": outcome.reasoning_error})
     if finalize_success(ctx, row, payload, summary, outcome.unmarked):
@@ -105,11 +124,21 @@ def _payload_to_fire(
         if _may_write(ctx, row, env, summary):
             cancel_retired(ctx, row, summary)  # retired since the task was written: it never fires again
         return None
-    if is_stale(row, now, ctx.settings.stale_after_ms):
+    if is_stale(row, now, ctx.settings.stale_after_ms) and not _handed_over(ctx, row, codec):
         if _may_write(ctx, row, env, summary):
             settle_stale(ctx, row, payload, codec, summary)
         return None
     return payload
+
+
+def _handed_over(ctx: AppContext, row: TaskRow, codec: UserCodec) -> bool:
+    """A late occurrence whose batch is in the outbox with nothing left to push (its settlement failed after
+    the pushes): it is settled as delivered, not as stale."""
+    if not batch_outboxed(row):
+        return False
+    occurrence = Occurrence(row.id, row.uuid, row.next_send_at_ms or None)
+    entries = _committed_batch(ctx, row, occurrence, codec)
+    return entries is not None and not _left_to_push(entries)
 
 
 def _record_failed_run(
@@ -189,8 +218,10 @@ def process_occurrence(
     hooks = load_hooks(ctx.settings.hooks_module)
     agentic = hooks.agentic and needs_llm(payload)
     # the task records the occurrence whose batch is in the outbox, so a first attempt needs no lookup
-    known = row.outbox_occurrence_ms is not None and row.outbox_occurrence_ms == row.next_send_at_ms
+    known = batch_outboxed(row)
     entries = _committed_batch(ctx, row, occurrence, codec) if known or agentic else None
+    if entries is not None and not _left_to_push(entries):
+        return _finish_handed_over(ctx, row, entries, env)
     # the user's quiet hours and caps come first, before the host's on_before_fire and any LLM call
     policy = before_fire(
         ctx,
@@ -220,7 +251,7 @@ def process_occurrence(
         fresh = _append_fresh(ctx, row, payload, codec, occurrence, pushes, env)
         entries, outcome.redelivered = fresh.entries, fresh.redelivered
     outcome.messages_sent = sum(1 for entry in entries if entry.push.get("messageKind") == "content")
-    pending = [entry for entry in entries if not entry.done and should_push(entry.push, outboxed=True)]
+    pending = _left_to_push(entries)
     if not pending:
         return outcome
     if env.push_sender is None:
@@ -232,6 +263,18 @@ def process_occurrence(
         subscription = resolve_subscription(ctx, row, payload, codec, env)
     _push_pending(ctx, row, pending, subscription, env, fresh.claimed_first, outcome)
     return outcome
+
+
+def _finish_handed_over(ctx: AppContext, row: TaskRow, entries: list[_Entry], env: DeliveryEnv) -> Outcome:
+    """The occurrence's batch is in the outbox and nothing of it is left to push (an earlier run pushed it and
+    its settlement failed, or a push's outcome is unknown): settle it as delivered, whatever the delivery policy
+    or the hooks would say about a new fire."""
+    _adopt_now(ctx, row, env)
+    return Outcome(
+        messages_sent=sum(1 for entry in entries if entry.push.get("messageKind") == "content"),
+        redelivered=True,
+        unconfirmed=sum(1 for entry in entries if entry.unknown),
+    )
 
 
 @dataclass
@@ -304,17 +347,22 @@ def _push_pending(
             previous, unmarked = unmarked, None
             preclaimed = index == 0 and claimed_first
             # the run's cap charges go with its first push claim (CapReached: nothing pushed, the fire waits)
-            sent = send_one(
-                ctx,
-                row,
-                entry.push,
-                subscription,
-                env,
-                preclaimed=preclaimed,
-                previous=previous,
-                mark=False,
-                pushes_after=len(pending) - index - 1,
-            )
+            try:
+                sent = send_one(
+                    ctx,
+                    row,
+                    entry.push,
+                    subscription,
+                    env,
+                    preclaimed=preclaimed,
+                    previous=previous,
+                    mark=False,
+                    pushes_after=len(pending) - index - 1,
+                )
+            except PushUnconfirmed:  # the claim marked ``previous``; this row and the rest wait for the pull
+                outcome.unconfirmed += 1
+                previous = None
+                break
             if sent:
                 outcome.pushed += 1
                 unmarked = entry.push["messageId"]
@@ -436,8 +484,9 @@ def _committed_batch(ctx: AppContext, row: TaskRow, occurrence: Occurrence, code
             or push.get("messageKind") == "result"
         ):
             continue
-        done = item.delivered_at is not None or item.acked_at is not None or item.sending_at is not None
-        entries.append((int(push.get("messageIndex") or 0), _Entry(push, done)))
+        finished = item.delivered_at is not None or item.acked_at is not None
+        unknown = item.sending_at is not None and not finished
+        entries.append((int(push.get("messageIndex") or 0), _Entry(push, finished or unknown, unknown)))
     if not entries:
         return None
     entries.sort(key=lambda pair: pair[0])

@@ -39,6 +39,7 @@ class DeliveryEnv:
     cap_charges: list[CapCharge] = field(default_factory=list)  # frequency caps the next push claim counts
     # what run_task read with the task in its one read (None: read the subscription when needed)
     prefetched: tuple[PushSubscriptionRow | None] | None = None
+    subscription_row: PushSubscriptionRow | None = None  # the stored subscription pushed to (marked gone on 410)
     prefetched_policy: tuple[Any, ...] | None = None
     outbox_seq: int | None = None
     adopt_lease: Callable[[], int] | None = None  # the append adopts the claim with this lease (ms)
@@ -56,6 +57,7 @@ class Outcome:
     deferred_until_ms: int | None = None  # a hook deferred the fire: due again then, no retry consumed
     policy_deferred: bool = False  # the deferral is the user's delivery policy (quiet hours or a cap)
     unmarked: list[str] = field(default_factory=list)  # pushed rows whose delivered mark goes with the settle
+    unconfirmed: int = 0  # rows whose push outcome is unknown: they and the rows after them wait for the pull
     extra: dict[str, Any] = field(default_factory=dict)
 
 

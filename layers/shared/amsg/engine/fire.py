@@ -42,7 +42,7 @@ from amsg.engine.fire_rules import (
 )
 from amsg.engine.fire_services import FireProgress, HookServices
 from amsg.engine.pushes import Occurrence, should_push
-from amsg.engine.sending import VAPID_MISSING, append_batch, resolve_subscription, send_one
+from amsg.engine.sending import VAPID_MISSING, PushUnconfirmed, append_batch, resolve_subscription, send_one
 from amsg.failures import DeliveryFailure
 from amsg.hooks import HookContext, Hooks, call_hook
 from amsg.observability import logger
@@ -273,15 +273,14 @@ class AgenticFire(HookServices):
         try:
             if self.env.push_sender is None:
                 raise DeliveryFailure(VAPID_MISSING)
-            subscription = resolve_subscription(self.ctx, self.row, self.payload, self.codec)
+            subscription = resolve_subscription(self.ctx, self.row, self.payload, self.codec, self.env, fresh=True)
             last_pushed = max((i for i, p in enumerate(pushes) if should_push(p, outboxed=True)), default=-1)
+            unconfirmed = False
             for index, push in enumerate(pushes):
                 self.throw_if_cancelled()
-                if should_push(push, outboxed=True):
-                    after = sum(1 for later in pushes[index + 1 :] if should_push(later, outboxed=True))
-                    if send_one(self.ctx, self.row, push, subscription, self.env, pushes_after=after):
-                        progress.pushed_count += 1
-                    if index < last_pushed:
+                if should_push(push, outboxed=True) and not unconfirmed:
+                    unconfirmed = self._push_one(pushes, index, subscription)
+                    if index < last_pushed and not unconfirmed:
                         self.env.sleep(self.env.pacing_ms / 1000)
                 progress.sent_count += 1
         except Exception as exc:
@@ -302,6 +301,17 @@ class AgenticFire(HookServices):
                     llm_calls=progress.llm_calls,
                 )
         return total
+
+    def _push_one(self, pushes: list[dict[str, Any]], index: int, subscription: dict) -> bool:
+        """Push one of the batch; True when its outcome is unknown: the pushes after it wait in the outbox for
+        the client's pull (docs/delivery.md)."""
+        after = sum(1 for later in pushes[index + 1 :] if should_push(later, outboxed=True))
+        try:
+            if send_one(self.ctx, self.row, pushes[index], subscription, self.env, pushes_after=after):
+                self.progress.pushed_count += 1
+        except PushUnconfirmed:
+            return True
+        return False
 
     # ---- receipts -------------------------------------------------------------------------------------------
 

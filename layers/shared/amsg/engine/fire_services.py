@@ -27,7 +27,7 @@ from amsg.engine.fire_rules import (
     state_entries,
 )
 from amsg.engine.pushes import Occurrence
-from amsg.engine.sending import resolve_subscription, send_one
+from amsg.engine.sending import claim_fence, resolve_subscription, send_one
 from amsg.errors import ClaimLost, CloudGuardError, TaskUuidConflict, TenantPendingLimit
 from amsg.hooks import EmitResult, ScheduleResult
 from amsg.observability import logger
@@ -139,24 +139,12 @@ class HookServices:
         self.throw_if_cancelled()
         message_id = push["messageId"]
         if message_id not in self._existing_ids():
-            self.ctx.outbox.append(
-                self.row.user_id,
-                [
-                    OutboxAppend(
-                        message_id=message_id,
-                        task_uuid=self.row.uuid,
-                        session_id=push.get("sessionId"),
-                        encrypted_push=self.codec.encrypt(compact_json(push)),
-                        created_at=self.ctx.now_ms(),
-                        owner=self.row.owner,
-                    )
-                ],
-            )
+            self._append_result(push, message_id)
             self._existing_ids().add(message_id)
         if push["notification"].get("show") is False or self.env.push_sender is None:
             return {"messageId": message_id, "pushed": False}
         try:
-            subscription = resolve_subscription(self.ctx, self.row, self.payload, self.codec)
+            subscription = resolve_subscription(self.ctx, self.row, self.payload, self.codec, self.env, fresh=True)
             pushed = send_one(self.ctx, self.row, push, subscription, self.env)
         except (Cancelled, TenantInactive):
             raise
@@ -164,6 +152,21 @@ class HookServices:
             logger.warning("result push failed", extra={"error": type(exc).__name__})
             pushed = False
         return {"messageId": message_id, "pushed": pushed}
+
+    def _append_result(self, push: dict[str, Any], message_id: str) -> None:
+        """Append a result row, fenced by the fire's claim (a fire that lost it writes nothing)."""
+        row = OutboxAppend(
+            message_id=message_id,
+            task_uuid=self.row.uuid,
+            session_id=push.get("sessionId"),
+            encrypted_push=self.codec.encrypt(compact_json(push)),
+            created_at=self.ctx.now_ms(),
+            owner=self.row.owner,
+        )
+        try:
+            self.ctx.outbox.append(self.row.user_id, [row], fence=claim_fence(self.ctx, self.row))
+        except ClaimLost:
+            raise Cancelled("cancelled_mid_delivery") from None
 
     def _existing_ids(self) -> set[str]:
         """Message ids this task already has in the outbox: a re-run never re-appends (and so re-arms) them."""

@@ -79,7 +79,8 @@ def finalize_success(
     try:
         written = ctx.claims.settle(row.user_id, row.uuid, row.claim_version, settlement, now)
     except Exception as exc:
-        return _post_send_persistence_failure(ctx, row, recurrence, settlement, summary, exc)
+        _settlement_left_for_later(row, summary, exc)
+        return False
     if not written:
         record_cancelled(ctx, row, summary, "cancelled_after_delivery")
         return False
@@ -91,26 +92,20 @@ def finalize_success(
     return True
 
 
-def _post_send_persistence_failure(
-    ctx: AppContext, row: TaskRow, recurrence: str, settlement: Settlement, summary: DeliverySummary, exc: Exception
-) -> bool:
-    """Pushes went out but the finalize write failed: one more, simpler write."""
+def _settlement_left_for_later(row: TaskRow, summary: DeliverySummary, exc: Exception) -> None:
+    """Pushes went out but the settlement failed through every retry. No second, simpler write: it would leave
+    the task half-settled (a one-shot `sent` for good, a recurring one with a stale lastError). The task stays
+    pending under our claim; once the lease expires a later tick claims it again and its run finds the batch
+    handed over, so it settles it as delivered (delete or reschedule, lastError cleared) without pushing."""
     summary.failed_count += 1
-    entry: dict[str, Any] = {"taskId": row.id, "reason": sanitize_error_summary(str(exc)), "messageDelivered": True}
-    fallback = (
-        Settlement(next_send_at_ms=settlement.next_send_at_ms, retry_count=0)
-        if recurrence != "none"
-        else Settlement(next_send_at_ms=row.next_send_at_ms, status="sent", retry_count=0)
+    summary.failed.append(
+        {
+            "taskId": row.id,
+            "reason": sanitize_error_summary(str(exc)),
+            "messageDelivered": True,
+            "status": "post_send_settlement_deferred",
+        }
     )
-    try:
-        ctx.claims.settle(row.user_id, row.uuid, row.claim_version, fallback, ctx.now_ms())
-        entry["status"] = (
-            "post_send_cleanup_failed_rescheduled" if recurrence != "none" else "post_send_cleanup_failed_marked_sent"
-        )
-    except Exception:
-        entry["status"] = "post_send_cleanup_failed"
-    summary.failed.append(entry)
-    return False
 
 
 def fail_task(
@@ -220,7 +215,8 @@ def record_cancelled(ctx: AppContext, row: TaskRow, summary: DeliverySummary, st
     summary.cancelled.append({"taskId": row.id, "reason": CANCELLED_REASON, "status": status})
     logger.info("delivery cancelled", extra={"taskUuid": row.uuid, "status": status})
     try:
-        ctx.outbox.discard_undelivered_for_task(row.user_id, row.uuid)
+        # fenced: only while this run's claim is the task's and the run ended it (docs/delivery.md, fencing)
+        ctx.outbox.discard_undelivered_for_task(row.user_id, row.uuid, claim_version=row.claim_version)
     except Exception as exc:
         logger.warning("outbox discard failed", extra={"error": type(exc).__name__})
 

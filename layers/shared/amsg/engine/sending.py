@@ -11,11 +11,24 @@ from amsg.context import AppContext
 from amsg.crypto import DecryptError, UserCodec, compact_json
 from amsg.engine.env import Cancelled, DeliveryEnv
 from amsg.engine.pushes import encode_push
-from amsg.failures import DeliveryFailure
-from amsg.ports import OutboxAppend, TaskRow
+from amsg.errors import ClaimLost
+from amsg.failures import DeliveryFailure, PushSendError
+from amsg.observability import emit_metric, logger
+from amsg.ports import ClaimFence, OutboxAppend, PushSubscriptionRow, TaskRow
 
 VAPID_MISSING = "VAPID configuration missing - push notifications cannot be sent"
 DEADLINE_CODE = "INSTANT_DEADLINE_EXCEEDED"
+GONE_CODE = "PUSH_SUBSCRIPTION_GONE"
+GONE_STATUSES = (404, 410)
+
+
+class PushUnconfirmed(Exception):
+    """A push left and no answer came: the service may have it. The row is never pushed again (it stays in the
+    outbox for the client's pull) and the occurrence pushes nothing more (docs/delivery.md)."""
+
+    def __init__(self, message_id: str) -> None:
+        super().__init__("push outcome unconfirmed")
+        self.message_id = message_id
 
 
 class DeadlineExceeded(DeliveryFailure):
@@ -40,7 +53,15 @@ def time_to_push(env: DeliveryEnv, pushes_after: int = 0) -> float | None:
 
 
 def append_batch(ctx: AppContext, row: TaskRow, pushes: list[dict[str, Any]], codec: UserCodec) -> None:
-    ctx.outbox.append(row.user_id, outbox_rows(ctx, row, pushes, codec))
+    """The general append of a run, fenced by its claim: a run that lost it re-arms no row (docs/delivery.md)."""
+    try:
+        ctx.outbox.append(row.user_id, outbox_rows(ctx, row, pushes, codec), fence=claim_fence(ctx, row))
+    except ClaimLost:
+        raise Cancelled("cancelled_mid_delivery") from None
+
+
+def claim_fence(ctx: AppContext, row: TaskRow) -> ClaimFence:
+    return ClaimFence(row.uuid, row.claim_version, ctx.now_ms())
 
 
 def outbox_rows(ctx: AppContext, row: TaskRow, pushes: list[dict[str, Any]], codec: UserCodec) -> list[OutboxAppend]:
@@ -61,13 +82,25 @@ def outbox_rows(ctx: AppContext, row: TaskRow, pushes: list[dict[str, Any]], cod
 
 
 def resolve_subscription(
-    ctx: AppContext, row: TaskRow, payload: dict[str, Any], codec: UserCodec, env: DeliveryEnv | None = None
+    ctx: AppContext,
+    row: TaskRow,
+    payload: dict[str, Any],
+    codec: UserCodec,
+    env: DeliveryEnv | None = None,
+    *,
+    fresh: bool = False,
 ) -> dict:
-    if env is not None and env.prefetched is not None:
+    """The subscription to push to (the stored one is kept on ``env`` so that a 404/410 marks it gone); a gone
+    one fails permanently. ``fresh`` reads it again instead of using what run_task read with the task."""
+    if env is not None and env.prefetched is not None and not fresh:
         stored = env.prefetched[0]  # read together with the task
     else:
         stored = ctx.subscriptions.get_push_subscription(row.user_id)
+    if env is not None:
+        env.subscription_row = stored
     if stored is not None:
+        if stored.gone:  # the push service answered 404/410 for it: nothing more goes there until a new PUT
+            raise DeliveryFailure(f"{GONE_CODE}: 推送服务已注销该订阅，请重新登记", code=GONE_CODE, permanent=True)
         try:
             value = jsonio.loads(codec.decrypt(stored.encrypted_subscription))
         except (DecryptError, ValueError) as exc:
@@ -105,7 +138,7 @@ def send_one(
         timeout_s = time_to_push(env, pushes_after)
     except DeadlineExceeded:
         if preclaimed:  # claimed with the append: hand it back, the task's retry sends it
-            ctx.outbox.release_send(row.user_id, message_id)
+            ctx.outbox.release_send(row.user_id, message_id, claim_version=row.claim_version)
         raise
     now = ctx.now_ms()
     # the claim re-checks the task's owner in the same transaction: nothing is pushed after a retirement
@@ -132,9 +165,38 @@ def send_one(
             env.push_sender.send(subscription, encode_push(push))
         else:  # the push never outlives the answer
             env.push_sender.send(subscription, encode_push(push), timeout_s=timeout_s)
-    except Exception:
-        ctx.outbox.release_send(row.user_id, message_id)
+    except PushSendError as exc:
+        _after_failed_push(ctx, row, message_id, exc, env)
+        raise
+    except Exception:  # nothing of it is known to have left: hand the row back for a retry
+        ctx.outbox.release_send(row.user_id, message_id, claim_version=row.claim_version)
         raise
     if mark:
         ctx.outbox.mark_delivered(row.user_id, [message_id], ctx.now_ms())
     return True
+
+
+def _after_failed_push(ctx: AppContext, row: TaskRow, message_id: str, exc: PushSendError, env: DeliveryEnv) -> None:
+    """What a refused push leaves behind. Outcome unknown: the row keeps its send claim for good, marked
+    unconfirmed, and :class:`PushUnconfirmed` is raised. A gone endpoint (404/410) is marked gone first, so
+    that no later run pushes to it even if this one dies now. Otherwise the row is handed back for a retry."""
+    if exc.unconfirmed:
+        emit_metric("PushUnconfirmed", "Count", 1)
+        logger.warning("push outcome unconfirmed", extra={"taskUuid": row.uuid, "messageId": message_id})
+        try:
+            ctx.outbox.mark_unconfirmed(row.user_id, message_id, ctx.now_ms())
+        except Exception as mark_error:  # the send claim alone already keeps it from a second push
+            logger.warning("unconfirmed mark failed", extra={"error": type(mark_error).__name__})
+        raise PushUnconfirmed(message_id) from None
+    if exc.status in GONE_STATUSES:
+        _mark_gone(ctx, row, env.subscription_row)
+    ctx.outbox.release_send(row.user_id, message_id, claim_version=row.claim_version)
+
+
+def _mark_gone(ctx: AppContext, row: TaskRow, stored: PushSubscriptionRow | None) -> None:
+    if stored is None:  # a legacy subscription inside the payload: nothing stored to mark
+        return
+    try:
+        ctx.subscriptions.mark_push_subscription_gone(row.user_id, stored.encrypted_subscription, ctx.now_ms())
+    except Exception as exc:
+        logger.warning("marking a gone push subscription failed", extra={"error": type(exc).__name__})

@@ -20,6 +20,11 @@ from amsg.ports import OwnerClaim, Settlement, TaskRow
 from amsg.timeutil import iso_from_ms
 
 
+def batch_outboxed(row: TaskRow) -> bool:
+    """Whether the batch of the task's current occurrence is already in the outbox (an earlier run appended it)."""
+    return row.outbox_occurrence_ms is not None and row.outbox_occurrence_ms == row.next_send_at_ms
+
+
 def is_stale(row: TaskRow, now_ms: int, stale_after_ms: int) -> bool:
     deferred = row.deferred_until_ms
     if deferred is not None:  # the delivery policy moved it: late means late after the deferral's end

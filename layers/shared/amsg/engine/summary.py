@@ -25,9 +25,10 @@ class DeliverySummary:
     reasoning_skipped: list[dict[str, Any]] = field(default_factory=list)
     redelivered: list[dict[str, Any]] = field(default_factory=list)
     failed: list[dict[str, Any]] = field(default_factory=list)
+    unconfirmed: list[dict[str, Any]] = field(default_factory=list)  # pushes whose outcome is unknown
 
     def as_dict(self, *, started_ms: int, now_ms: int) -> dict[str, Any]:
-        return {
+        result = {
             "totalTasks": self.total_tasks,
             "successCount": self.success_count,
             "failedCount": self.failed_count,
@@ -46,6 +47,9 @@ class DeliverySummary:
                 "failedTasks": self.failed,
             },
         }
+        if self.unconfirmed:  # only when it happened: the reference's shape otherwise
+            result["details"]["unconfirmedTasks"] = self.unconfirmed  # type: ignore[index]
+        return result
 
 
 @dataclass

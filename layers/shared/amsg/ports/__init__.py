@@ -32,7 +32,7 @@ from amsg.ports.credentials import CredentialStore, CredentialWrite
 from amsg.ports.delivery_policy import CapCharge, CapReached, DeliveryPolicyRow, DeliveryPolicyStore
 from amsg.ports.execution import CallCoalescer, Clock, CoalescingScope, TaskQueue
 from amsg.ports.llm import LlmClient, LlmReply, LlmRequest
-from amsg.ports.outbox import OutboxAppend, OutboxRow, OutboxStore
+from amsg.ports.outbox import ClaimFence, OutboxAppend, OutboxRow, OutboxStore
 from amsg.ports.push import MAX_PUSH_PAYLOAD_BYTES, SCHEDULED_PUSH_TTL_S, PushSender
 from amsg.ports.tasks import (
     CreatedTask,
@@ -70,6 +70,7 @@ __all__ = [
     "CallCoalescer",
     "CapCharge",
     "CapReached",
+    "ClaimFence",
     "ClaimStore",
     "ClaimWanted",
     "ClientStateStore",

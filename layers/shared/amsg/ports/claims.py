@@ -92,7 +92,8 @@ class ClaimStore(Protocol):
         outbox_seq: int | None = None,
     ) -> list[int] | object | None:
         """Append a new occurrence's batch in one transaction that also adopts the claim (fenced by
-        ``claim_version``, lease unexpired; ``lease_until_ms`` becomes the lease) and records the occurrence on
+        ``claim_version``, lease unexpired; the lease then ends at ``lease_until_ms``, or later when the claim's
+        lease already did: that one is kept, and ``row.lease_until_ms`` says which) and records the occurrence on
         the task, optionally claiming row ``claim_first`` for sending. Returns the row ids, None when the claim
         is no longer ours, or :data:`APPEND_FALLBACK` when the batch does not fit one transaction or rows of
         these ids already exist (the caller then uses the outbox's general append)."""

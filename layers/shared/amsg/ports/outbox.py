@@ -30,6 +30,16 @@ class OutboxAppend:
     owner: OwnerClaim | None = None  # inherited from the firing task: the append commits only while it holds
 
 
+@dataclass(frozen=True)
+class ClaimFence:
+    """A delivery run's claim on the task whose rows it writes: the write commits only while the task is pending
+    under ``claim_version`` with its lease unexpired at ``now_ms`` (else :class:`amsg.errors.ClaimLost`)."""
+
+    task_uuid: str
+    claim_version: int
+    now_ms: int
+
+
 @dataclass
 class OutboxRow:
     """A stored outbox row. ``encrypted_push`` is None when a split payload lost a part (read as undecryptable)."""
@@ -45,6 +55,8 @@ class OutboxRow:
     delivered_at: int | None = None
     acked_at: int | None = None
     sending_at: int | None = None  # set by claim_send: some run took this row to push it
+    sending_cv: int | None = None  # the task claim version of that run (only it may hand the row back)
+    unconfirmed_at: int | None = None  # its push left and no answer came: never pushed again, waits for the pull
 
 
 class OutboxStore(Protocol):
@@ -58,8 +70,12 @@ class OutboxStore(Protocol):
 
     # -- engine-facing ------------------------------------------------------------------------------------
 
-    def append(self, user_id: str, rows: Sequence[OutboxAppend]) -> list[int]:
+    def append(self, user_id: str, rows: Sequence[OutboxAppend], *, fence: ClaimFence | None = None) -> list[int]:
         """Upsert on ``(user_id, message_id)``; returns the row id of each input row, in input order.
+
+        ``fence`` (a delivery run's appends): each transaction also checks the run's task claim, and
+        :class:`amsg.errors.ClaimLost` is raised (nothing of that transaction written) once it no longer holds,
+        so a superseded run never re-arms rows the newer claim works.
 
         * new message id: inserted with the next per-user id (allocated in the same transaction);
         * existing, not acked: updated in place (same id): payload and ``created_at`` replaced,
@@ -94,8 +110,15 @@ class OutboxStore(Protocol):
         :class:`CapReached` is raised."""
         ...
 
-    def release_send(self, user_id: str, message_id: str) -> None:
-        """Undo :meth:`claim_send` after a failed push so a retry may send the row again."""
+    def release_send(self, user_id: str, message_id: str, *, claim_version: int | None = None) -> None:
+        """Undo :meth:`claim_send` after a push that surely did not go out, so a retry may send the row again.
+        With ``claim_version`` only the send claim that claim took is handed back (a run releases nothing of
+        another's); an unconfirmed or delivered row is never released."""
+        ...
+
+    def mark_unconfirmed(self, user_id: str, message_id: str, at_ms: int) -> bool:
+        """Record that the row's push left without an answer (``unconfirmed_at``): it keeps its send claim for
+        good, so nobody pushes it again; the client pulls it. False when the row is gone, delivered or unclaimed."""
         ...
 
     def mark_delivered(self, user_id: str, message_ids: Sequence[str], at_ms: int) -> int:
@@ -103,11 +126,17 @@ class OutboxStore(Protocol):
         ...
 
     def discard_undelivered(self, user_id: str, message_ids: Sequence[str]) -> int:
-        """Delete the given rows that were neither delivered nor acked (cancellation mid-batch); count."""
+        """Delete the given rows that were neither delivered nor acked; count."""
         ...
 
-    def discard_undelivered_for_task(self, user_id: str, task_uuid: str) -> int:
-        """Delete the task's rows that were neither delivered nor acked (cancel, supersede); count."""
+    def discard_undelivered_for_task(self, user_id: str, task_uuid: str, *, claim_version: int | None = None) -> int:
+        """Delete the task's rows nobody received; count.
+
+        Without ``claim_version`` (the API's cancel and update, which delete the task first: the user no longer
+        wants any of it) every row neither delivered nor acked. With it (a delivery run's cancellation) only rows
+        nobody took for sending (a claimed row may have been pushed), each delete committing only while the task
+        still carries that claim version and is no longer pending, i.e. the run itself ended it: a superseded
+        run, or one whose task was deleted or claimed again, deletes nothing (docs/delivery.md, fencing)."""
         ...
 
     def list_for_task(self, user_id: str, task_uuid: str, *, since_ms: int = 0, limit: int = 500) -> list[OutboxRow]:

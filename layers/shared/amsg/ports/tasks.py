@@ -81,6 +81,7 @@ class CreatedTask:
 class PushSubscriptionRow:
     encrypted_subscription: str
     updated_at: int
+    gone: bool = False  # the push service answered 404/410 for it: no push goes there until the client PUTs again
 
 
 @dataclass
@@ -137,9 +138,16 @@ class TaskStore(Protocol):
 class PushSubscriptionStore(Protocol):
     def get_push_subscription(self, user_id: str) -> PushSubscriptionRow | None: ...
 
-    def put_push_subscription(self, user_id: str, encrypted: str, updated_at: int) -> None: ...
+    def put_push_subscription(self, user_id: str, encrypted: str, updated_at: int) -> None:
+        """Store the user's subscription (a fresh one: any gone mark goes)."""
+        ...
 
     def delete_push_subscription(self, user_id: str) -> bool: ...
+
+    def mark_push_subscription_gone(self, user_id: str, encrypted: str, at_ms: int) -> bool:
+        """Mark the stored subscription gone, only if it is still ``encrypted`` (the one pushed to: a subscription
+        the client replaced meanwhile stays usable). False when it changed or is absent."""
+        ...
 
 
 class SchemaInspector(Protocol):

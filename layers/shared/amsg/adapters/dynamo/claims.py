@@ -383,39 +383,15 @@ class DynamoClaimStore(DynamoSettlements):
         outbox_seq: int | None = None,
     ) -> list[int] | object | None:
         """One transaction: the outbox counter (compare-and-set from the value read with the task), the task
-        (claim still ours and leased; records the occurrence, takes the run lease) and every row as new."""
+        (claim still ours and leased; records the occurrence, adopts the claim: :meth:`_adoption`) and every row
+        as new."""
         # a tenant's first push is taken here only while the tenant is active (docs/tenancy-data.md)
         fence = active_fence(self.keys) if claim_first is not None else None
         if row.owner is not None or not fits_one_transaction(rows, spare=0 if fence is None else 1):
             return APPEND_FALLBACK  # owned tasks append through the outbox's owner-guarded path
         counter_key = self.keys.counter_key(row.user_id, "outbox")
         now_iso = iso_from_ms(now_ms)
-        lease_until = None if lease_until_ms is None else iso_from_ms(lease_until_ms)
-        sets = ["ob_occ = :occ"]
-        values: dict[str, Any] = {
-            ":occ": iso_from_ms(row.next_send_at_ms),
-            ":cv": row.claim_version,
-            ":pending": "pending",
-        }
-        if lease_until is None:
-            values[":now"] = now_iso
-        else:
-            sets += ["lease_until = :lease", "lease_owner = :owner", "due_sk = :dsk", "adopted_cv = :cv"]
-            values.update(
-                {":lease": lease_until, ":owner": owner, ":dsk": keys.due_sk(lease_until, row.uuid), ":now": now_iso}
-            )
-        task_update = {
-            "Update": {
-                "Key": self._key(row.user_id, row.uuid),
-                "UpdateExpression": "SET " + ", ".join(sets),
-                # adopting: nobody else claimed since (same claim version and occurrence); otherwise the lease
-                # must still be ours and unexpired
-                "ConditionExpression": "claim_version = :cv AND #st = :pending AND next_send_at = :occ AND "
-                + (ADOPTING if lease_until is not None else "lease_until > :now"),
-                "ExpressionAttributeNames": {"#st": "status"},
-                "ExpressionAttributeValues": values,
-            }
-        }
+        task_update, kept_lease_ms = self._adoption(row, now_iso, lease_until_ms, owner)
         current = outbox_seq
         for attempt in range(APPEND_ATTEMPTS):
             if attempt:
@@ -431,6 +407,7 @@ class DynamoClaimStore(DynamoSettlements):
                         item,
                         row_id,
                         sending_at=now_ms if item.message_id == claim_first else None,
+                        sending_cv=row.claim_version,
                     )
                 }
                 for item, row_id in zip(rows, ids, strict=True)
@@ -449,7 +426,7 @@ class DynamoClaimStore(DynamoSettlements):
                 if fence is not None and cancelled.failed(2 + len(puts)):
                     raise TenantInactive(self.keys.tenant_id) from None
                 if cancelled.failed(1):
-                    if lease_until is not None:
+                    if lease_until_ms is not None:
                         self._refused_adoption(row.user_id, row.uuid, row.claim_version, now_iso, owner)
                     return None  # the claim moved on, the task settled or the lease expired
                 if any(cancelled.failed(2 + i) for i in range(len(puts))):
@@ -458,9 +435,48 @@ class DynamoClaimStore(DynamoSettlements):
                 continue
             row.outbox_occurrence_ms = row.next_send_at_ms
             if lease_until_ms is not None:
-                row.lease_until_ms = lease_until_ms
+                row.lease_until_ms = kept_lease_ms or lease_until_ms
             return ids
         return APPEND_FALLBACK
+
+    def _adoption(
+        self, row: TaskRow, now_iso: str, lease_until_ms: int | None, owner: str
+    ) -> tuple[dict[str, Any], int | None]:
+        """The append's task update, and the lease it keeps (None: it sets ``lease_until_ms``). Adopting (a
+        ``lease_until_ms``): nobody claimed since (same claim version and occurrence) and no other run's adoption
+        holds. A claim lease that ends no earlier than the run lease asked for is kept as it was read (conditioned
+        on it): the adoption then changes nothing the due index holds, so it writes no index entry; otherwise
+        the lease and the due-index key move to ``lease_until_ms``. Not adopting: the lease must still be ours
+        and unexpired."""
+        sets = ["ob_occ = :occ"]
+        values: dict[str, Any] = {
+            ":occ": iso_from_ms(row.next_send_at_ms),
+            ":cv": row.claim_version,
+            ":pending": "pending",
+            ":now": now_iso,
+        }
+        condition = "claim_version = :cv AND #st = :pending AND next_send_at = :occ AND "
+        covers = lease_until_ms is not None and (row.lease_until_ms or 0) >= lease_until_ms
+        kept = row.lease_until_ms if covers else None
+        if lease_until_ms is None:
+            condition += "lease_until > :now"
+        elif kept is not None:
+            sets += ["lease_owner = :owner", "adopted_cv = :cv"]
+            values.update({":owner": owner, ":seen": iso_from_ms(kept)})
+            condition += f"lease_until = :seen AND {ADOPTABLE}"
+        else:
+            lease_until = iso_from_ms(lease_until_ms)
+            sets += ["lease_until = :lease", "lease_owner = :owner", "due_sk = :dsk", "adopted_cv = :cv"]
+            values.update({":lease": lease_until, ":owner": owner, ":dsk": keys.due_sk(lease_until, row.uuid)})
+            condition += ADOPTING
+        update = {
+            "Key": self._key(row.user_id, row.uuid),
+            "UpdateExpression": "SET " + ", ".join(sets),
+            "ConditionExpression": condition,
+            "ExpressionAttributeNames": {"#st": "status"},
+            "ExpressionAttributeValues": values,
+        }
+        return {"Update": update}, kept
 
     def renew_lease(self, user_id: str, uuid: str, claim_version: int, lease_until_ms: int, owner: str) -> bool:
         return self._move_lease(user_id, uuid, claim_version, iso_from_ms(lease_until_ms), owner) is not None

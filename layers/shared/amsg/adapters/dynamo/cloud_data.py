@@ -27,6 +27,7 @@ from botocore.exceptions import ClientError
 from amsg import jsonio
 from amsg.adapters.dynamo import keys, pending
 from amsg.adapters.dynamo.client_state import root_sk, value_parts_prefix
+from amsg.adapters.dynamo.compact import unpack
 from amsg.adapters.dynamo.owners import owner_key
 from amsg.adapters.dynamo.table import BlobRef, DynamoTable, TransactionCancelled, is_conditional_failure
 from amsg.adapters.dynamo.tasks import registry_delete
@@ -113,7 +114,7 @@ class DynamoCloudDataStore:
     def _tasks(self, pk: str) -> list[StoredResource]:
         out = []
         for item in self.t.query_prefix(pk, keys.TASK_PREFIX):
-            payload = item.get("payload")
+            payload = unpack(item.get("payload"))
             if payload is None and item.get("payload_token"):
                 payload = self.t.read_blob(
                     pk,
@@ -172,7 +173,7 @@ class DynamoCloudDataStore:
     def _outbox(self, pk: str) -> list[StoredResource]:
         out = []
         for item in self.t.query_prefix(pk, keys.OUTBOX_PREFIX):
-            payload = item.get("payload")
+            payload = unpack(item.get("payload"))
             if payload is None and item.get("payload_token"):
                 payload = self.t.read_blob(
                     pk,

@@ -13,8 +13,10 @@ Item ``U#<uid> / O#<message_id>`` (ids over 1000 UTF-8 bytes are hashed, see :fu
 * ``ttl`` — epoch seconds: ``created + 28 d``; on ack ``min(created + 28 d, ack + 7 d)``. TTL deletion lags,
   so readers also filter ``ttl > now``.
 * ``delivered_at`` / ``acked_at`` (ms) — set by a successful push / the client's ack (final);
-  ``sending_at`` (ms) — set by :meth:`DynamoOutboxStore.claim_send` (fenced by the task's claim version) so a
-  row is pushed by at most one run; released again when that push fails.
+  ``sending_at`` (ms) and ``sending_cv`` — set by :meth:`DynamoOutboxStore.claim_send` (fenced by the task's
+  claim version, which ``sending_cv`` records) so a row is pushed by at most one run; handed back only by that
+  claim, and only when its push surely did not go out; ``unconfirmed_at`` (ms) — its push left without an
+  answer: the send claim stays for good (docs/delivery.md).
 * ``payload`` — storage ciphertext of the push JSON; above :data:`INLINE_PAYLOAD_CHARS` it is split across
   ``OP#…`` part items written before the row (they carry the row's ttl, so nothing is orphaned for good).
 """
@@ -31,8 +33,9 @@ from boto3.dynamodb.conditions import Attr, Key
 from botocore.exceptions import ClientError
 
 from amsg.adapters.dynamo import keys
-from amsg.adapters.dynamo.delivery_policy import cap_charge_action
-from amsg.adapters.dynamo.owners import GuardSet, guard_check, owner_sets, raise_if_guard_failed
+from amsg.adapters.dynamo.compact import pack, unpack
+from amsg.adapters.dynamo.outbox_sending import OutboxSendClaims, claim_check
+from amsg.adapters.dynamo.owners import GuardSet, owner_sets, raise_if_guard_failed
 from amsg.adapters.dynamo.table import (
     PART_CHARS,
     BlobRef,
@@ -42,11 +45,8 @@ from amsg.adapters.dynamo.table import (
     is_conditional_failure,
     item_int,
 )
-from amsg.adapters.dynamo.tenants import active_fence
-from amsg.errors import CloudGuardError, StoreUnavailable
-from amsg.ports import CapCharge, CapReached, OutboxAppend, OutboxRow, OwnerClaim
-from amsg.ports.tenants import TenantInactive
-from amsg.timeutil import iso_from_ms
+from amsg.errors import ClaimLost, CloudGuardError, StoreUnavailable
+from amsg.ports import ClaimFence, OutboxAppend, OutboxRow
 
 DAY_MS = 86_400_000
 RETENTION_MS = 28 * DAY_MS  # any row, after creation
@@ -60,6 +60,10 @@ ID_DIGITS = 16
 MAX_ID = 10**ID_DIGITS - 1
 
 _NAMES = {"#ttl": "ttl"}
+# a row nobody received (the API's discard: the user cancelled, so a row claimed for sending goes too)
+_UNDELIVERED = "attribute_exists(SK) AND attribute_not_exists(delivered_at) AND attribute_not_exists(acked_at)"
+# a row nobody took for sending, pushed or acked: the only kind a run's (fenced) discard may delete
+_UNTOUCHED = f"{_UNDELIVERED} AND attribute_not_exists(sending_at)"
 
 
 def _pad(n: int) -> str:
@@ -80,15 +84,21 @@ def _distinct(ids: Iterable[str]) -> list[str]:
 
 def _payload_attrs(row: OutboxAppend, blob: BlobRef | None) -> dict[str, Any]:
     if blob is None:
-        return {"payload": row.encrypted_push}
+        return {"payload": pack(row.encrypted_push)}
     return {"payload_token": blob.token, "payload_parts": blob.parts}
 
 
 def new_row_put(
-    key: dict[str, str], row: OutboxAppend, row_id: int, blob: BlobRef | None = None, *, sending_at: int | None = None
+    key: dict[str, str],
+    row: OutboxAppend,
+    row_id: int,
+    blob: BlobRef | None = None,
+    *,
+    sending_at: int | None = None,
+    sending_cv: int | None = None,
 ) -> dict[str, Any]:
     """The ``Put`` of a new outbox row (only if no row has that id yet); ``sending_at`` claims it for sending
-    in the same write (a single-push batch is appended and claimed in one transaction)."""
+    in the same write, for the claim ``sending_cv`` (the first push is appended and claimed in one transaction)."""
     item: dict[str, Any] = {
         **key,
         "id": row_id,
@@ -105,22 +115,13 @@ def new_row_put(
         "message_index": row.message_index,
         "total_messages": row.total_messages,
         "sending_at": sending_at,
+        "sending_cv": sending_cv if sending_at is not None else None,
     }
     item.update({name: value for name, value in optional.items() if value is not None})
     if row.task_uuid is not None:
         item["obt_lsk"] = _task_lsk(row.task_uuid, row.created_at, row_id)
     item.update(owner_sets(row.owner))
     return {"Item": item, "ConditionExpression": "attribute_not_exists(SK)"}
-
-
-def delivered_update(space: keys.KeySpace, user_id: str, message_id: str, at_ms: int) -> dict[str, Any]:
-    """The ``Update`` that marks a pushed row delivered (the row must still exist: never recreate one)."""
-    return {
-        "Key": space.outbox_key(user_id, message_id),
-        "UpdateExpression": "SET delivered_at = :t",
-        "ConditionExpression": "attribute_exists(SK)",
-        "ExpressionAttributeValues": {":t": at_ms},
-    }
 
 
 def fits_one_transaction(rows: Sequence[OutboxAppend], spare: int = 0) -> bool:
@@ -155,7 +156,7 @@ def _counter_update(counter_key: dict[str, str], current: int, next_id: int) -> 
     }
 
 
-class DynamoOutboxStore:
+class DynamoOutboxStore(OutboxSendClaims):
     def __init__(self, table: DynamoTable, *, space: keys.KeySpace = keys.SINGLE) -> None:
         self.t = table
         self.keys = space
@@ -163,7 +164,7 @@ class DynamoOutboxStore:
     # ---- mapping ----------------------------------------------------------------------------------------
 
     def _row(self, item: dict[str, Any]) -> OutboxRow:
-        payload = item.get("payload")
+        payload = unpack(item.get("payload"))
         if payload is None and item.get("payload_token"):
             payload = self.t.read_blob(
                 item["PK"],
@@ -182,6 +183,8 @@ class DynamoOutboxStore:
             delivered_at=item_int(item.get("delivered_at"), None),
             acked_at=item_int(item.get("acked_at"), None),
             sending_at=item_int(item.get("sending_at"), None),
+            sending_cv=item_int(item.get("sending_cv"), None),
+            unconfirmed_at=item_int(item.get("unconfirmed_at"), None),
         )
 
     def _write_parts(self, pk: str, message_id: str, text: str, ttl: int) -> BlobRef:
@@ -209,13 +212,13 @@ class DynamoOutboxStore:
 
     # ---- engine-facing ----------------------------------------------------------------------------------
 
-    def append(self, user_id: str, rows: Sequence[OutboxAppend]) -> list[int]:
+    def append(self, user_id: str, rows: Sequence[OutboxAppend], *, fence: ClaimFence | None = None) -> list[int]:
         merged: dict[str, OutboxAppend] = {}
         for row in rows:
             merged[row.message_id] = row  # a repeated id keeps its first position and takes the last content
         ids: dict[str, int] = {}
         for chunk in self._chunks(list(merged.values())):
-            ids.update(self._append_chunk(user_id, chunk))
+            ids.update(self._append_chunk(user_id, chunk, fence))
         return [ids[row.message_id] for row in rows]
 
     @staticmethod
@@ -234,7 +237,7 @@ class DynamoOutboxStore:
         if chunk:
             yield chunk
 
-    def _append_chunk(self, user_id: str, chunk: list[OutboxAppend]) -> dict[str, int]:
+    def _append_chunk(self, user_id: str, chunk: list[OutboxAppend], fence: ClaimFence | None) -> dict[str, int]:
         pk = self.keys.user_pk(user_id)
         blobs: dict[str, BlobRef] = {}
         for row in chunk:
@@ -246,7 +249,7 @@ class DynamoOutboxStore:
             if attempt:
                 backoff(attempt)  # the per-user counter moved under us: jittered back-off, then read again
             plan = self._plan_append(user_id, chunk, blobs)
-            if plan.actions and not self._commit_append(user_id, chunk, plan.actions, blobs):
+            if plan.actions and not self._commit_append(user_id, chunk, plan.actions, blobs, fence):
                 continue  # the counter moved or a row changed under us: read again
             for old in plan.replaced:
                 self._drop_parts_of(old)
@@ -291,20 +294,30 @@ class DynamoOutboxStore:
         return plan
 
     def _commit_append(
-        self, user_id: str, chunk: list[OutboxAppend], actions: list[dict[str, Any]], blobs: dict[str, BlobRef]
+        self,
+        user_id: str,
+        chunk: list[OutboxAppend],
+        actions: list[dict[str, Any]],
+        blobs: dict[str, BlobRef],
+        fence: ClaimFence | None = None,
     ) -> bool:
-        """One transaction with the owners' guards; False when a condition failed (read again). A failed guard
-        drops the chunk's parts and raises."""
+        """One transaction with the owners' guards (and a run's claim check); False when a condition failed (read
+        again). A failed guard or claim drops the chunk's parts and raises."""
         guards = GuardSet(self.keys)
         for row in chunk:
             if row.owner is not None:  # rows of an owned task commit only while its owner holds
                 guards.add(row.owner.ref, row.owner.generation)
+        checks = guards.actions(user_id)
+        if fence is not None:
+            checks.append(claim_check(self.keys, user_id, fence.task_uuid, fence.claim_version, fence.now_ms))
         try:
-            self.t.transact(actions + guards.actions(user_id))
+            self.t.transact(actions + checks)
         except TransactionCancelled as cancelled:
             try:
                 raise_if_guard_failed(cancelled, len(actions), len(guards))
-            except CloudGuardError:
+                if fence is not None and cancelled.failed(len(actions) + len(guards)):
+                    raise ClaimLost("the task claim fencing this append is gone")
+            except (CloudGuardError, ClaimLost):
                 for message_id, blob in blobs.items():
                     self._drop_parts(self.keys.user_pk(user_id), message_id, blob.token)
                 raise
@@ -329,7 +342,7 @@ class DynamoOutboxStore:
             ":rev": old.get("rev", 0),
         }
         sets = ["created_at = :c", "#ttl = :ttl", "rev = rev + :one"]
-        removes = ["delivered_at", "sending_at"]
+        removes = ["delivered_at", "sending_at", "sending_cv", "unconfirmed_at"]
         for name, value in self._payload_attrs(row, blob).items():
             sets.append(f"{name} = :{name}")
             values[f":{name}"] = value
@@ -346,114 +359,34 @@ class DynamoOutboxStore:
             "ExpressionAttributeValues": values,
         }
 
-    def claim_send(
-        self,
-        user_id: str,
-        message_id: str,
-        *,
-        task_uuid: str,
-        claim_version: int,
-        now_ms: int,
-        owner: OwnerClaim | None = None,
-        caps: Sequence[CapCharge] = (),
-        delivered: str | None = None,
-    ) -> bool:
-        actions = self._claim_actions(user_id, message_id, task_uuid, claim_version, now_ms)
-        if owner is not None:  # an owned task's push is taken only while its owner holds
-            actions.append(guard_check(self.keys, user_id, owner.ref, owner.generation))
-        fence = active_fence(self.keys)
-        if fence is not None:  # and a tenant's only while the tenant is active (no push once its deletion began)
-            actions.append(fence)
-        fence_at = len(actions) - 1 if fence is not None else None
-        if delivered is not None and not caps:
-            # the previous row of the batch went out: its delivered mark rides along with this claim
-            try:
-                self.t.transact([{"Update": delivered_update(self.keys, user_id, delivered, now_ms)}, *actions])
-                return True
-            except TransactionCancelled:
-                self.mark_delivered(user_id, [delivered], now_ms)  # then decide the claim on its own
-        elif delivered is not None:
-            self.mark_delivered(user_id, [delivered], now_ms)
-        first_cap = len(actions)
-        actions += [cap_charge_action(self.keys, user_id, charge) for charge in caps]
-        try:
-            self.t.transact(actions)
-        except TransactionCancelled as cancelled:
-            if fence_at is not None and cancelled.failed(fence_at):
-                raise TenantInactive(self.keys.tenant_id) from None
-            if owner is not None:
-                raise_if_guard_failed(cancelled, 2, 1)
-            full = [caps[i - first_cap].window_end_ms for i in range(first_cap, len(actions)) if cancelled.failed(i)]
-            if full and not any(cancelled.failed(i) for i in range(first_cap)):
-                raise CapReached(max(full)) from None
-            return False
-        return True
-
-    def _claim_actions(
-        self, user_id: str, message_id: str, task_uuid: str, claim_version: int, now_ms: int
-    ) -> list[dict[str, Any]]:
-        return [
-            {
-                "Update": {
-                    "Key": self.keys.outbox_key(user_id, message_id),
-                    "UpdateExpression": "SET sending_at = :t",
-                    "ConditionExpression": "attribute_exists(SK) AND attribute_not_exists(sending_at) "
-                    "AND attribute_not_exists(delivered_at) AND attribute_not_exists(acked_at)",
-                    "ExpressionAttributeValues": {":t": now_ms},
-                }
-            },
-            {
-                "ConditionCheck": {
-                    "Key": {"PK": self.keys.user_pk(user_id), "SK": keys.task_sk(task_uuid)},
-                    # our claim is current and its lease unexpired: a run that lost its lease sends nothing
-                    "ConditionExpression": "claim_version = :cv AND #st = :pending AND lease_until > :now",
-                    "ExpressionAttributeNames": {"#st": "status"},
-                    "ExpressionAttributeValues": {
-                        ":cv": claim_version,
-                        ":pending": "pending",
-                        ":now": iso_from_ms(now_ms),
-                    },
-                }
-            },
-        ]
-
-    def release_send(self, user_id: str, message_id: str) -> None:
-        try:
-            self.t.table.update_item(
-                Key=self.keys.outbox_key(user_id, message_id),
-                UpdateExpression="REMOVE sending_at",
-                ConditionExpression="attribute_exists(SK) AND attribute_not_exists(delivered_at)",
-            )
-        except ClientError as exc:
-            if not is_conditional_failure(exc):
-                raise
-
-    def mark_delivered(self, user_id: str, message_ids: Sequence[str], at_ms: int) -> int:
-        if isinstance(message_ids, str):
-            message_ids = [message_ids]
-        touched = 0
-        for message_id in _distinct(message_ids):
-            try:
-                self.t.table.update_item(**delivered_update(self.keys, user_id, message_id, at_ms))
-                touched += 1
-            except ClientError as exc:
-                if not is_conditional_failure(exc):
-                    raise
-        return touched
-
     def _delete_undelivered(self, key: dict[str, str]) -> bool:
         try:
-            result = self.t.table.delete_item(
-                Key=key,
-                ConditionExpression="attribute_exists(SK) AND attribute_not_exists(delivered_at) "
-                "AND attribute_not_exists(acked_at)",
-                ReturnValues="ALL_OLD",
-            )
+            result = self.t.table.delete_item(Key=key, ConditionExpression=_UNDELIVERED, ReturnValues="ALL_OLD")
         except ClientError as exc:
             if not is_conditional_failure(exc):
                 raise
             return False
         self._drop_parts_of(result.get("Attributes"))
+        return True
+
+    def _delete_fenced(self, key: dict[str, str], user_id: str, task_uuid: str, claim_version: int) -> bool:
+        """Delete an untouched row only while the task carries ``claim_version`` and is no longer pending (the
+        run that holds that claim ended it): one transaction, so a claim taken meanwhile keeps the row."""
+        fence = {
+            "ConditionCheck": {
+                "Key": {"PK": self.keys.user_pk(user_id), "SK": keys.task_sk(task_uuid)},
+                "ConditionExpression": "claim_version = :cv AND #st <> :pending",
+                "ExpressionAttributeNames": {"#st": "status"},
+                "ExpressionAttributeValues": {":cv": claim_version, ":pending": "pending"},
+            }
+        }
+        old = self.t.get(key, projection="payload_token, message_id")
+        try:
+            self.t.transact([{"Delete": {"Key": key, "ConditionExpression": _UNTOUCHED}}, fence])
+        except TransactionCancelled:
+            return False
+        if old is not None:
+            self._drop_parts_of({**old, "PK": key["PK"]})
         return True
 
     def discard_undelivered(self, user_id: str, message_ids: Sequence[str]) -> int:
@@ -487,10 +420,17 @@ class DynamoOutboxStore:
                 break
         return out
 
-    def discard_undelivered_for_task(self, user_id: str, task_uuid: str) -> int:
-        """Delete the task's rows nobody has received yet (never delivered, never acked)."""
-        rows = self._task_items(user_id, task_uuid, projection="PK, SK, task_uuid")
-        return sum(1 for row in rows if self._delete_undelivered({"PK": row["PK"], "SK": row["SK"]}))
+    def discard_undelivered_for_task(self, user_id: str, task_uuid: str, *, claim_version: int | None = None) -> int:
+        """Delete the task's rows nobody has received (the API); a run's: only untaken rows, fenced."""
+        rows = self._task_items(user_id, task_uuid, projection="PK, SK, task_uuid, sending_at, delivered_at, acked_at")
+        if claim_version is None:
+            return sum(1 for row in rows if self._delete_undelivered({"PK": row["PK"], "SK": row["SK"]}))
+        untouched = [
+            {"PK": row["PK"], "SK": row["SK"]}
+            for row in rows
+            if not any(row.get(name) is not None for name in ("sending_at", "delivered_at", "acked_at"))
+        ]
+        return sum(1 for key in untouched if self._delete_fenced(key, user_id, task_uuid, claim_version))
 
     def list_for_task(self, user_id: str, task_uuid: str, *, since_ms: int = 0, limit: int = 500) -> list[OutboxRow]:
         return [self._row(item) for item in self._task_items(user_id, task_uuid, since_ms=since_ms, limit=limit)]

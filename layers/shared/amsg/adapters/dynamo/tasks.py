@@ -12,6 +12,7 @@ from typing import Any
 from botocore.exceptions import ClientError
 
 from amsg.adapters.dynamo import keys, pending
+from amsg.adapters.dynamo.compact import pack, unpack
 from amsg.adapters.dynamo.owners import guard_check, owner_sets, raise_if_guard_failed
 from amsg.adapters.dynamo.subscriptions import subscription_row
 from amsg.adapters.dynamo.table import (
@@ -35,7 +36,7 @@ def payload_attrs(
 ) -> tuple[dict[str, Any], BlobRef | None]:
     """Inline payload, or parts written now and referenced by the item about to be written."""
     if len(encrypted_payload) <= INLINE_CHARS:
-        return {"payload": encrypted_payload}, None
+        return {"payload": pack(encrypted_payload)}, None
     ref = t.write_blob(space.user_pk(user_id), keys.task_part_prefix(uuid), encrypted_payload)
     return {"payload_token": ref.token, "payload_parts": ref.parts}, ref
 
@@ -46,7 +47,7 @@ def stored_ms(value: Any) -> int | None:
 
 
 def task_row(t: DynamoTable, item: dict[str, Any]) -> TaskRow:
-    payload = item.get("payload")
+    payload = unpack(item.get("payload"))
     if payload is None and item.get("payload_token"):
         payload = t.read_blob(
             item["PK"],

@@ -1,0 +1,147 @@
+"""What a one-shot delivery writes, in billed units, pinned on DynamoDB Local (a regression fails here).
+
+DynamoDB Local reports consumed capacity, but for a multi-item transaction only one item's units, so the
+figures come from ``bench.units.Meter`` (DynamoDB's billing rules applied to the items before and after each
+write), which the first test holds to what DynamoDB Local reports for single-item writes. The last test is the
+migration path: items an earlier version wrote (hex-text payloads) are read, delivered and settled."""
+
+from __future__ import annotations
+
+import json
+import uuid
+
+import pytest
+from amsg.adapters.dynamo.compact import unpack
+from amsg.crypto import compact_json, encrypt_for_storage
+from amsg.engine.messages import parse_task_message
+from amsg.engine.run_task import run_message
+from amsg.engine.tick import run_tick
+from amsg.ports import NewTask
+from amsg_local.tables import table_definition
+from amsg_local.template import load_template
+
+from bench import units
+from tests.support.ddb_engine import T0_MS, MemoryQueue, RecordingPushSender, ddb_context, with_fakes
+
+pytestmark = pytest.mark.ddb_local
+
+
+@pytest.fixture
+def wired(ddb_local_endpoint, ddb_local_table):
+    ctx = ddb_context(ddb_local_endpoint, ddb_local_table)
+    sender, queue = RecordingPushSender(), MemoryQueue()
+    with_fakes(ctx, sender, queue)
+    meter = units.Meter(ddb_local_endpoint, units.Schema(table_definition(load_template())))
+    meter.attach(ctx.tasks.t.wire)
+    units.reset()
+    return ctx, sender, queue
+
+
+def _seed(ctx, message: str = "早上好") -> tuple[str, str]:
+    user, task_uuid = str(uuid.uuid4()), str(uuid.uuid4())
+    key = ctx.user_key(user)
+    ctx.subscriptions.put_push_subscription(
+        user, encrypt_for_storage(compact_json({"endpoint": "https://push.invalid/x", "keys": {}}), key), 1
+    )
+    units.reset()  # the subscription is the user's, not the task's
+    payload = {"contactName": "Rei", "messageType": "fixed", "userMessage": message, "firstSendTime": "x" * 24}
+    ctx.tasks.create_task(
+        NewTask(user, task_uuid, encrypt_for_storage(compact_json(payload), key), "fixed", T0_MS + 60_000, T0_MS)
+    )
+    return user, task_uuid
+
+
+def _deliver(ctx, queue: MemoryQueue) -> None:
+    ctx.clock.current_ms = T0_MS + 61_000
+    run_tick(ctx)
+    while not queue.items.empty():
+        message = parse_task_message(json.dumps(queue.items.get_nowait()))
+        assert run_message(ctx, message, remaining_ms=lambda: 100_000, owner="c")["successCount"] == 1
+
+
+def _by_target(billed: dict[str, float]) -> dict[str, float]:
+    out: dict[str, float] = {}
+    for key, n in billed.items():
+        target = key.split(" ", 1)[1]
+        out[target] = out.get(target, 0.0) + n
+    return out
+
+
+def test_the_meter_bills_single_item_writes_as_dynamodb_local_reports_them(ddb_local_endpoint, ddb_local_table):
+    import boto3
+
+    client = boto3.client("dynamodb", endpoint_url=ddb_local_endpoint, region_name="us-east-1")
+    meter = units.Meter(ddb_local_endpoint, units.Schema(table_definition(load_template())))
+    meter.attach(client)
+    key = {"PK": {"S": f"U#{uuid.uuid4()}"}, "SK": {"S": "O#m"}}
+    calls = [
+        lambda: client.put_item(
+            TableName=ddb_local_table,
+            Item={**key, "ob_lsk": {"S": "1"}, "obt_lsk": {"S": "t#1"}, "v": {"B": b"x" * 1500}},
+            ReturnConsumedCapacity="INDEXES",
+        ),
+        lambda: client.update_item(
+            TableName=ddb_local_table,
+            Key=key,
+            UpdateExpression="SET due_pk = :p, due_sk = :s REMOVE ob_lsk",
+            ExpressionAttributeValues={":p": {"S": "DUE#0"}, ":s": {"S": "2030#u"}},
+            ReturnConsumedCapacity="INDEXES",
+        ),
+        lambda: client.update_item(
+            TableName=ddb_local_table,
+            Key=key,
+            UpdateExpression="SET due_sk = :s, v = :v",
+            ExpressionAttributeValues={":s": {"S": "2031#u"}, ":v": {"B": b"y" * 500}},
+            ReturnConsumedCapacity="INDEXES",
+        ),
+        lambda: client.delete_item(TableName=ddb_local_table, Key=key, ReturnConsumedCapacity="INDEXES"),
+    ]
+    for call in calls:
+        units.reset()
+        reported = call()["ConsumedCapacity"]
+        expected = {"table": reported["Table"]["CapacityUnits"]}
+        for field, label in (("GlobalSecondaryIndexes", "gsi"), ("LocalSecondaryIndexes", "lsi")):
+            expected.update({f"{label}:{n}": u["CapacityUnits"] for n, u in (reported.get(field) or {}).items()})
+        assert _by_target(units.snapshot()) == {k: v for k, v in expected.items() if v}
+
+
+def test_a_one_shot_delivery_writes_these_units(wired):
+    ctx, sender, queue = wired
+    _seed(ctx)
+    created = _by_target(units.snapshot())
+    assert created == {"table": 6, "gsi:due": 2}  # counter, task, uuid registry in one transaction
+    units.reset()
+    _deliver(ctx, queue)
+    delivered = _by_target(units.snapshot())
+    assert len(sender.sent) == 1
+    # claim 2 + due 4 (the key moves to the lease expiry); append 6 (counter, task, row) + LSIs 4, no due write
+    # (the adoption keeps the claim's lease); settle 6 (task, registry, row) + LSIs 4 + due 2; every item under
+    # 1 KB, every write in a transaction (docs/performance.md, "What a delivered message costs")
+    assert delivered == {"table": 14, "gsi:due": 6, "lsi:outbox_unacked": 4, "lsi:outbox_by_task": 4}
+
+
+def test_items_of_the_previous_layout_are_delivered_and_settled(wired):
+    """A task whose payload an earlier version stored as hex text is claimed, delivered and settled; an outbox
+    row stored that way reads the same as one stored now."""
+    ctx, sender, queue = wired
+    user, task_uuid = _seed(ctx, "旧的")
+    key = {"PK": f"U#{user}", "SK": f"T#{task_uuid}"}
+    item = ctx.tasks.t.get(key)
+    assert not isinstance(item["payload"], str)  # written now: packed
+    text = unpack(item["payload"])
+    ctx.tasks.t.table.update_item(Key=key, UpdateExpression="SET payload = :p", ExpressionAttributeValues={":p": text})
+    assert isinstance(ctx.tasks.t.get(key)["payload"], str)
+    _deliver(ctx, queue)
+    (push,) = sender.sent
+    assert push["taskUuid"] == task_uuid
+    assert ctx.tasks.find_task(task_uuid) is None
+    (row,) = ctx.outbox.list_unacked(user, 0, 10, T0_MS + 61_000)
+    stored = next(iter(ctx.outbox.t.query_prefix(f"U#{user}", "O#")))
+    assert not isinstance(stored["payload"], str)
+    ctx.outbox.t.table.update_item(
+        Key={"PK": stored["PK"], "SK": stored["SK"]},
+        UpdateExpression="SET payload = :p",
+        ExpressionAttributeValues={":p": unpack(stored["payload"])},
+    )
+    (old,) = ctx.outbox.list_unacked(user, 0, 10, T0_MS + 61_000)
+    assert old.encrypted_push == row.encrypted_push and old.id == row.id
