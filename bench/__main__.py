@@ -1,5 +1,5 @@
 """``python -m bench [NAME ...]``: imports, cold, tick, requests, capacity, e2e, load, migration and hostile
-(all by default); moto-memory, local, tenants, cost and chaos on request.
+(all by default); moto-memory, local, tenants, spike, cost and chaos on request.
 
 Numbers are printed, never asserted."""
 
@@ -31,6 +31,7 @@ from bench import (  # noqa: E402
     migration,
     moto_memory,
     requests,
+    spike,
     tenants,
     tick,
 )
@@ -44,6 +45,7 @@ def main(argv: list[str]) -> int:
         runners["moto-memory"] = moto_memory
         runners["local"] = local_stack
         runners["tenants"] = tenants
+        runners["spike"] = spike
         runners["cost"] = cost
         runners["chaos"] = chaos
         runners[name].main()

@@ -12,13 +12,10 @@ lost tasks and the ratio to the reference server's 50 claims per one-minute tick
 from __future__ import annotations
 
 import contextlib
-import cProfile
 import io
 import json
 import multiprocessing as mp
 import os
-import queue as queue_lib
-import sys
 import threading
 import time
 import uuid
@@ -26,6 +23,8 @@ from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
+
+from bench.sandboxes import MpQueue, SharedOffsetClock, consumer, invocation, sqs_event, wait_ready
 
 ROOT = Path(__file__).resolve().parents[1]
 REFERENCE_PER_MINUTE = 50
@@ -38,119 +37,64 @@ def template_defaults() -> dict[str, int]:
 
     template = load_template()
     params = template.get("Parameters", {})
-    batch_size = 5
-    for resource in template.get("Resources", {}).values():
-        for event in (resource.get("Properties", {}).get("Events") or {}).values():
-            if event.get("Type") == "SQS":
-                batch_size = int(event["Properties"].get("BatchSize", batch_size))
     resources = template.get("Resources", {})
+
+    def batch_size(name: str) -> int:
+        events = (resources.get(name, {}).get("Properties", {}).get("Events") or {}).values()
+        return next((int(e["Properties"].get("BatchSize", 10)) for e in events if e.get("Type") == "SQS"), 10)
+
+    def default(name: str, fallback: int) -> int:
+        return int(params.get(name, {}).get("Default", fallback))
+
     default_timeout = int(template.get("Globals", {}).get("Function", {}).get("Timeout", 3))
 
     def timeout_s(name: str) -> int:
         return int(resources.get(name, {}).get("Properties", {}).get("Timeout", default_timeout))
 
     return {
-        "concurrency": int(params.get("RunTaskMaxConcurrency", {}).get("Default", 5)),
-        "claim_limit": int(params.get("TickClaimLimit", {}).get("Default", 5000)),
-        "batch_size": batch_size,
+        "concurrency": default("RunTaskMaxConcurrency", 5),
+        "claim_limit": default("TickClaimLimit", 5000),
+        "claimers": default("ClaimerMaxConcurrency", 0) if "ClaimerFunction" in resources else 0,
+        "claim_page_size": default("ClaimPageSize", 500),
+        "claim_backlog_limit": default("ClaimBacklogLimit", 20_000),
+        "batch_size": batch_size("RunTaskFunction"),
+        "claimer_batch_size": batch_size("ClaimerFunction"),
         "tick_timeout_s": timeout_s("TickFunction"),
         "run_task_timeout_s": timeout_s("RunTaskFunction"),
+        "claimer_timeout_s": timeout_s("ClaimerFunction"),
     }
 
 
-def _invocation(function_name: str, timeout_s: int) -> Any:
-    """A Lambda context whose remaining time runs down from the function's timeout, as on AWS (the tick stops
-    claiming on its time margin, a record hands its claim back when too little time is left)."""
-    from tests.support.inprocess import LambdaContext
-
-    deadline = time.monotonic() + timeout_s
-
-    class Invocation(LambdaContext):
-        def get_remaining_time_in_millis(self) -> int:
-            return max(0, int((deadline - time.monotonic()) * 1000))
-
-    return Invocation(function_name=function_name, remaining_ms=timeout_s * 1000, aws_request_id=str(uuid.uuid4()))
-
-
-class _MpQueue:
-    """TaskQueue port over a multiprocessing queue (what SQS is between the tick and the run_task sandboxes)."""
-
-    def __init__(self, inbox: Any) -> None:
-        self.inbox = inbox
-
-    def send_many(self, messages: list[dict[str, Any]]) -> list[int]:
-        for message in messages:
-            self.inbox.put(json.dumps(message))
-        return []
+def start_sandboxes(spawn: Any, env: dict[str, str], offset_ms: Any, defaults: dict[str, int]) -> tuple:
+    """The run_task sandboxes (``RunTaskMaxConcurrency``) and the claimers (``ClaimerMaxConcurrency``) as
+    processes, each polling its queue: (queues by function, the results queue, the processes)."""
+    queues = {"run_task": spawn.Queue(), "ready": spawn.Queue()}
+    if defaults["claimers"]:
+        queues["claimer"] = spawn.Queue()
+    results = spawn.Queue()
+    plan = [("run_task", defaults["concurrency"], defaults["batch_size"], defaults["run_task_timeout_s"])]
+    if defaults["claimers"]:
+        plan.append(("claimer", defaults["claimers"], defaults["claimer_batch_size"], defaults["claimer_timeout_s"]))
+    processes = [
+        spawn.Process(target=consumer, args=(env, offset_ms, queues, batch, timeout, results, function), daemon=True)
+        for function, count, batch, timeout in plan
+        for _ in range(count)
+    ]
+    for process in processes:
+        process.start()
+    wait_ready(queues, len(processes))
+    return queues, results, processes
 
 
-def _sqs_event(bodies: list[str]) -> dict[str, Any]:
-    """An SQS event source batch as Lambda delivers it to run_task."""
-    return {
-        "Records": [
-            {
-                "messageId": str(i),
-                "receiptHandle": str(i),
-                "body": text,
-                "attributes": {"ApproximateReceiveCount": "1", "SentTimestamp": "0"},
-                "messageAttributes": {},
-                "md5OfBody": "",
-                "eventSource": "aws:sqs",
-                "eventSourceARN": "arn:aws:sqs:us-east-1:000000000000:bench",
-                "awsRegion": "us-east-1",
-            }
-            for i, text in enumerate(bodies)
-        ]
-    }
-
-
-def _consumer(env: dict[str, str], offset_ms: int, inbox: Any, batch_size: int, timeout_s: int, results: Any) -> None:
-    """One run_task sandbox: the real handler, SQS-shaped batches, failed records go back to the queue."""
-    os.environ.update(env)
-    sys.stdout = open(os.devnull, "w")  # noqa: SIM115  (the handlers' metric lines would drown the report)
-    from amsg import runtime
-    from amsg.clock import OffsetClock
-
-    from tests.support.inprocess import load_handler_module
-
-    ctx = runtime.build_context(dict(os.environ))
-    ctx.clock = OffsetClock(offset_ms=offset_ms)
-    runtime.use(ctx)
-    module = load_handler_module(ROOT / "functions/run_task/run_task_handler.py")
-    handled = redelivered = 0
-    cpu_start: float | None = None
-    # AMSG_BENCH_PROFILE=<dir>: each sandbox writes a cProfile of its handler calls there (where the CPU goes)
-    profile_dir = os.environ.get("AMSG_BENCH_PROFILE")
-    profile = cProfile.Profile() if profile_dir else None
-    while True:
-        body = inbox.get()
-        if body is None:
-            break
-        if cpu_start is None:
-            cpu_start = time.process_time()  # CPU of the run only, not of the imports above
-        bodies = [body]
-        while len(bodies) < batch_size:
-            try:
-                more = inbox.get_nowait()
-            except queue_lib.Empty:
-                break
-            if more is None:
-                inbox.put(None)
-                break
-            bodies.append(more)
-        if profile is not None:
-            profile.enable()
-        result = module.handler(_sqs_event(bodies), _invocation("run_task", timeout_s))
-        if profile is not None:
-            profile.disable()
-        for failure in result.get("batchItemFailures", []):
-            inbox.put(bodies[int(failure["itemIdentifier"])])
-            redelivered += 1
-        handled += len(bodies)
-    cpu_s = time.process_time() - cpu_start if cpu_start is not None else 0.0
-    if profile is not None:
-        profile.dump_stats(os.path.join(profile_dir, f"run_task-{os.getpid()}.prof"))
-    results.put({"handled": handled, "redelivered": redelivered, "cpu_s": cpu_s})
+def stop_sandboxes(queues: dict[str, Any], results: Any, processes: list[Any]) -> list[dict[str, Any]]:
+    """Tell every sandbox to stop (one None each on its queue) and collect what each one did."""
+    for inbox in queues.values():
+        for _ in processes:
+            inbox.put(None)
+    stats = [results.get(timeout=60) for _ in processes]
+    for process in processes:
+        process.join(timeout=10)
+    return stats
 
 
 def _warm_up(ctx: Any, push: Any, seed: Any, tasks: int, defaults: dict[str, int]) -> float:
@@ -180,7 +124,7 @@ def _warm_up(ctx: Any, push: Any, seed: Any, tasks: int, defaults: dict[str, int
             run_task = load_handler_module(ROOT / "functions/run_task/run_task_handler.py")
             tick.handler(
                 {"scheduledTime": iso_from_ms(ctx.now_ms())},
-                _invocation("tick", defaults["tick_timeout_s"]),
+                invocation("tick", defaults["tick_timeout_s"]),
             )
             bodies = []
             while not queue.items.empty():
@@ -188,8 +132,8 @@ def _warm_up(ctx: Any, push: Any, seed: Any, tasks: int, defaults: dict[str, int
             batch_size = defaults["batch_size"]
             for start in range(0, len(bodies), batch_size):
                 run_task.handler(
-                    _sqs_event(bodies[start : start + batch_size]),
-                    _invocation("run_task", defaults["run_task_timeout_s"]),
+                    sqs_event(bodies[start : start + batch_size]),
+                    invocation("run_task", defaults["run_task_timeout_s"]),
                 )
     finally:
         ctx.delivery = delivery
@@ -222,7 +166,6 @@ def _process_cpu_s(pid: int) -> float:
 def run(tasks: int = 10_000, users: int = 1_000, warm_up: int = 1_000) -> dict[str, Any]:
     import boto3
     from amsg import runtime
-    from amsg.clock import OffsetClock
     from amsg.context import DeliveryPorts
     from amsg.crypto import compact_json, encrypt_for_storage
     from amsg.ports import NewTask
@@ -252,6 +195,8 @@ def run(tasks: int = 10_000, users: int = 1_000, warm_up: int = 1_000) -> dict[s
             "AMSG_VAPID_PRIVATE_KEY": private,
             "AMSG_VAPID_EMAIL": "bench@example.test",
             "AMSG_TICK_CLAIM_LIMIT": str(defaults["claim_limit"]),
+            "AMSG_CLAIM_PAGE_SIZE": str(defaults["claim_page_size"]),
+            "AMSG_CLAIM_BACKLOG_LIMIT": str(defaults["claim_backlog_limit"]),
             # an invocation that records no metric makes Powertools warn on every flush: noise in the results
             "PYTHONWARNINGS": "ignore::UserWarning:aws_lambda_powertools.metrics.provider.base",
         }
@@ -292,31 +237,23 @@ def run(tasks: int = 10_000, users: int = 1_000, warm_up: int = 1_000) -> dict[s
             seed_s = time.perf_counter() - seeded_at
             warm_s = _warm_up(ctx, push, seed, warm_up, defaults) if warm_up else 0.0
 
+            loadavg = Path("/proc/loadavg").read_text().split()[:3] if Path("/proc/loadavg").exists() else []
             loop_ms_before = _loop_ms()
             # from here on every clock says: the run starts at the due time
-            wall_start_ms = time.time_ns() // 1_000_000 + 5_000  # consumers get 5 s to start
-            offset_ms = due_ms - wall_start_ms
-            ctx.clock = OffsetClock(offset_ms=offset_ms)
+            offset = spawn.Value("q", 0)  # every process's clock: moved below, once the sandboxes are warm
+            tick_module = load_handler_module(ROOT / "functions/tick/tick_handler.py")
             runtime.use(ctx)
-            inbox = spawn.Queue()
-            results = spawn.Queue()
+            queues, results, consumers = start_sandboxes(spawn, env, offset, defaults)
+            wall_start_ms = time.time_ns() // 1_000_000 + 1_000
+            offset.value = due_ms - wall_start_ms
+            ctx.clock = SharedOffsetClock(offset)
             delivery = ctx.delivery
             ctx.delivery = DeliveryPorts(
                 make_push_sender=delivery.make_push_sender,
                 make_llm=delivery.make_llm,
-                make_queue=lambda: _MpQueue(inbox),
+                make_queue=lambda: MpQueue(queues["run_task"]),
+                make_claim_queue=lambda: MpQueue(queues["claimer"]) if "claimer" in queues else None,
             )
-            consumers = [
-                spawn.Process(
-                    target=_consumer,
-                    args=(env, offset_ms, inbox, defaults["batch_size"], defaults["run_task_timeout_s"], results),
-                    daemon=True,
-                )
-                for _ in range(defaults["concurrency"])
-            ]
-            for process in consumers:
-                process.start()
-            tick_module = load_handler_module(ROOT / "functions/tick/tick_handler.py")
             time.sleep(max(0.0, wall_start_ms / 1000 - time.time()))
             started = time.time()
             java_cpu, own_cpu = _process_cpu_s(server.pid), time.process_time()
@@ -328,7 +265,7 @@ def run(tasks: int = 10_000, users: int = 1_000, warm_up: int = 1_000) -> dict[s
                     ticks.append(
                         tick_module.handler(
                             {"scheduledTime": iso_from_ms(ctx.now_ms())},
-                            _invocation("tick", defaults["tick_timeout_s"]),
+                            invocation("tick", defaults["tick_timeout_s"]),
                         )
                     )
                     ticks[-1]["_window"] = (began, time.time() - started)
@@ -345,11 +282,7 @@ def run(tasks: int = 10_000, users: int = 1_000, warm_up: int = 1_000) -> dict[s
             received = push.received
             java_cpu, own_cpu = _process_cpu_s(server.pid) - java_cpu, time.process_time() - own_cpu
             stop.set()
-            for _ in consumers:
-                inbox.put(None)
-            stats = [results.get(timeout=60) for _ in consumers]
-            for process in consumers:
-                process.join(timeout=10)
+            stats = stop_sandboxes(queues, results, consumers)
             ticker.join(timeout=60)
             loop_ms_after = _loop_ms()
     finally:
@@ -367,19 +300,24 @@ def run(tasks: int = 10_000, users: int = 1_000, warm_up: int = 1_000) -> dict[s
         "batch_size": defaults["batch_size"],
         "claim_limit": defaults["claim_limit"],
         "ticks": len(ticks),
-        "claimed": sum(t.get("claimedTasks", 0) for t in ticks),
+        "claimers": defaults["claimers"],
+        "claimed": sum(t.get("claimedTasks", 0) for t in ticks) + sum(j[2] for s in stats for j in s["jobs"]),
         "to_last_push_s": last - started,
         "delivered": len(per_task),
         "duplicates": sum(n - 1 for n in per_task.values()),
         "lost": tasks - len(per_task),
         "rejected": len(received) - len(ok),
-        "redelivered": sum(s["redelivered"] for s in stats),
+        "redelivered": sum(s["redelivered"] for s in stats if s["function"] == "run_task"),
         "cpu_s": {
             "DynamoDB Local (JVM)": java_cpu,
-            "run_task processes": sum(s["cpu_s"] for s in stats),
+            "run_task processes": sum(s["cpu_s"] for s in stats if s["function"] == "run_task"),
+            "claimer processes": sum(s["cpu_s"] for s in stats if s["function"] == "claimer"),
             "bench process (tick, push service, relay)": own_cpu,
         },
+        # each claim job: (s after due it started, s it ended, tasks it claimed)
+        "claim_jobs": sorted((a - started, b - started, n) for s in stats for a, b, n in s["jobs"]),
         "cores": os.cpu_count() or 1,
+        "loadavg": " ".join(loadavg),
         "loop_ms": (loop_ms_before, loop_ms_after),
         # when each tick ran (s after due) and what it claimed; pushes received per 10 s after due
         "tick_windows": [
@@ -387,6 +325,30 @@ def run(tasks: int = 10_000, users: int = 1_000, warm_up: int = 1_000) -> dict[s
         ],
         "pushes_per_10s": Counter(int((r.received_at - started) // 10) for r in received),
     }
+
+
+def print_timelines(result: dict[str, Any]) -> None:
+    """When the ticks ran, when the claims happened (the claim timeline: tasks claimed per 10 s, by the tick
+    itself or by the claim jobs it fanned out), and the pushes per 10 s with the idle buckets among them."""
+    ticks = ", ".join(
+        f"{a:.0f}–{b:.0f} s: {n}" + (f" (stopped by its {why})" if why else "")
+        for a, b, n, why in result["tick_windows"]
+    )
+    print(f"  ticks (seconds after due: claimed by the tick itself)  {ticks}")
+    jobs = result["claim_jobs"]
+    if jobs:
+        claims: Counter[int] = Counter()
+        for _, end, n in jobs:
+            claims[int(end // 10)] += n
+        span = f"{jobs[0][0]:.1f}–{max(end for _, end, _ in jobs):.1f} s"
+        print(f"  claim jobs {len(jobs)} ({span} after due); claimed per 10 s  {_timeline(claims)}")
+    buckets = result["pushes_per_10s"]
+    idle = sum(1 for i in range(max(buckets, default=0)) if not buckets.get(i))
+    print(f"  pushes per 10 s after due   {_timeline(buckets)}   ({idle} idle bucket(s) before the last push)")
+
+
+def _timeline(buckets: Counter[int]) -> str:
+    return " ".join(str(buckets.get(i, 0)) for i in range(max(buckets, default=0) + 1))
 
 
 def main(tasks: int | None = None) -> None:
@@ -398,8 +360,9 @@ def main(tasks: int | None = None) -> None:
     print(f"== capacity run on DynamoDB Local ({result['tasks']} one-shot tasks due at once, {result['users']} users)")
     print(
         f"  template: RunTaskMaxConcurrency {result['concurrency']}, BatchSize {result['batch_size']},"
-        f" TickClaimLimit {result['claim_limit']}; {result['ticks']} tick(s), {result['claimed']} claimed"
+        f" ClaimerMaxConcurrency {result['claimers']}; {result['ticks']} tick(s), {result['claimed']} claimed"
     )
+    print(f"  load average before the run {result['loadavg']}")
     print(f"  seeded in {result['seed_s']:.1f} s (not part of the run)")
     if result["warm_up"]:
         print(
@@ -425,15 +388,7 @@ def main(tasks: int | None = None) -> None:
             f"  CPU per delivered task      {total:8.1f} ms  ({shares}); all cores busy: {floor_s:.0f} s at the"
             f" least; they were {100 * busy:.0f}% busy"
         )
-    ticks = ", ".join(
-        f"{a:.0f}–{b:.0f} s: {n}" + (f" (stopped by its {why})" if why else "")
-        for a, b, n, why in result["tick_windows"]
-        if n
-    )
-    print(f"  ticks (seconds after due: claimed)  {ticks}")
-    buckets = result["pushes_per_10s"]
-    timeline = " ".join(str(buckets.get(i, 0)) for i in range(max(buckets, default=0) + 1))
-    print(f"  pushes per 10 s after due   {timeline}")
+    print_timelines(result)
     per_minute = rate * 60
     before, after = result["loop_ms"]
     print(

@@ -26,6 +26,43 @@ T0_MS = 1_893_369_600_000
 LOADS = (10, 50)  # users (one due task each) per tenant and tick
 
 
+def fairness_fanned_out(endpoint: str, backlog: int) -> None:
+    """The same under claim fan-out: the tick sends one claim job per tenant, one claimer takes the jobs in
+    queue order (each job's next page goes to the back): B's tasks must reach the task queue within the first
+    page of A's."""
+    from amsg.engine.claim_jobs import parse_claim_job, run_claim_job
+    from amsg.engine.summary import TickSummary
+    from amsg.engine.tick import run_tick
+
+    from tests.support.ddb_engine import MemoryQueue, RecordingPushSender, with_fakes
+
+    _create_table(endpoint, "bench-tenants-fan-out")
+    ctx, scopes = _multi_context(endpoint, "bench-tenants-fan-out", ["tenant-a", "tenant-b"])
+    tasks, claims = MemoryQueue(), MemoryQueue()
+    with_fakes(ctx, RecordingPushSender(), tasks, claim_queue=claims)
+    _seed(scopes["tenant-a"], backlog, T0_MS + 1_000, users=200)
+    b_tasks = set(_seed(scopes["tenant-b"], 10, T0_MS + 50_000, users=3))
+    ctx.clock.current_ms = T0_MS + 61_000
+    summary = run_tick(ctx)
+    started, jobs = time.perf_counter(), 0
+    while not claims.items.empty():
+        job = parse_claim_job(json.dumps(claims.items.get_nowait()))
+        assert job is not None
+        run_claim_job(ctx, job, remaining_ms=lambda: 60_000, owner="bench-claimer", summary=TickSummary())
+        jobs += 1
+    elapsed = time.perf_counter() - started
+    bodies = list(tasks.items.queue)
+    last_b = max((i for i, body in enumerate(bodies) if body["uuid"] in b_tasks), default=-1)
+    page = ctx.settings.claim_page_size
+    print(f"== fairness under claim fan-out: B's 10 tasks behind A's {backlog:,} (one claimer, jobs in queue order)")
+    print(
+        f"  the tick sent {summary['claimJobs']['sent']} claim jobs; {jobs} jobs claimed {len(bodies):,} tasks in"
+        f" {elapsed:.1f} s; B's last task was message {last_b + 1} of the task queue (a page is {page})"
+        f" -> {sum(1 for b in bodies if b['uuid'] in b_tasks)}/10 within the first page of A's:"
+        f" {'yes' if 0 <= last_b < page + 10 else 'NO'}"
+    )
+
+
 def _env(endpoint: str, table: str, **extra: str) -> dict[str, str]:
     return {
         "AWS_ENDPOINT_URL_DYNAMODB": endpoint,
@@ -229,6 +266,7 @@ def main(backlog: int = 20_000) -> None:
         requests_per_task(endpoint, template_defaults()["batch_size"])
         idle_ticks(endpoint)
         fairness(endpoint, backlog)
+        fairness_fanned_out(endpoint, max(1_000, backlog // 10))
 
 
 if __name__ == "__main__":

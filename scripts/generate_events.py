@@ -11,7 +11,8 @@ integrations deliver:
   them, ``X-User-Id`` etc., encrypted bodies that really decrypt under the test master key (64 x ``a``,
   tests/conftest.py), no authorizer/mTLS blocks (the API has neither), ``isBase64Encoded: false``.
 * the tick's ScheduleV2 payload, i.e. the template's ``Input`` with the Scheduler placeholders filled in;
-* an SQS batch for run_task whose body is the tick's message ``{userId, uuid, claimVersion, nextSendAt}``.
+* an SQS batch for run_task whose body is the tick's message ``{userId, uuid, claimVersion, nextSendAt}``;
+* an SQS batch for the claimer whose body is a claim job ``{kind: "claim", shard}``.
 
 Everything is deterministic (fixed IVs, ids and clock), so re-running produces identical files. A function
 without a spec here makes the script fail: add one to ``HTTP_SPECS`` when adding a route.
@@ -278,7 +279,12 @@ def _tick_event(template: dict[str, Any], logical_id: str) -> dict[str, Any]:
 def _sqs_event(base: dict[str, Any], template: dict[str, Any], logical_id: str) -> dict[str, Any]:
     event = copy.deepcopy(base)
     record = event["Records"][0]
-    body = {"userId": USER_ID, "uuid": TASK_UUID, "claimVersion": 3, "nextSendAt": "2030-01-01T00:00:00.000Z"}
+    queue_ref = next(iter(function_property(template, logical_id, "Events").values()))["Properties"]["Queue"]
+    queue = queue_ref["Fn::GetAtt"][0] if isinstance(queue_ref, dict) else str(queue_ref).split(".", 1)[0]
+    if queue == "ClaimQueue":  # a claim job: the tick's fan-out of shard 0 (the claimer)
+        body: dict[str, Any] = {"kind": "claim", "shard": 0}
+    else:
+        body = {"userId": USER_ID, "uuid": TASK_UUID, "claimVersion": 3, "nextSendAt": "2030-01-01T00:00:00.000Z"}
     text = json.dumps(body, separators=(",", ":"))
     record.update(
         {
@@ -286,7 +292,7 @@ def _sqs_event(base: dict[str, Any], template: dict[str, Any], logical_id: str) 
             "receiptHandle": "AQEB" + hashlib.sha256(text.encode()).hexdigest(),
             "body": text,
             "md5OfBody": hashlib.md5(text.encode()).hexdigest(),  # noqa: S324 - SQS's own checksum
-            "eventSourceARN": "arn:aws:sqs:us-east-1:123456789012:amsg-TaskQueue-1A2B3C4D5E6F",
+            "eventSourceARN": f"arn:aws:sqs:us-east-1:123456789012:amsg-{queue}-1A2B3C4D5E6F",
         }
     )
     record["attributes"].update(

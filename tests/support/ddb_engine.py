@@ -29,6 +29,9 @@ class MemoryQueue:
             self.items.put(json.loads(json.dumps(message)))
         return []
 
+    def backlog(self) -> int | None:
+        return self.items.qsize()
+
 
 class Killed(BaseException):
     """Simulates the Lambda sandbox dying mid-delivery (not an Exception: nothing in the engine catches it)."""
@@ -89,9 +92,17 @@ def ddb_context(endpoint: str, table: str, **env_overrides: str):
     return ctx
 
 
-def with_fakes(ctx, sender: RecordingPushSender, queue: MemoryQueue, llm: Any = None) -> None:
+def with_fakes(
+    ctx, sender: RecordingPushSender, queue: MemoryQueue, llm: Any = None, claim_queue: MemoryQueue | None = None
+) -> None:
+    """Fakes for the push service, the task queue (and the claim queue: the tick then fans claims out)."""
     make_llm = ctx.delivery.make_llm if llm is None else (lambda: llm)
-    ctx.delivery = DeliveryPorts(make_push_sender=lambda: sender, make_llm=make_llm, make_queue=lambda: queue)
+    ctx.delivery = DeliveryPorts(
+        make_push_sender=lambda: sender,
+        make_llm=make_llm,
+        make_queue=lambda: queue,
+        make_claim_queue=lambda: claim_queue,
+    )
 
 
 def consume(ctx, queue: MemoryQueue, stop: threading.Event, *, duplicate: bool = True, batch_size: int = 5) -> None:

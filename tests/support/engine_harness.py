@@ -23,15 +23,19 @@ class EngineHarness:
         self.sqs = sqs or boto3.client("sqs", region_name="us-east-1")  # the caller's client saves building one
         self.tick_module = load_handler_module(ROOT / "functions/tick/tick_handler.py")
         self.run_module = load_handler_module(ROOT / "functions/run_task/run_task_handler.py")
+        self.claimer_module = load_handler_module(ROOT / "functions/claimer/claimer_handler.py")
         self.last_run_results: list[dict[str, Any]] = []
 
     def tick(self, scheduled_time: str | None = None) -> dict[str, Any]:
         event = {"scheduledTime": scheduled_time or "2030-01-01T00:00:00Z", "executionId": str(uuid.uuid4())}
         return self.tick_module.handler(event, LambdaContext(function_name="tick", remaining_ms=55_000))
 
-    def receive(self, max_messages: int = 10) -> list[dict[str, Any]]:
+    def receive(self, max_messages: int = 10, *, queue_url: str | None = None) -> list[dict[str, Any]]:
         response = self.sqs.receive_message(
-            QueueUrl=self.queue_url, MaxNumberOfMessages=max_messages, AttributeNames=["All"], VisibilityTimeout=0
+            QueueUrl=queue_url or self.queue_url,
+            MaxNumberOfMessages=max_messages,
+            AttributeNames=["All"],
+            VisibilityTimeout=0,
         )
         return response.get("Messages", [])
 

@@ -32,6 +32,8 @@ def _resource(value: Any) -> str:
         return "table"
     if value == {"Fn::GetAtt": ["TaskQueue", "Arn"]}:
         return "queue"
+    if value == {"Fn::GetAtt": ["ClaimQueue", "Arn"]}:
+        return "claim_queue"
     if isinstance(value, dict) and isinstance(value.get("Fn::Sub"), str):
         text = value["Fn::Sub"]
         if text.startswith("${Table.Arn}/index/"):

@@ -71,6 +71,9 @@ def test_event_matches_its_function(name):
         assert records and all(r["eventSource"] == "aws:sqs" for r in records)
         for record in records:
             body = json.loads(record["body"])
+            if name == "claimer.json":  # a claim job, as the tick fans it out
+                assert body == {"kind": "claim", "shard": 0}, body
+                continue
             assert set(body) == RUN_TASK_BODY_KEYS, body
             assert isinstance(body["claimVersion"], int)
             assert int(record["attributes"]["ApproximateReceiveCount"]) >= 1

@@ -37,7 +37,11 @@ TRANSACT_ITEM_ACTIONS = {
     "ConditionCheck": "ConditionCheckItem",
 }
 EVENT_SOURCE = {"sqs:ReceiveMessage queue", "sqs:DeleteMessage queue", "sqs:GetQueueAttributes queue"}
+CLAIM_EVENT_SOURCE = {f"{p.split()[0]} claim_queue" for p in EVENT_SOURCE}
 SQS_ACTIONS = {"SendMessageBatch": "SendMessage", "SendMessage": "SendMessage"}
+# the queues each SQS-triggered function polls (its event source mapping's, not the function's, calls)
+EVENT_SOURCES = {"RunTaskFunction": EVENT_SOURCE, "ClaimerFunction": CLAIM_EVENT_SOURCE}
+CLAIM_QUEUE_SUFFIX = "-claims"  # the journeys' claim queue names end so (what an SQS call's QueueUrl names)
 
 
 def load_permissions(path: Path = PERMISSIONS_FILE) -> dict[str, dict[str, Any]]:
@@ -50,6 +54,7 @@ def needs_of(table: dict[str, Any]) -> set[str]:
     out |= {f"dynamodb:Query index/{name}" for name in table.get("indexes", [])}
     out |= {f"ssm:GetParameter {name}" for name in table.get("secrets", [])}
     out |= {f"sqs:{action} queue" for action in table.get("queue", [])}
+    out |= {f"sqs:{action} claim_queue" for action in table.get("claim_queue", [])}
     return out
 
 
@@ -68,7 +73,8 @@ def permissions_of_call(call: Call) -> set[str]:
         assert call.operation == "GetParameter", call
         return {f"ssm:GetParameter {SSM_NAMES[p['Name']]}"}
     if call.service == "sqs":
-        return {f"sqs:{SQS_ACTIONS.get(call.operation, call.operation)} queue"}
+        queue = "claim_queue" if str(p.get("QueueUrl", "")).endswith(CLAIM_QUEUE_SUFFIX) else "queue"
+        return {f"sqs:{SQS_ACTIONS.get(call.operation, call.operation)} {queue}"}
     raise AssertionError(f"unexpected AWS service in {call}")
 
 
@@ -125,13 +131,17 @@ def observed() -> Iterator[dict[str, list[Call]]]:
     with mock_aws(), FakePushService(vapid_public_key=public) as push, FakeLlmServer() as llm:
         template = load_template()
         create_tables_from_template(boto3.client("dynamodb", region_name="us-east-1"), template, "amsg-iam")
-        queue = create_queue_from_template(boto3.client("sqs", region_name="us-east-1"), template, "amsg-iam-tasks")
+        sqs = boto3.client("sqs", region_name="us-east-1")
+        queue = create_queue_from_template(sqs, template, "amsg-iam-tasks")
+        claims = create_queue_from_template(sqs, template, "amsg-iam" + CLAIM_QUEUE_SUFFIX, logical_id="ClaimQueue")
         ssm = boto3.client("ssm", region_name="us-east-1")
         for name, value in (("/iam/master", "b" * 64), ("/iam/vapid", private), ("/iam/token", TOKEN)):
             ssm.put_parameter(Name=name, Value=value, Type="SecureString")
         env = {
             "AMSG_TABLE_NAME": "amsg-iam",
             "AMSG_QUEUE_URL": queue.url,
+            "AMSG_CLAIM_QUEUE_URL": claims.url,
+            "AMSG_CLAIM_PAGE_SIZE": "2",  # claim jobs of two: a chain of pages (each job sends the next)
             "AMSG_MASTER_KEY_PARAM": "/iam/master",
             "AMSG_VAPID_PRIVATE_KEY_PARAM": "/iam/vapid",
             "AMSG_CLIENT_TOKEN_PARAM": "/iam/token",
@@ -187,7 +197,25 @@ def journey_world(
     def tick() -> dict[str, Any]:
         sandboxes.enter("TickFunction")
         with recorder.acting_as("TickFunction"):
-            return harness.tick()
+            summary = harness.tick()
+        for job in claim_jobs():  # what the tick's claimers did, counted as the tick's (as before the fan-out)
+            merge_claim_summary(summary, job)
+        return summary
+
+    def claim_jobs() -> list[dict[str, Any]]:
+        """The claimer takes the tick's claim jobs (and their next pages) off the claim queue, as its event source
+        mapping would, until none is left; their summaries."""
+        url, done = env.get("AMSG_CLAIM_QUEUE_URL"), []
+        while url and (messages := harness.receive(queue_url=url, max_messages=1)):
+            sandboxes.enter("ClaimerFunction")
+            context = LambdaContext(function_name="claimer", remaining_ms=60_000, aws_request_id="c")
+            with recorder.acting_as("ClaimerFunction"):
+                result = harness.claimer_module.handler(harness.sqs_event(messages), context)
+            assert result["batchItemFailures"] == [], result
+            done.append(result["summary"])
+            for message in messages:
+                harness.sqs.delete_message(QueueUrl=url, ReceiptHandle=message["ReceiptHandle"])
+        return done
 
     def drain() -> None:
         while messages := harness.receive():  # receiving and deleting is the event source mapping's
@@ -202,6 +230,18 @@ def journey_world(
     return types.SimpleNamespace(
         env=env, transport=Api(), push=push, llm=llm, sandboxes=sandboxes, tick=tick, drain=drain
     )
+
+
+def merge_claim_summary(summary: dict[str, Any], job: dict[str, Any]) -> None:
+    """A claim job's summary added into the tick's: counts summed, lists joined."""
+    for name in ("dueTasks", "claimedTasks", "enqueuedTasks"):
+        summary[name] += job[name]
+    details = summary["details"]
+    for name, value in job["details"].items():
+        if isinstance(value, int) and isinstance(details.get(name), int):
+            details[name] += value
+        elif isinstance(value, list) and isinstance(details.get(name), list):
+            details[name].extend(value)
 
 
 def _ok(resp: Any, status: int = 200) -> Any:
@@ -460,6 +500,20 @@ def _journey(env: Any) -> None:
         api.send_encrypted("POST", "/cloud-data/cleanup-operations", {"planId": plan["id"], "idempotencyKey": "k"})
     )
     assert op.data["status"] == "completed", op.data
+    # a retirement larger than one step: the API takes the first step, the tick resumes the operation (its
+    # lease, progress and resource deletes in transactions, under the user's key)
+    other = {"type": "character", "id": "iam-big"}
+    states = [
+        {"namespace": "big", "key": f"k{i}", "value": "v", "updatedAt": T0_MS - 1, "owner": other} for i in range(30)
+    ]
+    _ok(api.put_client_state(states))
+    plan = _ok(api.send_encrypted("POST", "/cloud-data/cleanup-plans", {"mode": "retire-owner", "owner": other})).data
+    big_op = _ok(
+        api.send_encrypted("POST", "/cloud-data/cleanup-operations", {"planId": plan["id"], "idempotencyKey": "b"})
+    )
+    assert big_op.data["status"] == "pending", big_op.data
+    summary = env.tick()
+    assert summary["details"]["housekeeping"]["cleanupOperationsAdvanced"] == 1, summary
     _ok(api.request("GET", "/cloud-data/cleanup-operations"))
     _ok(api.request("GET", f"/cloud-data/cleanup-operations/{op.data['id']}"))
     _ok(api.delete_credentials({"all": True}))
@@ -476,7 +530,7 @@ def test_the_table_lists_exactly_the_template_functions():
 def test_the_template_grants_exactly_the_table(function):
     tpl = project_template()
     perms, _ = granted(tpl, function)
-    platform = {p for p in perms if p.startswith("logs:") or p in EVENT_SOURCE}
+    platform = {p for p in perms if p.startswith("logs:") or p in EVENT_SOURCES.get(function, set())}
     expected = needs_of(load_permissions()[function])
     assert {p for p in perms - platform if p not in expected} == set(), (
         "granted in template.yaml but not in functions/permissions.toml"
@@ -486,18 +540,21 @@ def test_the_template_grants_exactly_the_table(function):
     )
 
 
-def test_only_run_task_polls_the_queue_and_its_role_is_scoped():
+def test_only_run_task_and_the_claimer_poll_a_queue_and_their_roles_are_scoped():
     tpl = project_template()
     for function in functions(tpl):
         perms, conditions = granted(tpl, function)
         sqs_event = any(
             e.get("Type") == "SQS" for e in (tpl["Resources"][function]["Properties"].get("Events") or {}).values()
         )
-        assert (perms & EVENT_SOURCE == EVENT_SOURCE) == sqs_event, function
+        assert sqs_event == (function in EVENT_SOURCES), function
+        for polled, source in EVENT_SOURCES.items():  # each polls its own queue only
+            assert (perms & source == source) == (function == polled), function
         if sqs_event:  # its own role: logs only to its own log group, tracing only when enabled
+            group = tpl["Resources"][function]["Properties"]["LoggingConfig"]["LogGroup"]["Ref"]
             assert {p for p in perms if p.startswith("logs:")} == {
-                "logs:CreateLogStream <unrecognised resource {'Fn::GetAtt': ['RunTaskLogGroup', 'Arn']}>",
-                "logs:PutLogEvents <unrecognised resource {'Fn::GetAtt': ['RunTaskLogGroup', 'Arn']}>",
+                f"logs:CreateLogStream <unrecognised resource {{'Fn::GetAtt': ['{group}', 'Arn']}}>",
+                f"logs:PutLogEvents <unrecognised resource {{'Fn::GetAtt': ['{group}', 'Arn']}}>",
             }
             assert "TracingEnabled" in conditions
 

@@ -32,7 +32,7 @@ from moto import mock_aws
 from tests.support.aws_calls import Call, record_aws_calls
 from tests.support.iam_template import SECRET_PARAMETERS, _as_list, _resource
 from tests.support.template import functions, project_template
-from tests.template.test_iam import TRANSACT_ITEM_ACTIONS, _journey, _ok, journey_world
+from tests.template.test_iam import CLAIM_QUEUE_SUFFIX, TRANSACT_ITEM_ACTIONS, _journey, _ok, journey_world
 
 
 # whole-system journeys, like the e2e ones: `make test` runs them, the fast path `make unit` leaves them out
@@ -58,6 +58,7 @@ STACK_SECRETS = {
 PLATFORM = ("logs:", "xray:")
 NO_VALUE = {"Ref": "AWS::NoValue"}
 EVENT_SOURCE = {"sqs:ReceiveMessage", "sqs:DeleteMessage", "sqs:GetQueueAttributes"}
+POLLED_QUEUES = {"RunTaskFunction": "queue", "ClaimerFunction": "claim_queue"}
 # grants no journey can use, with the reason (function, "action resource[leading keys]")
 UNOBSERVED: dict[tuple[str, str], str] = {
     ("SendNotificationsFunction", "dynamodb:ConditionCheckItem table"): (
@@ -139,7 +140,8 @@ def needs_of_call(call: Call) -> set[Need]:
         return {Need("ssm:GetParameter", SSM_NAMES[p["Name"]])}
     if call.service == "sqs":
         action = "SendMessage" if call.operation.startswith("SendMessage") else call.operation  # batches too
-        return {Need(f"sqs:{action}", "queue")}
+        queue = "claim_queue" if str(p.get("QueueUrl", "")).endswith(CLAIM_QUEUE_SUFFIX) else "queue"
+        return {Need(f"sqs:{action}", queue)}
     if call.service == "kms":
         return {Need(f"kms:{call.operation}", "key")}
     raise AssertionError(f"unexpected AWS service in {call}")
@@ -251,7 +253,10 @@ def granted_multi(tpl: dict[str, Any], function: str) -> set[Grant]:
     for doc in _policy_documents(tpl, function, multi=True):
         for statement in _as_list(doc["Statement"]):
             out |= _statement_grants(statement, multi=True)
-    return {g for g in out if not g.action.startswith(PLATFORM) and g.action not in EVENT_SOURCE}
+    polled = POLLED_QUEUES.get(function)  # the event source's actions on the queue the function is triggered by
+    return {
+        g for g in out if not g.action.startswith(PLATFORM) and not (g.action in EVENT_SOURCE and g.resource == polled)
+    }
 
 
 # --------------------------------------------------------------------------------------------- the journey
@@ -272,7 +277,9 @@ def observed() -> Iterator[dict[str, list[Call]]]:
     with mock_aws(), FakePushService(vapid_public_key=public) as push, FakeLlmServer() as llm:
         template = load_template()
         create_tables_from_template(boto3.client("dynamodb", region_name="us-east-1"), template, STACK)
-        queue = create_queue_from_template(boto3.client("sqs", region_name="us-east-1"), template, f"{STACK}-tasks")
+        sqs = boto3.client("sqs", region_name="us-east-1")
+        queue = create_queue_from_template(sqs, template, f"{STACK}-tasks")
+        claims = create_queue_from_template(sqs, template, STACK + CLAIM_QUEUE_SUFFIX, logical_id="ClaimQueue")
         key_arn = boto3.client("kms", region_name="us-east-1").create_key()["KeyMetadata"]["Arn"]
         ssm = boto3.client("ssm", region_name="us-east-1")
         secrets = {
@@ -287,6 +294,8 @@ def observed() -> Iterator[dict[str, list[Call]]]:
         env = {
             "AMSG_TABLE_NAME": STACK,
             "AMSG_QUEUE_URL": queue.url,
+            "AMSG_CLAIM_QUEUE_URL": claims.url,
+            "AMSG_CLAIM_PAGE_SIZE": "2",
             "AMSG_MASTER_KEY_PARAM": "/iam/master",
             "AMSG_VAPID_PRIVATE_KEY_PARAM": "/iam/vapid",
             "AMSG_CLIENT_TOKEN_PARAM": "/iam/token",  # configured: the multi-tenant line must not need it

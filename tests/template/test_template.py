@@ -220,8 +220,18 @@ def test_every_function_logs_to_its_own_retained_log_group(tpl):
 # ------------------------------------------------------------------------------------------------ delivery engine
 
 
-def test_run_task_queue_visibility_covers_six_function_timeouts(tpl):
-    fn = _only_function_with(tpl, "SQS")
+SQS_FUNCTIONS = {"run_task": "RunTaskMaxConcurrency", "claimer": "ClaimerMaxConcurrency"}  # dir -> concurrency cap
+
+
+def _sqs_functions(tpl):
+    found = {function_dir(tpl, fn): fn for fn in functions(tpl) if _events(tpl, fn, "SQS")}
+    assert set(found) == set(SQS_FUNCTIONS), found
+    return found
+
+
+@pytest.mark.parametrize("directory", sorted(SQS_FUNCTIONS))
+def test_queue_visibility_covers_six_function_timeouts(tpl, directory):
+    fn = _sqs_functions(tpl)[directory]
     (event,) = _events(tpl, fn, "SQS").values()
     queue = ref_target(event["Properties"]["Queue"])
     assert tpl["Resources"][queue]["Type"] == "AWS::SQS::Queue"
@@ -229,13 +239,13 @@ def test_run_task_queue_visibility_covers_six_function_timeouts(tpl):
     assert visibility >= 6 * _timeout(tpl, fn), (visibility, _timeout(tpl, fn))
 
 
-def test_run_task_partial_batch_failures_dlq_and_concurrency_cap(tpl):
-    fn = _only_function_with(tpl, "SQS")
-    assert function_dir(tpl, fn) == "run_task"
+@pytest.mark.parametrize("directory", sorted(SQS_FUNCTIONS))
+def test_partial_batch_failures_dlq_and_concurrency_cap(tpl, directory):
+    fn = _sqs_functions(tpl)[directory]
     (event,) = _events(tpl, fn, "SQS").values()
     props = event["Properties"]
     assert props["FunctionResponseTypes"] == ["ReportBatchItemFailures"]
-    assert props["ScalingConfig"]["MaximumConcurrency"] == {"Ref": "RunTaskMaxConcurrency"}  # delivery concurrency
+    assert props["ScalingConfig"]["MaximumConcurrency"] == {"Ref": SQS_FUNCTIONS[directory]}
     queue_props = tpl["Resources"][ref_target(props["Queue"])]["Properties"]
     redrive = queue_props["RedrivePolicy"]
     dlq = ref_target(redrive["deadLetterTargetArn"])
@@ -246,6 +256,14 @@ def test_run_task_partial_batch_failures_dlq_and_concurrency_cap(tpl):
     assert int(tpl["Resources"][dlq]["Properties"]["MessageRetentionPeriod"]) > int(
         queue_props["MessageRetentionPeriod"]
     )
+
+
+def test_the_claimer_and_run_task_poll_different_queues(tpl):
+    queues = {
+        ref_target(next(iter(_events(tpl, fn, "SQS").values()))["Properties"]["Queue"])
+        for fn in _sqs_functions(tpl).values()
+    }
+    assert len(queues) == 2
 
 
 def test_tick_schedule_and_no_retries(tpl):

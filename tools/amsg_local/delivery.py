@@ -25,7 +25,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from amsg_local.lambda_runtime import Invocation, LambdaRuntime
-from amsg_local.tables import LocalQueue, task_queue_logical_id
+from amsg_local.tables import LocalQueue, claim_queue_logical_id, task_queue_logical_id
 from amsg_local.template import TemplateError, function_events, functions_with_event
 
 __all__ = [
@@ -154,6 +154,7 @@ class LocalDelivery:
         max_batches: int = 100_000,
         concurrency: int | None = None,
         clock: Any = None,
+        claim_queue: LocalQueue | None = None,
     ) -> None:
         self.clock = clock  # the stack's movable clock: the tick's scheduled time follows POST /_local/clock
         self.template = template
@@ -177,6 +178,15 @@ class LocalDelivery:
         if self.consumer_function is not None and runtime.handler_file(self.consumer_function).is_file():
             consumer = runtime.function(self.consumer_function)  # every poller needs a sandbox of its own
             consumer.max_sandboxes = max(consumer.max_sandboxes, self.concurrency)
+        # the claim queue and its claimer (claim fan-out): the tick's jobs are claimed there, the claimed tasks
+        # land in the task queue; both drained at once, as their event source mappings would
+        self.claim_queue = claim_queue
+        claimer = claim_queue_logical_id(template) if claim_queue is not None else None
+        self.claimer_function: str | None = claimer[0] if claimer else None
+        self.claim_concurrency = consumer_concurrency(template, claimer[0]) if claimer else 0
+        if self.claimer_function is not None and runtime.handler_file(self.claimer_function).is_file():
+            function = runtime.function(self.claimer_function)
+            function.max_sandboxes = max(function.max_sandboxes, self.claim_concurrency)
         self._input = self._schedule_input()
         self._drain_lock = threading.Lock()  # one drain at a time: a tick's drain waits for the event source's
         self._source_stop = threading.Event()
@@ -217,7 +227,10 @@ class LocalDelivery:
 
     def missing(self) -> str | None:
         """Why this cannot run yet (None when both handler files exist)."""
-        for role, logical_id in (("tick", self.tick_function), ("SQS consumer", self.consumer_function)):
+        roles = [("tick", self.tick_function), ("SQS consumer", self.consumer_function)]
+        if self.claim_queue is not None:
+            roles.append(("claimer", self.claimer_function))
+        for role, logical_id in roles:
             if logical_id is None:
                 return f"the template has no {role} function"
             path = self.runtime.handler_file(logical_id)
@@ -261,9 +274,29 @@ class LocalDelivery:
         """
         assert self.consumer_function is not None
         with self._drain_lock:
-            return self._drain(self.consumer_function, producer_done)
+            if self.claim_queue is None or self.claimer_function is None:
+                return self._drain(self.consumer_function, self.queue, self.concurrency, producer_done)
+            claims_done = threading.Event()  # the task queue's producers: the claimers, until the claim queue is empty
+            claimed: dict[str, Any] = {}
 
-    def _drain(self, consumer: str, producer_done: threading.Event | None) -> dict[str, Any]:
+            def claim() -> None:
+                try:
+                    assert self.claim_queue is not None and self.claimer_function is not None
+                    claimed.update(
+                        self._drain(self.claimer_function, self.claim_queue, self.claim_concurrency, producer_done)
+                    )
+                finally:
+                    claims_done.set()
+
+            claimers = threading.Thread(target=claim, name="amsg-local-claim-drain", daemon=True)
+            claimers.start()
+            drained = self._drain(self.consumer_function, self.queue, self.concurrency, claims_done)
+            claimers.join()
+            return {**drained, "claimer": claimed}
+
+    def _drain(
+        self, consumer: str, queue: LocalQueue, concurrency: int, producer_done: threading.Event | None
+    ) -> dict[str, Any]:
         totals: dict[str, Any] = {"function": consumer, "batches": 0, "received": 0, "deleted": 0, "failed": 0}
         errors: list[dict[str, Any]] = []
         results: list[Any] = []
@@ -277,8 +310,8 @@ class LocalDelivery:
                     totals["batches"] += 1
                 finished = producer_done is None or producer_done.is_set()
                 response = self.sqs.receive_message(
-                    QueueUrl=self.queue.url,
-                    MaxNumberOfMessages=max(1, min(self.queue.batch_size, 10)),
+                    QueueUrl=queue.url,
+                    MaxNumberOfMessages=max(1, min(queue.batch_size, 10)),
                     WaitTimeSeconds=0 if finished else 1,
                     MessageSystemAttributeNames=["All"],
                     MessageAttributeNames=["All"],
@@ -291,13 +324,13 @@ class LocalDelivery:
                         return
                     continue
                 ids = [message["MessageId"] for message in messages]
-                invocation = self.runtime.invoke(consumer, sqs_event(messages, self.queue.arn, self.region))
+                invocation = self.runtime.invoke(consumer, sqs_event(messages, queue.arn, self.region))
                 failed = partial_batch_failures(invocation, ids)
                 succeeded = [message for message in messages if message["MessageId"] not in failed]
                 for start in range(0, len(succeeded), 10):
                     chunk = succeeded[start : start + 10]
                     self.sqs.delete_message_batch(
-                        QueueUrl=self.queue.url,
+                        QueueUrl=queue.url,
                         Entries=[{"Id": str(i), "ReceiptHandle": m["ReceiptHandle"]} for i, m in enumerate(chunk)],
                     )
                 with lock:
@@ -309,10 +342,10 @@ class LocalDelivery:
                     elif invocation.value is not None:
                         results.append(_jsonable(invocation.value))
 
-        with ThreadPoolExecutor(self.concurrency, thread_name_prefix=f"sqs-poller-{consumer}") as pool:
-            for future in [pool.submit(poll) for _ in range(self.concurrency)]:
+        with ThreadPoolExecutor(concurrency, thread_name_prefix=f"sqs-poller-{consumer}") as pool:
+            for future in [pool.submit(poll) for _ in range(concurrency)]:
                 future.result()
-        return {**totals, "concurrency": self.concurrency, "errors": errors, "results": results}
+        return {**totals, "concurrency": concurrency, "errors": errors, "results": results}
 
     def __call__(self) -> dict[str, Any]:
         reason = self.missing()

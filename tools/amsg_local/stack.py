@@ -39,7 +39,12 @@ from amsg_local.lambda_runtime import LambdaRuntime
 from amsg_local.local_settings import LocalSettings, resolve_settings
 from amsg_local.sqs_model import LocalSqsClient
 from amsg_local.sqs_server import SqsServer
-from amsg_local.tables import LocalQueue, create_queue_from_template, create_tables_from_template
+from amsg_local.tables import (
+    LocalQueue,
+    claim_queue_logical_id,
+    create_queue_from_template,
+    create_tables_from_template,
+)
 from amsg_local.template import cors_config, global_environment, load_template
 
 __all__ = ["DEFAULT_REGION", "LocalStack", "StackEnvironment", "local_stack", "start_local_stack"]
@@ -309,7 +314,7 @@ def _local_keys() -> dict[str, str]:
 
 def _create_table_and_queue(
     template: Mapping[str, Any], settings: LocalSettings, env: StackEnvironment, sqs_server: SqsServer, store: Store
-) -> tuple[LocalSqsClient, LocalQueue]:
+) -> tuple[LocalSqsClient, LocalQueue, LocalQueue | None]:
     import boto3
 
     ddb = boto3.client("dynamodb", **client_options(env.current(), "dynamodb"))
@@ -326,7 +331,12 @@ def _create_table_and_queue(
     sqs = LocalSqsClient(sqs_server.sqs)  # the event source polls the model directly, as AWS does internally
     queue = create_queue_from_template(sqs, template, f"{settings.table_name}-tasks")
     env.set("AMSG_QUEUE_URL", queue.url)
-    return sqs, queue
+    claim_queue = None
+    claims = claim_queue_logical_id(template)
+    if claims is not None:  # claim fan-out: the tick's jobs go to the claimer through its own queue
+        claim_queue = create_queue_from_template(sqs, template, f"{settings.table_name}-claims", logical_id=claims[1])
+        env.set("AMSG_CLAIM_QUEUE_URL", claim_queue.url)
+    return sqs, queue, claim_queue
 
 
 def _start_fault_proxy(
@@ -401,6 +411,8 @@ def _warm_in_background(runtime: LambdaRuntime, http_functions: list[str], deliv
         assert delivery.tick_function is not None and delivery.consumer_function is not None
         wanted[delivery.tick_function] = 1
         wanted[delivery.consumer_function] = delivery.concurrency
+        if delivery.claimer_function is not None:
+            wanted[delivery.claimer_function] = delivery.claim_concurrency
 
     def warm(logical_id: str, count: int) -> None:
         try:
@@ -436,7 +448,7 @@ def _start_gateway(
     template: Mapping[str, Any],
     settings: LocalSettings,
     env: StackEnvironment,
-    queueing: tuple[LocalSqsClient, LocalQueue],
+    queueing: tuple[LocalSqsClient, LocalQueue, LocalQueue | None],
     region: str,
     options: GatewayOptions,
 ) -> Gateway:
@@ -444,9 +456,16 @@ def _start_gateway(
     clock = _install_context(cleanup, env.current())
     runtime = LambdaRuntime(template, region=region, sandboxes=options.sandboxes, clock=clock, environment=env.current)
     cleanup.callback(runtime.close)
-    sqs, queue = queueing
+    sqs, queue, claim_queue = queueing
     delivery = LocalDelivery(
-        template, runtime, sqs, queue, region=region, clock=clock, concurrency=options.consumer_concurrency
+        template,
+        runtime,
+        sqs,
+        queue,
+        region=region,
+        clock=clock,
+        concurrency=options.consumer_concurrency,
+        claim_queue=claim_queue,
     )
     gateway = Gateway(
         template,

@@ -21,7 +21,14 @@ from amsg_local.template import (
     table_ttl_attribute,
 )
 
-__all__ = ["LocalQueue", "create_queue_from_template", "create_tables_from_template", "task_queue_logical_id"]
+__all__ = [
+    "LocalQueue",
+    "claim_queue_logical_id",
+    "create_queue_from_template",
+    "create_tables_from_template",
+    "sqs_consumers",
+    "task_queue_logical_id",
+]
 
 
 def create_tables_from_template(
@@ -69,14 +76,41 @@ class LocalQueue:
     batch_size: int
 
 
+def sqs_consumers(template: Mapping[str, Any]) -> dict[str, str]:
+    """Every SQS event source of the template: queue logical id -> the function it triggers."""
+    out: dict[str, str] = {}
+    for function in functions_with_event(template, "SQS"):
+        for event in function_events(template, function, "SQS"):
+            out[str(event.get("Queue", "")).split(".", 1)[0]] = function
+    return out
+
+
+def _queue_of_variable(template: Mapping[str, Any], variable: str) -> str | None:
+    """The queue a global environment variable names (``AMSG_QUEUE_URL: !Ref TaskQueue``), if any."""
+    variables = ((template.get("Globals") or {}).get("Function") or {}).get("Environment", {}).get("Variables") or {}
+    value = variables.get(variable)
+    return str(value["Ref"]) if isinstance(value, Mapping) and "Ref" in value else None
+
+
 def task_queue_logical_id(template: Mapping[str, Any]) -> tuple[str, str]:
-    """``(consumer_function, queue_logical_id)`` of the single SQS event source in the template."""
-    consumers = functions_with_event(template, "SQS")
+    """``(consumer_function, queue_logical_id)`` of the task queue: the one ``AMSG_QUEUE_URL`` names, or the
+    template's only SQS event source."""
+    consumers = sqs_consumers(template)
+    named = _queue_of_variable(template, "AMSG_QUEUE_URL")
+    if named in consumers:
+        return consumers[named], named
     if len(consumers) != 1:
-        raise TemplateError(f"expected exactly one function with an SQS event, found {consumers}")
-    (event,) = function_events(template, consumers[0], "SQS")
-    queue_ref = str(event.get("Queue", ""))
-    return consumers[0], queue_ref.split(".", 1)[0]
+        raise TemplateError(f"expected exactly one function with an SQS event, found {sorted(consumers.values())}")
+    ((queue, consumer),) = consumers.items()
+    return consumer, queue
+
+
+def claim_queue_logical_id(template: Mapping[str, Any]) -> tuple[str, str] | None:
+    """``(claimer_function, queue_logical_id)`` of the claim queue ``AMSG_CLAIM_QUEUE_URL`` names, or None
+    when the template fans out no claims."""
+    named = _queue_of_variable(template, "AMSG_CLAIM_QUEUE_URL")
+    consumers = sqs_consumers(template)
+    return (consumers[named], named) if named in consumers else None
 
 
 def create_queue_from_template(
@@ -106,11 +140,8 @@ def create_queue_from_template(
     url = sqs_client.create_queue(QueueName=queue_name, Attributes=attributes)["QueueUrl"]
     arn = sqs_client.get_queue_attributes(QueueUrl=url, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
     batch_size = 10
-    try:
-        consumer, queue_logical = task_queue_logical_id(template)
-        if queue_logical == logical_id:
-            (event,) = function_events(template, consumer, "SQS")
-            batch_size = int(event.get("BatchSize", 10))
-    except TemplateError:
-        pass
+    consumer = sqs_consumers(template).get(logical_id)
+    if consumer is not None:
+        (event,) = function_events(template, consumer, "SQS")
+        batch_size = int(event.get("BatchSize", 10))
     return LocalQueue(url=url, arn=arn, dead_letter_url=dead_letter_url, batch_size=batch_size)

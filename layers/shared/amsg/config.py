@@ -19,12 +19,15 @@ class ConfigError(Exception):
 class Settings:
     table_name: str
     queue_url: str | None = None
+    claim_queue_url: str | None = None  # claim fan-out to the claimer function (None: the tick claims itself)
     vapid_public_key: str = ""
     vapid_email: str = ""
     due_shards: int = 1
     tick_claim_limit: int = 5000
     tick_claim_workers: int = 4  # claim transactions (CLAIM_BATCH claims each) the tick has in flight at once
     tick_claim_lease_ms: int = 300_000
+    claim_page_size: int = 500  # due tasks one claim job claims (one page of the due index)
+    claim_backlog_limit: int = 20_000  # claim jobs pause while the task queue holds more (0: never)
     run_lease_ms: int = 90_000
     heartbeat_ms: int = 30_000
     max_delivery_retries: int = 3

@@ -46,6 +46,8 @@ class DeliveryPorts:
     make_llm: Callable[[], LlmClient]
     make_queue: Callable[[], TaskQueue | None]
     describe_push_problem: Callable[[], str | None] = lambda: None
+    # the claim queue (claim fan-out, docs/delivery.md); None: the tick claims by itself, as before
+    make_claim_queue: Callable[[], TaskQueue | None] = lambda: None
     sleep: Callable[[float], None] = time.sleep
 
     @property
@@ -65,6 +67,10 @@ class DeliveryPorts:
     @cached_property
     def queue(self) -> TaskQueue | None:
         return self.make_queue()
+
+    @cached_property
+    def claim_queue(self) -> TaskQueue | None:
+        return self.make_claim_queue()
 
 
 @dataclass

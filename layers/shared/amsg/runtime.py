@@ -104,12 +104,15 @@ def settings_from_env(env: Mapping[str, str]) -> Settings:
     return Settings(
         table_name=table,
         queue_url=env.get("AMSG_QUEUE_URL") or None,
+        claim_queue_url=env.get("AMSG_CLAIM_QUEUE_URL") or None,
         vapid_public_key=env.get("AMSG_VAPID_PUBLIC_KEY", "").strip(),
         vapid_email=env.get("AMSG_VAPID_EMAIL", "").strip(),
         due_shards=_int_env(env, "AMSG_DUE_SHARDS", 1),
         tick_claim_limit=_int_env(env, "AMSG_TICK_CLAIM_LIMIT", 5000),
         tick_claim_workers=_int_env(env, "AMSG_TICK_CLAIM_WORKERS", 4),
         tick_claim_lease_ms=_int_env(env, "AMSG_TICK_CLAIM_LEASE_MS", 300_000),
+        claim_page_size=_int_env(env, "AMSG_CLAIM_PAGE_SIZE", 500),
+        claim_backlog_limit=_int_env(env, "AMSG_CLAIM_BACKLOG_LIMIT", 20_000),
         run_lease_ms=_int_env(env, "AMSG_RUN_LEASE_MS", 90_000),
         heartbeat_ms=_int_env(env, "AMSG_HEARTBEAT_MS", 30_000),
         max_delivery_retries=_int_env(env, "AMSG_MAX_DELIVERY_RETRIES", 3),
@@ -317,13 +320,19 @@ def delivery_ports(settings: Settings, secrets: Secrets, access: AwsAccess | Non
 
         return HttpxLlmClient()
 
-    def queue() -> TaskQueue | None:
-        if not settings.queue_url:
-            return None
-        from amsg.adapters.sqs_queue import SqsTaskQueue
-
-        return SqsTaskQueue(settings.queue_url, client_options=(access or AwsAccess()).client_options("sqs"))
-
     return DeliveryPorts(
-        make_push_sender=push_sender, make_llm=llm, make_queue=queue, describe_push_problem=push_problem
+        make_push_sender=push_sender,
+        make_llm=llm,
+        make_queue=lambda: _sqs_queue(settings.queue_url, access),
+        describe_push_problem=push_problem,
+        make_claim_queue=lambda: _sqs_queue(settings.claim_queue_url, access),
     )
+
+
+def _sqs_queue(url: str | None, access: AwsAccess | None) -> TaskQueue | None:
+    """An SQS queue port (imported on first use), or None when the queue is not configured."""
+    if not url:
+        return None
+    from amsg.adapters.sqs_queue import SqsTaskQueue
+
+    return SqsTaskQueue(url, client_options=(access or AwsAccess()).client_options("sqs"))

@@ -37,3 +37,13 @@ class SqsTaskQueue:
                 continue
             failed.extend(int(entry["Id"]) for entry in response.get("Failed", []))
         return failed
+
+    def backlog(self) -> int | None:
+        """SQS's approximate count of visible and in-flight messages (a minute behind at worst); None when it
+        cannot be read (then nothing pauses: leases fence what is claimed twice)."""
+        names = ["ApproximateNumberOfMessages", "ApproximateNumberOfMessagesNotVisible"]
+        try:
+            found = self.client.get_queue_attributes(QueueUrl=self.queue_url, AttributeNames=names)["Attributes"]
+            return sum(int(found.get(name, 0)) for name in names)
+        except Exception:
+            return None

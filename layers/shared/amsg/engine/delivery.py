@@ -284,7 +284,7 @@ class _Fresh:
     entries: list[_Entry] = field(default_factory=list)
     claimed_first: bool = False  # the append claimed the first push for sending
     redelivered: bool = False  # the append found rows of this occurrence from an earlier run
-    subscription: dict | None = None
+    subscription: dict[str, Any] | None = None
     subscription_error: Exception | None = None
 
 
@@ -329,7 +329,7 @@ def _push_pending(
     ctx: AppContext,
     row: TaskRow,
     pending: list[_Entry],
-    subscription: dict,
+    subscription: dict[str, Any],
     env: DeliveryEnv,
     claimed_first: bool,
     outcome: Outcome,

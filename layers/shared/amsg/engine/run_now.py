@@ -7,10 +7,10 @@ import uuid as uuid_lib
 from typing import Any
 
 from amsg.context import AppContext
+from amsg.engine.claiming import SKIP, serialize_group
 from amsg.engine.env import delivery_env
 from amsg.engine.run_task import deliver_under_lease
 from amsg.engine.summary import DeliverySummary
-from amsg.engine.tick import SKIP, serialize_group
 from amsg.hooks import load_hooks
 from amsg.timeutil import iso_from_ms
 

@@ -142,7 +142,8 @@ class _Admission:
     def _from_registry(self, keys: Any) -> str | None:
         """Once per batch when its records share ``memo`` (the first reads, the others wait for that read)."""
         if self.memo is None:
-            return keys.master_key(self.tenant_id)
+            key: str | None = keys.master_key(self.tenant_id)
+            return key
         with _MEMO_LOCK:
             if self.tenant_id not in self.memo:
                 self.memo[self.tenant_id] = keys.master_key(self.tenant_id)
@@ -190,7 +191,7 @@ def deliver_under_lease(
     started: int,
     *,
     tenant_active: Callable[[], bool] | None = None,
-) -> dict:
+) -> dict[str, Any]:
     """Deliver a task whose run lease we just took (adopted or claimed), renewing it on a heartbeat (which a
     tenant no longer active refuses: the delivery then stops as on a lost lease)."""
     settings = ctx.settings

@@ -89,7 +89,7 @@ def resolve_subscription(
     env: DeliveryEnv | None = None,
     *,
     fresh: bool = False,
-) -> dict:
+) -> dict[str, Any]:
     """The subscription to push to (the stored one is kept on ``env`` so that a 404/410 marks it gone); a gone
     one fails permanently. ``fresh`` reads it again instead of using what run_task read with the task."""
     if env is not None and env.prefetched is not None and not fresh:
@@ -119,7 +119,7 @@ def send_one(
     ctx: AppContext,
     row: TaskRow,
     push: dict[str, Any],
-    subscription: dict,
+    subscription: dict[str, Any],
     env: DeliveryEnv,
     *,
     preclaimed: bool = False,

@@ -65,9 +65,13 @@ class TickSummary:
     enqueue_failed: int = 0
     stale: list[dict[str, Any]] = field(default_factory=list)
     failed: list[dict[str, Any]] = field(default_factory=list)
-    stopped_by: str | None = None  # 'time' | 'limit' | 'vapid' when it stopped early
+    stopped_by: str | None = (
+        None  # 'time' | 'limit' | 'vapid' (a claim job: 'backlog' | 'contended' | 'tenant_inactive')
+    )
     housekeeping: dict[str, Any] = field(default_factory=dict)
     tenants: int | None = None  # tenants served (the multi-tenant line only)
+    claim_jobs: int | None = None  # claim jobs sent (claim fan-out only)
+    claim_jobs_failed: int = 0
 
     def as_dict(self, *, started_ms: int, now_ms: int) -> dict[str, Any]:
         result: dict[str, Any] = {
@@ -89,4 +93,6 @@ class TickSummary:
         }
         if self.tenants is not None:
             result["tenants"] = self.tenants
+        if self.claim_jobs is not None:
+            result["claimJobs"] = {"sent": self.claim_jobs, "failed": self.claim_jobs_failed}
         return result

@@ -1,6 +1,7 @@
 """The tick (EventBridge Scheduler, once a minute; see docs/architecture.md): claim due tasks (conditional
 writes), settle stale ones, enqueue the rest, housekeeping, then resume due cloud-data cleanup operations. The
-tick never delivers.
+tick never delivers. With a claim queue the tick claims nothing itself: it sends one claim job per key space and
+due shard with due work, and the claimer function claims them (:mod:`amsg.engine.claim_jobs`).
 
 On the multi-tenant line one tick serves every active tenant, each through its own scoped context: claims
 interleave tenants round by round with a per-tenant quota of the tick's claim limit, so no tenant's backlog can
@@ -8,31 +9,25 @@ hold back another's due tasks (docs/tenancy-data.md)."""
 
 from __future__ import annotations
 
-import enum
-import heapq
 import itertools
 import random
 import uuid as uuid_lib
 import zlib
-from collections.abc import Callable, Iterator
-from concurrent.futures import Future, ThreadPoolExecutor
+from collections.abc import Callable
 from typing import Any
 
 from amsg.context import AppContext
-from amsg.crypto import StoredPayloadUnreadable
 from amsg.engine import cleanup
-from amsg.engine.env import row_view, sandbox_pool
-from amsg.engine.messages import TaskMessage
-from amsg.engine.outcomes import release_claim
-from amsg.engine.stale import batch_outboxed, is_stale, settle_stale
-from amsg.engine.summary import DeliverySummary, TickSummary
+from amsg.engine.claim_jobs import fan_out
+from amsg.engine.claiming import Enqueuer, Lane, claim_step, due_in_order
+from amsg.engine.env import sandbox_pool
+from amsg.engine.summary import TickSummary
 from amsg.engine.tenant_deletion import advance_tenant_deletions
-from amsg.hooks import Hooks, load_hooks
+from amsg.hooks import load_hooks
 from amsg.observability import logger
-from amsg.ports import CLAIM_ALONE, CLAIM_BATCH, ClaimWanted, DueCandidate, TaskRow
+from amsg.ports import CLAIM_BATCH, DueCandidate
 from amsg.tenancy.scope import TenantContext, scoped_context, tenant_of
 
-TICK_PAGE = 100
 TICK_TIME_MARGIN_MS = 8_000  # stop claiming while there is time left to enqueue and log
 RETENTION_MS = 7 * 86_400_000
 HOUSEKEEPING_LIMIT = 100
@@ -63,6 +58,8 @@ def run_tick(
     else:
         if ctx.delivery.push_sender is None:
             summary.stopped_by = "vapid"  # claim nothing without VAPID: no push could be sent
+        elif ctx.delivery.claim_queue is not None:
+            fan_out(ctx, [ctx], summary)  # claimers claim (amsg.engine.claim_jobs)
         else:
             claim_and_enqueue(ctx, summary, remaining_ms, owner)
         _housekeeping(ctx, summary)
@@ -89,7 +86,7 @@ def claim_and_enqueue(ctx: AppContext, summary: TickSummary, remaining_ms: Calla
     decided one candidate at a time in that order, so "earlier due first" holds within a group across shards;
     only the independent conditional claims run in parallel."""
     settings = ctx.settings
-    enqueuer = _Enqueuer(ctx, summary)
+    enqueuer = Enqueuer(ctx, summary)
     hooks = load_hooks(settings.hooks_module)
     released: set[tuple[str, str]] = set()  # (user, group key) released this tick: one per group per tick
     workers = max(1, settings.tick_claim_workers)
@@ -106,38 +103,8 @@ def claim_and_enqueue(ctx: AppContext, summary: TickSummary, remaining_ms: Calla
         chunk = list(itertools.islice(source, min(room, workers * CLAIM_BATCH)))
         if not chunk:
             break
-        _claim_step(ctx, [(_Lane(ctx, source, enqueuer, hooks, released), chunk)], pool, owner, summary)
+        claim_step(ctx, [(Lane(ctx, source, enqueuer, hooks, released), chunk)], pool, owner, summary)
     enqueuer.flush()
-
-
-class _Lane:
-    """One key space's claiming state within a tick: its context, due candidates, enqueuer and groups."""
-
-    def __init__(
-        self, ctx: AppContext, source: Iterator[DueCandidate], enqueuer: _Enqueuer, hooks: Hooks, released: set
-    ) -> None:
-        self.ctx = ctx
-        self.source = source
-        self.enqueuer = enqueuer
-        self.hooks = hooks
-        self.released = released
-
-
-def _claim_step(
-    ctx: AppContext,
-    parts: list[tuple[_Lane, list[DueCandidate]]],
-    pool: ThreadPoolExecutor,
-    owner: str,
-    summary: TickSummary,
-) -> None:
-    """Claim one step's candidates (one lane's chunk, or a round's chunks of every tenant: their batched claims
-    share transactions) and enqueue (or settle) what each lane claimed."""
-    now = ctx.now_ms()
-    terms: dict[str, Any] = {"now_ms": now, "lease_until_ms": now + ctx.settings.tick_claim_lease_ms, "owner": owner}
-    outcomes = _claim_chunk(parts, pool, terms, summary)
-    for (lane, _), claimed in zip(parts, outcomes, strict=True):
-        _take_claimed(lane.ctx, claimed, now, summary, lane.enqueuer)
-        lane.enqueuer.flush()
 
 
 def tenant_lanes(ctx: AppContext) -> list[TenantContext]:
@@ -168,6 +135,8 @@ def _tick_tenants(ctx: AppContext, summary: TickSummary, remaining_ms: Callable[
     summary.tenants = len(lanes)
     if ctx.delivery.push_sender is None:
         summary.stopped_by = "vapid"
+    elif ctx.delivery.claim_queue is not None:  # one claim job per tenant and shard with due work
+        fan_out(ctx, list(_may_have_due_work(ctx, lanes, summary)), summary)
     else:
         claim_fairly(ctx, lanes, summary, remaining_ms, owner)
     for lane in lanes:  # housekeeping and cleanups per tenant, while there is time
@@ -231,7 +200,7 @@ def claim_fairly(
     pool = sandbox_pool("claim", workers)
 
     lanes = _may_have_due_work(ctx, lanes, summary)
-    active = [_Lane(t, due_in_order(t, shards, ctx.now_ms), _Enqueuer(t, summary), hooks, set()) for t in lanes]
+    active = [Lane(t, due_in_order(t, shards, ctx.now_ms), Enqueuer(t, summary), hooks, set()) for t in lanes]
     while active:
         room = settings.tick_claim_limit - summary.claimed
         if room <= 0:
@@ -240,7 +209,7 @@ def claim_fairly(
         quota = max(1, min(workers * CLAIM_BATCH, room // len(active)))
         parts, still = _take_round(ctx, active, quota, room, remaining_ms, summary)
         if parts:  # every tenant's chunk of the round claimed together: fewer, fuller transactions
-            _claim_step(ctx, parts, pool, owner, summary)
+            claim_step(ctx, parts, pool, owner, summary)
         if summary.stopped_by == "time":
             return
         active = still
@@ -267,16 +236,16 @@ def _may_have_due_work(ctx: AppContext, lanes: list[TenantContext], summary: Tic
 
 def _take_round(
     ctx: AppContext,
-    active: list[_Lane],
+    active: list[Lane],
     quota: int,
     room: int,
     remaining_ms: Callable[[], int],
     summary: TickSummary,
-) -> tuple[list[tuple[_Lane, list[DueCandidate]]], list[_Lane]]:
+) -> tuple[list[tuple[Lane, list[DueCandidate]]], list[Lane]]:
     """Each lane's due candidates of one round (up to ``quota``, ``room`` in all), and the lanes that filled
     their quota (they may have more); stops taking when the tick's time margin is reached."""
-    parts: list[tuple[_Lane, list[DueCandidate]]] = []
-    still: list[_Lane] = []
+    parts: list[tuple[Lane, list[DueCandidate]]] = []
+    still: list[Lane] = []
     for lane in active:
         if remaining_ms() < TICK_TIME_MARGIN_MS:
             summary.stopped_by = "time"
@@ -289,229 +258,6 @@ def _take_round(
         if chunk and len(chunk) == take:
             still.append(lane)
     return parts, still
-
-
-class _Enqueuer:
-    """Claimed rows go to SQS in batches of ten; a row that could not be enqueued is released at once (due
-    again now instead of after its lease)."""
-
-    def __init__(self, ctx: AppContext, summary: TickSummary) -> None:
-        self.ctx = ctx
-        self.summary = summary
-        self.queue = ctx.delivery.queue
-        self.pending: list[TaskRow] = []
-        self.correlation = logger.get_correlation_id()  # for tasks created before correlation ids were stored
-
-    def add(self, row: TaskRow) -> None:
-        self.pending.append(row)
-        if len(self.pending) >= 10:
-            self.flush()
-
-    def flush(self) -> None:
-        pending = self.pending
-        if not pending:
-            return
-        tenant = tenant_of(self.ctx)  # the message names the tenant whose space and key run_task uses
-        messages = [
-            TaskMessage(
-                row.user_id,
-                row.uuid,
-                row.claim_version,
-                row.next_send_at_ms,
-                row.correlation_id or self.correlation,
-                tenant,
-            ).to_body()
-            for row in pending
-        ]
-        failed = set(self.queue.send_many(messages)) if self.queue is not None else set(range(len(messages)))
-        for index, row in enumerate(pending):
-            if index in failed:
-                self.summary.enqueue_failed += 1
-                release_claim(self.ctx, row)  # due again at once instead of after the lease
-            else:
-                self.summary.enqueued += 1
-        pending.clear()
-
-
-def _claim_chunk(
-    parts: list[tuple[_Lane, list[DueCandidate]]],
-    pool: ThreadPoolExecutor,
-    terms: dict[str, Any],
-    summary: TickSummary,
-) -> list[list[tuple[DueCandidate, Any]]]:
-    """Claim the candidates of one step (batched transactions across the parts, grouped or faulty ones alone);
-    per part, each candidate's outcome is its row, None (not claimed) or the exception its claim raised."""
-    batched, alone = _sort_candidates(parts, pool, terms, summary)
-    packs = [batched[i : i + CLAIM_BATCH] for i in range(0, len(batched), CLAIM_BATCH)]
-    jobs = [(pack, pool.submit(_claim_pack, parts, pack, terms)) for pack in packs]
-    outcomes: list[list[tuple[DueCandidate, Any]]] = [[] for _ in parts]
-    for pack, job in jobs:
-        try:
-            rows = job.result()
-        except Exception as exc:  # the read back failed: these come back when their lease expires
-            for index, candidate in pack:
-                outcomes[index].append((candidate, exc))
-            continue
-        for (index, candidate), row in zip(pack, rows, strict=True):
-            if row is CLAIM_ALONE:  # the batch could not run: one faulty task must not hold back the rest
-                alone.append((index, candidate, pool.submit(_claim_alone, parts[index][0].ctx, candidate, None, terms)))
-            else:
-                outcomes[index].append((candidate, row))
-    for index, candidate, single in alone:
-        try:
-            outcomes[index].append((candidate, single.result()))
-        except Exception as exc:  # throttled past the SDK's retries: the task stays due for the next tick
-            outcomes[index].append((candidate, exc))
-    return outcomes
-
-
-def _sort_candidates(
-    parts: list[tuple[_Lane, list[DueCandidate]]],
-    pool: ThreadPoolExecutor,
-    terms: dict[str, Any],
-    summary: TickSummary,
-) -> tuple[list[tuple[int, DueCandidate]], list[tuple[int, DueCandidate, Future]]]:
-    """(part, candidate) to claim in batches, in order; a grouped claim takes its group's lock in its own
-    transaction, submitted at once."""
-    batched: list[tuple[int, DueCandidate]] = []
-    alone: list[tuple[int, DueCandidate, Future]] = []
-    for index, (lane, chunk) in enumerate(parts):
-        for candidate in chunk:
-            summary.due += 1
-            group = serialize_group(lane.ctx, lane.hooks, candidate.user_id, candidate.uuid, lane.released)
-            if group is SKIP:
-                summary.serialize_skipped += 1
-            elif group is None:
-                batched.append((index, candidate))
-            else:
-                alone.append((index, candidate, pool.submit(_claim_alone, lane.ctx, candidate, group, terms)))
-    return batched, alone
-
-
-def _claim_pack(
-    parts: list[tuple[_Lane, list[DueCandidate]]], pack: list[tuple[int, DueCandidate]], terms: dict[str, Any]
-) -> list[Any]:
-    """One transaction of up to CLAIM_BATCH claims, of one lane or of several (each in its own key space)."""
-    positions: dict[int, list[int]] = {}
-    for position, (index, _) in enumerate(pack):
-        positions.setdefault(index, []).append(position)
-    groups = list(positions.items())
-    wanted = [(parts[index][0].ctx.claims, [_wanted(pack[p][1]) for p in where]) for index, where in groups]
-    claims = wanted[0][0]
-    results = (
-        claims.claim_many_together(wanted, **terms) if len(wanted) > 1 else [claims.claim_many(wanted[0][1], **terms)]
-    )
-    rows: list[Any] = [None] * len(pack)
-    for (_, where), part_rows in zip(groups, results, strict=True):
-        for p, row in zip(where, part_rows, strict=True):
-            rows[p] = row
-    return rows
-
-
-def _take_claimed(
-    ctx: AppContext, outcomes: list[tuple[DueCandidate, Any]], now: int, summary: TickSummary, enqueuer: _Enqueuer
-) -> None:
-    """Count each outcome; a claimed row is settled as stale when it is too late, else enqueued."""
-    for candidate, row in outcomes:
-        if isinstance(row, Exception):
-            summary.failed.append({"taskUuid": candidate.uuid, "reason": type(row).__name__, "status": "claim_failed"})
-            continue
-        if row is None:
-            summary.claim_skipped += 1
-            continue
-        summary.claimed += 1
-        # a late task whose batch is in the outbox goes to a run: it may only need its settlement finished
-        if is_stale(row, now, ctx.settings.stale_after_ms) and not batch_outboxed(row):
-            _settle_stale_in_tick(ctx, row, summary)
-            continue
-        enqueuer.add(row)
-
-
-def _wanted(candidate: DueCandidate) -> ClaimWanted:
-    return ClaimWanted(candidate.user_id, candidate.uuid, candidate.next_send_at_ms)
-
-
-def _claim_alone(ctx: AppContext, candidate: DueCandidate, group: str | None, terms: dict[str, Any]) -> TaskRow | None:
-    return ctx.claims.claim(
-        candidate.user_id, candidate.uuid, expected_next_send_at_ms=candidate.next_send_at_ms, group=group, **terms
-    )
-
-
-def due_in_order(ctx: AppContext, shards: int, now_ms: Callable[[], int]) -> Iterator[DueCandidate]:
-    """Every shard's due candidates merged by due-index key (earliest eligible first), one page per shard at
-    a time: a k-way merge, so a shard is read further only when its next candidate is the earliest."""
-    heap: list[tuple[str, int, int, DueCandidate]] = []
-    pages: dict[int, tuple[list[DueCandidate], Any]] = {}
-    counter = itertools.count()
-
-    def refill(shard: int, start: Any) -> None:
-        candidates, after = ctx.claims.due_candidates(shard, now_ms(), TICK_PAGE, start)
-        pages[shard] = (candidates[1:], after)
-        if candidates:
-            heapq.heappush(heap, (candidates[0].due_key, next(counter), shard, candidates[0]))
-
-    for shard in range(shards):
-        refill(shard, None)
-    while heap:
-        _, _, shard, candidate = heapq.heappop(heap)
-        yield candidate
-        rest, after = pages[shard]
-        if rest:
-            pages[shard] = (rest[1:], after)
-            heapq.heappush(heap, (rest[0].due_key, next(counter), shard, rest[0]))
-        elif after:
-            refill(shard, after)
-
-
-class _Skip(enum.Enum):
-    SKIP = "skip"
-
-
-SKIP = _Skip.SKIP
-"""What :func:`serialize_group` answers for a task that must wait for a later tick."""
-
-
-def serialize_group(
-    ctx: AppContext, hooks: Hooks, user_id: str, task_uuid: str, released: set[tuple[str, str]] | None
-) -> str | _Skip | None:
-    """The stored group of a task per the host's ``serialize_by`` (an HMAC of the key under the user key, so
-    group names never appear in clear), None when it takes part in no group, or SKIP when it must wait (its
-    group already released a task this tick, or the hook failed). Blocked tasks are not touched."""
-    if hooks.serialize_by is None:
-        return None
-    row = ctx.tasks.get_task(user_id, task_uuid)
-    if row is None or row.status != "pending":
-        return None  # the claim will fail by itself
-    codec = ctx.codec(user_id)
-    try:
-        payload = codec.decrypt_payload(row.encrypted_payload)
-    except StoredPayloadUnreadable:
-        return None  # delivery records the decrypt failure
-    view = row_view(payload, row)
-    try:
-        key = hooks.serialize_by(view)
-    except Exception as exc:
-        logger.warning("serialize_by failed; the task waits for a later tick", extra={"error": type(exc).__name__})
-        return SKIP
-    if not isinstance(key, str) or not key:
-        return None
-    if released is not None:
-        if (user_id, key) in released:
-            return SKIP
-        released.add((user_id, key))
-    return codec.group_value(key)
-
-
-def _settle_stale_in_tick(ctx: AppContext, row: TaskRow, summary: TickSummary) -> None:
-    codec = ctx.codec(row.user_id)
-    try:
-        payload = codec.decrypt_payload(row.encrypted_payload)
-    except StoredPayloadUnreadable:
-        payload = {}
-    delivery = DeliverySummary()
-    settle_stale(ctx, row, payload, codec, delivery)
-    summary.stale.extend(delivery.stale)
-    summary.failed.extend(delivery.failed)
 
 
 def _housekeeping(ctx: AppContext, summary: TickSummary) -> None:

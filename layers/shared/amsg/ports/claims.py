@@ -17,7 +17,8 @@ class ClaimStore(Protocol):
     """The delivery side of the tasks: tick claims, run_task adopts; every write after a claim is fenced."""
 
     def due_candidates(self, shard: int, now_ms: int, limit: int, start: Any = None) -> tuple[list[DueCandidate], Any]:
-        """One page of the due index (eligible time <= now); returns (candidates, next page token or None)."""
+        """One page of the due index (eligible time <= now); returns (candidates, next page token or None). The
+        token is JSON (a text, or an object of texts): a claim job carries it to the claimer in a queue message."""
         ...
 
     def claim(

@@ -29,3 +29,7 @@ class TaskQueue(Protocol):
     def send_many(self, messages: list[dict[str, Any]]) -> list[int]:
         """Enqueue JSON messages (batches of 10); returns the indexes that could not be enqueued."""
         ...
+
+    def backlog(self) -> int | None:
+        """About how many messages wait in the queue (None: unknown); claim jobs pause above a limit."""
+        ...

@@ -114,7 +114,7 @@ def delete_with_registry(
     condition: str,
     values: dict[str, Any],
     *,
-    extra: list | None = None,
+    extra: list[dict[str, Any]] | None = None,
     names: dict[str, str] | None = None,
 ) -> bool:
     """Delete the task and its uuid registry entry (plus ``extra`` actions) in one transaction; False when a
