@@ -30,9 +30,10 @@ import pytest
 from moto import mock_aws
 
 from tests.support.aws_calls import Call, record_aws_calls
+from tests.support.iam_needs import CLAIM_QUEUE_SUFFIX, TRANSACT_ITEM_ACTIONS
 from tests.support.iam_template import SECRET_PARAMETERS, _as_list, _resource
 from tests.support.template import functions, project_template
-from tests.template.test_iam import CLAIM_QUEUE_SUFFIX, TRANSACT_ITEM_ACTIONS, _journey, _ok, journey_world
+from tests.template.test_iam import _journey, _ok, journey_world
 
 
 # whole-system journeys, like the e2e ones: `make test` runs them, the fast path `make unit` leaves them out
