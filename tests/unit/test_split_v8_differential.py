@@ -211,7 +211,7 @@ def test_issue_cases_split_as_v8_splits(v8: V8, patterns: list[str], text: str) 
 
 
 def test_astral_text_splits_by_code_point_where_v8_splits_by_utf16_unit(v8: V8) -> None:
-    """The documented difference (docs/decisions.md #31): V8 cuts an emoji into two lone surrogates, we never do."""
+    """The documented difference (docs/decisions.md #34): V8 cuts an emoji into two lone surrogates, we never do."""
     theirs = v8.split([""], "a😀")
     assert theirs["raw"] == ["a", "\ud83d", "\ude00"]
     assert python_split([""], "a😀") == {"raw": ["a", "😀"], "segments": ["a", "😀"]}
