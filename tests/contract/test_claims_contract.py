@@ -396,3 +396,15 @@ def test_a_runs_append_commits_only_under_its_claim_and_never_re_arms_the_new_cl
     assert stores.outbox.append(USER, [push("m2", uuid)], fence=fence) == [2]
     with pytest.raises(ClaimLost):  # an expired lease fences too
         stores.outbox.append(USER, [push("m3", uuid)], fence=ClaimFence(uuid, new.claim_version, LEASE + 30_000))
+
+
+def test_a_fenced_append_of_a_large_batch_fits_its_transactions(stores):
+    """The claim check is one more action: a batch of 100 rows still commits (in transactions of at most 100)."""
+    from amsg.ports import ClaimFence
+
+    uuid = create(stores, 1)
+    row = claim(stores, uuid)
+    assert row is not None
+    rows = [push(f"m{i:03d}", uuid) for i in range(100)]
+    ids = stores.outbox.append(USER, rows, fence=ClaimFence(uuid, row.claim_version, NOW))
+    assert ids == list(range(1, 101))

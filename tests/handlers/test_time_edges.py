@@ -21,6 +21,7 @@ EDGES = {
     "amsg.adapters.dynamo.tasks",
     "amsg.adapters.dynamo.claims",
     "amsg.adapters.dynamo.outbox",
+    "amsg.adapters.dynamo.outbox_sending",  # the push claim's fence
     "amsg.adapters.dynamo.settlements",
     "amsg.engine.messages",
     "amsg.engine.pushes",

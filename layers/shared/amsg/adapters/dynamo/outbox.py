@@ -216,16 +216,18 @@ class DynamoOutboxStore(OutboxSendClaims):
         for row in rows:
             merged[row.message_id] = row  # a repeated id keeps its first position and takes the last content
         ids: dict[str, int] = {}
-        for chunk in self._chunks(list(merged.values())):
+        for chunk in self._chunks(list(merged.values()), spare=0 if fence is None else 1):
             ids.update(self._append_chunk(user_id, chunk, fence))
         return [ids[row.message_id] for row in rows]
 
     @staticmethod
-    def _chunks(rows: list[OutboxAppend]) -> Iterable[list[OutboxAppend]]:
+    def _chunks(rows: list[OutboxAppend], spare: int = 0) -> Iterable[list[OutboxAppend]]:
+        """Transactions of at most 100 actions: the counter, the rows, each owner's check and ``spare`` more (a
+        run's claim check)."""
         chunk: list[OutboxAppend] = []
         size = 0
         owners = {row.owner.ref for row in rows if row.owner is not None}
-        max_rows = MAX_ROWS_PER_TRANSACTION - len(owners)  # each owner's check is one more action
+        max_rows = MAX_ROWS_PER_TRANSACTION - len(owners) - spare  # each owner's check is one more action
         for row in rows:
             cost = min(len(row.encrypted_push), INLINE_PAYLOAD_CHARS) + len(row.message_id) + 512
             if chunk and (len(chunk) >= max_rows or size + cost > MAX_TRANSACTION_CHARS):
