@@ -30,7 +30,12 @@ def test_example_runs_as_written(example: Example, shared_stack: dict, tmp_path:
     assert real_curl is not None, "the examples call curl; install it"
     shims = curl_shim(tmp_path, real_curl)
     venv_bin = str(Path(sys.executable).parent)
-    env = {**os.environ, "PATH": os.pathsep.join([str(shims), venv_bin, os.environ.get("PATH", "")])}
+    env = {
+        **os.environ,
+        # the stack's keys, as a developer's .env holds them (`amsg invoke` reads the master key there)
+        **shared_stack["stack"].settings.environment(),
+        "PATH": os.pathsep.join([str(shims), venv_bin, os.environ.get("PATH", "")]),
+    }
     try:
         done = subprocess.run(
             ["bash", "-e", "-o", "pipefail", "-c", example.script_for(shared_stack["stack"].base_url)],

@@ -38,7 +38,7 @@ print("not shell")
 
 
 def write(tmp_path: Path, text: str) -> Path:
-    page = tmp_path / "docs" / "page.md"
+    page = tmp_path / "guide" / "page.md"
     page.parent.mkdir(parents=True, exist_ok=True)
     page.write_text(text, encoding="utf-8")
     return page
@@ -47,10 +47,10 @@ def write(tmp_path: Path, text: str) -> Path:
 def test_markers_and_the_local_address_decide(tmp_path: Path) -> None:
     found = examples_in(write(tmp_path, PAGE), tmp_path)
     assert [(e.id, e.action) for e in found] == [
-        ("docs/page.md:4", SKIP),
-        ("docs/page.md:8", RUN),
-        ("docs/page.md:15", RUN),
-        ("docs/page.md:19", SKIP),
+        ("guide/page.md:4", SKIP),
+        ("guide/page.md:8", RUN),
+        ("guide/page.md:15", RUN),
+        ("guide/page.md:19", SKIP),
     ]
     assert found[0].reason == "deploys to AWS"
     assert "not aimed at the local stack" in found[3].reason

@@ -117,17 +117,22 @@ def _local_tick(record: Any) -> dict[str, Any] | None:
     if "error" in record:
         return {"atMs": record["atMs"], "error": record["error"]}
     summary = record.get("summary") or {}
-    tick = (summary.get("tick") or {}).get("result") or {}
-    details = tick.get("details") or {}
     drained = summary.get("runTask") or {}
+    # the tick's own summary, then its claim jobs' (claim fan-out: the claimers claim and enqueue), summed as the
+    # metrics of both add up on AWS
+    parts = [(summary.get("tick") or {}).get("result") or {}]
+    parts += [
+        r.get("summary") or {} for r in (drained.get("claimer") or {}).get("results") or [] if isinstance(r, dict)
+    ]
+    counts = dict.fromkeys(("dueTasks", "claimedTasks", "enqueuedTasks", "claimSkippedTasks", "enqueueFailedTasks"), 0)
+    for part in parts:
+        details = part.get("details") or {}
+        for name in counts:
+            counts[name] += int(part.get(name, details.get(name, 0)) or 0)
     return {
         "atMs": record["atMs"],
         "summary": {
-            "dueTasks": tick.get("dueTasks", 0),
-            "claimedTasks": tick.get("claimedTasks", 0),
-            "enqueuedTasks": tick.get("enqueuedTasks", 0),
-            "claimSkippedTasks": details.get("claimSkippedTasks", 0),
-            "enqueueFailedTasks": details.get("enqueueFailedTasks", 0),
+            **counts,
             "runTaskRecords": drained.get("received", 0),
             "runTaskFailures": drained.get("failed", 0),
         },

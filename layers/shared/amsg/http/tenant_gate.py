@@ -9,13 +9,16 @@ messages. A token issued before the tenant's last rotation is refused like a bad
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from amsg.context import AppContext
 from amsg.errors import api_error
 from amsg.http.request import ApiRequest
-from amsg.ports.tenants import TenantRecord
 from amsg.tenancy import tokens
 from amsg.tenancy.scope import scoped_context
+
+if TYPE_CHECKING:  # the ports stay unloaded on routes that never reach storage (docs/cold-start.md)
+    from amsg.ports.tenants import TenantRecord
 
 PREFIX = "/api/v1"
 SELF_AUTHENTICATED = frozenset({"/init-tenant"})
