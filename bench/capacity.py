@@ -24,7 +24,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from bench.sandboxes import MpQueue, SharedOffsetClock, consumer, invocation, sqs_event, wait_ready
+from bench.sandboxes import SharedOffsetClock, consumer, invocation, sqs_event, use_mp_queues, wait_ready
 
 ROOT = Path(__file__).resolve().parents[1]
 REFERENCE_PER_MINUTE = 50
@@ -166,7 +166,6 @@ def _process_cpu_s(pid: int) -> float:
 def run(tasks: int = 10_000, users: int = 1_000, warm_up: int = 1_000) -> dict[str, Any]:
     import boto3
     from amsg import runtime
-    from amsg.context import DeliveryPorts
     from amsg.crypto import compact_json, encrypt_for_storage
     from amsg.ports import NewTask
     from amsg.timeutil import iso_from_ms
@@ -187,18 +186,8 @@ def run(tasks: int = 10_000, users: int = 1_000, warm_up: int = 1_000) -> dict[s
         client = boto3.client("dynamodb", endpoint_url=server.endpoint_url, region_name="us-east-1")
         create_tables_from_template(client, load_template(), "capacity")
         env = {
-            **{k: v for k, v in os.environ.items() if k.startswith(("AWS_", "POWERTOOLS_"))},
-            "AWS_ENDPOINT_URL_DYNAMODB": server.endpoint_url,
-            "AMSG_TABLE_NAME": "capacity",
-            "AMSG_MASTER_KEY": "d" * 64,
-            "AMSG_VAPID_PUBLIC_KEY": public,
-            "AMSG_VAPID_PRIVATE_KEY": private,
-            "AMSG_VAPID_EMAIL": "bench@example.test",
+            **bench_environment(server.endpoint_url, "capacity", "d" * 64, (public, private), defaults),
             "AMSG_TICK_CLAIM_LIMIT": str(defaults["claim_limit"]),
-            "AMSG_CLAIM_PAGE_SIZE": str(defaults["claim_page_size"]),
-            "AMSG_CLAIM_BACKLOG_LIMIT": str(defaults["claim_backlog_limit"]),
-            # an invocation that records no metric makes Powertools warn on every flush: noise in the results
-            "PYTHONWARNINGS": "ignore::UserWarning:aws_lambda_powertools.metrics.provider.base",
         }
         os.environ.update(env)
         ctx = runtime.build_context(dict(os.environ))
@@ -247,13 +236,7 @@ def run(tasks: int = 10_000, users: int = 1_000, warm_up: int = 1_000) -> dict[s
             wall_start_ms = time.time_ns() // 1_000_000 + 1_000
             offset.value = due_ms - wall_start_ms
             ctx.clock = SharedOffsetClock(offset)
-            delivery = ctx.delivery
-            ctx.delivery = DeliveryPorts(
-                make_push_sender=delivery.make_push_sender,
-                make_llm=delivery.make_llm,
-                make_queue=lambda: MpQueue(queues["run_task"]),
-                make_claim_queue=lambda: MpQueue(queues["claimer"]) if "claimer" in queues else None,
-            )
+            use_mp_queues(ctx, queues)
             time.sleep(max(0.0, wall_start_ms / 1000 - time.time()))
             started = time.time()
             java_cpu, own_cpu = _process_cpu_s(server.pid), time.process_time()
@@ -396,3 +379,23 @@ def main(tasks: int | None = None) -> None:
         "(lower: faster)"
     )
     print(f"  vs the reference's {REFERENCE_PER_MINUTE}/min: {per_minute / REFERENCE_PER_MINUTE:8.1f}x")
+
+
+def bench_environment(
+    endpoint: str, table: str, master_key: str, vapid: tuple[str, str], defaults: dict[str, Any]
+) -> dict[str, str]:
+    """The functions' environment of a bench on DynamoDB Local: the template's claim settings, bench keys."""
+    public, private = vapid
+    return {
+        **{k: v for k, v in os.environ.items() if k.startswith(("AWS_", "POWERTOOLS_"))},
+        "AWS_ENDPOINT_URL_DYNAMODB": endpoint,
+        "AMSG_TABLE_NAME": table,
+        "AMSG_MASTER_KEY": master_key,
+        "AMSG_VAPID_PUBLIC_KEY": public,
+        "AMSG_VAPID_PRIVATE_KEY": private,
+        "AMSG_VAPID_EMAIL": "bench@example.test",
+        "AMSG_CLAIM_PAGE_SIZE": str(defaults["claim_page_size"]),
+        "AMSG_CLAIM_BACKLOG_LIMIT": str(defaults["claim_backlog_limit"]),
+        # an invocation that records no metric makes Powertools warn on every flush: noise in the results
+        "PYTHONWARNINGS": "ignore::UserWarning:aws_lambda_powertools.metrics.provider.base",
+    }

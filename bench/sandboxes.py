@@ -98,19 +98,12 @@ def consumer(
     sys.stdout = open(os.devnull, "w")  # noqa: SIM115  (the handlers' metric lines would drown the report)
     from amsg import runtime
     from amsg.clock import OffsetClock
-    from amsg.context import DeliveryPorts
 
     from tests.support.inprocess import load_handler_module
 
     ctx = runtime.build_context(dict(os.environ))
     ctx.clock = SharedOffsetClock(offset_ms) if hasattr(offset_ms, "value") else OffsetClock(offset_ms=offset_ms)
-    delivery = ctx.delivery
-    ctx.delivery = DeliveryPorts(
-        make_push_sender=delivery.make_push_sender,
-        make_llm=delivery.make_llm,
-        make_queue=lambda: MpQueue(queues["run_task"]),
-        make_claim_queue=lambda: MpQueue(queues["claimer"]) if "claimer" in queues else None,
-    )
+    use_mp_queues(ctx, queues)
     runtime.use(ctx)
     module = load_handler_module(ROOT / HANDLERS[function])
     if function == "run_task":
@@ -170,3 +163,16 @@ def _batch(inbox: Any, batch_size: int) -> list[str]:
             break
         bodies.append(more)
     return bodies
+
+
+def use_mp_queues(ctx: Any, queues: dict[str, Any]) -> None:
+    """``ctx`` enqueues to the bench's process queues (the task queue, and the claim queue when there is one)."""
+    from amsg.context import DeliveryPorts
+
+    delivery = ctx.delivery
+    ctx.delivery = DeliveryPorts(
+        make_push_sender=delivery.make_push_sender,
+        make_llm=delivery.make_llm,
+        make_queue=lambda: MpQueue(queues["run_task"]),
+        make_claim_queue=lambda: MpQueue(queues["claimer"]) if "claimer" in queues else None,
+    )

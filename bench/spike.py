@@ -22,8 +22,15 @@ from pathlib import Path
 from typing import Any
 from zoneinfo import ZoneInfo
 
-from bench.capacity import _process_cpu_s, _warm_up, start_sandboxes, stop_sandboxes, template_defaults
-from bench.sandboxes import MpQueue, SharedOffsetClock, invocation
+from bench.capacity import (
+    _process_cpu_s,
+    _warm_up,
+    bench_environment,
+    start_sandboxes,
+    stop_sandboxes,
+    template_defaults,
+)
+from bench.sandboxes import SharedOffsetClock, invocation, use_mp_queues
 
 ROOT = Path(__file__).resolve().parents[1]
 ZONES = ("Asia/Tokyo", "Europe/Berlin", "America/New_York")
@@ -109,7 +116,6 @@ def _spike(tick: Any, ctx: Any, push: Any, offset: Any, due: int, tasks: set[str
 def run(per_zone: int = 1_000, per_user: int = 10) -> dict[str, Any]:
     import boto3
     from amsg import runtime
-    from amsg.context import DeliveryPorts
     from amsg.vapid import generate_vapid_keys
     from amsg_local.dynamodb_local import start_dynamodb_local
     from amsg_local.tables import create_tables_from_template
@@ -126,18 +132,7 @@ def run(per_zone: int = 1_000, per_user: int = 10) -> dict[str, Any]:
     try:
         client = boto3.client("dynamodb", endpoint_url=server.endpoint_url, region_name="us-east-1")
         create_tables_from_template(client, load_template(), "spike")
-        env = {
-            **{k: v for k, v in os.environ.items() if k.startswith(("AWS_", "POWERTOOLS_"))},
-            "AWS_ENDPOINT_URL_DYNAMODB": server.endpoint_url,
-            "AMSG_TABLE_NAME": "spike",
-            "AMSG_MASTER_KEY": "e" * 64,
-            "AMSG_VAPID_PUBLIC_KEY": public,
-            "AMSG_VAPID_PRIVATE_KEY": private,
-            "AMSG_VAPID_EMAIL": "bench@example.test",
-            "AMSG_CLAIM_PAGE_SIZE": str(defaults["claim_page_size"]),
-            "AMSG_CLAIM_BACKLOG_LIMIT": str(defaults["claim_backlog_limit"]),
-            "PYTHONWARNINGS": "ignore::UserWarning:aws_lambda_powertools.metrics.provider.base",
-        }
+        env = bench_environment(server.endpoint_url, "spike", "e" * 64, (public, private), defaults)
         os.environ.update(env)
         ctx = runtime.build_context(dict(os.environ))
         with FakePushService(vapid_public_key=public) as push:
@@ -146,13 +141,7 @@ def run(per_zone: int = 1_000, per_user: int = 10) -> dict[str, Any]:
             ctx.clock = SharedOffsetClock(offset)
             runtime.use(ctx)
             queues, results, processes = start_sandboxes(spawn, env, offset, defaults)
-            delivery = ctx.delivery
-            ctx.delivery = DeliveryPorts(
-                make_push_sender=delivery.make_push_sender,
-                make_llm=delivery.make_llm,
-                make_queue=lambda: MpQueue(queues["run_task"]),
-                make_claim_queue=lambda: MpQueue(queues["claimer"]) if "claimer" in queues else None,
-            )
+            use_mp_queues(ctx, queues)
             tick = load_handler_module(ROOT / "functions/tick/tick_handler.py")
             spikes = sorted((eight_local(FIRST_DAY + timedelta(days=d), z), d + 1, z) for d in (0, 1) for z in ZONES)
             java_cpu, own_cpu, loadavg = _process_cpu_s(server.pid), time.process_time(), _loadavg()
