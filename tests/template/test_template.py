@@ -245,7 +245,7 @@ def test_partial_batch_failures_dlq_and_concurrency_cap(tpl, directory):
     (event,) = _events(tpl, fn, "SQS").values()
     props = event["Properties"]
     assert props["FunctionResponseTypes"] == ["ReportBatchItemFailures"]
-    assert props["ScalingConfig"]["MaximumConcurrency"] == {"Ref": SQS_FUNCTIONS[directory]}
+    assert resolve(props, tpl)["ScalingConfig"] == {"MaximumConcurrency": _default(tpl, SQS_FUNCTIONS[directory])}
     queue_props = tpl["Resources"][ref_target(props["Queue"])]["Properties"]
     redrive = queue_props["RedrivePolicy"]
     dlq = ref_target(redrive["deadLetterTargetArn"])
@@ -256,6 +256,28 @@ def test_partial_batch_failures_dlq_and_concurrency_cap(tpl, directory):
     assert int(tpl["Resources"][dlq]["Properties"]["MessageRetentionPeriod"]) > int(
         queue_props["MessageRetentionPeriod"]
     )
+
+
+def _default(tpl: dict[str, Any], parameter: str) -> int:
+    return int(tpl["Parameters"][parameter]["Default"])
+
+
+def test_run_task_event_source_is_standard_by_default_and_provisioned_on_request(tpl):
+    """Provisioned pollers (a cold spike starts without the standard mode's ramp) only when the deployer asks;
+    then ``ScalingConfig`` goes, as AWS refuses ``MaximumConcurrency`` beside ``ProvisionedPollerConfig``."""
+    (event,) = _events(tpl, _sqs_functions(tpl)["run_task"], "SQS").values()
+    params = tpl["Parameters"]
+    assert _default(tpl, "RunTaskMinimumPollers") == 0
+    standard = resolve(event["Properties"], tpl)
+    assert "ProvisionedPollerConfig" not in standard
+    assert standard["ScalingConfig"] == {"MaximumConcurrency": _default(tpl, "RunTaskMaxConcurrency")}
+    provisioned = resolve(event["Properties"], tpl, {"RunTaskMinimumPollers": 50, "RunTaskMaximumPollers": 120})
+    assert "ScalingConfig" not in provisioned
+    assert provisioned["ProvisionedPollerConfig"] == {"MinimumPollers": 50, "MaximumPollers": 120}
+    # the bounds AWS accepts for an SQS event source (0 = off here)
+    assert (params["RunTaskMinimumPollers"]["MinValue"], params["RunTaskMinimumPollers"]["MaxValue"]) == (0, 200)
+    assert params["RunTaskMaximumPollers"]["MinValue"] == 2
+    assert 2 <= _default(tpl, "RunTaskMaximumPollers") <= params["RunTaskMaximumPollers"]["MaxValue"] <= 10_000
 
 
 def test_the_claimer_and_run_task_poll_different_queues(tpl):
