@@ -106,6 +106,9 @@ def consumer(
     use_mp_queues(ctx, queues)
     runtime.use(ctx)
     module = load_handler_module(ROOT / HANDLERS[function])
+    # the handler module's init-phase work on AWS (runtime.prepare: the table's client built during init, which
+    # it skips outside Lambda); without it every sandbox's first batch paid for boto3's imports
+    ctx.storage.prepare()
     if function == "run_task":
         _ = ctx.delivery.push_sender  # built on a sandbox's first push (its Web Push stack): warm on AWS at 08:00
     if "ready" in queues:  # imported and warm, as Lambda's pollers are before a spike

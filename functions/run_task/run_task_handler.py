@@ -13,7 +13,7 @@ from amsg import jsonio, runtime
 from amsg.context import AppContext
 from amsg.engine.messages import TaskMessage, parse_task_message
 from amsg.engine.run_task import RECORD_WORKERS, run_message, run_together
-from amsg.observability import emit_metric, logger, metrics, tenant_dimension
+from amsg.observability import emit_metric, logger, metric_batch, metrics, tenant_dimension
 from aws_lambda_powertools.utilities.batch import BatchProcessor, EventType, process_partial_response
 from aws_lambda_powertools.utilities.batch.types import PartialItemFailureResponse
 from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
@@ -93,4 +93,7 @@ def _tenant_counts(ctx: AppContext, message: TaskMessage | None, summary: dict[s
 @metrics.log_metrics
 @logger.inject_lambda_context(log_event=False)
 def handler(event: dict[str, Any], context: LambdaContext) -> PartialItemFailureResponse:
-    return process_partial_response(event=event, record_handler=record_handler, processor=processor, context=context)
+    with metric_batch():  # the batch's DeliveryLatency, PushLatency, ... values in a few EMF documents
+        return process_partial_response(
+            event=event, record_handler=record_handler, processor=processor, context=context
+        )

@@ -65,6 +65,47 @@ def test_delivery_emits_the_dashboard_metrics(engine, capsys):
     assert "PushFailures" not in by_name
 
 
+def test_a_batch_prints_its_values_together_one_document_per_dimension_set(engine, capsys):
+    """run_task's batch prints every delivery's DeliveryLatency and PushLatency in one EMF document (not one per
+    delivery): CloudWatch still receives every value, so the p99 the alarm reads is over every delivery."""
+    for n in range(3):
+        schedule(engine, userMessage=f"m{n}")
+    capsys.readouterr()
+    due(engine, 61_000 + 7_000)
+    engine.harness.tick_and_drain()
+    assert len(engine.push.payloads()) == 3
+    documents = [json.loads(line) for line in capsys.readouterr().out.splitlines() if line.startswith('{"_aws"')]
+    latency = [d for d in documents if "DeliveryLatency" in d]
+    assert len(latency) == 1, latency  # the three deliveries ran as one batch
+    (document,) = latency
+    assert document["DeliveryLatency"] == [8_000.0] * 3  # due at +60 s, pushed at +68 s and len(document["PushLatency"]) == 3
+    (directive,) = document["_aws"]["CloudWatchMetrics"]
+    assert directive["Dimensions"] == [["service"]] and document["service"] == "amsg"
+    assert {m["Name"]: m["Unit"] for m in directive["Metrics"]} == {
+        "DeliveryLatency": "Milliseconds",
+        "PushLatency": "Milliseconds",
+    }
+
+
+def test_a_metric_batch_splits_at_the_emf_limit_and_keeps_dimension_sets_apart(capsys):
+    from amsg.observability import emit_metric, metric_batch
+
+    with metric_batch():
+        for n in range(150):
+            emit_metric("DeliveryLatency", "Milliseconds", n)
+        emit_metric("DeliveryLatency", "Milliseconds", 5, Tenant="other")
+        assert capsys.readouterr().out == ""  # nothing before the batch's end
+    found = emitted(capsys.readouterr().out)
+    assert [(dims, len(values)) for _, _, dims, values in found] == [
+        ({"service": "amsg"}, 100),  # EMF takes at most 100 values of a metric per document
+        ({"service": "amsg"}, 50),
+        ({"Tenant": "other", "service": "amsg"}, 1),
+    ]
+    assert [v for _, _, dims, values in found[:2] for v in values] == [float(n) for n in range(150)]
+    emit_metric("PushUnconfirmed", "Count", 1)  # outside a batch: at once, as before
+    assert emitted(capsys.readouterr().out) == [("PushUnconfirmed", "Count", {"service": "amsg"}, [1.0])]
+
+
 def test_push_failures_are_counted_by_status_class(engine, capsys):
     created = schedule(engine)
     engine.push.set_status(engine.subscription.endpoint_id, 503)

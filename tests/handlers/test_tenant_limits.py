@@ -150,4 +150,4 @@ def test_delivery_metrics_carry_a_bounded_tenant_dimension(multi, capsys, monkey
     assert by_tenant[("TasksDelivered", named_id)] == 1 and by_tenant[("TasksDelivered", "other")] == 2
     assert by_tenant[("DeliveryLatency", named_id)] == 1 and by_tenant[("DeliveryLatency", "other")] == 2
     assert {dims["Tenant"] for _, _, dims, _ in metrics if "Tenant" in dims} == {named_id, "other"}
-    assert sum(1 for name, _, dims, _ in metrics if name == "DeliveryLatency" and "Tenant" not in dims) == 3
+    assert sum(len(v) for name, _, dims, v in metrics if name == "DeliveryLatency" and "Tenant" not in dims) == 3

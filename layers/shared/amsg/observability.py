@@ -12,8 +12,11 @@ unset (tests, the local stack).
 
 from __future__ import annotations
 
+import json
 import os
-from collections.abc import Mapping
+import threading
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from typing import Any
 
 from aws_lambda_powertools import Logger, Metrics
@@ -41,12 +44,57 @@ def start_tracing(env: Mapping[str, str]) -> Any | None:
     return _tracer[0]
 
 
+# dimension set -> metric name -> (unit, values): what emit_metric collected in the open batch, if any
+_Batch = dict[tuple[tuple[str, str], ...], dict[str, tuple[str, list[float]]]]
+_batch: list[_Batch] = []
+_batch_lock = threading.Lock()  # a batch's records run on several threads
+
+
+@contextmanager
+def metric_batch() -> Iterator[None]:
+    """Within it, :func:`emit_metric` collects, and at its end prints one EMF document per dimension set with
+    every value (at most 100 per metric and document, EMF's limit): run_task's batch then prints a few
+    documents instead of several per delivery, and CloudWatch still sees every value (its p99 over them is the
+    fleet's). A batch cut short by the function's timeout loses its values, like the handler's metric set."""
+    with _batch_lock:
+        _batch[:] = [{}]
+    try:
+        yield
+    finally:
+        with _batch_lock:
+            collected = _batch.pop() if _batch else {}
+        _print_batch(collected)
+
+
+def _print_batch(collected: _Batch) -> None:
+    from aws_lambda_powertools.metrics.base import MetricManager
+    from aws_lambda_powertools.metrics.functions import is_metrics_disabled
+
+    if not collected or is_metrics_disabled():
+        return
+    for dimensions, by_name in collected.items():
+        document = MetricManager(namespace="amsg")
+        for key, item in dimensions:
+            document.add_dimension(name=key, value=item)
+        for name, (unit, values) in by_name.items():
+            for value in values:  # the manager prints a full document by itself at 100 values
+                document.add_metric(name=name, unit=unit, value=value)
+        if document.metric_set:
+            print(json.dumps(document.serialize_metric_set(), separators=(",", ":")))
+
+
 def emit_metric(name: str, unit: str, value: float, **dimensions: str) -> None:
-    """Print one EMF metric now, in the ``amsg`` namespace with the ``service`` dimension plus ``dimensions``.
+    """Print one EMF metric now, in the ``amsg`` namespace with the ``service`` dimension plus ``dimensions``
+    (inside :func:`metric_batch`: at the batch's end, with the batch's other values).
 
     For metrics raised inside adapters, which also run in API functions that never flush ``metrics``.
     Dimensions must stay low-cardinality (a status class, an outcome), never a user, task or URL.
     """
+    with _batch_lock:
+        if _batch:
+            key = (("service", SERVICE), *sorted(dimensions.items()))
+            _batch[0].setdefault(key, {}).setdefault(name, (unit, []))[1].append(value)
+            return
     from aws_lambda_powertools.metrics import MetricUnit, single_metric
     from aws_lambda_powertools.metrics.functions import is_metrics_disabled
 
@@ -95,8 +143,8 @@ def record_delivery_latency(
 ) -> None:
     """``DeliveryLatency`` for one scheduled delivery that pushed at least once (what DeliveryLatencyAlarm reads;
     docs/operations.md), and on the multi-tenant line the same value again under its ``Tenant`` dimension (see
-    :func:`tenant_dimension`). Emitted at once: run_task flushes its metric set per batch, ``amsg run-task``
-    never."""
+    :func:`tenant_dimension`). Through :func:`emit_metric`: run_task prints a batch's values together, and
+    ``amsg run-task``, which flushes no metric set, at once."""
     latency = delivery_latency_ms(occurrence_ms, deferred_until_ms, delivered_ms) if pushed else None
     if latency is not None:
         emit_metric("DeliveryLatency", "Milliseconds", latency)
