@@ -105,10 +105,10 @@ def consumer(
     ctx.clock = SharedOffsetClock(offset_ms) if hasattr(offset_ms, "value") else OffsetClock(offset_ms=offset_ms)
     use_mp_queues(ctx, queues)
     runtime.use(ctx)
+    # a Lambda init: the handler module's runtime.prepare() does its init-phase work (the table's client, the
+    # push stack's imports) during the import, not in the sandbox's first batch
+    os.environ["AWS_LAMBDA_INITIALIZATION_TYPE"] = "on-demand"
     module = load_handler_module(ROOT / HANDLERS[function])
-    # the handler module's init-phase work on AWS (runtime.prepare: the table's client built during init, which
-    # it skips outside Lambda); without it every sandbox's first batch paid for boto3's imports
-    ctx.storage.prepare()
     if function == "run_task":
         _ = ctx.delivery.push_sender  # built on a sandbox's first push (its Web Push stack): warm on AWS at 08:00
     if "ready" in queues:  # imported and warm, as Lambda's pollers are before a spike

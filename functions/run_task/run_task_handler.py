@@ -19,7 +19,8 @@ from aws_lambda_powertools.utilities.batch.types import PartialItemFailureRespon
 from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
-runtime.prepare(storage=True, secrets=("master_key", "vapid_private_key"))  # init-phase work (docs/decisions.md)
+# init-phase work (docs/decisions.md); every batch pushes, so the push stack's imports too
+runtime.prepare(storage=True, secrets=("master_key", "vapid_private_key"), push=True)
 
 
 class ConcurrentBatchProcessor(BatchProcessor):

@@ -41,9 +41,10 @@ def app_context() -> AppContext:
     return _current
 
 
-def prepare(*, storage: bool = False, secrets: tuple[str, ...] = ()) -> None:
+def prepare(*, storage: bool = False, secrets: tuple[str, ...] = (), push: bool = False) -> None:
     """Init-phase work of a handler module: import and build, at module level, what its first request will
-    need (the table's client, the SSM client), reading and sending nothing.
+    need (the table's client, the SSM client, with ``push`` the Web Push stack's imports), reading and sending
+    nothing.
 
     Only inside a Lambda init (``AWS_LAMBDA_INITIALIZATION_TYPE`` is set): Lambda runs init with a full CPU
     burst while a 512 MB invocation gets ~0.3 vCPU, so this work costs a user less here than on first use
@@ -56,6 +57,10 @@ def prepare(*, storage: bool = False, secrets: tuple[str, ...] = ()) -> None:
         context.secrets.prepare(secrets)
         if storage:
             context.storage.prepare()
+        if push:
+            from amsg.adapters.webpush_sender import load_push_stack
+
+            load_push_stack()
     except Exception as exc:
         logger.warning("init-phase preparation failed; the first request builds it", extra={"error": repr(exc)})
 

@@ -47,6 +47,13 @@ _ERROR_BODY_CHARS = 200
 _DROP_DEFAULT_HEADERS = ("Accept", "Accept-Encoding", "User-Agent")
 
 
+def load_push_stack() -> None:
+    """Import what a sandbox's first push would (httpx, http_ece): init-phase work for a function whose every
+    batch pushes (``runtime.prepare``), so that a fresh sandbox's first batch starts at once."""
+    import http_ece  # noqa: F401
+    import httpx  # noqa: F401
+
+
 class WebPushSender:
     """:class:`amsg.ports.PushSender` for real push services (and the loopback fake on ``http://127.0.0.1``).
 
