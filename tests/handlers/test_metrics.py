@@ -78,7 +78,8 @@ def test_a_batch_prints_its_values_together_one_document_per_dimension_set(engin
     latency = [d for d in documents if "DeliveryLatency" in d]
     assert len(latency) == 1, latency  # the three deliveries ran as one batch
     (document,) = latency
-    assert document["DeliveryLatency"] == [8_000.0] * 3  # due at +60 s, pushed at +68 s and len(document["PushLatency"]) == 3
+    assert document["DeliveryLatency"] == [8_000.0] * 3  # due at +60 s, pushed at +68 s
+    assert len(document["PushLatency"]) == 3
     (directive,) = document["_aws"]["CloudWatchMetrics"]
     assert directive["Dimensions"] == [["service"]] and document["service"] == "amsg"
     assert {m["Name"]: m["Unit"] for m in directive["Metrics"]} == {
