@@ -84,8 +84,10 @@ class CoalescingSession:
     def call(self, kind: str, payload: list[dict[str, Any]]) -> Any:
         call = _Call(kind, payload)
         with self._cond:
+            # no wake-up here: a waiting sibling has nothing new to do (this thread sends the batch itself when
+            # it is complete; the others wake when it was sent, or at their deadline), and waking every sibling
+            # on every call cost run_task more CPU than the merged requests' encoding
             self._pending.append(call)
-            self._cond.notify_all()
             while not call.done:
                 if not self._flushing and self._pending and self._ready():
                     batch, self._pending = self._pending, []
