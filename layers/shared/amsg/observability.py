@@ -12,7 +12,6 @@ unset (tests, the local stack).
 
 from __future__ import annotations
 
-import json
 import os
 import threading
 from collections.abc import Iterator, Mapping
@@ -21,7 +20,7 @@ from typing import Any
 
 from aws_lambda_powertools import Logger, Metrics
 
-from amsg import snapstart
+from amsg import jsonio, snapstart
 
 SERVICE = os.environ.get("POWERTOOLS_SERVICE_NAME", "").strip() or "amsg"
 logger = Logger(service=SERVICE)
@@ -80,7 +79,7 @@ def _print_batch(collected: _Batch) -> None:
             for value in values:  # the manager prints a full document by itself at 100 values
                 document.add_metric(name=name, unit=unit, value=value)
         if document.metric_set:
-            print(json.dumps(document.serialize_metric_set(), separators=(",", ":")))
+            print(jsonio.dumps(document.serialize_metric_set()))
 
 
 def emit_metric(name: str, unit: str, value: float, **dimensions: str) -> None:
@@ -92,8 +91,8 @@ def emit_metric(name: str, unit: str, value: float, **dimensions: str) -> None:
     """
     with _batch_lock:
         if _batch:
-            key = (("service", SERVICE), *sorted(dimensions.items()))
-            _batch[0].setdefault(key, {}).setdefault(name, (unit, []))[1].append(value)
+            dimension_set = (("service", SERVICE), *sorted(dimensions.items()))
+            _batch[0].setdefault(dimension_set, {}).setdefault(name, (unit, []))[1].append(value)
             return
     from aws_lambda_powertools.metrics import MetricUnit, single_metric
     from aws_lambda_powertools.metrics.functions import is_metrics_disabled
