@@ -103,6 +103,12 @@ def test_a_metric_batch_splits_at_the_emf_limit_and_keeps_dimension_sets_apart(c
         ({"Tenant": "other", "service": "amsg"}, 1),
     ]
     assert [v for _, _, dims, values in found[:2] for v in values] == [float(n) for n in range(150)]
+    with metric_batch():  # batches that overlap in one process print together, when the last one ends
+        emit_metric("PushLatency", "Milliseconds", 1)
+        with metric_batch():
+            emit_metric("PushLatency", "Milliseconds", 2)
+        assert capsys.readouterr().out == ""
+    assert emitted(capsys.readouterr().out) == [("PushLatency", "Milliseconds", {"service": "amsg"}, [1.0, 2.0])]
     emit_metric("PushUnconfirmed", "Count", 1)  # outside a batch: at once, as before
     assert emitted(capsys.readouterr().out) == [("PushUnconfirmed", "Count", {"service": "amsg"}, [1.0])]
 

@@ -46,6 +46,7 @@ def start_tracing(env: Mapping[str, str]) -> Any | None:
 # dimension set -> metric name -> (unit, values): what emit_metric collected in the open batch, if any
 _Batch = dict[tuple[tuple[str, str], ...], dict[str, tuple[str, list[float]]]]
 _batch: list[_Batch] = []
+_batch_depth = [0]  # batches open in this process (a Lambda sandbox runs one; the local stack's threads may overlap)
 _batch_lock = threading.Lock()  # a batch's records run on several threads
 
 
@@ -56,13 +57,16 @@ def metric_batch() -> Iterator[None]:
     documents instead of several per delivery, and CloudWatch still sees every value (its p99 over them is the
     fleet's). A batch cut short by the function's timeout loses its values, like the handler's metric set."""
     with _batch_lock:
-        _batch[:] = [{}]
+        if not _batch_depth[0]:
+            _batch[:] = [{}]
+        _batch_depth[0] += 1
     try:
         yield
     finally:
         with _batch_lock:
-            collected = _batch.pop() if _batch else {}
-        _print_batch(collected)
+            _batch_depth[0] -= 1
+            collected = _batch.pop() if not _batch_depth[0] and _batch else {}
+        _print_batch(collected)  # overlapping batches print together, when the last one ends
 
 
 def _print_batch(collected: _Batch) -> None:
