@@ -27,7 +27,7 @@ from botocore.config import Config
 from botocore.exceptions import ClientError
 
 from amsg.adapters.dynamo.plain_table import PlainResource, PlainTable, from_wire, to_wire
-from amsg.adapters.dynamo.session import dynamodb_session
+from amsg.adapters.dynamo.session import direct_context_params, dynamodb_session
 
 # The one large-value limit: a value up to INLINE_CHARS is stored in its item, a longer one as parts of
 # PART_CHARS (write_blob); both keep items well below DynamoDB's 400 KB (attribute names and others count too).
@@ -119,11 +119,14 @@ class DynamoTable:
         largest part of run_task's remaining client CPU. Its requests come only from this class and
         plain_table.py, from values ``TypeSerializer`` typed; DynamoDB validates each request on its side and
         answers ``ValidationException``, as DynamoDB Local does in the tests that drive these paths. Its
-        session (session.py) skips botocore's scan of every service's data directory."""
+        session (session.py) skips botocore's scan of every service's data directory, and its endpoint rules
+        get the tables a request names without a JMESPath walk of the request."""
         if self._wire is None:
             with self._lock:
                 if self._wire is None:
-                    self._wire = dynamodb_session().client("dynamodb", config=self._config(), **self._client_options)
+                    wire = dynamodb_session().client("dynamodb", config=self._config(), **self._client_options)
+                    direct_context_params(wire)
+                    self._wire = wire
         return self._wire
 
     @property
