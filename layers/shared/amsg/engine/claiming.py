@@ -20,7 +20,7 @@ from amsg.engine.stale import batch_outboxed, is_stale, settle_stale
 from amsg.engine.summary import DeliverySummary, TickSummary
 from amsg.hooks import Hooks
 from amsg.observability import logger
-from amsg.ports import CLAIM_ALONE, CLAIM_BATCH, ClaimWanted, DueCandidate, TaskRow
+from amsg.ports import CLAIM_ALONE, ClaimWanted, DueCandidate, DuePageToken, TaskRow
 from amsg.tenancy.scope import tenant_of
 
 TICK_PAGE = 100
@@ -112,7 +112,8 @@ def _claim_chunk(
     """Claim the candidates of one step (batched transactions across the parts, grouped or faulty ones alone);
     per part, each candidate's outcome is its row, None (not claimed) or the exception its claim raised."""
     batched, alone = _sort_candidates(parts, pool, terms, summary)
-    packs = [batched[i : i + CLAIM_BATCH] for i in range(0, len(batched), CLAIM_BATCH)]
+    size = parts[0][0].ctx.claims.claim_batch  # the parts share one table (one store's transactions)
+    packs = [batched[i : i + size] for i in range(0, len(batched), size)]
     jobs = [(pack, pool.submit(_claim_pack, parts, pack, terms)) for pack in packs]
     outcomes: list[list[tuple[DueCandidate, Any]]] = [[] for _ in parts]
     for pack, job in jobs:
@@ -161,7 +162,8 @@ def _sort_candidates(
 def _claim_pack(
     parts: list[tuple[Lane, list[DueCandidate]]], pack: list[tuple[int, DueCandidate]], terms: dict[str, Any]
 ) -> list[Any]:
-    """One transaction of up to CLAIM_BATCH claims, of one lane or of several (each in its own key space)."""
+    """One transaction of up to the store's ``claim_batch`` claims, of one lane or of several (each in its own key
+    space)."""
     positions: dict[int, list[int]] = {}
     for position, (index, _) in enumerate(pack):
         positions.setdefault(index, []).append(position)
@@ -211,10 +213,10 @@ def due_in_order(ctx: AppContext, shards: int, now_ms: Callable[[], int]) -> Ite
     """Every shard's due candidates merged by due-index key (earliest eligible first), one page per shard at
     a time: a k-way merge, so a shard is read further only when its next candidate is the earliest."""
     heap: list[tuple[str, int, int, DueCandidate]] = []
-    pages: dict[int, tuple[list[DueCandidate], Any]] = {}
+    pages: dict[int, tuple[list[DueCandidate], DuePageToken | None]] = {}
     counter = itertools.count()
 
-    def refill(shard: int, start: Any) -> None:
+    def refill(shard: int, start: DuePageToken | None) -> None:
         candidates, after = ctx.claims.due_candidates(shard, now_ms(), TICK_PAGE, start)
         pages[shard] = (candidates[1:], after)
         if candidates:
@@ -229,7 +231,7 @@ def due_in_order(ctx: AppContext, shards: int, now_ms: Callable[[], int]) -> Ite
         if rest:
             pages[shard] = (rest[1:], after)
             heapq.heappush(heap, (rest[0].due_key, next(counter), shard, rest[0]))
-        elif after:
+        elif after is not None:
             refill(shard, after)
 
 

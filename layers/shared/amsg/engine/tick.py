@@ -25,7 +25,7 @@ from amsg.engine.summary import TickSummary
 from amsg.engine.tenant_deletion import advance_tenant_deletions
 from amsg.hooks import load_hooks
 from amsg.observability import logger
-from amsg.ports import CLAIM_BATCH, DueCandidate
+from amsg.ports import DueCandidate
 from amsg.tenancy.scope import TenantContext, scoped_context, tenant_of
 
 TICK_TIME_MARGIN_MS = 8_000  # stop claiming while there is time left to enqueue and log
@@ -100,7 +100,7 @@ def claim_and_enqueue(ctx: AppContext, summary: TickSummary, remaining_ms: Calla
         if room <= 0:
             summary.stopped_by = "limit"
             break
-        chunk = list(itertools.islice(source, min(room, workers * CLAIM_BATCH)))
+        chunk = list(itertools.islice(source, min(room, workers * ctx.claims.claim_batch)))
         if not chunk:
             break
         claim_step(ctx, [(Lane(ctx, source, enqueuer, hooks, released), chunk)], pool, owner, summary)
@@ -206,7 +206,7 @@ def claim_fairly(
         if room <= 0:
             summary.stopped_by = "limit"
             break
-        quota = max(1, min(workers * CLAIM_BATCH, room // len(active)))
+        quota = max(1, min(workers * ctx.claims.claim_batch, room // len(active)))
         parts, still = _take_round(ctx, active, quota, room, remaining_ms, summary)
         if parts:  # every tenant's chunk of the round claimed together: fewer, fuller transactions
             claim_step(ctx, parts, pool, owner, summary)
