@@ -21,6 +21,11 @@ import math
 import re
 from typing import Any
 
+type JsonObject = dict[str, Any]
+"""A JSON object whose content is not ours to shape: a client's value, a hook's payload, an LLM request or reply,
+a queue message. Read it with ``isinstance`` checks; the shapes our own code writes and reads back have their own
+types (e.g. :class:`amsg.task_payload.StoredPayload`)."""
+
 # Far deeper than any real payload (task metadata, client-state values are strings); far below the ~1,000 frames
 # at which Python's parser, encoder and our recursive helpers would fail.
 MAX_DEPTH = 64

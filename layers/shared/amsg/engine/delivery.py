@@ -50,7 +50,7 @@ from amsg.errors import CloudGuardError
 from amsg.failures import ClaimTaken, DeliveryFailure, PushSendError
 from amsg.hooks import Hooks, load_hooks
 from amsg.observability import logger, record_delivery_latency, tenant_dimension
-from amsg.ports import APPEND_FALLBACK, CapReached, TaskRow
+from amsg.ports import APPEND_FALLBACK, CapReached, PushSubscription, TaskRow
 from amsg.ports.tenants import TenantInactive
 from amsg.tenancy.scope import tenant_of
 
@@ -284,7 +284,7 @@ class _Fresh:
     entries: list[_Entry] = field(default_factory=list)
     claimed_first: bool = False  # the append claimed the first push for sending
     redelivered: bool = False  # the append found rows of this occurrence from an earlier run
-    subscription: dict[str, Any] | None = None
+    subscription: PushSubscription | None = None
     subscription_error: Exception | None = None
 
 
@@ -329,7 +329,7 @@ def _push_pending(
     ctx: AppContext,
     row: TaskRow,
     pending: list[_Entry],
-    subscription: dict[str, Any],
+    subscription: PushSubscription,
     env: DeliveryEnv,
     claimed_first: bool,
     outcome: Outcome,

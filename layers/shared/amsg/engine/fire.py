@@ -46,7 +46,7 @@ from amsg.engine.sending import VAPID_MISSING, PushUnconfirmed, append_batch, re
 from amsg.failures import DeliveryFailure
 from amsg.hooks import HookContext, Hooks, call_hook
 from amsg.observability import logger
-from amsg.ports import TaskRow
+from amsg.ports import PushSubscription, TaskRow
 from amsg.ports.tenants import TenantInactive
 from amsg.timeutil import iso_from_ms
 
@@ -302,7 +302,7 @@ class AgenticFire(HookServices):
                 )
         return total
 
-    def _push_one(self, pushes: list[dict[str, Any]], index: int, subscription: dict[str, Any]) -> bool:
+    def _push_one(self, pushes: list[dict[str, Any]], index: int, subscription: PushSubscription) -> bool:
         """Push one of the batch; True when its outcome is unknown: the pushes after it wait in the outbox for
         the client's pull (docs/delivery.md)."""
         after = sum(1 for later in pushes[index + 1 :] if should_push(later, outboxed=True))

@@ -4,7 +4,7 @@ write fenced by the task claim)."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 from amsg import jsonio
 from amsg.context import AppContext
@@ -14,7 +14,7 @@ from amsg.engine.pushes import encode_push
 from amsg.errors import ClaimLost
 from amsg.failures import DeliveryFailure, PushSendError
 from amsg.observability import emit_metric, logger
-from amsg.ports import ClaimFence, OutboxAppend, PushSubscriptionRow, TaskRow
+from amsg.ports import ClaimFence, OutboxAppend, PushSubscription, PushSubscriptionRow, TaskRow
 
 VAPID_MISSING = "VAPID configuration missing - push notifications cannot be sent"
 DEADLINE_CODE = "INSTANT_DEADLINE_EXCEEDED"
@@ -89,7 +89,7 @@ def resolve_subscription(
     env: DeliveryEnv | None = None,
     *,
     fresh: bool = False,
-) -> dict[str, Any]:
+) -> PushSubscription:
     """The subscription to push to (the stored one is kept on ``env`` so that a 404/410 marks it gone); a gone
     one fails permanently. ``fresh`` reads it again instead of using what run_task read with the task."""
     if env is not None and env.prefetched is not None and not fresh:
@@ -106,10 +106,10 @@ def resolve_subscription(
         except (DecryptError, ValueError) as exc:
             raise DeliveryFailure("stored push subscription cannot be decrypted") from exc
         if isinstance(value, dict):
-            return value
+            return cast(PushSubscription, value)  # stored by PUT /push-subscription, checked there
     legacy = payload.get("pushSubscription")
     if isinstance(legacy, dict) and isinstance(legacy.get("endpoint"), str) and legacy["endpoint"].strip():
-        return legacy
+        return cast(PushSubscription, legacy)  # a payload of an older version carried its subscription
     raise DeliveryFailure(
         "PUSH_SUBSCRIPTION_MISSING: 该用户还没有登记推送订阅", code="PUSH_SUBSCRIPTION_MISSING", permanent=True
     )
@@ -119,7 +119,7 @@ def send_one(
     ctx: AppContext,
     row: TaskRow,
     push: dict[str, Any],
-    subscription: dict[str, Any],
+    subscription: PushSubscription,
     env: DeliveryEnv,
     *,
     preclaimed: bool = False,

@@ -36,7 +36,7 @@ from amsg.ports.delivery_policy import CapCharge, CapReached, DeliveryPolicyRow,
 from amsg.ports.execution import CallCoalescer, Clock, CoalescingScope, TaskQueue
 from amsg.ports.llm import LlmClient, LlmReply, LlmRequest
 from amsg.ports.outbox import ClaimFence, OutboxAppend, OutboxRow, OutboxStore
-from amsg.ports.push import MAX_PUSH_PAYLOAD_BYTES, SCHEDULED_PUSH_TTL_S, PushSender
+from amsg.ports.push import MAX_PUSH_PAYLOAD_BYTES, SCHEDULED_PUSH_TTL_S, PushKeys, PushSender, PushSubscription
 from amsg.ports.tasks import (
     CreatedTask,
     CreatePrep,
@@ -45,6 +45,7 @@ from amsg.ports.tasks import (
     PushSubscriptionRow,
     PushSubscriptionStore,
     SchemaInspector,
+    SchemaItem,
     SchemaReport,
     TaskRow,
     TaskStore,
@@ -106,12 +107,15 @@ __all__ = [
     "OwnerClaim",
     "OwnerState",
     "OwnerStore",
+    "PushKeys",
     "PushSender",
+    "PushSubscription",
     "PushSubscriptionRow",
     "PushSubscriptionStore",
     "ResourceListing",
     "RunSnapshot",
     "SchemaInspector",
+    "SchemaItem",
     "SchemaReport",
     "Settlement",
     "StateRow",
