@@ -21,6 +21,7 @@ from amsg.http.request import ApiRequest
 from amsg.http.responses import ApiResponse, ok
 from amsg.observability import logger
 from amsg.ports import NewTask
+from amsg.task_payload import StoredPayload
 from amsg.timeutil import iso_from_ms
 
 from .common import open_encrypted_body
@@ -98,7 +99,7 @@ def schedule_message(request: ApiRequest, ctx: AppContext) -> ApiResponse:
     return ok(data, status=201)
 
 
-def _check_instant(ctx: AppContext, req: ScheduleRequest, stored: dict[str, Any], now_ms: int) -> None:
+def _check_instant(ctx: AppContext, req: ScheduleRequest, stored: StoredPayload, now_ms: int) -> None:
     """An instant task is delivered within this request: its text and the VAPID keys are checked first."""
     if not req.uses_llm:
         check_instant_text(stored, task_uuid=req.uuid, send_ms=req.next_send_at_ms, now_ms=now_ms)
@@ -111,7 +112,7 @@ def _deliver_instant(
     ctx: AppContext,
     user_id: str,
     task_uuid: str,
-    stored: dict[str, Any],
+    stored: StoredPayload,
     *,
     superseded: bool | None,
     remaining_ms: Callable[[], int] | None = None,

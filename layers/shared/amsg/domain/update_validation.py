@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 from amsg.domain.jsvalues import is_finite_number, is_plain_object, is_positive_integer, js_trim, js_truthy
 from amsg.domain.llm_messages import validate_messages_array
@@ -21,6 +21,8 @@ from amsg.domain.validation import (
     split_pattern_error,
 )
 from amsg.errors import api_error, invalid_update
+from amsg.jsonio import JsonObject
+from amsg.task_payload import StoredPayload
 from amsg.timeutil import iso_from_ms, parse_iso_ms
 
 
@@ -53,14 +55,13 @@ class UpdatePatch:
             key for key in self.request_keys if key in self.changes or (key == "nextSendAt" and next_send_at_changed)
         ]
 
-    def apply(self, stored_payload: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
+    def apply(self, stored_payload: StoredPayload) -> tuple[StoredPayload, list[str]]:
         """Merge into a copy of ``stored_payload``; returns ``(new_payload, applied_keys_in_request_order)``.
 
         Cloud ownership (``owner``, ``ownerGeneration``, ``metadata.cloudOwner``) always stays as it was: an
         update can never move a task to another owner.
         """
-        merged = dict(stored_payload)
-        merged.update(self.changes)
+        merged: JsonObject = {**stored_payload, **self.changes}
         if "metadata" in self.changes and is_plain_object(merged["metadata"]):
             metadata = dict(merged["metadata"])
             original = stored_payload.get("metadata")
@@ -74,7 +75,7 @@ class UpdatePatch:
                 merged[key] = stored_payload[key]
             else:
                 merged.pop(key, None)
-        return merged, self.applied_keys()
+        return cast(StoredPayload, merged), self.applied_keys()  # the changes are checked payload keys
 
 
 @dataclass

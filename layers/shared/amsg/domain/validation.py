@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import re
 import uuid as uuidlib
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, cast
 
@@ -30,6 +30,8 @@ from amsg.domain.llm_messages import validate_messages_array
 from amsg.domain.timezones import canonical_tz
 from amsg.domain.urls import avatar_url_error
 from amsg.errors import ApiError, api_error, invalid_parameters
+from amsg.jsonio import JsonObject
+from amsg.task_payload import StoredPayload
 from amsg.timeutil import iso_from_ms, parse_iso_ms
 
 # ---- limits (the reference's) --------------------------------------------------------------------------------
@@ -155,7 +157,7 @@ def api_key_error(value: Any) -> bool:
 # ---- size gate ---------------------------------------------------------------------------------------------------
 
 
-def payload_byte_length(payload: dict[str, Any]) -> int:
+def payload_byte_length(payload: Mapping[str, Any]) -> int:
     """UTF-8 size of the compact JSON the payload is stored as (the size gate's ruler)."""
     return len(compact_json(payload).encode("utf-8", errors="surrogatepass"))
 
@@ -231,13 +233,13 @@ class ScheduleRequest:
         """``now`` for ``immediate`` tasks, else the validated ``firstSendTime``."""
         return now_ms if self.immediate else self.next_send_at_ms
 
-    def build_stored_payload(self, now_ms: int) -> dict[str, Any]:
+    def build_stored_payload(self, now_ms: int) -> StoredPayload:
         """The stored task payload, keys in the reference's order.
 
         Pass the same ``now_ms`` that was used for validation so ``firstSendTime`` equals the row's
         ``next_send_at`` for immediate tasks.
         """
-        payload: dict[str, Any] = {
+        payload: StoredPayload = {
             "contactName": self.contact_name,
             "avatarUrl": self.avatar_url,
             "messageType": self.message_type,
@@ -257,7 +259,12 @@ class ScheduleRequest:
             "splitPattern": self.split_pattern,
             "llmExtraBody": self.llm_extra_body,
         }
-        payload.update(self.ownership)
+        if "owner" in self.ownership:  # the client's explicit ownership, in its order
+            payload["owner"] = self.ownership["owner"]
+        if "kind" in self.ownership:
+            payload["kind"] = self.ownership["kind"]
+        if "ownerGeneration" in self.ownership:
+            payload["ownerGeneration"] = self.ownership["ownerGeneration"]
         payload["metadata"] = self.metadata
         return payload
 
@@ -505,7 +512,7 @@ SCHEDULE_RULES: tuple[Callable[[_Schedule], None], ...] = (
 
 
 def validate_schedule_payload(
-    payload: dict[str, Any],
+    payload: JsonObject,
     *,
     now_ms: int,
     new_uuid: Callable[[], str] = _new_uuid,

@@ -52,6 +52,7 @@ from amsg.hooks import Hooks, load_hooks
 from amsg.observability import logger, record_delivery_latency, tenant_dimension
 from amsg.ports import APPEND_FALLBACK, CapReached, PushSubscription, TaskRow
 from amsg.ports.tenants import TenantInactive
+from amsg.task_payload import StoredPayload
 from amsg.tenancy.scope import tenant_of
 
 
@@ -105,12 +106,12 @@ def deliver_claimed(ctx: AppContext, row: TaskRow, summary: DeliverySummary, env
 
 def _payload_to_fire(
     ctx: AppContext, row: TaskRow, codec: UserCodec, summary: DeliverySummary, env: DeliveryEnv
-) -> dict[str, Any] | None:
+) -> StoredPayload | None:
     """The task's payload when this occurrence may fire; None after settling a task that must not (unreadable
     payload, retired owner, too late)."""
     now = ctx.now_ms()
     try:
-        payload: dict[str, Any] = codec.decrypt_payload(row.encrypted_payload)
+        payload: StoredPayload = codec.decrypt_payload(row.encrypted_payload)
     except StoredPayloadUnreadable:
         if _may_write(ctx, row, env, summary):
             fail_task(ctx, row, None, codec, DeliveryFailure("任务载荷解密失败"), summary, env)
@@ -144,7 +145,7 @@ def _handed_over(ctx: AppContext, row: TaskRow, codec: UserCodec) -> bool:
 def _record_failed_run(
     ctx: AppContext,
     row: TaskRow,
-    payload: dict[str, Any],
+    payload: StoredPayload,
     codec: UserCodec,
     exc: Exception,
     summary: DeliverySummary,
@@ -198,7 +199,7 @@ def _skip_taken(row: TaskRow, summary: DeliverySummary) -> None:
     logger.info("claim already adopted by another run", extra={"taskUuid": row.uuid})
 
 
-def needs_llm(payload: dict[str, Any]) -> bool:
+def needs_llm(payload: StoredPayload) -> bool:
     """Whether a fire goes through the hooks: prompted/auto always, instant only with chat credentials."""
     message_type = payload.get("messageType")
     if message_type in ("prompted", "auto"):
@@ -212,7 +213,7 @@ def needs_llm(payload: dict[str, Any]) -> bool:
 
 
 def process_occurrence(
-    ctx: AppContext, row: TaskRow, payload: dict[str, Any], codec: UserCodec, env: DeliveryEnv
+    ctx: AppContext, row: TaskRow, payload: StoredPayload, codec: UserCodec, env: DeliveryEnv
 ) -> Outcome:
     occurrence = Occurrence(row.id, row.uuid, row.next_send_at_ms or None)
     hooks = load_hooks(ctx.settings.hooks_module)
@@ -289,7 +290,7 @@ class _Fresh:
 
 
 def _generate_counted(
-    ctx: AppContext, row: TaskRow, payload: dict[str, Any], occurrence: Occurrence, env: DeliveryEnv, hooks: Hooks
+    ctx: AppContext, row: TaskRow, payload: StoredPayload, occurrence: Occurrence, env: DeliveryEnv, hooks: Hooks
 ) -> list[dict[str, Any]]:
     """The occurrence's pushes; a failure carries the host's ``max_generation_retries`` limit when it has one."""
     try:
@@ -304,7 +305,7 @@ def _generate_counted(
 def _append_fresh(
     ctx: AppContext,
     row: TaskRow,
-    payload: dict[str, Any],
+    payload: StoredPayload,
     codec: UserCodec,
     occurrence: Occurrence,
     pushes: list[dict[str, Any]],
@@ -428,7 +429,7 @@ def _append_new_batch(
 
 
 def _generate(
-    ctx: AppContext, row: TaskRow, payload: dict[str, Any], occurrence: Occurrence, env: DeliveryEnv
+    ctx: AppContext, row: TaskRow, payload: StoredPayload, occurrence: Occurrence, env: DeliveryEnv
 ) -> list[dict[str, Any]]:
     message_type = payload.get("messageType") or row.message_type
     reasoning: str | None = None

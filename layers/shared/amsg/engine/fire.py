@@ -48,6 +48,7 @@ from amsg.hooks import HookContext, Hooks, call_hook
 from amsg.observability import logger
 from amsg.ports import PushSubscription, TaskRow
 from amsg.ports.tenants import TenantInactive
+from amsg.task_payload import StoredPayload
 from amsg.timeutil import iso_from_ms
 
 MIN_ROUND_S = 2.0  # an LLM round with less time than this left in the invocation is not started
@@ -71,7 +72,7 @@ class AgenticFire(HookServices):
         self,
         ctx: AppContext,
         row: TaskRow,
-        payload: dict[str, Any],
+        payload: StoredPayload,
         codec: UserCodec,
         env: DeliveryEnv,
         hooks: Hooks,

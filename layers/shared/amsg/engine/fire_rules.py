@@ -21,6 +21,7 @@ from amsg.domain.jsvalues import is_plain_object
 from amsg.domain.ownership import GUARD_FIELD
 from amsg.domain.timezones import canonical_tz, is_valid_tz
 from amsg.failures import DeliveryFailure
+from amsg.task_payload import StoredPayload
 from amsg.timeutil import iso_from_ms, parse_iso_ms
 
 MAX_DEFER_MS = 86_400_000
@@ -183,7 +184,7 @@ def state_entries(namespace: Any, entries: Any, now_ms: int) -> list[StateEntry]
     return checked
 
 
-def follow_up(options: Mapping[str, Any], parent: Mapping[str, Any], now_ms: int) -> tuple[int, str, dict[str, Any]]:
+def follow_up(options: Mapping[str, Any], parent: StoredPayload, now_ms: int) -> tuple[int, str, StoredPayload]:
     """Check a ``schedule_task`` call's options against the firing task's payload (``parent``, whose settings a
     follow-up inherits) and build the follow-up's stored payload: (first send ms, message type, payload). Raises
     the ``TypeError``/``ValueError`` the hook sees, in the order of the checks."""
@@ -204,7 +205,7 @@ def follow_up(options: Mapping[str, Any], parent: Mapping[str, Any], now_ms: int
         raise TypeError("schedule_task: metadata must be a dict")
     refs = parent.get("credRefs") if isinstance(parent.get("credRefs"), dict) else None
     by_ref = bool(refs and isinstance(refs.get("chat"), str) and refs["chat"])
-    stored: dict[str, Any] = {
+    stored: StoredPayload = {
         "contactName": contact_name,
         "avatarUrl": (options.get("avatarUrl") or None) if "avatarUrl" in options else parent.get("avatarUrl") or None,
         "messageType": message_type,

@@ -7,7 +7,7 @@ from __future__ import annotations
 import uuid as uuid_lib
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 from amsg import jsonio
 from amsg.context import AppContext
@@ -33,6 +33,7 @@ from amsg.hooks import EmitResult, ScheduleResult
 from amsg.observability import logger
 from amsg.ports import NewTask, OutboxAppend, TaskRow
 from amsg.ports.tenants import TenantInactive
+from amsg.task_payload import StoredPayload
 from amsg.timeutil import iso_from_ms, parse_iso_ms
 
 
@@ -60,7 +61,7 @@ class HookServices:
 
     ctx: AppContext
     row: TaskRow
-    payload: dict[str, Any]
+    payload: StoredPayload
     codec: UserCodec
     env: DeliveryEnv
     occurrence: Occurrence
@@ -225,7 +226,8 @@ class HookServices:
             payload = jsonio.loads(self.codec.decrypt(row.encrypted_payload))
         except Exception:
             return None
-        return project_task(row, payload if isinstance(payload, dict) else {}, include_metadata=True)
+        stored = cast(StoredPayload, payload) if isinstance(payload, dict) else StoredPayload()
+        return project_task(row, stored, include_metadata=True)
 
     def _other_task(self, task_uuid: Any, what: str) -> str:
         self.throw_if_cancelled()

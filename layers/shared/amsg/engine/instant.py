@@ -30,6 +30,7 @@ from amsg.engine.outcomes import FailureInfo, failure_info
 from amsg.engine.sending import DeadlineExceeded
 from amsg.observability import logger
 from amsg.ports import Settlement, TaskRow
+from amsg.task_payload import StoredPayload
 from amsg.timeutil import iso_from_ms
 
 MAX_RETRIES = 2
@@ -61,7 +62,7 @@ def deliver_instant(
     ctx: AppContext,
     user_id: str,
     task_uuid: str,
-    payload: dict[str, Any],
+    payload: StoredPayload,
     *,
     remaining_ms: Callable[[], int] | None = None,
 ) -> InstantSent:

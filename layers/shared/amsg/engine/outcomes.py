@@ -16,6 +16,7 @@ from amsg.engine.summary import DeliverySummary
 from amsg.failures import PushSendError, is_permanent_push_status
 from amsg.observability import logger
 from amsg.ports import Settlement, TaskRow
+from amsg.task_payload import StoredPayload
 from amsg.timeutil import iso_from_ms
 
 RETRY_STEP_MS = 120_000
@@ -28,12 +29,12 @@ CANCELLED_REASON = "任务在投递期间被取消或顶替"
 TENANT_INACTIVE = "tenant_inactive"  # a cancelled entry's status: the tenant is being deleted or disabled
 
 
-def recurrence_of(payload: dict[str, Any] | None) -> str:
+def recurrence_of(payload: StoredPayload | None) -> str:
     value = (payload or {}).get("recurrenceType")
     return value if value in RECURRING else "none"  # missing means none, on every path
 
 
-def with_last_error(payload: dict[str, Any] | None, last_error: dict[str, Any] | None, codec: UserCodec) -> str | None:
+def with_last_error(payload: StoredPayload | None, last_error: dict[str, Any] | None, codec: UserCodec) -> str | None:
     if payload is None:
         return None
     updated = dict(payload)
@@ -54,7 +55,7 @@ def occurrence_text(row: TaskRow) -> str:
 def finalize_success(
     ctx: AppContext,
     row: TaskRow,
-    payload: dict[str, Any],
+    payload: StoredPayload,
     summary: DeliverySummary,
     delivered: list[str] | None = None,
 ) -> bool:
@@ -111,7 +112,7 @@ def _settlement_left_for_later(row: TaskRow, summary: DeliverySummary, exc: Exce
 def fail_task(
     ctx: AppContext,
     row: TaskRow,
-    payload: dict[str, Any] | None,
+    payload: StoredPayload | None,
     codec: UserCodec,
     exc: BaseException,
     summary: DeliverySummary,

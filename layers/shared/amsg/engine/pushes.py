@@ -8,6 +8,7 @@ from typing import Any
 from amsg import jsonio
 from amsg.crypto import compact_json
 from amsg.ports import MAX_PUSH_PAYLOAD_BYTES
+from amsg.task_payload import StoredPayload
 from amsg.timeutil import iso_from_ms
 
 
@@ -31,7 +32,7 @@ class Occurrence:
         return f"msg_task_{self.task_id}{self.suffix}_{index}"
 
 
-def _common(payload: dict[str, Any], occ: Occurrence, kind: str, message_id: str, timestamp: str) -> dict[str, Any]:
+def _common(payload: StoredPayload, occ: Occurrence, kind: str, message_id: str, timestamp: str) -> dict[str, Any]:
     message_type = payload.get("messageType")
     return {
         "messageKind": kind,
@@ -43,7 +44,7 @@ def _common(payload: dict[str, Any], occ: Occurrence, kind: str, message_id: str
     }
 
 
-def _stamp(push: dict[str, Any], payload: dict[str, Any], occ: Occurrence) -> dict[str, Any]:
+def _stamp(push: dict[str, Any], payload: StoredPayload, occ: Occurrence) -> dict[str, Any]:
     """The task identity the server stamps on every push it produces (overwrites any host value)."""
     push["taskId"] = occ.task_id
     push["taskUuid"] = occ.task_uuid
@@ -52,7 +53,7 @@ def _stamp(push: dict[str, Any], payload: dict[str, Any], occ: Occurrence) -> di
     return push
 
 
-def _presentation(payload: dict[str, Any]) -> dict[str, Any]:
+def _presentation(payload: StoredPayload) -> dict[str, Any]:
     """What the service worker shows: title, sender, avatar, subtype, metadata."""
     return {
         "title": f"来自 {payload.get('contactName')}",
@@ -63,14 +64,14 @@ def _presentation(payload: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def reasoning_push(payload: dict[str, Any], occ: Occurrence, reasoning: str, now_ms: int) -> dict[str, Any]:
+def reasoning_push(payload: StoredPayload, occ: Occurrence, reasoning: str, now_ms: int) -> dict[str, Any]:
     push = _common(payload, occ, "reasoning", occ.message_id("reasoning"), iso_from_ms(now_ms))
     push["reasoningContent"] = reasoning
     push.update(_presentation(payload))
     return _stamp(push, payload, occ)
 
 
-def content_pushes(payload: dict[str, Any], occ: Occurrence, segments: list[str], now_ms: int) -> list[dict[str, Any]]:
+def content_pushes(payload: StoredPayload, occ: Occurrence, segments: list[str], now_ms: int) -> list[dict[str, Any]]:
     """One push per segment; field order as the reference builds them (metadata after index/total)."""
     shown = _presentation(payload)
     metadata = shown.pop("metadata")

@@ -15,6 +15,7 @@ from amsg.errors import ClaimLost
 from amsg.failures import DeliveryFailure, PushSendError
 from amsg.observability import emit_metric, logger
 from amsg.ports import ClaimFence, OutboxAppend, PushSubscription, PushSubscriptionRow, TaskRow
+from amsg.task_payload import StoredPayload
 
 VAPID_MISSING = "VAPID configuration missing - push notifications cannot be sent"
 DEADLINE_CODE = "INSTANT_DEADLINE_EXCEEDED"
@@ -84,7 +85,7 @@ def outbox_rows(ctx: AppContext, row: TaskRow, pushes: list[dict[str, Any]], cod
 def resolve_subscription(
     ctx: AppContext,
     row: TaskRow,
-    payload: dict[str, Any],
+    payload: StoredPayload,
     codec: UserCodec,
     env: DeliveryEnv | None = None,
     *,

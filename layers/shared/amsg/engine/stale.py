@@ -17,6 +17,7 @@ from amsg.engine.summary import DeliverySummary
 from amsg.hooks import HookContext, call_hook, load_hooks
 from amsg.observability import logger
 from amsg.ports import OwnerClaim, Settlement, TaskRow
+from amsg.task_payload import StoredPayload
 from amsg.timeutil import iso_from_ms
 
 
@@ -39,7 +40,7 @@ def is_stale(row: TaskRow, now_ms: int, stale_after_ms: int) -> bool:
 
 
 def settle_stale(
-    ctx: AppContext, row: TaskRow, payload: dict[str, Any], codec: UserCodec, summary: DeliverySummary | Any
+    ctx: AppContext, row: TaskRow, payload: StoredPayload, codec: UserCodec, summary: DeliverySummary | Any
 ) -> bool:
     """Expire a stale one-shot or fast-forward a stale recurring task (no push, no LLM)."""
     now = ctx.now_ms()
@@ -78,7 +79,7 @@ def settle_stale(
 def _stale_skip_hook(
     ctx: AppContext,
     row: TaskRow,
-    payload: dict[str, Any],
+    payload: StoredPayload,
     codec: UserCodec,
     entry: dict[str, Any],
     occurrence: int,
@@ -186,7 +187,7 @@ _SAME_FIELDS = (
 def defer_task(
     ctx: AppContext,
     row: TaskRow,
-    payload: dict[str, Any],
+    payload: StoredPayload,
     codec: UserCodec,
     retry_after_ms: int,
     summary: DeliverySummary,
