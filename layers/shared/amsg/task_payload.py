@@ -28,6 +28,19 @@ class OwnerGuard(TypedDict):
     generation: int
 
 
+class LastError(TypedDict, total=False):
+    """The record of a task's last failed (or skipped) occurrence: JSON in its row's ``last_error`` (the API's
+    ``lastError``) and, for a terminal outcome, in its payload."""
+
+    at: Required[str]
+    occurrence: str  # the occurrence's ISO time (empty when the task has none)
+    reason: Required[str]
+    errorCode: str
+    pushStatus: int
+    skippedCount: int  # a stale recurring task: the occurrences skipped
+    nextSendAt: str
+
+
 StoredPayload = TypedDict(
     "StoredPayload",
     {
@@ -55,7 +68,7 @@ StoredPayload = TypedDict(
         "ownerGeneration": Any,
         "metadata": Any,  # the client's object (a hook's ``task.metadata``)
         "__cloudOwnerGuard": OwnerGuard,  # set by the server only (an owned task)
-        "lastError": JsonObject,  # the last failed delivery's record (kept until the next success)
+        "lastError": LastError,  # the last failed delivery's record (kept until the next success)
         "pushSubscription": JsonObject,  # an older version's payload carried the subscription
     },
     total=False,

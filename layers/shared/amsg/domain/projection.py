@@ -33,8 +33,9 @@ def _iso(ms: int | None) -> str | None:
     return iso_from_ms(ms) if ms else None  # the wire's ISO text; a task without the time shows null
 
 
-def project_task(row: TaskRow, payload: StoredPayload, *, include_metadata: bool) -> dict[str, Any]:
+def project_task(row: TaskRow, stored: StoredPayload | None, *, include_metadata: bool) -> dict[str, Any]:
     """Row + decrypted payload → TaskProjection, keys in the reference's order."""
+    payload: StoredPayload = stored if isinstance(stored, dict) else {}  # a payload of no shape projects as empty
     raw_metadata = payload.get("metadata")
     metadata = raw_metadata if is_plain_object(raw_metadata) else {}
     projection: dict[str, Any] = {

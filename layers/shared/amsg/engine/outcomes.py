@@ -5,18 +5,17 @@ handed back. Every write is fenced by the claim version."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 from amsg.context import AppContext
 from amsg.crypto import UserCodec, compact_json
 from amsg.domain.recurrence import plan_next_occurrence
 from amsg.domain.redaction import sanitize_error_summary
 from amsg.engine.env import DeliveryEnv
-from amsg.engine.summary import DeliverySummary
+from amsg.engine.summary import DeliverySummary, TaskEntry
 from amsg.failures import PushSendError, is_permanent_push_status
 from amsg.observability import logger
 from amsg.ports import Settlement, TaskRow
-from amsg.task_payload import StoredPayload
+from amsg.task_payload import LastError, StoredPayload
 from amsg.timeutil import iso_from_ms
 
 RETRY_STEP_MS = 120_000
@@ -34,7 +33,7 @@ def recurrence_of(payload: StoredPayload | None) -> str:
     return value if value in RECURRING else "none"  # missing means none, on every path
 
 
-def with_last_error(payload: StoredPayload | None, last_error: dict[str, Any] | None, codec: UserCodec) -> str | None:
+def with_last_error(payload: StoredPayload | None, last_error: LastError | None, codec: UserCodec) -> str | None:
     if payload is None:
         return None
     updated = dict(payload)
@@ -125,10 +124,10 @@ def fail_task(
     limit = getattr(exc, "retry_limit", None)
     if not isinstance(limit, int):
         limit = env.max_retries if env.max_retries is not None else ctx.settings.max_delivery_retries
-    raw_last_error = {**last_error, "reason": reason}
+    raw_last_error: LastError = {**last_error, "reason": reason}
     recurrence = recurrence_of(payload)
     summary.failed_count += 1
-    entry: dict[str, Any] = {"taskId": row.id, "reason": last_error["reason"]}
+    entry: TaskEntry = {"taskId": row.id, "reason": last_error["reason"]}
     if permanent or row.retry_count >= limit:
         if recurrence != "none":
             occurrence = row.next_send_at_ms or now
@@ -175,7 +174,7 @@ class FailureInfo:
     code: str | None
     push_status: int | None
     permanent: bool
-    last_error: dict[str, Any]
+    last_error: LastError
 
 
 def failure_info(exc: BaseException, row: TaskRow, now_ms: int) -> FailureInfo:
@@ -187,7 +186,7 @@ def failure_info(exc: BaseException, row: TaskRow, now_ms: int) -> FailureInfo:
     permanent = (
         getattr(exc, "permanent", False) is True or code in PERMANENT_CODES or is_permanent_push_status(push_status)
     )
-    last_error: dict[str, Any] = {
+    last_error: LastError = {
         "at": iso_from_ms(now_ms),
         "occurrence": occurrence_text(row),
         "reason": sanitize_error_summary(reason),
@@ -203,7 +202,7 @@ def cancel_retired(ctx: AppContext, row: TaskRow, summary: DeliverySummary) -> N
     """The task's owner was retired: the task fails without a retry (out of the due index, so it never fires
     again; a restore does not revive it) and its unsent outbox rows are discarded. Its cleanup deletes it."""
     now = ctx.now_ms()
-    last_error = {"reason": "owner retired", "errorCode": "CLOUD_OWNER_RETIRED", "at": iso_from_ms(now)}
+    last_error: LastError = {"reason": "owner retired", "errorCode": "CLOUD_OWNER_RETIRED", "at": iso_from_ms(now)}
     settlement = Settlement(next_send_at_ms=row.next_send_at_ms, status="failed", last_error=compact_json(last_error))
     try:
         ctx.claims.settle(row.user_id, row.uuid, row.claim_version, settlement, now)

@@ -13,11 +13,11 @@ from amsg.domain.redaction import sanitize_error_summary
 from amsg.engine.env import DeliveryEnv
 from amsg.engine.fire import AgenticFire
 from amsg.engine.outcomes import RECURRING, occurrence_text, record_cancelled, recurrence_of, with_last_error
-from amsg.engine.summary import DeliverySummary
+from amsg.engine.summary import DeliverySummary, TaskEntry
 from amsg.hooks import HookContext, call_hook, load_hooks
 from amsg.observability import logger
 from amsg.ports import OwnerClaim, Settlement, TaskRow
-from amsg.task_payload import StoredPayload
+from amsg.task_payload import LastError, StoredPayload
 from amsg.timeutil import iso_from_ms
 
 
@@ -46,8 +46,8 @@ def settle_stale(
     now = ctx.now_ms()
     occurrence = row.next_send_at_ms or now
     recurrence = payload.get("recurrenceType") or "none"
-    last_error: dict[str, Any] = {"at": iso_from_ms(now), "occurrence": occurrence_text(row), "reason": "stale"}
-    entry: dict[str, Any] = {"taskId": row.id, "taskUuid": row.uuid, "reason": "stale"}
+    last_error: LastError = {"at": iso_from_ms(now), "occurrence": occurrence_text(row), "reason": "stale"}
+    entry: TaskEntry = {"taskId": row.id, "taskUuid": row.uuid, "reason": "stale"}
     if recurrence in RECURRING:
         plan = plan_next_occurrence(occurrence, recurrence, now, payload.get("tzId"))
         next_iso = iso_from_ms(plan.next_ms)
@@ -81,7 +81,7 @@ def _stale_skip_hook(
     row: TaskRow,
     payload: StoredPayload,
     codec: UserCodec,
-    entry: dict[str, Any],
+    entry: TaskEntry,
     occurrence: int,
     recurrence: str,
     plan: Any,

@@ -21,7 +21,7 @@ from amsg.engine import cleanup
 from amsg.engine.claim_jobs import fan_out
 from amsg.engine.claiming import Enqueuer, Lane, claim_step, due_in_order
 from amsg.engine.env import sandbox_pool
-from amsg.engine.summary import TickSummary
+from amsg.engine.summary import TickResult, TickSummary
 from amsg.engine.tenant_deletion import advance_tenant_deletions
 from amsg.hooks import load_hooks
 from amsg.observability import logger
@@ -49,7 +49,7 @@ def run_tick(
     scheduled_time: str | None = None,
     remaining_ms: Callable[[], int] = lambda: 60_000,
     owner: str | None = None,
-) -> dict[str, Any]:
+) -> TickResult:
     started = ctx.now_ms()
     summary = TickSummary(scheduled_time=scheduled_time)
     owner = owner or f"tick:{uuid_lib.uuid4()}"
@@ -141,7 +141,8 @@ def _tick_tenants(ctx: AppContext, summary: TickSummary, remaining_ms: Callable[
         claim_fairly(ctx, lanes, summary, remaining_ms, owner)
     for lane in lanes:  # housekeeping and cleanups per tenant, while there is time
         if remaining_ms() < TICK_TIME_MARGIN_MS:
-            summary.housekeeping["tenantsDeferred"] = summary.housekeeping.get("tenantsDeferred", 0) + 1
+            deferred = summary.housekeeping.get("tenantsDeferred", 0)
+            summary.housekeeping["tenantsDeferred"] = (deferred if isinstance(deferred, int) else 0) + 1
             continue
         part = TickSummary()
         if _housekeeping_turn(lane, ctx.now_ms()):
@@ -150,8 +151,7 @@ def _tick_tenants(ctx: AppContext, summary: TickSummary, remaining_ms: Callable[
             _resume_tenant_cleanups(lane, part, remaining_ms)
         for name, value in part.housekeeping.items():
             total = summary.housekeeping.get(name)
-            both_counts = isinstance(value, int) and isinstance(total, int)
-            summary.housekeeping[name] = total + value if both_counts else value
+            summary.housekeeping[name] = total + value if isinstance(value, int) and isinstance(total, int) else value
     try:  # tenants being deleted: bounded steps, resumed by the next tick (docs/tenancy-data.md)
         summary.housekeeping.update(advance_tenant_deletions(ctx, remaining_ms))
     except Exception as exc:
