@@ -22,9 +22,9 @@ import re
 from typing import Any
 
 type JsonObject = dict[str, Any]
-"""A JSON object whose content is not ours to shape: a client's value, a hook's payload, an LLM request or reply,
-a queue message. Read it with ``isinstance`` checks; the shapes our own code writes and reads back have their own
-types (e.g. :class:`amsg.task_payload.StoredPayload`)."""
+"""A JSON object as it crosses a boundary: a request or response body, a client's value, a hook's payload, an LLM
+request or reply, a queue message, a push. Values read from one are checked (``isinstance``) before use; what our
+own code stores and reads back has its own type instead (:mod:`amsg.task_payload`, the engine's summaries)."""
 
 # Far deeper than any real payload (task metadata, client-state values are strings); far below the ~1,000 frames
 # at which Python's parser, encoder and our recursive helpers would fail.

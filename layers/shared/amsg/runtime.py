@@ -8,13 +8,14 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, TypedDict
 
 from amsg import snapstart
 from amsg.clock import SystemClock
 from amsg.config import AwsAccess, ConfigError, Secrets, Settings
 from amsg.context import AppContext, DeliveryPorts, StoragePorts
 from amsg.observability import logger, start_tracing
+from amsg.ports import KeyWrapper, TenantAccessor, TenantDirectory, TenantStore
 
 if TYPE_CHECKING:  # annotations only (docs/cold-start.md)
     from amsg.adapters.dynamo.keys import KeySpace
@@ -249,7 +250,16 @@ def ports_in_space(
     )
 
 
-def tenant_ports(settings: Settings, table: DynamoTable, access: AwsAccess) -> dict[str, Any]:
+class TenantPorts(TypedDict, total=False):
+    """The deployment's tenant collaborators (the multi-tenant line only), as the storage ports take them."""
+
+    tenant_registry: TenantStore
+    tenant_keys: TenantAccessor
+    tenants: TenantDirectory
+    key_wrapper: KeyWrapper
+
+
+def tenant_ports(settings: Settings, table: DynamoTable, access: AwsAccess) -> TenantPorts:
     """The registry, tenants' master keys (KMS, cached per sandbox) and the active tenants; none in single mode."""
     if not settings.multi_tenant:
         return {}

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
 
 from amsg.config import missing_vapid_keys
 from amsg.context import AppContext
@@ -19,6 +18,7 @@ from amsg.domain.validation import (
 from amsg.errors import ApiError, TaskUuidConflict, TenantPendingLimit, api_error, invalid_parameters
 from amsg.http.request import ApiRequest
 from amsg.http.responses import ApiResponse, ok
+from amsg.jsonio import JsonObject
 from amsg.observability import logger
 from amsg.ports import NewTask
 from amsg.task_payload import StoredPayload
@@ -86,7 +86,7 @@ def schedule_message(request: ApiRequest, ctx: AppContext) -> ApiResponse:
             ctx, user_id, req.uuid, stored, superseded=superseded, remaining_ms=request.remaining_ms
         )
 
-    data: dict[str, Any] = {
+    data: JsonObject = {
         "id": created.id,
         "uuid": req.uuid,
         "contactName": stored["contactName"],
@@ -124,7 +124,7 @@ def _deliver_instant(
         sent = deliver_instant(ctx, user_id, task_uuid, stored, remaining_ms=remaining_ms)
     except InstantFailed as failed:
         raise api_error("MESSAGE_SEND_FAILED", details=failed.details) from None
-    data: dict[str, Any] = {
+    data: JsonObject = {
         "uuid": task_uuid,
         "contactName": stored.get("contactName"),
         "messagesSent": sent.messages_sent,

@@ -20,6 +20,7 @@ from typing import Any, Final, TypeGuard
 from amsg.crypto import UserCodec, compact_json
 from amsg.domain.jsvalues import is_plain_object
 from amsg.errors import CloudGuardError
+from amsg.jsonio import JsonObject
 from amsg.ports import OwnerClaim
 from amsg.task_payload import OwnerGuard, PublicOwner
 
@@ -50,7 +51,7 @@ def valid_owner(owner: Any) -> bool:
     )
 
 
-def valid_cloud_owner(owner: Any) -> TypeGuard[dict[str, Any]]:
+def valid_cloud_owner(owner: Any) -> TypeGuard[JsonObject]:
     """The management-route rule: the same lengths, non-empty but not trimmed (a blank id passes)."""
     if not is_plain_object(owner):
         return False
@@ -87,7 +88,7 @@ def asserted_generation(value: Any) -> int:
 class Ownership:
     """What one write says: its owner (or none), its kind and the generation it asserts."""
 
-    owner: dict[str, Any] | None
+    owner: JsonObject | None
     kind: str | None
     generation: int
 

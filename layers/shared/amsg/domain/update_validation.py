@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any, cast
+from typing import cast
 
 from amsg.domain.jsvalues import is_finite_number, is_plain_object, is_positive_integer, js_trim, js_truthy
 from amsg.domain.llm_messages import validate_messages_array
@@ -35,7 +35,7 @@ class UpdatePatch:
     """
 
     request_keys: list[str]
-    changes: dict[str, Any]
+    changes: JsonObject
     next_send_at_ms: int | None = None
     inline_credential_keys: list[str] = field(default_factory=list)
     cred_ref_ids: list[str] = field(default_factory=list)
@@ -82,7 +82,7 @@ class UpdatePatch:
 class _Update:
     """What the rules of one update request have established so far."""
 
-    u: dict[str, Any]
+    u: JsonObject
     next_send_at_ms: int | None = None
     tz_id: str | None = None
     avatar_ok: bool = False
@@ -203,7 +203,7 @@ UPDATE_RULES: tuple[Callable[[_Update], None], ...] = (
 )
 
 
-def validate_update_patch(patch: dict[str, Any]) -> UpdatePatch:
+def validate_update_patch(patch: JsonObject) -> UpdatePatch:
     """Validate a decrypted update body in the reference's order; raise the first error."""
     if not is_plain_object(patch):
         raise api_error("INVALID_UPDATE_DATA")
@@ -220,9 +220,9 @@ def validate_update_patch(patch: dict[str, Any]) -> UpdatePatch:
     )
 
 
-def _update_changes(u: dict[str, Any], *, tz_id: str | None, avatar_ok: bool) -> dict[str, Any]:
+def _update_changes(u: JsonObject, *, tz_id: str | None, avatar_ok: bool) -> JsonObject:
     """The reference's merge rule per field: key-present-replace, truthy-replace, or null-ignored per field."""
-    changes: dict[str, Any] = {}
+    changes: JsonObject = {}
     if js_truthy(u.get("completePrompt")):
         changes["completePrompt"] = u["completePrompt"]
         changes["messages"] = None
@@ -245,7 +245,7 @@ def _update_changes(u: dict[str, Any], *, tz_id: str | None, avatar_ok: bool) ->
     return changes
 
 
-def _set_if_truthy(changes: dict[str, Any], source: dict[str, Any], keys: Iterable[str]) -> None:
+def _set_if_truthy(changes: JsonObject, source: JsonObject, keys: Iterable[str]) -> None:
     for key in keys:
         if js_truthy(source.get(key)):
             changes[key] = source[key]

@@ -203,14 +203,14 @@ class ScheduleRequest:
     api_url: Any = None
     api_key: Any = None
     primary_model: Any = None
-    cred_refs: dict[str, Any] | None = None
+    cred_refs: JsonObject | None = None
     complete_prompt: Any = None
     messages: list[Any] | None = None
     max_tokens: Any = None
     temperature: Any = None
     split_pattern: Any = None
-    llm_extra_body: dict[str, Any] | None = None
-    ownership: dict[str, Any] = field(default_factory=dict)
+    llm_extra_body: JsonObject | None = None
+    ownership: JsonObject = field(default_factory=dict)
     metadata: Any = field(default_factory=dict)
 
     @property
@@ -277,7 +277,7 @@ def _params_error(invalid: list[str], message: str = DEFAULT_PARAMS_MESSAGE) -> 
 class _Schedule:
     """What the rules of one schedule request have established so far (later rules read earlier results)."""
 
-    p: dict[str, Any]
+    p: JsonObject
     now_ms: int
     message_type: str = ""
     immediate: bool = False
@@ -286,7 +286,7 @@ class _Schedule:
     tz_id: str | None = None
     has_prompt: bool = False
     has_chat_ref: bool = False
-    inline: dict[str, Any] = field(default_factory=dict)
+    inline: JsonObject = field(default_factory=dict)
     avatar_url: str | None = None
 
 
@@ -299,7 +299,7 @@ def _rule_contact_name(s: _Schedule) -> None:
 def _rule_message_type(s: _Schedule) -> None:
     message_type = s.p.get("messageType")
     if not isinstance(message_type, str) or message_type not in MESSAGE_TYPES:
-        details: dict[str, Any] = {}
+        details: JsonObject = {}
         if "messageType" in s.p:  # JSON.stringify drops an undefined providedType
             details["providedType"] = message_type
         details["allowedTypes"] = list(MESSAGE_TYPES)

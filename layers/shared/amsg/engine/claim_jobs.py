@@ -15,7 +15,7 @@ from __future__ import annotations
 import itertools
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, TypeGuard
+from typing import TypeGuard
 
 from amsg import jsonio
 from amsg.context import AppContext
@@ -23,6 +23,7 @@ from amsg.engine.claiming import Enqueuer, Lane, claim_step
 from amsg.engine.env import sandbox_pool
 from amsg.engine.summary import TickSummary
 from amsg.hooks import load_hooks
+from amsg.jsonio import JsonObject
 from amsg.observability import logger
 from amsg.ports import DuePageToken
 from amsg.tenancy.ids import valid_tenant_id
@@ -41,8 +42,8 @@ class ClaimJob:
     tenant_id: str | None = None
     start: DuePageToken | None = None
 
-    def to_body(self) -> dict[str, Any]:
-        body: dict[str, Any] = {"kind": "claim", "shard": self.shard}
+    def to_body(self) -> JsonObject:
+        body: JsonObject = {"kind": "claim", "shard": self.shard}
         if self.tenant_id is not None:
             body["tenantId"] = self.tenant_id
         if self.start is not None:

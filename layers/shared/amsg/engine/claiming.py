@@ -9,7 +9,7 @@ import heapq
 import itertools
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import Any
+from typing import Any, TypedDict
 
 from amsg.context import AppContext
 from amsg.crypto import StoredPayloadUnreadable
@@ -44,6 +44,14 @@ class Lane:
         self.released = released
 
 
+class ClaimTerms(TypedDict):
+    """What every claim of one step asserts (the keyword arguments of the claim store's claim calls)."""
+
+    now_ms: int
+    lease_until_ms: int
+    owner: str
+
+
 def claim_step(
     ctx: AppContext,
     parts: list[tuple[Lane, list[DueCandidate]]],
@@ -54,7 +62,7 @@ def claim_step(
     """Claim one step's candidates (one lane's chunk, or a round's chunks of every tenant: their batched claims
     share transactions) and enqueue (or settle) what each lane claimed."""
     now = ctx.now_ms()
-    terms: dict[str, Any] = {"now_ms": now, "lease_until_ms": now + ctx.settings.tick_claim_lease_ms, "owner": owner}
+    terms: ClaimTerms = {"now_ms": now, "lease_until_ms": now + ctx.settings.tick_claim_lease_ms, "owner": owner}
     outcomes = _claim_chunk(parts, pool, terms, summary)
     for (lane, _), claimed in zip(parts, outcomes, strict=True):
         _take_claimed(lane.ctx, claimed, now, summary, lane.enqueuer)
@@ -106,7 +114,7 @@ class Enqueuer:
 def _claim_chunk(
     parts: list[tuple[Lane, list[DueCandidate]]],
     pool: ThreadPoolExecutor,
-    terms: dict[str, Any],
+    terms: ClaimTerms,
     summary: TickSummary,
 ) -> list[list[tuple[DueCandidate, Any]]]:
     """Claim the candidates of one step (batched transactions across the parts, grouped or faulty ones alone);
@@ -139,7 +147,7 @@ def _claim_chunk(
 def _sort_candidates(
     parts: list[tuple[Lane, list[DueCandidate]]],
     pool: ThreadPoolExecutor,
-    terms: dict[str, Any],
+    terms: ClaimTerms,
     summary: TickSummary,
 ) -> tuple[list[tuple[int, DueCandidate]], list[tuple[int, DueCandidate, Future[TaskRow | None]]]]:
     """(part, candidate) to claim in batches, in order; a grouped claim takes its group's lock in its own
@@ -160,7 +168,7 @@ def _sort_candidates(
 
 
 def _claim_pack(
-    parts: list[tuple[Lane, list[DueCandidate]]], pack: list[tuple[int, DueCandidate]], terms: dict[str, Any]
+    parts: list[tuple[Lane, list[DueCandidate]]], pack: list[tuple[int, DueCandidate]], terms: ClaimTerms
 ) -> list[Any]:
     """One transaction of up to the store's ``claim_batch`` claims, of one lane or of several (each in its own key
     space)."""
@@ -203,7 +211,7 @@ def _wanted(candidate: DueCandidate) -> ClaimWanted:
     return ClaimWanted(candidate.user_id, candidate.uuid, candidate.next_send_at_ms)
 
 
-def _claim_alone(ctx: AppContext, candidate: DueCandidate, group: str | None, terms: dict[str, Any]) -> TaskRow | None:
+def _claim_alone(ctx: AppContext, candidate: DueCandidate, group: str | None, terms: ClaimTerms) -> TaskRow | None:
     return ctx.claims.claim(
         candidate.user_id, candidate.uuid, expected_next_send_at_ms=candidate.next_send_at_ms, group=group, **terms
     )

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import contextlib
 from dataclasses import dataclass, field
-from typing import Any
 
 from amsg.context import AppContext
 from amsg.crypto import DecryptError, StoredPayloadUnreadable, UserCodec
@@ -49,6 +48,7 @@ from amsg.engine.summary import DeliverySummary
 from amsg.errors import CloudGuardError
 from amsg.failures import ClaimTaken, DeliveryFailure, PushSendError
 from amsg.hooks import Hooks, load_hooks
+from amsg.jsonio import JsonObject
 from amsg.observability import logger, record_delivery_latency, tenant_dimension
 from amsg.ports import APPEND_FALLBACK, CapReached, PushSubscription, TaskRow
 from amsg.ports.tenants import TenantInactive
@@ -58,7 +58,7 @@ from amsg.tenancy.scope import tenant_of
 
 @dataclass
 class _Entry:
-    push: dict[str, Any]
+    push: JsonObject
     done: bool  # delivered, acked or already claimed for sending
     unknown: bool = False  # claimed for sending, never marked delivered: its push may have left (or died unanswered)
 
@@ -291,7 +291,7 @@ class _Fresh:
 
 def _generate_counted(
     ctx: AppContext, row: TaskRow, payload: StoredPayload, occurrence: Occurrence, env: DeliveryEnv, hooks: Hooks
-) -> list[dict[str, Any]]:
+) -> list[JsonObject]:
     """The occurrence's pushes; a failure carries the host's ``max_generation_retries`` limit when it has one."""
     try:
         return _generate(ctx, row, payload, occurrence, env)
@@ -308,7 +308,7 @@ def _append_fresh(
     payload: StoredPayload,
     codec: UserCodec,
     occurrence: Occurrence,
-    pushes: list[dict[str, Any]],
+    pushes: list[JsonObject],
     env: DeliveryEnv,
 ) -> _Fresh:
     fresh = _Fresh()
@@ -394,7 +394,7 @@ def _append_new_batch(
     ctx: AppContext,
     row: TaskRow,
     occurrence: Occurrence,
-    pushes: list[dict[str, Any]],
+    pushes: list[JsonObject],
     codec: UserCodec,
     env: DeliveryEnv,
     claim: str | None,
@@ -430,7 +430,7 @@ def _append_new_batch(
 
 def _generate(
     ctx: AppContext, row: TaskRow, payload: StoredPayload, occurrence: Occurrence, env: DeliveryEnv
-) -> list[dict[str, Any]]:
+) -> list[JsonObject]:
     message_type = payload.get("messageType") or row.message_type
     reasoning: str | None = None
     if message_type == "fixed":

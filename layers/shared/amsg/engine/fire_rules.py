@@ -21,6 +21,7 @@ from amsg.domain.jsvalues import is_plain_object
 from amsg.domain.ownership import GUARD_FIELD
 from amsg.domain.timezones import canonical_tz, is_valid_tz
 from amsg.failures import DeliveryFailure
+from amsg.jsonio import JsonObject
 from amsg.task_payload import StoredPayload
 from amsg.timeutil import iso_from_ms, parse_iso_ms
 
@@ -58,7 +59,7 @@ def first_positive_number(*values: Any) -> int:
     return 240_000
 
 
-def first_message(response: Mapping[str, Any]) -> dict[str, Any]:
+def first_message(response: Mapping[str, Any]) -> JsonObject:
     choices = response.get("choices")
     first = choices[0] if isinstance(choices, list) and choices else None
     message = first.get("message") if isinstance(first, dict) else None
@@ -125,11 +126,11 @@ def _check_push_payloads(kind: str, payloads: Any, bad: Callable[[str], Delivery
             raise bad(f"push_payloads[{index}].messageId must be a non-empty string")
 
 
-def requested_calls(decision: dict[str, Any]) -> list[dict[str, Any]]:
+def requested_calls(decision: JsonObject) -> list[JsonObject]:
     calls = decision.get("tool_calls")
     if isinstance(calls, list) and calls:
         return list(calls)
-    out: list[dict[str, Any]] = []
+    out: list[JsonObject] = []
     for push in decision.get("push_payloads") or []:
         embedded = push.get("toolCalls") if isinstance(push, dict) else None
         if isinstance(embedded, list):
@@ -137,14 +138,14 @@ def requested_calls(decision: dict[str, Any]) -> list[dict[str, Any]]:
     return out
 
 
-def failed_tools(calls: list[dict[str, Any]], message: str) -> list[dict[str, Any]]:
+def failed_tools(calls: list[JsonObject], message: str) -> list[JsonObject]:
     return [
         {"tool_call_id": str(call.get("id") or ""), "role": "tool", "content": f"Tool execution failed: {message}"}
         for call in calls
     ]
 
 
-def with_tool_calls(assistant: dict[str, Any], calls: list[dict[str, Any]]) -> dict[str, Any]:
+def with_tool_calls(assistant: JsonObject, calls: list[JsonObject]) -> JsonObject:
     found = assistant.get("tool_calls")
     native: list[Any] = found if isinstance(found, list) else []
     ids = {call.get("id") for call in native if isinstance(call, dict)}

@@ -4,7 +4,7 @@ write fenced by the task claim)."""
 
 from __future__ import annotations
 
-from typing import Any, cast
+from typing import cast
 
 from amsg import jsonio
 from amsg.context import AppContext
@@ -13,6 +13,7 @@ from amsg.engine.env import Cancelled, DeliveryEnv
 from amsg.engine.pushes import encode_push
 from amsg.errors import ClaimLost
 from amsg.failures import DeliveryFailure, PushSendError
+from amsg.jsonio import JsonObject
 from amsg.observability import emit_metric, logger
 from amsg.ports import ClaimFence, OutboxAppend, PushSubscription, PushSubscriptionRow, TaskRow
 from amsg.task_payload import StoredPayload
@@ -53,7 +54,7 @@ def time_to_push(env: DeliveryEnv, pushes_after: int = 0) -> float | None:
     return left_ms / 1000
 
 
-def append_batch(ctx: AppContext, row: TaskRow, pushes: list[dict[str, Any]], codec: UserCodec) -> None:
+def append_batch(ctx: AppContext, row: TaskRow, pushes: list[JsonObject], codec: UserCodec) -> None:
     """The general append of a run, fenced by its claim: a run that lost it re-arms no row (docs/delivery.md)."""
     try:
         ctx.outbox.append(row.user_id, outbox_rows(ctx, row, pushes, codec), fence=claim_fence(ctx, row))
@@ -65,7 +66,7 @@ def claim_fence(ctx: AppContext, row: TaskRow) -> ClaimFence:
     return ClaimFence(row.uuid, row.claim_version, ctx.now_ms())
 
 
-def outbox_rows(ctx: AppContext, row: TaskRow, pushes: list[dict[str, Any]], codec: UserCodec) -> list[OutboxAppend]:
+def outbox_rows(ctx: AppContext, row: TaskRow, pushes: list[JsonObject], codec: UserCodec) -> list[OutboxAppend]:
     now = ctx.now_ms()
     return [
         OutboxAppend(
@@ -119,7 +120,7 @@ def resolve_subscription(
 def send_one(
     ctx: AppContext,
     row: TaskRow,
-    push: dict[str, Any],
+    push: JsonObject,
     subscription: PushSubscription,
     env: DeliveryEnv,
     *,
