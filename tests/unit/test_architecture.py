@@ -168,6 +168,7 @@ def test_failure_types_are_a_leaf():
     alias); a leaf cannot close a loop."""
     assert amsg_imports(PACKAGE / "failures.py") == set()
     assert amsg_imports(PACKAGE / "jsonio.py") == set()
+    assert amsg_imports(PACKAGE / "task_payload.py") <= {"amsg.jsonio"}  # the stored shapes: below every floor
     leaves = {"amsg.failures", "amsg.jsonio"}
     for path in (PACKAGE / "ports").glob("*.py"):  # the ports use nothing but each other and those leaves
         assert all(name in leaves or name.startswith("amsg.ports") for name in amsg_imports(path)), path.name
