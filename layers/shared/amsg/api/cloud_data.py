@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import re
 import uuid as uuid_lib
+from collections.abc import Mapping
 from typing import Any
 
 from amsg import jsonio
@@ -70,7 +71,7 @@ def _body(request: ApiRequest, codec: UserCodec) -> JsonObject:
 
 def _dispatch(
     request: ApiRequest, ctx: AppContext, user_id: str, codec: UserCodec, body: JsonObject | None
-) -> JsonObject:
+) -> Mapping[str, Any]:
     path, method = request.path, request.method
     if method == "GET" and path.endswith("/summary"):
         return _summary(request, ctx, user_id, codec)
@@ -239,6 +240,7 @@ def _owner(request: ApiRequest, ctx: AppContext, user_id: str, codec: UserCodec,
     if any(
         op["mode"] == "retire-owner"
         and op["status"] in ("pending", "running")
+        and op["owner"] is not None
         and (op["owner"]["type"], op["owner"]["id"]) == (owner["type"], owner["id"])
         for op in operations_of(ctx, user_id, codec)
     ):
