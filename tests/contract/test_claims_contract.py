@@ -73,6 +73,8 @@ def test_a_due_page_token_survives_a_claim_job_and_only_its_store_reads_it(store
     foreign = DuePageToken({"k": "v"}) if isinstance(token.wire, str) else DuePageToken("a due key")
     with pytest.raises(ValueError):
         stores.claims.due_candidates(0, NOW, 10, foreign)
+    for empty in (DuePageToken(""), DuePageToken({})):  # a job may carry an empty token: the start of the index
+        assert [c.uuid for c in stores.claims.due_candidates(0, NOW, 10, empty)[0]] == [early, late]
 
 
 def test_claim_many_takes_up_to_the_stores_batch_size(stores):

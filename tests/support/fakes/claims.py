@@ -126,7 +126,7 @@ class MemoryClaimStore:
     ) -> tuple[list[DueCandidate], DuePageToken | None]:
         """The token is the due key of the page's last candidate (a text)."""
         after = None if start is None else start.wire
-        if after is not None and not isinstance(after, str):
+        if after and not isinstance(after, str):
             raise ValueError("not a due-index page token of the in-memory store")
         window_end = iso_from_ms(now_ms) + "#\uffff"
         with self._lock:
@@ -136,7 +136,7 @@ class MemoryClaimStore:
                 for row in user.values()
                 if row.status == "pending" and due_shard(row.uuid, self.due_shards) == shard
             ]
-        keyed = sorted((key, row) for key, row in rows if key <= window_end and (after is None or key > after))
+        keyed = sorted((key, row) for key, row in rows if key <= window_end and (not after or key > after))
         page = keyed[: max(0, limit)]
         candidates = [
             DueCandidate(row.user_id, row.uuid, row.next_send_at_ms, row.retry_count, row.retry_after_ms, key)

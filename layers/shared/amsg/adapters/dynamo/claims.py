@@ -62,7 +62,7 @@ class DynamoClaimStore(DynamoSettlements):
             & Key("due_sk").lte(keys.due_window_end(iso_from_ms(now_ms))),
             "Limit": limit,
         }
-        if start is not None:
+        if start is not None and start.wire:  # an empty token (as a claim job may carry) is the start
             kwargs["ExclusiveStartKey"] = _start_key(start)
         response = self.db.table.query(**kwargs)
         candidates = [
