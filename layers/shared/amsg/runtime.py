@@ -15,13 +15,21 @@ from amsg.clock import SystemClock
 from amsg.config import AwsAccess, ConfigError, Secrets, Settings
 from amsg.context import AppContext, DeliveryPorts, StoragePorts
 from amsg.observability import logger, start_tracing
-from amsg.ports import KeyWrapper, TenantAccessor, TenantDirectory, TenantStore
 
 if TYPE_CHECKING:  # annotations only (docs/cold-start.md)
     from amsg.adapters.dynamo.keys import KeySpace
     from amsg.adapters.dynamo.table import DynamoTable
     from amsg.adapters.ssm import SsmSecretReader
-    from amsg.ports import Clock, LlmClient, PushSender, TaskQueue
+    from amsg.ports import (
+        Clock,
+        KeyWrapper,
+        LlmClient,
+        PushSender,
+        TaskQueue,
+        TenantAccessor,
+        TenantDirectory,
+        TenantStore,
+    )
 
 _current: AppContext | None = None
 
