@@ -13,6 +13,7 @@ from amsg import jsonio, runtime
 from amsg.context import AppContext
 from amsg.engine.messages import TaskMessage, parse_task_message
 from amsg.engine.run_task import RECORD_WORKERS, run_message, run_together
+from amsg.engine.summary import RunResult
 from amsg.observability import emit_metric, logger, metric_batch, metrics, tenant_dimension
 from aws_lambda_powertools.utilities.batch import BatchProcessor, EventType, process_partial_response
 from aws_lambda_powertools.utilities.batch.types import PartialItemFailureResponse
@@ -57,7 +58,7 @@ processor = ConcurrentBatchProcessor(event_type=EventType.SQS)
 _metrics_lock = threading.Lock()  # records finish on several threads; the metric set is shared
 
 
-def record_handler(record: SQSRecord, lambda_context: LambdaContext) -> dict[str, Any]:
+def record_handler(record: SQSRecord, lambda_context: LambdaContext) -> RunResult:
     """One record; the batch processor passes this invocation's context (its remaining time bounds the run)."""
     ctx = runtime.app_context()
     message = parse_task_message(record.body)
@@ -81,7 +82,7 @@ def record_handler(record: SQSRecord, lambda_context: LambdaContext) -> dict[str
     return summary
 
 
-def _tenant_counts(ctx: AppContext, message: TaskMessage | None, summary: dict[str, Any]) -> None:
+def _tenant_counts(ctx: AppContext, message: TaskMessage | None, summary: RunResult) -> None:
     """The multi-tenant line: the record's counts again under its ``Tenant`` dimension (a named tenant's id, else
     ``other``; docs/operations.md). Emitted at once, as the batch's metric set has one dimension set."""
     tenant = tenant_dimension(getattr(message, "tenant_id", None), ctx.settings.metrics_tenants)

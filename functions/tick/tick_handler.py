@@ -3,6 +3,7 @@
 from typing import Any
 
 from amsg import runtime
+from amsg.engine.summary import TickResult
 from amsg.engine.tick import run_tick
 from amsg.hooks import report_error
 from amsg.observability import logger, metrics
@@ -13,7 +14,7 @@ runtime.prepare(storage=True, secrets=("master_key", "vapid_private_key"))  # in
 
 @metrics.log_metrics
 @logger.inject_lambda_context(log_event=False, correlation_id_path="executionId")  # the scheduler's execution
-def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
+def handler(event: dict[str, Any], context: LambdaContext) -> TickResult:
     ctx = runtime.app_context()
     try:
         summary = run_tick(

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 from amsg.failures import ClaimTaken
-from amsg.ports import APPEND_FALLBACK, ClaimWanted, NewTask, OutboxAppend, Settlement
+from amsg.ports import APPEND_FALLBACK, ClaimWanted, NewTask, OutboxAppend, Settlement, TaskRow
 
 USER = "u-claims"
 T1 = 1_893_456_000_000  # 2030-01-01T00:00:00.000Z
@@ -54,6 +54,36 @@ def test_due_candidates_are_the_due_tasks_earliest_first_in_pages(stores):
     rest, _ = stores.claims.due_candidates(0, NOW, 10, token)
     assert [c.uuid for c in rest] == [late]
     assert future in due_uuids(stores, now=NOW + 1)
+
+
+def test_a_due_page_token_survives_a_claim_job_and_only_its_store_reads_it(stores):
+    """A claim job carries the token's JSON form to the claimer in a queue message: parsed back, it continues the
+    same page. A token of another kind (another store's) is refused, not read as the start."""
+    from amsg.engine.claim_jobs import ClaimJob, parse_claim_job
+    from amsg.jsonio import dumps
+    from amsg.ports import DuePageToken
+
+    early, late = create(stores, 1, due=DUE - 5_000), create(stores, 2)
+    first, token = stores.claims.due_candidates(0, NOW, 1)
+    assert [c.uuid for c in first] == [early] and token is not None
+    job = parse_claim_job(dumps(ClaimJob(0, None, token).to_body()))
+    assert job is not None and job.start == token
+    rest, _ = stores.claims.due_candidates(0, NOW, 10, job.start)
+    assert [c.uuid for c in rest] == [late]
+    foreign = DuePageToken({"k": "v"}) if isinstance(token.wire, str) else DuePageToken("a due key")
+    with pytest.raises(ValueError):
+        stores.claims.due_candidates(0, NOW, 10, foreign)
+    for empty in (DuePageToken(""), DuePageToken({})):  # a job may carry an empty token: the start of the index
+        assert [c.uuid for c in stores.claims.due_candidates(0, NOW, 10, empty)[0]] == [early, late]
+
+
+def test_claim_many_takes_up_to_the_stores_batch_size(stores):
+    """The transaction size is the store's own (``claim_batch``): the engine never sends more in one call."""
+    wanted = [ClaimWanted(USER, create(stores, n), DUE) for n in range(stores.claims.claim_batch + 1)]
+    with pytest.raises(ValueError):
+        stores.claims.claim_many(wanted, now_ms=NOW, lease_until_ms=LEASE, owner="tick")
+    claimed = stores.claims.claim_many(wanted[:-1], now_ms=NOW, lease_until_ms=LEASE, owner="tick")
+    assert [row.uuid if isinstance(row, TaskRow) else row for row in claimed] == [w.uuid for w in wanted[:-1]]
 
 
 def test_a_claim_is_taken_once_and_bumps_the_claim_version(stores):

@@ -249,13 +249,13 @@ def test_a_claim_batch_claims_what_it_may_and_reads_back_each_fence(ddb_local_en
     """claim_many on DynamoDB Local: a transaction fails as a whole, so the tasks whose condition fails (leased
     by another tick, another occurrence, deleted) are dropped and the rest claimed, each read back with its own
     claim version; concurrent batches over the same tasks claim each task once."""
-    from amsg.ports import CLAIM_ALONE, CLAIM_BATCH, ClaimWanted
+    from amsg.ports import CLAIM_ALONE, ClaimWanted
 
     ctx = ddb_context(ddb_local_endpoint, ddb_local_table)
     tasks = seed(ctx, users=5, per_user=5, message="一。")
     now, lease = T0_MS + 61_000, T0_MS + 361_000
     wanted = [ClaimWanted(user, task_uuid, DUE_MS) for user, task_uuid in tasks]
-    assert len(wanted) == CLAIM_BATCH
+    assert len(wanted) == ctx.claims.claim_batch
     other = ctx.claims.claim(*tasks[0], expected_next_send_at_ms=DUE_MS, now_ms=now, lease_until_ms=lease, owner="b")
     assert other is not None and other.claim_version == 1
     ctx.tasks.delete_task(*tasks[1])

@@ -431,11 +431,11 @@ def test_the_tick_claims_a_batch_in_one_transaction_and_one_read(engine, monkeyp
     """Ungrouped claims travel together: one TransactWriteItems and one BatchGetItem for up to 25 tasks,
     each claim's fence (claim_version) read back exactly, and a task claimed already is left out."""
     from amsg.engine.messages import parse_task_message
-    from amsg.ports import CLAIM_BATCH
 
     from tests.support.aws_calls import record_aws_calls
 
-    created = [schedule(engine, userMessage=f"m{i}") for i in range(CLAIM_BATCH + 3)]
+    size = engine.ctx.claims.claim_batch
+    created = [schedule(engine, userMessage=f"m{i}") for i in range(size + 3)]
     due(engine)
     claims = engine.ctx.claims
     real_claim_many, taken, lock = claims.claim_many, [], threading.Lock()
@@ -460,7 +460,7 @@ def test_the_tick_claims_a_batch_in_one_transaction_and_one_read(engine, monkeyp
     monkeypatch.setattr(claims, "claim_many", overlapping_tick_first)
     with record_aws_calls() as recorder:
         summary = engine.harness.tick()
-    assert summary["claimedTasks"] == CLAIM_BATCH + 2 and summary["details"]["claimSkippedTasks"] == 1
+    assert summary["claimedTasks"] == size + 2 and summary["details"]["claimSkippedTasks"] == 1
     calls = Counter(c.operation for c in recorder.calls if c.service == "dynamodb")
     assert calls["UpdateItem"] == 1  # the other tick's claim
     assert calls["BatchGetItem"] == 2
@@ -474,7 +474,7 @@ def test_the_tick_claims_a_batch_in_one_transaction_and_one_read(engine, monkeyp
     assert sorted(m.uuid for m in parsed) == sorted(c["uuid"] for c in created if c["uuid"] not in taken)
     assert {m.claim_version for m in parsed} == {1}
     engine.harness.run(messages)
-    assert len(engine.push.payloads()) == CLAIM_BATCH + 2
+    assert len(engine.push.payloads()) == size + 2
 
 
 def test_a_record_started_without_enough_time_hands_its_claim_back(engine):

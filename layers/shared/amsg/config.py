@@ -24,7 +24,7 @@ class Settings:
     vapid_email: str = ""
     due_shards: int = 1
     tick_claim_limit: int = 5000
-    tick_claim_workers: int = 4  # claim transactions (CLAIM_BATCH claims each) the tick has in flight at once
+    tick_claim_workers: int = 4  # claim transactions (of the claim store's batch size) in flight at once
     tick_claim_lease_ms: int = 300_000
     claim_page_size: int = 500  # due tasks one claim job claims (one page of the due index)
     claim_backlog_limit: int = 20_000  # claim jobs pause while the task queue holds more (0: never)

@@ -13,9 +13,10 @@ import functools
 import hashlib
 import hmac
 import secrets
-from typing import Any
+from typing import Any, cast
 
 from amsg.jsonio import dumps, loads
+from amsg.task_payload import StoredPayload
 
 compact_json = dumps  # the one JSON writer, re-exported for the codecs' callers
 
@@ -161,7 +162,7 @@ class UserCodec:
             raise DecryptError("invalid hex") from exc
         return self._open(iv, tag, ct)
 
-    def decrypt_payload(self, encrypted: str) -> dict[str, Any]:
+    def decrypt_payload(self, encrypted: str) -> StoredPayload:
         """A stored task payload (storage ciphertext of its JSON) as a plain object."""
         try:
             value = loads(self.decrypt(encrypted))
@@ -169,7 +170,7 @@ class UserCodec:
             raise StoredPayloadUnreadable("stored task payload cannot be decrypted") from exc
         if not isinstance(value, dict):
             raise StoredPayloadUnreadable("stored task payload is not an object")
-        return value
+        return cast(StoredPayload, value)  # what schedule-message (or a follow-up) wrote
 
     def group_value(self, group_key: str) -> str:
         """:func:`serialize_group_value` under this user's key (serialize groups, per-user HMAC ids)."""
@@ -207,7 +208,7 @@ def decrypt_from_storage(stored: str, user_key_hex: str) -> str:
     return UserCodec(user_key_hex).decrypt(stored)
 
 
-def decrypt_payload(encrypted: str, user_key_hex: str) -> dict[str, Any]:
+def decrypt_payload(encrypted: str, user_key_hex: str) -> StoredPayload:
     """A stored task payload (storage ciphertext of its JSON) as a plain object."""
     return UserCodec(user_key_hex).decrypt_payload(encrypted)
 

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from amsg.jsonio import JsonObject
+
 # code -> (HTTP status, default message). Messages are the reference's (Chinese) texts.
 CATALOGUE: dict[str, tuple[int, str]] = {
     # request plumbing
@@ -144,8 +146,8 @@ class ApiError(Exception):
         self.details = details
         self.headers: dict[str, str] = {}  # extra response headers (Retry-After of a 429)
 
-    def body(self) -> dict[str, Any]:
-        error: dict[str, Any] = {"code": self.code, "message": self.message}
+    def body(self) -> JsonObject:
+        error: JsonObject = {"code": self.code, "message": self.message}
         if self.details is not None:
             error["details"] = self.details
         return {"success": False, "error": error}
@@ -160,7 +162,7 @@ def api_error(code: str, message: str | None = None, details: Any = None, status
 def invalid_parameters(
     *, missing: list[str] | None = None, invalid: list[str] | None = None, message: str | None = None
 ) -> ApiError:
-    details: dict[str, Any] = {}
+    details: JsonObject = {}
     if missing:
         details["missingFields"] = missing
     if invalid:

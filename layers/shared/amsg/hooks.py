@@ -55,9 +55,11 @@ from functools import cache
 from types import MappingProxyType
 from typing import Any, Literal, NotRequired, Protocol, TypedDict
 
+from amsg.jsonio import JsonObject
+
 # ---- return shapes ------------------------------------------------------------------------------------------
 
-Message = dict[str, Any]
+Message = JsonObject
 """An OpenAI chat message, wire JSON (``{"role": "user", "content": "..."}``, ``tool_calls``, ...)."""
 
 
@@ -77,7 +79,7 @@ class FirePlan(TypedDict):
     messages: list[Message]
     max_tool_iterations: NotRequired[int]  # default AMSG_MAX_TOOL_ITERATIONS (5)
     total_timeout_ms: NotRequired[int]  # default AMSG_TOTAL_TIMEOUT_MS (240 000), measured after on_before_fire
-    tools: NotRequired[list[dict[str, Any]]]
+    tools: NotRequired[list[JsonObject]]
     tool_choice: NotRequired[Any]
 
 
@@ -89,9 +91,9 @@ class Decision(TypedDict, total=False):
     ``tool-request`` (with ``tool_calls``, or ``push_payloads`` carrying ``toolCalls``) or ``skip-push``."""
 
     decision: Literal["finish", "continue", "tool-request", "skip-push"]
-    push_payloads: list[dict[str, Any]]
+    push_payloads: list[JsonObject]
     next_history: list[Message]
-    tool_calls: list[dict[str, Any]]
+    tool_calls: list[JsonObject]
 
 
 class ScheduleResult(TypedDict, total=False):
@@ -100,7 +102,7 @@ class ScheduleResult(TypedDict, total=False):
     uuid: str
     nextSendAt: str
     reason: str  # 'duplicate', or 'pending_limit' (the tenant's pending-task limit; docs/tenancy.md)
-    task: dict[str, Any] | None
+    task: JsonObject | None
 
 
 class EmitResult(TypedDict):
@@ -117,13 +119,11 @@ class FireServices(Protocol):
     def is_cancelled(self) -> bool: ...
     def throw_if_cancelled(self) -> None: ...
     def read_state(self, namespace: str, key: str | None = None) -> Any: ...
-    def write_state(
-        self, namespace: str, entries: Any, value: Any = ..., *, guarded: bool = True
-    ) -> dict[str, Any]: ...
+    def write_state(self, namespace: str, entries: Any, value: Any = ..., *, guarded: bool = True) -> JsonObject: ...
     def emit_result(self, payload: Mapping[str, Any]) -> EmitResult: ...
     def schedule_task(self, options: Mapping[str, Any]) -> ScheduleResult: ...
     def cancel_task(self, uuid: str) -> dict[str, bool]: ...
-    def renew_task(self, uuid: str, next_send_at: str) -> dict[str, Any]: ...
+    def renew_task(self, uuid: str, next_send_at: str) -> JsonObject: ...
     def resolve_llm_credential(self, cred_id: str) -> dict[str, str] | None: ...
 
 
@@ -184,7 +184,7 @@ class HookContext:
     def cancel_task(self, uuid: str) -> dict[str, bool]:
         return self._services.cancel_task(uuid)
 
-    def renew_task(self, uuid: str, next_send_at: str) -> dict[str, Any]:
+    def renew_task(self, uuid: str, next_send_at: str) -> JsonObject:
         return self._services.renew_task(uuid, next_send_at)
 
     def resolve_llm_credential(self, cred_id: str) -> dict[str, str] | None:
@@ -236,7 +236,7 @@ def load_hooks(module_name: str | None) -> Hooks:
     if not module_name:
         return NO_HOOKS
     module = importlib.import_module(module_name)
-    found: dict[str, Any] = {}
+    found: JsonObject = {}
     for name in HOOK_NAMES:
         value = getattr(module, name, None)
         found[name] = value if callable(value) else None
@@ -280,7 +280,7 @@ def report_error(module_name: str | None, stage: str, error: BaseException) -> N
         return
     from amsg.domain.redaction import sanitize_error_summary
 
-    cause: dict[str, Any] = {
+    cause: JsonObject = {
         "stage": stage,
         "name": type(error).__name__,
         "message": sanitize_error_summary(str(error)),

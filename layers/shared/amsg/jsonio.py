@@ -21,6 +21,11 @@ import math
 import re
 from typing import Any
 
+type JsonObject = dict[str, Any]
+"""A JSON object as it crosses a boundary: a request or response body, a client's value, a hook's payload, an LLM
+request or reply, a queue message, a push. Values read from one are checked (``isinstance``) before use; what our
+own code stores and reads back has its own type instead (:mod:`amsg.task_payload`, the engine's summaries)."""
+
 # Far deeper than any real payload (task metadata, client-state values are strings); far below the ~1,000 frames
 # at which Python's parser, encoder and our recursive helpers would fail.
 MAX_DEPTH = 64

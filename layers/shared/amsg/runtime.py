@@ -8,7 +8,7 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, TypedDict
 
 from amsg import snapstart
 from amsg.clock import SystemClock
@@ -20,7 +20,16 @@ if TYPE_CHECKING:  # annotations only (docs/cold-start.md)
     from amsg.adapters.dynamo.keys import KeySpace
     from amsg.adapters.dynamo.table import DynamoTable
     from amsg.adapters.ssm import SsmSecretReader
-    from amsg.ports import Clock, LlmClient, PushSender, TaskQueue
+    from amsg.ports import (
+        Clock,
+        KeyWrapper,
+        LlmClient,
+        PushSender,
+        TaskQueue,
+        TenantAccessor,
+        TenantDirectory,
+        TenantStore,
+    )
 
 _current: AppContext | None = None
 
@@ -254,7 +263,16 @@ def ports_in_space(
     )
 
 
-def tenant_ports(settings: Settings, table: DynamoTable, access: AwsAccess) -> dict[str, Any]:
+class TenantPorts(TypedDict, total=False):
+    """The deployment's tenant collaborators (the multi-tenant line only), as the storage ports take them."""
+
+    tenant_registry: TenantStore
+    tenant_keys: TenantAccessor
+    tenants: TenantDirectory
+    key_wrapper: KeyWrapper
+
+
+def tenant_ports(settings: Settings, table: DynamoTable, access: AwsAccess) -> TenantPorts:
     """The registry, tenants' master keys (KMS, cached per sandbox) and the active tenants; none in single mode."""
     if not settings.multi_tenant:
         return {}

@@ -11,13 +11,11 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from typing import Any
 
 from amsg.errors import ClaimLost
 from amsg.failures import ClaimTaken
 from amsg.ports import (
     APPEND_FALLBACK,
-    CLAIM_BATCH,
     KEEP,
     AppendFallback,
     CapCharge,
@@ -27,6 +25,7 @@ from amsg.ports import (
     ClaimStore,
     ClaimWanted,
     DueCandidate,
+    DuePageToken,
     OutboxAppend,
     OutboxRow,
     OwnerClaim,
@@ -76,6 +75,8 @@ class MemoryClaimStore:
     """The delivery side of :class:`MemoryTaskStore`: due index, claims fenced by ``claim_version``, adoption, the
     run's read, the fenced batch append, leases, settlements."""
 
+    claim_batch = 25  # the DynamoDB store's transaction size, so the engine batches as it does in production
+
     def __init__(
         self,
         tasks: MemoryTaskStore,
@@ -120,7 +121,13 @@ class MemoryClaimStore:
 
     # ---- the tick ----------------------------------------------------------------------------------------
 
-    def due_candidates(self, shard: int, now_ms: int, limit: int, start: Any = None) -> tuple[list[DueCandidate], Any]:
+    def due_candidates(
+        self, shard: int, now_ms: int, limit: int, start: DuePageToken | None = None
+    ) -> tuple[list[DueCandidate], DuePageToken | None]:
+        """The token is the due key of the page's last candidate (a text)."""
+        after = None if start is None else start.wire
+        if after and not isinstance(after, str):
+            raise ValueError("not a due-index page token of the in-memory store")
         window_end = iso_from_ms(now_ms) + "#\uffff"
         with self._lock:
             rows = [
@@ -129,13 +136,13 @@ class MemoryClaimStore:
                 for row in user.values()
                 if row.status == "pending" and due_shard(row.uuid, self.due_shards) == shard
             ]
-        keyed = sorted((key, row) for key, row in rows if key <= window_end and (not start or key > start))
+        keyed = sorted((key, row) for key, row in rows if key <= window_end and (not after or key > after))
         page = keyed[: max(0, limit)]
         candidates = [
             DueCandidate(row.user_id, row.uuid, row.next_send_at_ms, row.retry_count, row.retry_after_ms, key)
             for key, row in page
         ]
-        return candidates, (page[-1][0] if page and len(page) == limit else None)
+        return candidates, (DuePageToken(page[-1][0]) if page and len(page) == limit else None)
 
     def _claimable(self, row: TaskRow | None, expected_ms: int, now_ms: int) -> bool:
         return (
@@ -190,8 +197,8 @@ class MemoryClaimStore:
     def claim_many(
         self, wanted: Sequence[ClaimWanted], *, now_ms: int, lease_until_ms: int, owner: str
     ) -> list[TaskRow | ClaimAlone | None]:
-        if len(wanted) > CLAIM_BATCH:
-            raise ValueError(f"at most {CLAIM_BATCH} claims per batch")
+        if len(wanted) > self.claim_batch:
+            raise ValueError(f"at most {self.claim_batch} claims per batch")
         with self._lock:
             claimed = [
                 self._claim_locked(w.user_id, w.uuid, w.expected_next_send_at_ms, now_ms, lease_until_ms, owner)
@@ -210,8 +217,8 @@ class MemoryClaimStore:
         """The fakes hold one key space: every part is this store (the tenant line runs on moto)."""
         if any(store is not self for store, _ in parts):
             raise NotFaked("claims across key spaces (the multi-tenant tick) are not faked")
-        if sum(len(wanted) for _, wanted in parts) > CLAIM_BATCH:
-            raise ValueError(f"at most {CLAIM_BATCH} claims per batch")
+        if sum(len(wanted) for _, wanted in parts) > self.claim_batch:
+            raise ValueError(f"at most {self.claim_batch} claims per batch")
         with self._lock:
             return [
                 self.claim_many(wanted, now_ms=now_ms, lease_until_ms=lease_until_ms, owner=owner)

@@ -9,6 +9,7 @@ import boto3
 from botocore.config import Config
 
 from amsg import jsonio
+from amsg.jsonio import JsonObject
 
 
 class SqsTaskQueue:
@@ -25,7 +26,7 @@ class SqsTaskQueue:
             )
         return self._client
 
-    def send_many(self, messages: list[dict[str, Any]]) -> list[int]:
+    def send_many(self, messages: list[JsonObject]) -> list[int]:
         failed: list[int] = []
         for offset in range(0, len(messages), 10):
             chunk = messages[offset : offset + 10]

@@ -25,7 +25,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 
 from amsg.failures import PushSendError
 from amsg.observability import emit_metric, status_class
-from amsg.ports import MAX_PUSH_PAYLOAD_BYTES, SCHEDULED_PUSH_TTL_S
+from amsg.ports import MAX_PUSH_PAYLOAD_BYTES, SCHEDULED_PUSH_TTL_S, PushSubscription
 from amsg.vapid import (
     VapidConfigError,
     b64url_decode,
@@ -90,7 +90,7 @@ class WebPushSender:
 
     def send(
         self,
-        subscription: Mapping[str, Any],
+        subscription: PushSubscription,
         payload: bytes | str,
         *,
         ttl: int = SCHEDULED_PUSH_TTL_S,
@@ -219,7 +219,7 @@ def encrypt_aes128gcm(plaintext: bytes, ua_public: bytes, auth_secret: bytes) ->
     return record
 
 
-def _parse_subscription(subscription: Mapping[str, Any]) -> tuple[str, bytes, bytes]:
+def _parse_subscription(subscription: PushSubscription) -> tuple[str, bytes, bytes]:
     if not isinstance(subscription, Mapping):
         raise _invalid_subscription("not an object")
     endpoint = subscription.get("endpoint")

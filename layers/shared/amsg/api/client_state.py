@@ -13,7 +13,6 @@ with one-character namespace and key (see docs/compatibility.md).
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Any
 
 from amsg.context import AppContext
 from amsg.domain.client_state import (
@@ -34,6 +33,7 @@ from amsg.http.gates import (
 )
 from amsg.http.request import ApiRequest
 from amsg.http.responses import ApiResponse, encrypted, internal_error, ok
+from amsg.jsonio import JsonObject
 from amsg.observability import logger
 
 from .common import authenticate, open_encrypted_body
@@ -50,7 +50,7 @@ def put_client_state(request: ApiRequest, ctx: AppContext) -> ApiResponse:
         raise api_error("TOO_MANY_STATE_ENTRIES", f"单次最多 {MAX_STATE_ENTRIES} 条", {"count": len(entries)})
 
     accepted: list[StateEntry] = []
-    rejected: list[dict[str, Any]] = []
+    rejected: list[JsonObject] = []
     for index, raw in enumerate(entries):
         checked = validate_entry(raw, index, DEFAULT_MAX_STATE_VALUE_BYTES)
         if isinstance(checked, StateEntry):
@@ -65,7 +65,7 @@ def put_client_state(request: ApiRequest, ctx: AppContext) -> ApiResponse:
     except PartialWriteError as exc:
         return _partial_failure(exc)
 
-    data: dict[str, Any] = {"upserted": result.upserted, "skipped": result.skipped}
+    data: JsonObject = {"upserted": result.upserted, "skipped": result.skipped}
     if result.deleted > 0:
         data["deleted"] = result.deleted
     if result.skipped_entries:

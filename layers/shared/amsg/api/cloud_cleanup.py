@@ -13,7 +13,8 @@ with ``counts[].remaining`` while more is left, ``completed`` when done); the ti
 from __future__ import annotations
 
 import uuid as uuid_lib
-from typing import Any
+from collections.abc import Mapping
+from typing import Any, TypedDict
 
 from amsg import jsonio
 from amsg.context import AppContext
@@ -22,8 +23,9 @@ from amsg.domain.inventory import RESOURCE_TYPES, resource_id
 from amsg.domain.limits import can_be_record_id
 from amsg.domain.ownership import owner_ref, valid_cloud_owner
 from amsg.engine import cleanup
-from amsg.engine.cleanup import deletion_order, inventory, owned_by
+from amsg.engine.cleanup import CleanupOperation, deletion_order, inventory, owned_by
 from amsg.errors import LeaseLost, api_error
+from amsg.jsonio import JsonObject
 
 PLAN_TTL_MS = 15 * 60_000
 PLAN_RECORD_TTL_S = 3600
@@ -37,33 +39,62 @@ IMPACTS = {
     ],
     "purge": ["只清理预览中的资源；之后的正常写入可以重新创建它们。"],
 }
+
+
+class PlanCount(TypedDict):
+    type: str
+    count: int
+
+
+class CleanupPlan(TypedDict):
+    """A plan as the API answers it."""
+
+    id: str
+    mode: str  # purge | retire-owner
+    ownerGeneration: int | None
+    owner: JsonObject | None
+    resources: list[JsonObject]  # the inventory's public resources
+    count: int
+    counts: list[PlanCount]
+    expiresAt: int
+    impacts: list[str]
+    complete: bool
+    gaps: list[JsonObject]
+
+
+class StoredPlan(CleanupPlan):
+    """A plan as stored until an operation starts from it: with each resource's previewed version."""
+
+    versions: dict[str, str]
+
+
 PUBLIC_OPERATION_FIELDS = (
     "id", "planId", "idempotencyKey", "mode", "owner", "ownerGeneration", "fencedGeneration", "status", "counts",
     "errors", "createdAt", "updatedAt",
 )  # fmt: skip
 
 
-def _save(ctx: AppContext, user_id: str, codec: UserCodec, kind: str, record: dict[str, Any], ttl_s: int) -> None:
+def _save(ctx: AppContext, user_id: str, codec: UserCodec, kind: str, record: StoredPlan, ttl_s: int) -> None:
     assert ctx.cloud_data is not None
     data = codec.encrypt(compact_json(record))
     ctx.cloud_data.put_record(user_id, kind, record["id"], data, now_ms=ctx.now_ms(), ttl_s=ttl_s)
 
 
-def _load(ctx: AppContext, user_id: str, codec: UserCodec, kind: str, record_id: str) -> dict[str, Any]:
+def _load(ctx: AppContext, user_id: str, codec: UserCodec, kind: str, record_id: str) -> Any:
+    """The stored record (a :class:`StoredPlan` or a :class:`CleanupOperation`, as ``kind`` says)."""
     assert ctx.cloud_data is not None
     if not can_be_record_id(record_id):  # over a sort key's size: names nothing, and DynamoDB would refuse it
         raise api_error("CLOUD_RECORD_NOT_FOUND")
     stored = ctx.cloud_data.get_record(user_id, kind, record_id, now_ms=ctx.now_ms())
     if stored is None:
         raise api_error("CLOUD_RECORD_NOT_FOUND")
-    record: dict[str, Any] = jsonio.loads(codec.decrypt(stored))
-    return record
+    return jsonio.loads(codec.decrypt(stored))
 
 
 # ---- plans ----------------------------------------------------------------------------------------------
 
 
-def create_plan(ctx: AppContext, user_id: str, codec: UserCodec, body: dict[str, Any]) -> dict[str, Any]:
+def create_plan(ctx: AppContext, user_id: str, codec: UserCodec, body: JsonObject) -> CleanupPlan:
     mode = body.get("mode")
     if mode not in ("purge", "retire-owner"):
         raise api_error("INVALID_CLEANUP_MODE")
@@ -101,7 +132,7 @@ def create_plan(ctx: AppContext, user_id: str, codec: UserCodec, body: dict[str,
     if mode == "purge" and len(selected) > MAX_PURGE_RESOURCES:
         raise api_error("INVALID_CLEANUP_SELECTION", details={"selected": len(selected), "max": MAX_PURGE_RESOURCES})
     now = ctx.now_ms()
-    plan = {
+    plan: CleanupPlan = {
         "id": str(uuid_lib.uuid4()),
         "mode": mode,
         "ownerGeneration": generation,
@@ -122,19 +153,21 @@ def create_plan(ctx: AppContext, user_id: str, codec: UserCodec, body: dict[str,
 # ---- operations -----------------------------------------------------------------------------------------
 
 
-def _public(operation: dict[str, Any]) -> dict[str, Any]:
-    return {name: operation[name] for name in PUBLIC_OPERATION_FIELDS}
+def _public(operation: CleanupOperation) -> JsonObject:
+    record: Mapping[str, Any] = operation
+    return {name: record[name] for name in PUBLIC_OPERATION_FIELDS}
 
 
-def operations_of(ctx: AppContext, user_id: str, codec: UserCodec) -> list[dict[str, Any]]:
+def operations_of(ctx: AppContext, user_id: str, codec: UserCodec) -> list[CleanupOperation]:
     assert ctx.cloud_data is not None
     records = ctx.cloud_data.list_records(user_id, "operation", now_ms=ctx.now_ms())
     return [jsonio.loads(codec.decrypt(d)) for d in records]
 
 
-def list_operations(ctx: AppContext, user_id: str, codec: UserCodec) -> dict[str, Any]:
+def list_operations(ctx: AppContext, user_id: str, codec: UserCodec) -> JsonObject:
     assert ctx.cloud_data is not None
-    operations, gaps = [], []
+    operations: list[CleanupOperation] = []
+    gaps: list[JsonObject] = []
     for data in ctx.cloud_data.list_records(user_id, "operation", now_ms=ctx.now_ms()):
         try:
             operations.append(jsonio.loads(codec.decrypt(data)))
@@ -144,13 +177,13 @@ def list_operations(ctx: AppContext, user_id: str, codec: UserCodec) -> dict[str
     return {"operations": [_public(op) for op in operations], "complete": not gaps, "gaps": gaps}
 
 
-def get_operation(ctx: AppContext, user_id: str, codec: UserCodec, operation_id: str) -> dict[str, Any]:
+def get_operation(ctx: AppContext, user_id: str, codec: UserCodec, operation_id: str) -> JsonObject:
     if not operation_id:
         raise api_error("CLOUD_RECORD_NOT_FOUND")
     return _public(_load(ctx, user_id, codec, "operation", operation_id))
 
 
-def start_operation(ctx: AppContext, user_id: str, codec: UserCodec, body: dict[str, Any]) -> dict[str, Any]:
+def start_operation(ctx: AppContext, user_id: str, codec: UserCodec, body: JsonObject) -> JsonObject:
     plan_id, key = body.get("planId"), body.get("idempotencyKey")
     if not isinstance(plan_id, str) or not isinstance(key, str) or not key.strip() or len(key) > 200:
         raise api_error("INVALID_CLEANUP_OPERATION")
@@ -158,12 +191,12 @@ def start_operation(ctx: AppContext, user_id: str, codec: UserCodec, body: dict[
     assert ctx.cloud_data is not None
     existing_id = ctx.cloud_data.get_record(user_id, "opkey", key_id, now_ms=ctx.now_ms())
     if existing_id is not None:
-        operation = _load(ctx, user_id, codec, "operation", codec.decrypt(existing_id))
-        if operation["planId"] != plan_id:
+        earlier: CleanupOperation = _load(ctx, user_id, codec, "operation", codec.decrypt(existing_id))
+        if earlier["planId"] != plan_id:
             raise api_error("IDEMPOTENCY_CONFLICT")
-        return _advance_once(ctx, user_id, codec, operation)
+        return _advance_once(ctx, user_id, codec, earlier)
 
-    plan = _load(ctx, user_id, codec, "plan", plan_id)
+    plan: StoredPlan = _load(ctx, user_id, codec, "plan", plan_id)
     now = ctx.now_ms()
     if plan["expiresAt"] < now:
         raise api_error("CLOUD_PLAN_EXPIRED")
@@ -185,7 +218,7 @@ def start_operation(ctx: AppContext, user_id: str, codec: UserCodec, body: dict[
         ([r["id"], r["type"], plan["versions"][r["id"]]] for r in plan["resources"]),
         key=lambda e: deletion_order(e[1], e[0]),
     )
-    operation = {
+    operation: CleanupOperation = {
         "id": str(uuid_lib.uuid4()),
         "planId": plan_id,
         "idempotencyKey": key,
@@ -219,7 +252,7 @@ def start_operation(ctx: AppContext, user_id: str, codec: UserCodec, body: dict[
     return _advance_once(ctx, user_id, codec, operation)
 
 
-def _advance_once(ctx: AppContext, user_id: str, codec: UserCodec, operation: dict[str, Any]) -> dict[str, Any]:
+def _advance_once(ctx: AppContext, user_id: str, codec: UserCodec, operation: CleanupOperation) -> JsonObject:
     """The request's own step (at most 25 resources); the tick does the rest. A retirement whose owner is not
     retired yet after it (lease held elsewhere, back-off, storage error) answers 503: the client must keep the
     owner's local data and look again."""

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import re
 import uuid as uuid_lib
+from collections.abc import Mapping
 from typing import Any
 
 from amsg import jsonio
@@ -23,6 +24,7 @@ from amsg.errors import ApiError, OwnerChanged, api_error
 from amsg.http.gates import decrypt_request_object, require_user_id
 from amsg.http.request import ApiRequest
 from amsg.http.responses import ApiResponse, encrypted
+from amsg.jsonio import JsonObject
 from amsg.observability import logger
 
 from .cloud_cleanup import create_plan, get_operation, list_operations, operations_of, start_operation
@@ -51,7 +53,7 @@ def cloud_data(request: ApiRequest, ctx: AppContext) -> ApiResponse:
     return encrypted(data, codec)
 
 
-def _body(request: ApiRequest, codec: UserCodec) -> dict[str, Any]:
+def _body(request: ApiRequest, codec: UserCodec) -> JsonObject:
     if request.header("x-payload-encrypted") != "true" or request.header("x-encryption-version") != "1":
         raise api_error("ENCRYPTION_REQUIRED", "请求必须使用版本 1 加密")
     try:
@@ -68,8 +70,8 @@ def _body(request: ApiRequest, codec: UserCodec) -> dict[str, Any]:
 
 
 def _dispatch(
-    request: ApiRequest, ctx: AppContext, user_id: str, codec: UserCodec, body: dict[str, Any] | None
-) -> dict[str, Any]:
+    request: ApiRequest, ctx: AppContext, user_id: str, codec: UserCodec, body: JsonObject | None
+) -> Mapping[str, Any]:
     path, method = request.path, request.method
     if method == "GET" and path.endswith("/summary"):
         return _summary(request, ctx, user_id, codec)
@@ -93,21 +95,21 @@ def _dispatch(
 # ---- inventory ------------------------------------------------------------------------------------------
 
 
-def _filter(request: ApiRequest) -> dict[str, Any]:
+def _filter(request: ApiRequest) -> JsonObject:
     owner_type, owner_id, type_ = request.param("ownerType"), request.param("ownerId"), request.param("type")
     if bool(owner_type) != bool(owner_id) or (type_ and type_ not in RESOURCE_TYPES):
         raise api_error("INVALID_CLOUD_FILTER")
     return {"ownerType": owner_type or None, "ownerId": owner_id or None, "type": type_ or None}
 
 
-def _inventory(ctx: AppContext, user_id: str, codec: UserCodec) -> tuple[list[dict[str, Any]], list[dict[str, str]]]:
+def _inventory(ctx: AppContext, user_id: str, codec: UserCodec) -> tuple[list[JsonObject], list[dict[str, str]]]:
     assert ctx.cloud_data is not None
     listing = ctx.cloud_data.list_resources(user_id)
     entries = build_inventory(user_id, codec, listing.resources, resolve_owner=owner_resolver(ctx), gaps=listing.gaps)
     return [entry.resource for entry in entries], listing.gaps
 
 
-def _summary(request: ApiRequest, ctx: AppContext, user_id: str, codec: UserCodec) -> dict[str, Any]:
+def _summary(request: ApiRequest, ctx: AppContext, user_id: str, codec: UserCodec) -> JsonObject:
     _filter(request)  # validated, not applied (as the reference)
     resources, gaps = _inventory(ctx, user_id, codec)
     return summary(resources, gaps)
@@ -125,7 +127,7 @@ def _limit(raw: str | None) -> int:
     return int(value)
 
 
-def _resources(request: ApiRequest, ctx: AppContext, user_id: str, codec: UserCodec) -> dict[str, Any]:
+def _resources(request: ApiRequest, ctx: AppContext, user_id: str, codec: UserCodec) -> JsonObject:
     assert ctx.cloud_data is not None
     limit = _limit(request.param("limit"))
     flt = _filter(request)
@@ -184,17 +186,17 @@ def _resources(request: ApiRequest, ctx: AppContext, user_id: str, codec: UserCo
     }
 
 
-def _load(stored: str, codec: UserCodec) -> dict[str, Any]:
-    record: dict[str, Any] = jsonio.loads(codec.decrypt(stored))
+def _load(stored: str, codec: UserCodec) -> JsonObject:
+    record: JsonObject = jsonio.loads(codec.decrypt(stored))
     return record
 
 
 # ---- owners ---------------------------------------------------------------------------------------------
 
 
-def _owners(ctx: AppContext, user_id: str) -> dict[str, Any]:
+def _owners(ctx: AppContext, user_id: str) -> JsonObject:
     assert ctx.owners is not None
-    owners: list[dict[str, Any]] = [
+    owners: list[JsonObject] = [
         {
             "owner": {"type": s.owner_type, "id": s.owner_id},
             "retired": not s.active,
@@ -208,7 +210,7 @@ def _owners(ctx: AppContext, user_id: str) -> dict[str, Any]:
     return {"owners": owners, "complete": True, "gaps": []}
 
 
-def _owner_state(ctx: AppContext, user_id: str, owner: dict[str, Any]) -> dict[str, Any]:
+def _owner_state(ctx: AppContext, user_id: str, owner: JsonObject) -> JsonObject:
     assert ctx.owners is not None
     state = ctx.owners.get(user_id, owner_ref(owner["type"], owner["id"]))
     return {
@@ -221,9 +223,7 @@ def _owner_state(ctx: AppContext, user_id: str, owner: dict[str, Any]) -> dict[s
     }
 
 
-def _owner(
-    request: ApiRequest, ctx: AppContext, user_id: str, codec: UserCodec, body: dict[str, Any] | None
-) -> dict[str, Any]:
+def _owner(request: ApiRequest, ctx: AppContext, user_id: str, codec: UserCodec, body: JsonObject | None) -> JsonObject:
     assert ctx.owners is not None
     if body is None:
         owner: Any = {"type": request.param("ownerType"), "id": request.param("ownerId")}
@@ -240,6 +240,7 @@ def _owner(
     if any(
         op["mode"] == "retire-owner"
         and op["status"] in ("pending", "running")
+        and op["owner"] is not None
         and (op["owner"]["type"], op["owner"]["id"]) == (owner["type"], owner["id"])
         for op in operations_of(ctx, user_id, codec)
     ):

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 from amsg.context import AppContext
 from amsg.crypto import UserCodec
@@ -16,6 +15,7 @@ from amsg.http.gates import (
     require_user_id,
 )
 from amsg.http.request import ApiRequest
+from amsg.jsonio import JsonObject
 
 
 def authenticate(request: ApiRequest, ctx: AppContext) -> None:
@@ -26,7 +26,7 @@ def authenticate(request: ApiRequest, ctx: AppContext) -> None:
 class EncryptedBody:
     user_id: str
     codec: UserCodec
-    body: dict[str, Any]
+    body: JsonObject
 
 
 def open_encrypted_body(

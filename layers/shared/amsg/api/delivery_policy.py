@@ -4,8 +4,6 @@ scheduled fire (``instant`` messages are exempt)."""
 
 from __future__ import annotations
 
-from typing import Any
-
 from amsg import jsonio
 from amsg.context import AppContext
 from amsg.crypto import DecryptError, compact_json
@@ -14,12 +12,13 @@ from amsg.errors import api_error
 from amsg.http.gates import require_user_id
 from amsg.http.request import ApiRequest
 from amsg.http.responses import ApiResponse, encrypted, ok
+from amsg.jsonio import JsonObject
 from amsg.observability import logger
 from amsg.ports import DeliveryPolicyStore
 
 from .common import authenticate, open_encrypted_body
 
-EMPTY: dict[str, Any] = {"quietHours": None, "caps": []}
+EMPTY: JsonObject = {"quietHours": None, "caps": []}
 
 
 def put_delivery_policy(request: ApiRequest, ctx: AppContext) -> ApiResponse:

@@ -4,18 +4,17 @@ sent (the reference answers 500 ``MESSAGE_SEND_FAILED`` after trying)."""
 
 from __future__ import annotations
 
-from typing import Any
-
 from amsg.domain.limits import MAX_SAFE_INTEGER
 from amsg.domain.splitting import SplitPatternFailure, split_message
 from amsg.engine.pushes import Occurrence, content_pushes, encode_push
 from amsg.errors import api_error, invalid_parameters
 from amsg.ports import MAX_PUSH_PAYLOAD_BYTES
+from amsg.task_payload import StoredPayload
 
 TOO_LARGE_MESSAGE = "instant 消息的单条推送超过 Web Push 上限，请缩短 userMessage 或调整 splitPattern"
 
 
-def check_instant_text(stored: dict[str, Any], *, task_uuid: str, send_ms: int, now_ms: int) -> None:
+def check_instant_text(stored: StoredPayload, *, task_uuid: str, send_ms: int, now_ms: int) -> None:
     """Raise the documented 400 if the stored instant payload's ``userMessage`` could never be pushed."""
     text = stored.get("userMessage")
     if not isinstance(text, str):

@@ -28,6 +28,7 @@ from amsg.http.gates import (
 )
 from amsg.http.request import ApiRequest
 from amsg.http.responses import ApiResponse, ok
+from amsg.jsonio import JsonObject
 from amsg.observability import logger
 from amsg.ports import CredentialWrite
 from amsg.timeutil import iso_from_ms
@@ -50,7 +51,7 @@ MAX_STORED_BATCH_CHARS = 3_500_000
 _CRED_ID_RULE = f"必须是 1–{CRED_ID_MAX_LENGTH} 字符、不含控制字符的字符串"
 
 
-def _body(request: ApiRequest, ctx: AppContext, **overrides: Any) -> tuple[str, UserCodec, dict[str, Any]]:
+def _body(request: ApiRequest, ctx: AppContext, **overrides: Any) -> tuple[str, UserCodec, JsonObject]:
     opened = open_encrypted_body(request, ctx, **overrides)
     return opened.user_id, opened.codec, opened.body
 
@@ -72,7 +73,7 @@ def put_llm_credentials(request: ApiRequest, ctx: AppContext) -> ApiResponse:
             raise invalid_parameters(invalid=[f"credentials[{i}].value"], message=f"credentials[{i}].{problem}")
     store = ctx.credentials
 
-    latest: dict[str, dict[str, Any]] = {}
+    latest: dict[str, JsonObject] = {}
     for entry in credentials:  # duplicates: the last occurrence wins (and counts once)
         latest[entry["credId"]] = entry
     try:

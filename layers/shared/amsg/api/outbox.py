@@ -23,6 +23,7 @@ from amsg.http.gates import (
 )
 from amsg.http.request import ApiRequest
 from amsg.http.responses import ApiResponse, encrypted, ok
+from amsg.jsonio import JsonObject
 from amsg.observability import logger
 from amsg.ports import OutboxRow
 
@@ -55,7 +56,7 @@ def list_outbox(request: ApiRequest, ctx: AppContext) -> ApiResponse:
 
     codec = ctx.codec(user_id)
     rows: list[OutboxRow] = store.list_unacked(user_id, bounded_cursor(since), limit, ctx.now_ms())
-    entries: list[dict[str, Any]] = []
+    entries: list[JsonObject] = []
     cursor = since
     budget = MAX_PAGE_PLAINTEXT_BYTES
     cut_short = False
@@ -96,7 +97,7 @@ def _decrypt_push(row: OutboxRow, codec: UserCodec) -> Any:
         return None
 
 
-def _body(request: ApiRequest, ctx: AppContext) -> tuple[str, dict[str, Any]]:
+def _body(request: ApiRequest, ctx: AppContext) -> tuple[str, JsonObject]:
     opened = open_encrypted_body(request, ctx)
     return opened.user_id, opened.body
 

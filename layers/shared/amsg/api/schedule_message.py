@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
 
 from amsg.config import missing_vapid_keys
 from amsg.context import AppContext
@@ -19,8 +18,10 @@ from amsg.domain.validation import (
 from amsg.errors import ApiError, TaskUuidConflict, TenantPendingLimit, api_error, invalid_parameters
 from amsg.http.request import ApiRequest
 from amsg.http.responses import ApiResponse, ok
+from amsg.jsonio import JsonObject
 from amsg.observability import logger
 from amsg.ports import NewTask
+from amsg.task_payload import StoredPayload
 from amsg.timeutil import iso_from_ms
 
 from .common import open_encrypted_body
@@ -85,7 +86,7 @@ def schedule_message(request: ApiRequest, ctx: AppContext) -> ApiResponse:
             ctx, user_id, req.uuid, stored, superseded=superseded, remaining_ms=request.remaining_ms
         )
 
-    data: dict[str, Any] = {
+    data: JsonObject = {
         "id": created.id,
         "uuid": req.uuid,
         "contactName": stored["contactName"],
@@ -98,7 +99,7 @@ def schedule_message(request: ApiRequest, ctx: AppContext) -> ApiResponse:
     return ok(data, status=201)
 
 
-def _check_instant(ctx: AppContext, req: ScheduleRequest, stored: dict[str, Any], now_ms: int) -> None:
+def _check_instant(ctx: AppContext, req: ScheduleRequest, stored: StoredPayload, now_ms: int) -> None:
     """An instant task is delivered within this request: its text and the VAPID keys are checked first."""
     if not req.uses_llm:
         check_instant_text(stored, task_uuid=req.uuid, send_ms=req.next_send_at_ms, now_ms=now_ms)
@@ -111,7 +112,7 @@ def _deliver_instant(
     ctx: AppContext,
     user_id: str,
     task_uuid: str,
-    stored: dict[str, Any],
+    stored: StoredPayload,
     *,
     superseded: bool | None,
     remaining_ms: Callable[[], int] | None = None,
@@ -123,7 +124,7 @@ def _deliver_instant(
         sent = deliver_instant(ctx, user_id, task_uuid, stored, remaining_ms=remaining_ms)
     except InstantFailed as failed:
         raise api_error("MESSAGE_SEND_FAILED", details=failed.details) from None
-    data: dict[str, Any] = {
+    data: JsonObject = {
         "uuid": task_uuid,
         "contactName": stored.get("contactName"),
         "messagesSent": sent.messages_sent,

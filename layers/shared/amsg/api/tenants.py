@@ -7,14 +7,13 @@ nothing, and a request for any other storage is refused (400) rather than silent
 
 from __future__ import annotations
 
-from typing import Any
-
 from amsg.context import AppContext
 from amsg.crypto import constant_time_equals
 from amsg.errors import ApiError, api_error
 from amsg.http.gates import UUID_V4_RE, parse_json
 from amsg.http.request import ApiRequest
 from amsg.http.responses import ApiResponse, ok
+from amsg.jsonio import JsonObject
 from amsg.ports.tenants import TenantExists
 from amsg.tenancy import lifecycle
 from amsg.tenancy.ids import canonical_tenant_id
@@ -52,7 +51,7 @@ def require_init_secret(request: ApiRequest, ctx: AppContext) -> None:
         raise api_error("INVALID_INIT_AUTH")
 
 
-def _body(request: ApiRequest) -> dict[str, Any]:
+def _body(request: ApiRequest) -> JsonObject:
     text = request.text_body or ""
     if not text.strip():
         return {}  # no body: a tenant with a random id in the stack's table
@@ -65,7 +64,7 @@ def _body(request: ApiRequest) -> dict[str, Any]:
     return body
 
 
-def _tenant_id(body: dict[str, Any]) -> str | None:
+def _tenant_id(body: JsonObject) -> str | None:
     given = body.get("tenantId")
     if given is None:
         return None
@@ -74,7 +73,7 @@ def _tenant_id(body: dict[str, Any]) -> str | None:
     return canonical_tenant_id(given)
 
 
-def _check_storage(body: dict[str, Any]) -> None:
+def _check_storage(body: JsonObject) -> None:
     """``driver`` may only name this deployment's storage; a database URL is never accepted (docs/tenancy.md)."""
     for name in DATABASE_URL_FIELDS:
         if body.get(name) is not None:

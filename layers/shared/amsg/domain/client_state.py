@@ -17,6 +17,7 @@ from amsg.crypto import DecryptError, UserCodec
 from amsg.domain.jsvalues import is_plain_object, is_positive_integer, js_trim, utf16_len
 from amsg.domain.ownership import Ownership
 from amsg.errors import PartialWriteError
+from amsg.jsonio import JsonObject
 from amsg.ports import ClientStateStore, OwnerClaim, StateWrite, StateWriteResult
 
 MAX_STATE_ENTRIES = 200
@@ -87,8 +88,8 @@ def reference_footprint(plain_bytes: int) -> tuple[int, int]:
 # ---- validation (reference ``validateEntry``) --------------------------------------------------------------
 
 
-def _reject(entry: Any, index: int, code: str, message: str, **extra: Any) -> dict[str, Any]:
-    rejection: dict[str, Any] = {"index": index, "code": code, "message": message, **extra}
+def _reject(entry: Any, index: int, code: str, message: str, **extra: Any) -> JsonObject:
+    rejection: JsonObject = {"index": index, "code": code, "message": message, **extra}
     if isinstance(entry, dict):
         if isinstance(entry.get("namespace"), str):
             rejection["namespace"] = well_formed(entry["namespace"])
@@ -99,7 +100,7 @@ def _reject(entry: Any, index: int, code: str, message: str, **extra: Any) -> di
 
 def validate_entry(
     entry: Any, index: int, max_value_bytes: int = DEFAULT_MAX_STATE_VALUE_BYTES
-) -> StateEntry | dict[str, Any]:
+) -> StateEntry | JsonObject:
     """A :class:`StateEntry`, or the rejection object ``{index, code, message, namespace?, key?}``."""
     if not is_plain_object(entry):
         return _reject(entry, index, "INVALID_STATE_ENTRY", f"entries[{index}] 必须是对象")
@@ -199,7 +200,7 @@ def write_entries(
         raise PartialWriteError([entries[i].index for i in exc.applied], exc.cause) from exc.cause
 
 
-def read_namespace(store: ClientStateStore, user_id: str, codec: UserCodec, namespace: str) -> list[dict[str, Any]]:
+def read_namespace(store: ClientStateStore, user_id: str, codec: UserCodec, namespace: str) -> list[JsonObject]:
     """``[{namespace, key, value, updatedAt}]`` ordered by key (UTF-8 byte order = code point order)."""
     out = []
     for row in store.get_namespace(user_id, namespace):

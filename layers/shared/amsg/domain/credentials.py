@@ -12,6 +12,7 @@ from typing import Any, Protocol
 from amsg import jsonio
 from amsg.crypto import DecryptError, UserCodec, compact_json
 from amsg.domain.jsvalues import is_header_safe, is_plain_object, utf16_len
+from amsg.jsonio import JsonObject
 
 CRED_VALUE_FIELDS = ("apiUrl", "apiKey", "primaryModel")
 CRED_VALUE_FIELD_MAX_LENGTH = 2048
@@ -39,7 +40,7 @@ def encrypt_cred_value(value: Mapping[str, Any], codec: UserCodec) -> str:
     return codec.encrypt(compact_json(value))
 
 
-def resolve_cred_value(encrypted_value: Any, codec: UserCodec) -> dict[str, Any] | None:
+def resolve_cred_value(encrypted_value: Any, codec: UserCodec) -> JsonObject | None:
     """Decrypt a stored credential (``resolveLlmCredential``): a new ``{apiUrl, apiKey, primaryModel}`` dict, or
     None when the ciphertext is missing/empty, cannot be decrypted (e.g. the master key changed), is not JSON, or
     is not an object. Completeness is judged by the caller (:func:`amsg.domain.llm.resolve_chat_credentials`)."""
@@ -60,14 +61,14 @@ class _ValueReader(Protocol):
 
 def make_credential_lookup(
     store: _ValueReader | None, user_id: str, codec: UserCodec
-) -> Callable[[str], dict[str, Any] | None] | None:
+) -> Callable[[str], JsonObject | None] | None:
     """A :data:`amsg.domain.llm.CredentialLookup` over the store (None when the deployment has no store):
     ``resolve_chat_credentials(payload, make_credential_lookup(ctx.credentials, user_id, codec))``.
     Store read errors propagate (the delivery then fails retryably)."""
     if store is None:
         return None
 
-    def lookup(cred_id: str) -> dict[str, Any] | None:
+    def lookup(cred_id: str) -> JsonObject | None:
         return resolve_cred_value(store.get_values(user_id, [cred_id]).get(cred_id), codec)
 
     return lookup

@@ -13,10 +13,10 @@ import re
 import zoneinfo
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
-from typing import Any
 
 from amsg.domain.timezones import canonical_tz
 from amsg.errors import ApiError, api_error
+from amsg.jsonio import JsonObject
 from amsg.timeutil import ms_from_datetime
 
 MAX_CAPS = 5  # each cap is one more item in the send-claim transaction
@@ -32,7 +32,7 @@ class QuietHours:
     end_minute: int
     tz_id: str
 
-    def as_wire(self) -> dict[str, Any]:
+    def as_wire(self) -> JsonObject:
         return {"start": _hhmm(self.start_minute), "end": _hhmm(self.end_minute), "tzId": self.tz_id}
 
 
@@ -46,7 +46,7 @@ class Cap:
     def window_ms(self) -> int:
         return self.window_minutes * 60_000
 
-    def as_wire(self) -> dict[str, Any]:
+    def as_wire(self) -> JsonObject:
         return {"scope": self.scope, "max": self.max, "windowMinutes": self.window_minutes}
 
 
@@ -55,7 +55,7 @@ class DeliveryPolicy:
     quiet_hours: QuietHours | None
     caps: tuple[Cap, ...]
 
-    def as_wire(self) -> dict[str, Any]:
+    def as_wire(self) -> JsonObject:
         return {
             "quietHours": self.quiet_hours.as_wire() if self.quiet_hours else None,
             "caps": [cap.as_wire() for cap in self.caps],

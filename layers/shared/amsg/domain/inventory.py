@@ -22,13 +22,14 @@ from amsg import jsonio
 from amsg.crypto import DecryptError, UserCodec, compact_json
 from amsg.domain.jsvalues import is_plain_object
 from amsg.domain.ownership import GUARD_FIELD
+from amsg.jsonio import JsonObject
 from amsg.ports import StoredResource
 
 RESOURCE_TYPES = ("task", "state", "credential", "outbox", "subscription")
 OWNER_RESOLUTION_FAILED = "A resource owner could not be resolved"
 HIDDEN_TASK_FIELDS = ("apiKey", "pushSubscription")
 
-OwnerResolver = Callable[[dict[str, Any]], Any]
+OwnerResolver = Callable[[JsonObject], Any]
 """The host's ``resolve_owner`` hook (already wrapped to run ``async`` hooks to completion)."""
 
 
@@ -36,7 +37,7 @@ OwnerResolver = Callable[[dict[str, Any]], Any]
 class Entry:
     """One inventory entry: the public resource and what stays private (version, ownership reference)."""
 
-    resource: dict[str, Any]
+    resource: JsonObject
     version: str
     owner_ref: str | None
 
@@ -46,24 +47,24 @@ def resource_id(user_id: str, type_: str, identity: Sequence[Any]) -> str:
     return hashlib.sha256(compact_json([user_id, key]).encode("utf-8")).hexdigest()
 
 
-def _safe_owner(value: Any) -> dict[str, Any] | None:
+def _safe_owner(value: Any) -> JsonObject | None:
     if not is_plain_object(value):
         return None
     kind, ident = value.get("type"), value.get("id")
     if not (isinstance(kind, str) and kind and isinstance(ident, str) and ident):
         return None
-    owner: dict[str, Any] = {"type": kind, "id": ident}
+    owner: JsonObject = {"type": kind, "id": ident}
     if isinstance(value.get("label"), str):
         owner["label"] = value["label"]
     return owner
 
 
-def _payload_owner(payload: Mapping[str, Any] | None) -> dict[str, Any] | None:
+def _payload_owner(payload: Mapping[str, Any] | None) -> JsonObject | None:
     if not payload:
         return None
     guard = payload.get(GUARD_FIELD)
     raw_metadata = payload.get("metadata")
-    metadata: dict[str, Any] = raw_metadata if is_plain_object(raw_metadata) else {}
+    metadata: JsonObject = raw_metadata if is_plain_object(raw_metadata) else {}
     candidates = [
         guard.get("owner") if is_plain_object(guard) else None,
         metadata.get("cloudOwner"),
@@ -81,7 +82,7 @@ def _payload_kind(payload: Mapping[str, Any] | None) -> str | None:
     if not payload:
         return None
     raw_metadata = payload.get("metadata")
-    metadata: dict[str, Any] = raw_metadata if is_plain_object(raw_metadata) else {}
+    metadata: JsonObject = raw_metadata if is_plain_object(raw_metadata) else {}
     for kind in (metadata.get("kind"), payload.get("kind")):
         if isinstance(kind, str):
             return kind
@@ -110,7 +111,7 @@ def _label(stored: StoredResource) -> str:
     return str(stored.identity[0])
 
 
-def _hook_view(payload: Mapping[str, Any] | None) -> dict[str, Any] | None:
+def _hook_view(payload: Mapping[str, Any] | None) -> JsonObject | None:
     if payload is None:
         return None
     return {k: v for k, v in payload.items() if k not in HIDDEN_TASK_FIELDS}
@@ -120,8 +121,8 @@ def _resolver_input(
     item: StoredResource,
     payload: Mapping[str, Any] | None,
     task: Mapping[str, Any] | None,
-    tasks: list[dict[str, Any]],
-) -> dict[str, Any]:
+    tasks: list[JsonObject],
+) -> JsonObject:
     return {
         "type": item.type,
         "namespace": item.identity[0] if item.type == "state" else None,
@@ -161,7 +162,7 @@ def build_inventory(
         meta, meta_readable = _decrypt_json(item.cloud_meta, codec)
         meta = meta if is_plain_object(meta) else {}
         related = task_payloads.get(item.task_uuid or "") if item.type == "outbox" else None
-        resolved: dict[str, Any] = {}
+        resolved: JsonObject = {}
         if resolve_owner is not None:
             own_task = payload if item.type == "task" else related
             try:
@@ -236,7 +237,7 @@ def _backfill_labels(entries: list[Entry]) -> None:
                 entry.resource["owner"] = {**owner, "label": found[1]}
 
 
-def counts(resources: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+def counts(resources: Sequence[Mapping[str, Any]]) -> list[JsonObject]:
     """``[{type, count, byteSize}]`` in the fixed type order."""
     out = []
     for type_ in RESOURCE_TYPES:
@@ -245,5 +246,5 @@ def counts(resources: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
-def summary(resources: Sequence[Mapping[str, Any]], gaps: list[dict[str, str]]) -> dict[str, Any]:
+def summary(resources: Sequence[Mapping[str, Any]], gaps: list[dict[str, str]]) -> JsonObject:
     return {"total": len(resources), "counts": counts(resources), "complete": not gaps, "gaps": gaps}

@@ -11,6 +11,8 @@ from __future__ import annotations
 import math
 from typing import Any, TypeGuard
 
+from amsg.jsonio import JsonObject
+
 # ECMAScript WhiteSpace + LineTerminator: what String.prototype.trim removes and what \s matches.
 JS_WHITESPACE = (
     "\t\n\v\f\r \u00a0\u1680\u2000\u2001\u2002\u2003\u2004\u2005\u2006\u2007\u2008\u2009\u200a"
@@ -43,7 +45,7 @@ def js_trim(text: str) -> str:
     return text.strip(JS_WHITESPACE)
 
 
-def is_plain_object(value: Any) -> TypeGuard[dict[str, Any]]:
+def is_plain_object(value: Any) -> TypeGuard[JsonObject]:
     """A decoded JSON object (``typeof === 'object'``, not null, not an array)."""
     return isinstance(value, dict)
 

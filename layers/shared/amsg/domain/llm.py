@@ -20,6 +20,7 @@ from urllib.parse import urlsplit, urlunsplit
 from amsg import jsonio
 from amsg.domain.redaction import redact_credentials
 from amsg.failures import CREDENTIAL_MISSING, DeliveryFailure, LlmCallError
+from amsg.jsonio import JsonObject
 from amsg.ports import LlmRequest
 
 DEFAULT_TEMPERATURE = 0.8
@@ -81,7 +82,7 @@ def normalize_api_url(url: object) -> str:
     return urlunsplit((parts.scheme, parts.netloc, path, parts.query, parts.fragment))
 
 
-def build_chat_body(payload: Mapping[str, Any]) -> dict[str, Any]:
+def build_chat_body(payload: Mapping[str, Any]) -> JsonObject:
     """Compose the chat-completions body.
 
     ``llmExtraBody`` goes first so the engine's keys win, but only the keys the engine actually sets: an extra
@@ -90,7 +91,7 @@ def build_chat_body(payload: Mapping[str, Any]) -> dict[str, Any]:
     resolved credentials into a copy first (see :func:`build_llm_request`).
     """
     extra = payload.get("llmExtraBody")
-    body: dict[str, Any] = dict(extra) if isinstance(extra, dict) else {}
+    body: JsonObject = dict(extra) if isinstance(extra, dict) else {}
 
     raw_messages = payload.get("messages")
     body["model"] = payload.get("primaryModel")
@@ -407,7 +408,7 @@ def extract_reply(json_body: object, *, require_content: bool = True) -> tuple[s
     return content, reasoning
 
 
-def _first_message(json_body: object) -> dict[str, Any]:
+def _first_message(json_body: object) -> JsonObject:
     choices = json_body.get("choices") if isinstance(json_body, dict) else None
     first = choices[0] if isinstance(choices, list) and choices else None
     message = first.get("message") if isinstance(first, dict) else None
@@ -421,7 +422,7 @@ def parse_completion(
     *,
     require_content: bool = True,
     api_key: str | None = None,
-) -> tuple[dict[str, Any], str, str | None]:
+) -> tuple[JsonObject, str, str | None]:
     """Validate a 2xx body and return (parsed response, content, reasoning).
 
     A 2xx is not yet a completion: relays wrap errors in 200 bodies and proxies return HTML. Those raise

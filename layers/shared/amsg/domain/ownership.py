@@ -15,18 +15,20 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, TypeGuard
+from typing import Any, Final, TypeGuard
 
 from amsg.crypto import UserCodec, compact_json
 from amsg.domain.jsvalues import is_plain_object
 from amsg.errors import CloudGuardError
+from amsg.jsonio import JsonObject
 from amsg.ports import OwnerClaim
+from amsg.task_payload import OwnerGuard, PublicOwner
 
 OWNER_TYPE_MAX = 100
 OWNER_ID_MAX = 300
 MAX_SAFE_INTEGER = 2**53 - 1
 # The guard a task carries inside its encrypted payload (clients cannot set it: it is replaced on every write).
-GUARD_FIELD = "__cloudOwnerGuard"
+GUARD_FIELD: Final = "__cloudOwnerGuard"
 
 
 def owner_ref(owner_type: str, owner_id: str) -> str:
@@ -49,7 +51,7 @@ def valid_owner(owner: Any) -> bool:
     )
 
 
-def valid_cloud_owner(owner: Any) -> TypeGuard[dict[str, Any]]:
+def valid_cloud_owner(owner: Any) -> TypeGuard[JsonObject]:
     """The management-route rule: the same lengths, non-empty but not trimmed (a blank id passes)."""
     if not is_plain_object(owner):
         return False
@@ -63,9 +65,9 @@ def valid_cloud_owner(owner: Any) -> TypeGuard[dict[str, Any]]:
     )
 
 
-def public_owner(owner: Mapping[str, Any]) -> dict[str, Any]:
+def public_owner(owner: Mapping[str, Any]) -> PublicOwner:
     """``{type, id, label?}`` (a label only when it is a string)."""
-    out: dict[str, Any] = {"type": owner["type"], "id": owner["id"]}
+    out: PublicOwner = {"type": owner["type"], "id": owner["id"]}
     if isinstance(owner.get("label"), str):
         out["label"] = owner["label"]
     return out
@@ -86,7 +88,7 @@ def asserted_generation(value: Any) -> int:
 class Ownership:
     """What one write says: its owner (or none), its kind and the generation it asserts."""
 
-    owner: dict[str, Any] | None
+    owner: JsonObject | None
     kind: str | None
     generation: int
 
@@ -101,7 +103,7 @@ class Ownership:
             meta=codec.encrypt(compact_json(record)),
         )
 
-    def guard_field(self) -> dict[str, Any] | None:
+    def guard_field(self) -> OwnerGuard | None:
         """The ``__cloudOwnerGuard`` value a task payload carries (None for an unowned task)."""
         if self.owner is None:
             return None

@@ -10,7 +10,9 @@ from typing import Any
 
 from amsg import jsonio
 from amsg.domain.jsvalues import is_plain_object
+from amsg.jsonio import JsonObject
 from amsg.ports import TaskRow
+from amsg.task_payload import StoredPayload
 from amsg.timeutil import iso_from_ms
 
 
@@ -32,12 +34,12 @@ def _iso(ms: int | None) -> str | None:
     return iso_from_ms(ms) if ms else None  # the wire's ISO text; a task without the time shows null
 
 
-def project_task(row: TaskRow, payload: dict[str, Any], *, include_metadata: bool) -> dict[str, Any]:
+def project_task(row: TaskRow, stored: StoredPayload | None, *, include_metadata: bool) -> JsonObject:
     """Row + decrypted payload → TaskProjection, keys in the reference's order."""
-    payload = payload if is_plain_object(payload) else {}
+    payload: StoredPayload = stored if isinstance(stored, dict) else {}  # a payload of no shape projects as empty
     raw_metadata = payload.get("metadata")
     metadata = raw_metadata if is_plain_object(raw_metadata) else {}
-    projection: dict[str, Any] = {
+    projection: JsonObject = {
         "id": row.id,
         "uuid": row.uuid,
         "contactName": payload.get("contactName"),

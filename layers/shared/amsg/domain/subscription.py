@@ -14,9 +14,10 @@ import base64
 import binascii
 import math
 import re
-from typing import Any
+from typing import Any, Literal
 
 from amsg.errors import ApiError, api_error
+from amsg.ports import PushKeys, PushSubscription
 from amsg.vapid import endpoint_origin
 
 MAX_ENDPOINT_CHARS = 2048
@@ -31,12 +32,12 @@ def _invalid(field: str, reason: str) -> ApiError:
     return api_error("INVALID_PUSH_SUBSCRIPTION", details={"field": field, "reason": reason})
 
 
-def normalize_subscription(value: Any) -> dict[str, Any]:
+def normalize_subscription(value: Any) -> PushSubscription:
     """The subscription to store, or the documented 400 ``INVALID_PUSH_SUBSCRIPTION`` (``details`` names the field)."""
     endpoint = value.get("endpoint") if isinstance(value, dict) else None
     if not isinstance(endpoint, str) or not endpoint.strip():
         raise api_error("INVALID_PUSH_SUBSCRIPTION")
-    out: dict[str, Any] = {"endpoint": _endpoint(endpoint)}
+    out: PushSubscription = {"endpoint": _endpoint(endpoint)}
     if "expirationTime" in value:
         out["expirationTime"] = _expiration(value["expirationTime"])
     if "keys" in value and value["keys"] is not None:
@@ -62,11 +63,12 @@ def _expiration(value: Any) -> int | float | None:
     return value
 
 
-def _keys(keys: Any) -> dict[str, str]:
+def _keys(keys: Any) -> PushKeys:
     if not isinstance(keys, dict):
         raise _invalid("keys", "must be an object")
-    out: dict[str, str] = {}
-    for name, size in (("p256dh", P256DH_BYTES), ("auth", AUTH_BYTES)):
+    out: PushKeys = {}
+    fields: tuple[tuple[Literal["p256dh", "auth"], int], ...] = (("p256dh", P256DH_BYTES), ("auth", AUTH_BYTES))
+    for name, size in fields:
         if name in keys:
             out[name] = _key(keys[name], f"keys.{name}", size)
     return out

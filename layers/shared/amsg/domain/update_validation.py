@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import cast
 
 from amsg.domain.jsvalues import is_finite_number, is_plain_object, is_positive_integer, js_trim, js_truthy
 from amsg.domain.llm_messages import validate_messages_array
@@ -21,6 +21,8 @@ from amsg.domain.validation import (
     split_pattern_error,
 )
 from amsg.errors import api_error, invalid_update
+from amsg.jsonio import JsonObject
+from amsg.task_payload import StoredPayload
 from amsg.timeutil import iso_from_ms, parse_iso_ms
 
 
@@ -33,7 +35,7 @@ class UpdatePatch:
     """
 
     request_keys: list[str]
-    changes: dict[str, Any]
+    changes: JsonObject
     next_send_at_ms: int | None = None
     inline_credential_keys: list[str] = field(default_factory=list)
     cred_ref_ids: list[str] = field(default_factory=list)
@@ -53,14 +55,13 @@ class UpdatePatch:
             key for key in self.request_keys if key in self.changes or (key == "nextSendAt" and next_send_at_changed)
         ]
 
-    def apply(self, stored_payload: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
+    def apply(self, stored_payload: StoredPayload) -> tuple[StoredPayload, list[str]]:
         """Merge into a copy of ``stored_payload``; returns ``(new_payload, applied_keys_in_request_order)``.
 
         Cloud ownership (``owner``, ``ownerGeneration``, ``metadata.cloudOwner``) always stays as it was: an
         update can never move a task to another owner.
         """
-        merged = dict(stored_payload)
-        merged.update(self.changes)
+        merged: JsonObject = {**stored_payload, **self.changes}
         if "metadata" in self.changes and is_plain_object(merged["metadata"]):
             metadata = dict(merged["metadata"])
             original = stored_payload.get("metadata")
@@ -74,14 +75,14 @@ class UpdatePatch:
                 merged[key] = stored_payload[key]
             else:
                 merged.pop(key, None)
-        return merged, self.applied_keys()
+        return cast(StoredPayload, merged), self.applied_keys()  # the changes are checked payload keys
 
 
 @dataclass
 class _Update:
     """What the rules of one update request have established so far."""
 
-    u: dict[str, Any]
+    u: JsonObject
     next_send_at_ms: int | None = None
     tz_id: str | None = None
     avatar_ok: bool = False
@@ -202,7 +203,7 @@ UPDATE_RULES: tuple[Callable[[_Update], None], ...] = (
 )
 
 
-def validate_update_patch(patch: dict[str, Any]) -> UpdatePatch:
+def validate_update_patch(patch: JsonObject) -> UpdatePatch:
     """Validate a decrypted update body in the reference's order; raise the first error."""
     if not is_plain_object(patch):
         raise api_error("INVALID_UPDATE_DATA")
@@ -219,9 +220,9 @@ def validate_update_patch(patch: dict[str, Any]) -> UpdatePatch:
     )
 
 
-def _update_changes(u: dict[str, Any], *, tz_id: str | None, avatar_ok: bool) -> dict[str, Any]:
+def _update_changes(u: JsonObject, *, tz_id: str | None, avatar_ok: bool) -> JsonObject:
     """The reference's merge rule per field: key-present-replace, truthy-replace, or null-ignored per field."""
-    changes: dict[str, Any] = {}
+    changes: JsonObject = {}
     if js_truthy(u.get("completePrompt")):
         changes["completePrompt"] = u["completePrompt"]
         changes["messages"] = None
@@ -244,7 +245,7 @@ def _update_changes(u: dict[str, Any], *, tz_id: str | None, avatar_ok: bool) ->
     return changes
 
 
-def _set_if_truthy(changes: dict[str, Any], source: dict[str, Any], keys: Iterable[str]) -> None:
+def _set_if_truthy(changes: JsonObject, source: JsonObject, keys: Iterable[str]) -> None:
     for key in keys:
         if js_truthy(source.get(key)):
             changes[key] = source[key]

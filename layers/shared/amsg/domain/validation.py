@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import re
 import uuid as uuidlib
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, cast
 
@@ -30,6 +30,8 @@ from amsg.domain.llm_messages import validate_messages_array
 from amsg.domain.timezones import canonical_tz
 from amsg.domain.urls import avatar_url_error
 from amsg.errors import ApiError, api_error, invalid_parameters
+from amsg.jsonio import JsonObject
+from amsg.task_payload import StoredPayload
 from amsg.timeutil import iso_from_ms, parse_iso_ms
 
 # ---- limits (the reference's) --------------------------------------------------------------------------------
@@ -155,7 +157,7 @@ def api_key_error(value: Any) -> bool:
 # ---- size gate ---------------------------------------------------------------------------------------------------
 
 
-def payload_byte_length(payload: dict[str, Any]) -> int:
+def payload_byte_length(payload: Mapping[str, Any]) -> int:
     """UTF-8 size of the compact JSON the payload is stored as (the size gate's ruler)."""
     return len(compact_json(payload).encode("utf-8", errors="surrogatepass"))
 
@@ -201,14 +203,14 @@ class ScheduleRequest:
     api_url: Any = None
     api_key: Any = None
     primary_model: Any = None
-    cred_refs: dict[str, Any] | None = None
+    cred_refs: JsonObject | None = None
     complete_prompt: Any = None
     messages: list[Any] | None = None
     max_tokens: Any = None
     temperature: Any = None
     split_pattern: Any = None
-    llm_extra_body: dict[str, Any] | None = None
-    ownership: dict[str, Any] = field(default_factory=dict)
+    llm_extra_body: JsonObject | None = None
+    ownership: JsonObject = field(default_factory=dict)
     metadata: Any = field(default_factory=dict)
 
     @property
@@ -231,13 +233,13 @@ class ScheduleRequest:
         """``now`` for ``immediate`` tasks, else the validated ``firstSendTime``."""
         return now_ms if self.immediate else self.next_send_at_ms
 
-    def build_stored_payload(self, now_ms: int) -> dict[str, Any]:
+    def build_stored_payload(self, now_ms: int) -> StoredPayload:
         """The stored task payload, keys in the reference's order.
 
         Pass the same ``now_ms`` that was used for validation so ``firstSendTime`` equals the row's
         ``next_send_at`` for immediate tasks.
         """
-        payload: dict[str, Any] = {
+        payload: StoredPayload = {
             "contactName": self.contact_name,
             "avatarUrl": self.avatar_url,
             "messageType": self.message_type,
@@ -257,7 +259,12 @@ class ScheduleRequest:
             "splitPattern": self.split_pattern,
             "llmExtraBody": self.llm_extra_body,
         }
-        payload.update(self.ownership)
+        if "owner" in self.ownership:  # the client's explicit ownership, in its order
+            payload["owner"] = self.ownership["owner"]
+        if "kind" in self.ownership:
+            payload["kind"] = self.ownership["kind"]
+        if "ownerGeneration" in self.ownership:
+            payload["ownerGeneration"] = self.ownership["ownerGeneration"]
         payload["metadata"] = self.metadata
         return payload
 
@@ -270,7 +277,7 @@ def _params_error(invalid: list[str], message: str = DEFAULT_PARAMS_MESSAGE) -> 
 class _Schedule:
     """What the rules of one schedule request have established so far (later rules read earlier results)."""
 
-    p: dict[str, Any]
+    p: JsonObject
     now_ms: int
     message_type: str = ""
     immediate: bool = False
@@ -279,7 +286,7 @@ class _Schedule:
     tz_id: str | None = None
     has_prompt: bool = False
     has_chat_ref: bool = False
-    inline: dict[str, Any] = field(default_factory=dict)
+    inline: JsonObject = field(default_factory=dict)
     avatar_url: str | None = None
 
 
@@ -292,7 +299,7 @@ def _rule_contact_name(s: _Schedule) -> None:
 def _rule_message_type(s: _Schedule) -> None:
     message_type = s.p.get("messageType")
     if not isinstance(message_type, str) or message_type not in MESSAGE_TYPES:
-        details: dict[str, Any] = {}
+        details: JsonObject = {}
         if "messageType" in s.p:  # JSON.stringify drops an undefined providedType
             details["providedType"] = message_type
         details["allowedTypes"] = list(MESSAGE_TYPES)
@@ -505,7 +512,7 @@ SCHEDULE_RULES: tuple[Callable[[_Schedule], None], ...] = (
 
 
 def validate_schedule_payload(
-    payload: dict[str, Any],
+    payload: JsonObject,
     *,
     now_ms: int,
     new_uuid: Callable[[], str] = _new_uuid,

@@ -15,7 +15,7 @@ from __future__ import annotations
 import itertools
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TypeGuard
 
 from amsg import jsonio
 from amsg.context import AppContext
@@ -23,8 +23,9 @@ from amsg.engine.claiming import Enqueuer, Lane, claim_step
 from amsg.engine.env import sandbox_pool
 from amsg.engine.summary import TickSummary
 from amsg.hooks import load_hooks
+from amsg.jsonio import JsonObject
 from amsg.observability import logger
-from amsg.ports import CLAIM_BATCH
+from amsg.ports import DuePageToken
 from amsg.tenancy.ids import valid_tenant_id
 from amsg.tenancy.scope import scoped_context, tenant_of
 
@@ -39,14 +40,14 @@ class ClaimJob:
 
     shard: int
     tenant_id: str | None = None
-    start: Any = None  # JSON text or an object of texts (ClaimStore.due_candidates' page token)
+    start: DuePageToken | None = None
 
-    def to_body(self) -> dict[str, Any]:
-        body: dict[str, Any] = {"kind": "claim", "shard": self.shard}
+    def to_body(self) -> JsonObject:
+        body: JsonObject = {"kind": "claim", "shard": self.shard}
         if self.tenant_id is not None:
             body["tenantId"] = self.tenant_id
         if self.start is not None:
-            body["start"] = self.start
+            body["start"] = self.start.wire
         return body
 
 
@@ -60,12 +61,13 @@ def parse_claim_job(body: str | bytes | None) -> ClaimJob | None:
         shard, tenant, start = data.get("shard"), data.get("tenantId"), data.get("start")
         shard = shard if isinstance(shard, int) and not isinstance(shard, bool) and 0 <= shard < 1_000 else None
         if shard is not None and (tenant is None or valid_tenant_id(tenant)) and _start_ok(start):
-            return ClaimJob(shard, tenant, start)
+            return ClaimJob(shard, tenant, None if start is None else DuePageToken(start))
     logger.warning("malformed claim job dropped")
     return None
 
 
-def _start_ok(start: Any) -> bool:
+def _start_ok(start: object) -> TypeGuard[str | dict[str, str] | None]:
+    """A page token's JSON form as a claim job carries it: a text, or an object of texts, of bounded size."""
     if start is None:
         return True
     texts = isinstance(start, str) or (
@@ -120,7 +122,7 @@ def run_claim_job(
             summary.stopped_by = "time"
             after = job.start  # the rest of this page (what was claimed left the index) in the next job
             break
-        chunk = list(itertools.islice(source, workers * CLAIM_BATCH))
+        chunk = list(itertools.islice(source, workers * lane.claims.claim_batch))
         if not chunk:
             break
         claim_step(lane, [(lanes[0], chunk)], pool, owner, summary)

@@ -9,7 +9,7 @@ import heapq
 import itertools
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import Any
+from typing import Any, TypedDict
 
 from amsg.context import AppContext
 from amsg.crypto import StoredPayloadUnreadable
@@ -20,7 +20,7 @@ from amsg.engine.stale import batch_outboxed, is_stale, settle_stale
 from amsg.engine.summary import DeliverySummary, TickSummary
 from amsg.hooks import Hooks
 from amsg.observability import logger
-from amsg.ports import CLAIM_ALONE, CLAIM_BATCH, ClaimWanted, DueCandidate, TaskRow
+from amsg.ports import CLAIM_ALONE, ClaimWanted, DueCandidate, DuePageToken, TaskRow
 from amsg.tenancy.scope import tenant_of
 
 TICK_PAGE = 100
@@ -44,6 +44,14 @@ class Lane:
         self.released = released
 
 
+class ClaimTerms(TypedDict):
+    """What every claim of one step asserts (the keyword arguments of the claim store's claim calls)."""
+
+    now_ms: int
+    lease_until_ms: int
+    owner: str
+
+
 def claim_step(
     ctx: AppContext,
     parts: list[tuple[Lane, list[DueCandidate]]],
@@ -54,7 +62,7 @@ def claim_step(
     """Claim one step's candidates (one lane's chunk, or a round's chunks of every tenant: their batched claims
     share transactions) and enqueue (or settle) what each lane claimed."""
     now = ctx.now_ms()
-    terms: dict[str, Any] = {"now_ms": now, "lease_until_ms": now + ctx.settings.tick_claim_lease_ms, "owner": owner}
+    terms: ClaimTerms = {"now_ms": now, "lease_until_ms": now + ctx.settings.tick_claim_lease_ms, "owner": owner}
     outcomes = _claim_chunk(parts, pool, terms, summary)
     for (lane, _), claimed in zip(parts, outcomes, strict=True):
         _take_claimed(lane.ctx, claimed, now, summary, lane.enqueuer)
@@ -106,13 +114,14 @@ class Enqueuer:
 def _claim_chunk(
     parts: list[tuple[Lane, list[DueCandidate]]],
     pool: ThreadPoolExecutor,
-    terms: dict[str, Any],
+    terms: ClaimTerms,
     summary: TickSummary,
 ) -> list[list[tuple[DueCandidate, Any]]]:
     """Claim the candidates of one step (batched transactions across the parts, grouped or faulty ones alone);
     per part, each candidate's outcome is its row, None (not claimed) or the exception its claim raised."""
     batched, alone = _sort_candidates(parts, pool, terms, summary)
-    packs = [batched[i : i + CLAIM_BATCH] for i in range(0, len(batched), CLAIM_BATCH)]
+    size = parts[0][0].ctx.claims.claim_batch  # the parts share one table (one store's transactions)
+    packs = [batched[i : i + size] for i in range(0, len(batched), size)]
     jobs = [(pack, pool.submit(_claim_pack, parts, pack, terms)) for pack in packs]
     outcomes: list[list[tuple[DueCandidate, Any]]] = [[] for _ in parts]
     for pack, job in jobs:
@@ -138,7 +147,7 @@ def _claim_chunk(
 def _sort_candidates(
     parts: list[tuple[Lane, list[DueCandidate]]],
     pool: ThreadPoolExecutor,
-    terms: dict[str, Any],
+    terms: ClaimTerms,
     summary: TickSummary,
 ) -> tuple[list[tuple[int, DueCandidate]], list[tuple[int, DueCandidate, Future[TaskRow | None]]]]:
     """(part, candidate) to claim in batches, in order; a grouped claim takes its group's lock in its own
@@ -159,9 +168,10 @@ def _sort_candidates(
 
 
 def _claim_pack(
-    parts: list[tuple[Lane, list[DueCandidate]]], pack: list[tuple[int, DueCandidate]], terms: dict[str, Any]
+    parts: list[tuple[Lane, list[DueCandidate]]], pack: list[tuple[int, DueCandidate]], terms: ClaimTerms
 ) -> list[Any]:
-    """One transaction of up to CLAIM_BATCH claims, of one lane or of several (each in its own key space)."""
+    """One transaction of up to the store's ``claim_batch`` claims, of one lane or of several (each in its own key
+    space)."""
     positions: dict[int, list[int]] = {}
     for position, (index, _) in enumerate(pack):
         positions.setdefault(index, []).append(position)
@@ -201,7 +211,7 @@ def _wanted(candidate: DueCandidate) -> ClaimWanted:
     return ClaimWanted(candidate.user_id, candidate.uuid, candidate.next_send_at_ms)
 
 
-def _claim_alone(ctx: AppContext, candidate: DueCandidate, group: str | None, terms: dict[str, Any]) -> TaskRow | None:
+def _claim_alone(ctx: AppContext, candidate: DueCandidate, group: str | None, terms: ClaimTerms) -> TaskRow | None:
     return ctx.claims.claim(
         candidate.user_id, candidate.uuid, expected_next_send_at_ms=candidate.next_send_at_ms, group=group, **terms
     )
@@ -211,10 +221,10 @@ def due_in_order(ctx: AppContext, shards: int, now_ms: Callable[[], int]) -> Ite
     """Every shard's due candidates merged by due-index key (earliest eligible first), one page per shard at
     a time: a k-way merge, so a shard is read further only when its next candidate is the earliest."""
     heap: list[tuple[str, int, int, DueCandidate]] = []
-    pages: dict[int, tuple[list[DueCandidate], Any]] = {}
+    pages: dict[int, tuple[list[DueCandidate], DuePageToken | None]] = {}
     counter = itertools.count()
 
-    def refill(shard: int, start: Any) -> None:
+    def refill(shard: int, start: DuePageToken | None) -> None:
         candidates, after = ctx.claims.due_candidates(shard, now_ms(), TICK_PAGE, start)
         pages[shard] = (candidates[1:], after)
         if candidates:
@@ -229,7 +239,7 @@ def due_in_order(ctx: AppContext, shards: int, now_ms: Callable[[], int]) -> Ite
         if rest:
             pages[shard] = (rest[1:], after)
             heapq.heappush(heap, (rest[0].due_key, next(counter), shard, rest[0]))
-        elif after:
+        elif after is not None:
             refill(shard, after)
 
 

@@ -21,8 +21,8 @@ from __future__ import annotations
 
 import copy
 import uuid as uuid_lib
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Mapping
+from typing import Any, TypedDict
 
 from amsg import jsonio
 from amsg.context import AppContext
@@ -31,6 +31,7 @@ from amsg.domain.inventory import Entry, OwnerResolver, build_inventory, resourc
 from amsg.domain.ownership import owner_ref
 from amsg.errors import LeaseLost, OwnerChanged
 from amsg.hooks import call_hook, load_hooks
+from amsg.jsonio import JsonObject
 from amsg.observability import logger
 from amsg.ports import LeasedWrite, StoredResource
 
@@ -48,6 +49,40 @@ RETRY_MESSAGE = "云端清理尚未完成；服务器会根据记录继续重试
 CHANGED_MESSAGE = "预览后资源已被修改"
 RECREATED_MESSAGE = "已清理的资源被重新创建"
 OWNER_CHANGED_MESSAGE = "归属者在预览后已变化"
+
+
+class OperationCount(TypedDict):
+    type: str  # a resource type
+    deleted: int
+    remaining: int
+    failed: int
+
+
+class OperationError(TypedDict):
+    code: str
+    message: str
+
+
+class CleanupOperation(TypedDict):
+    """An operation's record, stored encrypted and advanced under its lease; the first twelve keys are what the
+    API shows of it."""
+
+    id: str
+    planId: str
+    idempotencyKey: str
+    mode: str  # purge | retire-owner
+    owner: JsonObject | None  # the owner as the client named it ({type, id, label?})
+    ownerGeneration: int | None  # retire-owner: the generation the plan previewed
+    fencedGeneration: int | None  # retire-owner: the generation the retirement wrote
+    status: str  # pending | running | completed | failed
+    counts: list[OperationCount]
+    errors: list[OperationError]
+    createdAt: int
+    updatedAt: int
+    entries: list[list[str]]  # purge: [id, type, version] per resource, in deletion order
+    cursor: int
+    attempts: int
+    nextAttemptAt: int
 
 
 class CleanupStepError(Exception):
@@ -79,7 +114,7 @@ def owner_resolver(ctx: AppContext) -> OwnerResolver | None:
     return lambda info: call_hook(hook, info)
 
 
-def owned_by(entry: Entry, owner: dict[str, Any]) -> bool:
+def owned_by(entry: Entry, owner: Mapping[str, Any]) -> bool:
     found = entry.resource["owner"]
     if found is not None and (found["type"], found["id"]) == (owner["type"], owner["id"]):
         return True
@@ -91,13 +126,16 @@ def deletion_order(entry_type: str, rid: str) -> tuple[bool, str]:
     return entry_type == "task", rid
 
 
-def load(ctx: AppContext, user_id: str, codec: UserCodec, operation_id: str) -> dict[str, Any] | None:
+def load(ctx: AppContext, user_id: str, codec: UserCodec, operation_id: str) -> CleanupOperation | None:
     assert ctx.cloud_data is not None
     stored = ctx.cloud_data.get_record(user_id, KIND, operation_id, now_ms=ctx.now_ms())
-    return jsonio.loads(codec.decrypt(stored)) if stored is not None else None
+    if stored is None:
+        return None
+    operation: CleanupOperation = jsonio.loads(codec.decrypt(stored))
+    return operation
 
 
-def create(ctx: AppContext, user_id: str, codec: UserCodec, operation: dict[str, Any]) -> None:
+def create(ctx: AppContext, user_id: str, codec: UserCodec, operation: CleanupOperation) -> None:
     """Store a new operation, due at once (so the tick finishes it even if its request dies)."""
     assert ctx.cloud_data is not None
     now = ctx.now_ms()
@@ -105,7 +143,7 @@ def create(ctx: AppContext, user_id: str, codec: UserCodec, operation: dict[str,
     ctx.cloud_data.put_record(user_id, KIND, operation["id"], data, now_ms=now, ttl_s=None, work_at=now)
 
 
-def advance(ctx: AppContext, user_id: str, codec: UserCodec, operation_id: str) -> dict[str, Any] | None:
+def advance(ctx: AppContext, user_id: str, codec: UserCodec, operation_id: str) -> CleanupOperation | None:
     """One step of the operation under its lease; returns the operation as it then stands (the stored copy,
     unchanged, when it is finished, backing off, or leased by another worker). Raises LeaseLost when the lease
     was lost mid-step (nothing more was written)."""
@@ -163,14 +201,14 @@ def advance(ctx: AppContext, user_id: str, codec: UserCodec, operation_id: str) 
 class _Step:
     """One bounded step of one operation, every write fenced by the lease token."""
 
-    def __init__(self, ctx: AppContext, user_id: str, codec: UserCodec, op: dict[str, Any], token: str) -> None:
+    def __init__(self, ctx: AppContext, user_id: str, codec: UserCodec, op: CleanupOperation, token: str) -> None:
         assert ctx.cloud_data is not None and ctx.owners is not None
         self.ctx, self.user_id, self.codec, self.op, self.token = ctx, user_id, codec, op, token
         self.store = ctx.cloud_data
         self.owners = ctx.owners
 
     def write(
-        self, op: dict[str, Any] | None = None, *, release: bool = False, work_at: int | None = None
+        self, op: CleanupOperation | None = None, *, release: bool = False, work_at: int | None = None
     ) -> LeasedWrite:
         record = op if op is not None else self.op
         finished = record["status"] in ("completed", "failed")
@@ -198,7 +236,7 @@ class _Step:
             raise CleanupStepError("CLOUD_INVENTORY_INCOMPLETE")
         return entries, stored
 
-    def _counted(self, entry_type: str) -> dict[str, Any]:
+    def _counted(self, entry_type: str) -> CleanupOperation:
         """A copy of the operation with one more resource of ``entry_type`` deleted."""
         trial = copy.deepcopy(self.op)
         count = next(c for c in trial["counts"] if c["type"] == entry_type)
@@ -210,15 +248,16 @@ class _Step:
     # ---- retire-owner -------------------------------------------------------------------------------------
 
     def _retire(self) -> None:
-        owner = self.op["owner"]
+        owner, generation = self.op["owner"], self.op["ownerGeneration"]
+        assert owner is not None and generation is not None  # a retire-owner plan names both
         ref = owner_ref(owner["type"], owner["id"])
         if self.op["fencedGeneration"] is None:
             trial = copy.deepcopy(self.op)
-            trial["fencedGeneration"] = self.op["ownerGeneration"] + 1
+            trial["fencedGeneration"] = generation + 1
             trial["updatedAt"] = self.ctx.now_ms()
             try:
                 self.store.retire_owner_leased(
-                    self.user_id, ref, owner["type"], owner["id"], expected=self.op["ownerGeneration"],
+                    self.user_id, ref, owner["type"], owner["id"], expected=generation,
                     now_ms=self.ctx.now_ms(), write=self.write(trial),
                 )  # fmt: skip
             except OwnerChanged:

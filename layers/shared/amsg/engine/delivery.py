@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import contextlib
 from dataclasses import dataclass, field
-from typing import Any
 
 from amsg.context import AppContext
 from amsg.crypto import DecryptError, StoredPayloadUnreadable, UserCodec
@@ -49,15 +48,17 @@ from amsg.engine.summary import DeliverySummary
 from amsg.errors import CloudGuardError
 from amsg.failures import ClaimTaken, DeliveryFailure, PushSendError
 from amsg.hooks import Hooks, load_hooks
+from amsg.jsonio import JsonObject
 from amsg.observability import logger, record_delivery_latency, tenant_dimension
-from amsg.ports import APPEND_FALLBACK, CapReached, TaskRow
+from amsg.ports import APPEND_FALLBACK, CapReached, PushSubscription, TaskRow
 from amsg.ports.tenants import TenantInactive
+from amsg.task_payload import StoredPayload
 from amsg.tenancy.scope import tenant_of
 
 
 @dataclass
 class _Entry:
-    push: dict[str, Any]
+    push: JsonObject
     done: bool  # delivered, acked or already claimed for sending
     unknown: bool = False  # claimed for sending, never marked delivered: its push may have left (or died unanswered)
 
@@ -105,12 +106,12 @@ def deliver_claimed(ctx: AppContext, row: TaskRow, summary: DeliverySummary, env
 
 def _payload_to_fire(
     ctx: AppContext, row: TaskRow, codec: UserCodec, summary: DeliverySummary, env: DeliveryEnv
-) -> dict[str, Any] | None:
+) -> StoredPayload | None:
     """The task's payload when this occurrence may fire; None after settling a task that must not (unreadable
     payload, retired owner, too late)."""
     now = ctx.now_ms()
     try:
-        payload: dict[str, Any] = codec.decrypt_payload(row.encrypted_payload)
+        payload: StoredPayload = codec.decrypt_payload(row.encrypted_payload)
     except StoredPayloadUnreadable:
         if _may_write(ctx, row, env, summary):
             fail_task(ctx, row, None, codec, DeliveryFailure("任务载荷解密失败"), summary, env)
@@ -144,7 +145,7 @@ def _handed_over(ctx: AppContext, row: TaskRow, codec: UserCodec) -> bool:
 def _record_failed_run(
     ctx: AppContext,
     row: TaskRow,
-    payload: dict[str, Any],
+    payload: StoredPayload,
     codec: UserCodec,
     exc: Exception,
     summary: DeliverySummary,
@@ -198,7 +199,7 @@ def _skip_taken(row: TaskRow, summary: DeliverySummary) -> None:
     logger.info("claim already adopted by another run", extra={"taskUuid": row.uuid})
 
 
-def needs_llm(payload: dict[str, Any]) -> bool:
+def needs_llm(payload: StoredPayload) -> bool:
     """Whether a fire goes through the hooks: prompted/auto always, instant only with chat credentials."""
     message_type = payload.get("messageType")
     if message_type in ("prompted", "auto"):
@@ -212,7 +213,7 @@ def needs_llm(payload: dict[str, Any]) -> bool:
 
 
 def process_occurrence(
-    ctx: AppContext, row: TaskRow, payload: dict[str, Any], codec: UserCodec, env: DeliveryEnv
+    ctx: AppContext, row: TaskRow, payload: StoredPayload, codec: UserCodec, env: DeliveryEnv
 ) -> Outcome:
     occurrence = Occurrence(row.id, row.uuid, row.next_send_at_ms or None)
     hooks = load_hooks(ctx.settings.hooks_module)
@@ -284,13 +285,13 @@ class _Fresh:
     entries: list[_Entry] = field(default_factory=list)
     claimed_first: bool = False  # the append claimed the first push for sending
     redelivered: bool = False  # the append found rows of this occurrence from an earlier run
-    subscription: dict[str, Any] | None = None
+    subscription: PushSubscription | None = None
     subscription_error: Exception | None = None
 
 
 def _generate_counted(
-    ctx: AppContext, row: TaskRow, payload: dict[str, Any], occurrence: Occurrence, env: DeliveryEnv, hooks: Hooks
-) -> list[dict[str, Any]]:
+    ctx: AppContext, row: TaskRow, payload: StoredPayload, occurrence: Occurrence, env: DeliveryEnv, hooks: Hooks
+) -> list[JsonObject]:
     """The occurrence's pushes; a failure carries the host's ``max_generation_retries`` limit when it has one."""
     try:
         return _generate(ctx, row, payload, occurrence, env)
@@ -304,10 +305,10 @@ def _generate_counted(
 def _append_fresh(
     ctx: AppContext,
     row: TaskRow,
-    payload: dict[str, Any],
+    payload: StoredPayload,
     codec: UserCodec,
     occurrence: Occurrence,
-    pushes: list[dict[str, Any]],
+    pushes: list[JsonObject],
     env: DeliveryEnv,
 ) -> _Fresh:
     fresh = _Fresh()
@@ -329,7 +330,7 @@ def _push_pending(
     ctx: AppContext,
     row: TaskRow,
     pending: list[_Entry],
-    subscription: dict[str, Any],
+    subscription: PushSubscription,
     env: DeliveryEnv,
     claimed_first: bool,
     outcome: Outcome,
@@ -393,7 +394,7 @@ def _append_new_batch(
     ctx: AppContext,
     row: TaskRow,
     occurrence: Occurrence,
-    pushes: list[dict[str, Any]],
+    pushes: list[JsonObject],
     codec: UserCodec,
     env: DeliveryEnv,
     claim: str | None,
@@ -428,8 +429,8 @@ def _append_new_batch(
 
 
 def _generate(
-    ctx: AppContext, row: TaskRow, payload: dict[str, Any], occurrence: Occurrence, env: DeliveryEnv
-) -> list[dict[str, Any]]:
+    ctx: AppContext, row: TaskRow, payload: StoredPayload, occurrence: Occurrence, env: DeliveryEnv
+) -> list[JsonObject]:
     message_type = payload.get("messageType") or row.message_type
     reasoning: str | None = None
     if message_type == "fixed":

@@ -13,6 +13,7 @@ from typing import Any
 from amsg.context import AppContext
 from amsg.hooks import task_view
 from amsg.ports import CapCharge, LlmClient, LlmReply, LlmRequest, PushSender, PushSubscriptionRow, TaskRow
+from amsg.task_payload import StoredPayload
 from amsg.timeutil import iso_from_ms
 
 
@@ -106,7 +107,7 @@ def sandbox_pool(name: str, workers: int) -> ThreadPoolExecutor:
         return pool
 
 
-def row_view(payload: dict[str, Any], row: TaskRow) -> Any:
+def row_view(payload: StoredPayload, row: TaskRow) -> Any:
     """The read-only task view a hook sees for a claimed row (its occurrence as ISO text, the hooks' wire form)."""
     return task_view(
         payload,

@@ -45,9 +45,11 @@ from amsg.engine.pushes import Occurrence, should_push
 from amsg.engine.sending import VAPID_MISSING, PushUnconfirmed, append_batch, resolve_subscription, send_one
 from amsg.failures import DeliveryFailure
 from amsg.hooks import HookContext, Hooks, call_hook
+from amsg.jsonio import JsonObject
 from amsg.observability import logger
-from amsg.ports import TaskRow
+from amsg.ports import PushSubscription, TaskRow
 from amsg.ports.tenants import TenantInactive
+from amsg.task_payload import StoredPayload
 from amsg.timeutil import iso_from_ms
 
 MIN_ROUND_S = 2.0  # an LLM round with less time than this left in the invocation is not started
@@ -71,7 +73,7 @@ class AgenticFire(HookServices):
         self,
         ctx: AppContext,
         row: TaskRow,
-        payload: dict[str, Any],
+        payload: StoredPayload,
         codec: UserCodec,
         env: DeliveryEnv,
         hooks: Hooks,
@@ -84,11 +86,11 @@ class AgenticFire(HookServices):
         self.hooks = hooks
         self.occurrence = Occurrence(row.id, row.uuid, row.next_send_at_ms or None)
         self.now = ctx.now_ms()
-        self.scratch: dict[str, Any] = {}
+        self.scratch: JsonObject = {}
         self.progress = FireProgress()
         self.view = row_view(payload, row)
         metadata = payload.get("metadata")
-        self.metadata: dict[str, Any] = metadata if isinstance(metadata, dict) else {}
+        self.metadata: JsonObject = metadata if isinstance(metadata, dict) else {}
 
     def _context(self, **extra: Any) -> HookContext:
         return HookContext(self, task=self.view, user_id=self.row.user_id, now=self.now, scratch=self.scratch, **extra)
@@ -150,7 +152,7 @@ class AgenticFire(HookServices):
             return before
         raise contract_error("AGENTIC_BAD_BEFORE_FIRE", f"on_before_fire must return {BEFORE_FIRE_FORMS}")
 
-    def _rounds(self, plan: dict[str, Any]) -> Outcome:
+    def _rounds(self, plan: JsonObject) -> Outcome:
         settings = self.ctx.settings
         max_rounds = first_positive_int(plan.get("max_tool_iterations"), settings.max_tool_iterations, 5)
         budget_ms = first_positive_number(plan.get("total_timeout_ms"), settings.total_timeout_ms, 240_000)
@@ -233,7 +235,7 @@ class AgenticFire(HookServices):
             code="AGENTIC_LOOP_EXCEEDED",
         )
 
-    def _execute(self, calls: list[dict[str, Any]], session: HookContext) -> list[dict[str, Any]]:
+    def _execute(self, calls: list[JsonObject], session: HookContext) -> list[JsonObject]:
         self.throw_if_cancelled()
         try:
             results: Any = call_hook(self.hooks.execute_tool_calls, calls, session)  # type: ignore[arg-type]
@@ -250,7 +252,7 @@ class AgenticFire(HookServices):
 
     # ---- sending (finish) -----------------------------------------------------------------------------------
 
-    def _send(self, payloads: list[dict[str, Any]]) -> int:
+    def _send(self, payloads: list[JsonObject]) -> int:
         progress = self.progress
         now_iso = iso_from_ms(self.ctx.now_ms())
         total = len(payloads)
@@ -302,7 +304,7 @@ class AgenticFire(HookServices):
                 )
         return total
 
-    def _push_one(self, pushes: list[dict[str, Any]], index: int, subscription: dict[str, Any]) -> bool:
+    def _push_one(self, pushes: list[JsonObject], index: int, subscription: PushSubscription) -> bool:
         """Push one of the batch; True when its outcome is unknown: the pushes after it wait in the outbox for
         the client's pull (docs/delivery.md)."""
         after = sum(1 for later in pushes[index + 1 :] if should_push(later, outboxed=True))

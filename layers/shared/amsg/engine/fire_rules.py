@@ -21,6 +21,8 @@ from amsg.domain.jsvalues import is_plain_object
 from amsg.domain.ownership import GUARD_FIELD
 from amsg.domain.timezones import canonical_tz, is_valid_tz
 from amsg.failures import DeliveryFailure
+from amsg.jsonio import JsonObject
+from amsg.task_payload import StoredPayload
 from amsg.timeutil import iso_from_ms, parse_iso_ms
 
 MAX_DEFER_MS = 86_400_000
@@ -57,7 +59,7 @@ def first_positive_number(*values: Any) -> int:
     return 240_000
 
 
-def first_message(response: Mapping[str, Any]) -> dict[str, Any]:
+def first_message(response: Mapping[str, Any]) -> JsonObject:
     choices = response.get("choices")
     first = choices[0] if isinstance(choices, list) and choices else None
     message = first.get("message") if isinstance(first, dict) else None
@@ -124,11 +126,11 @@ def _check_push_payloads(kind: str, payloads: Any, bad: Callable[[str], Delivery
             raise bad(f"push_payloads[{index}].messageId must be a non-empty string")
 
 
-def requested_calls(decision: dict[str, Any]) -> list[dict[str, Any]]:
+def requested_calls(decision: JsonObject) -> list[JsonObject]:
     calls = decision.get("tool_calls")
     if isinstance(calls, list) and calls:
         return list(calls)
-    out: list[dict[str, Any]] = []
+    out: list[JsonObject] = []
     for push in decision.get("push_payloads") or []:
         embedded = push.get("toolCalls") if isinstance(push, dict) else None
         if isinstance(embedded, list):
@@ -136,14 +138,14 @@ def requested_calls(decision: dict[str, Any]) -> list[dict[str, Any]]:
     return out
 
 
-def failed_tools(calls: list[dict[str, Any]], message: str) -> list[dict[str, Any]]:
+def failed_tools(calls: list[JsonObject], message: str) -> list[JsonObject]:
     return [
         {"tool_call_id": str(call.get("id") or ""), "role": "tool", "content": f"Tool execution failed: {message}"}
         for call in calls
     ]
 
 
-def with_tool_calls(assistant: dict[str, Any], calls: list[dict[str, Any]]) -> dict[str, Any]:
+def with_tool_calls(assistant: JsonObject, calls: list[JsonObject]) -> JsonObject:
     found = assistant.get("tool_calls")
     native: list[Any] = found if isinstance(found, list) else []
     ids = {call.get("id") for call in native if isinstance(call, dict)}
@@ -183,7 +185,7 @@ def state_entries(namespace: Any, entries: Any, now_ms: int) -> list[StateEntry]
     return checked
 
 
-def follow_up(options: Mapping[str, Any], parent: Mapping[str, Any], now_ms: int) -> tuple[int, str, dict[str, Any]]:
+def follow_up(options: Mapping[str, Any], parent: StoredPayload, now_ms: int) -> tuple[int, str, StoredPayload]:
     """Check a ``schedule_task`` call's options against the firing task's payload (``parent``, whose settings a
     follow-up inherits) and build the follow-up's stored payload: (first send ms, message type, payload). Raises
     the ``TypeError``/``ValueError`` the hook sees, in the order of the checks."""
@@ -204,7 +206,7 @@ def follow_up(options: Mapping[str, Any], parent: Mapping[str, Any], now_ms: int
         raise TypeError("schedule_task: metadata must be a dict")
     refs = parent.get("credRefs") if isinstance(parent.get("credRefs"), dict) else None
     by_ref = bool(refs and isinstance(refs.get("chat"), str) and refs["chat"])
-    stored: dict[str, Any] = {
+    stored: StoredPayload = {
         "contactName": contact_name,
         "avatarUrl": (options.get("avatarUrl") or None) if "avatarUrl" in options else parent.get("avatarUrl") or None,
         "messageType": message_type,

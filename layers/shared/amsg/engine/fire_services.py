@@ -7,7 +7,7 @@ from __future__ import annotations
 import uuid as uuid_lib
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 from amsg import jsonio
 from amsg.context import AppContext
@@ -30,9 +30,11 @@ from amsg.engine.pushes import Occurrence
 from amsg.engine.sending import claim_fence, resolve_subscription, send_one
 from amsg.errors import ClaimLost, CloudGuardError, TaskUuidConflict, TenantPendingLimit
 from amsg.hooks import EmitResult, ScheduleResult
+from amsg.jsonio import JsonObject
 from amsg.observability import logger
 from amsg.ports import NewTask, OutboxAppend, TaskRow
 from amsg.ports.tenants import TenantInactive
+from amsg.task_payload import StoredPayload
 from amsg.timeutil import iso_from_ms, parse_iso_ms
 
 
@@ -45,7 +47,7 @@ class FireProgress:
     pushed_count: int = 0
     total: int = 0
     iterations: int = 0
-    usage: dict[str, Any] | None = None
+    usage: JsonObject | None = None
     usage_total: dict[str, int] | None = None
     llm_calls: int = 0
     outboxed: bool = False
@@ -60,14 +62,14 @@ class HookServices:
 
     ctx: AppContext
     row: TaskRow
-    payload: dict[str, Any]
+    payload: StoredPayload
     codec: UserCodec
     env: DeliveryEnv
     occurrence: Occurrence
     now: int
     progress: FireProgress
 
-    def _stamp(self, push: dict[str, Any]) -> dict[str, Any]:
+    def _stamp(self, push: JsonObject) -> JsonObject:
         """The task fields every push of this fire carries (the outbox and a redelivery recognise them by)."""
         push["taskId"] = self.row.id
         push["taskUuid"] = self.row.uuid
@@ -91,7 +93,7 @@ class HookServices:
             return entries
         return next((entry["value"] for entry in entries if entry["key"] == key), None)
 
-    def write_state(self, namespace: str, entries: Any, value: Any = ..., *, guarded: bool = True) -> dict[str, Any]:
+    def write_state(self, namespace: str, entries: Any, value: Any = ..., *, guarded: bool = True) -> JsonObject:
         if guarded:
             self.throw_if_cancelled()
         if value is not ...:
@@ -122,7 +124,7 @@ class HookServices:
         index = self.progress.results
         self.progress.results += 1
         message_type = payload.get("messageType") or "auto"
-        push: dict[str, Any] = {"messageKind": "result", **payload}
+        push: JsonObject = {"messageKind": "result", **payload}
         if not isinstance(push.get("messageId"), str) or not push["messageId"]:
             push["messageId"] = self.occurrence.message_id(f"result_{index}")
         push["sessionId"] = push.get("sessionId") or self.occurrence.session_id
@@ -153,7 +155,7 @@ class HookServices:
             pushed = False
         return {"messageId": message_id, "pushed": pushed}
 
-    def _append_result(self, push: dict[str, Any], message_id: str) -> None:
+    def _append_result(self, push: JsonObject, message_id: str) -> None:
         """Append a result row, fenced by the fire's claim (a fire that lost it writes nothing)."""
         row = OutboxAppend(
             message_id=message_id,
@@ -220,12 +222,13 @@ class HookServices:
             return {"created": False, "reason": "pending_limit", "uuid": task_uuid}
         return {"created": True, "id": created.id, "uuid": task_uuid, "nextSendAt": iso_from_ms(first_ms)}
 
-    def _project(self, row: TaskRow) -> dict[str, Any] | None:
+    def _project(self, row: TaskRow) -> JsonObject | None:
         try:
             payload = jsonio.loads(self.codec.decrypt(row.encrypted_payload))
         except Exception:
             return None
-        return project_task(row, payload if isinstance(payload, dict) else {}, include_metadata=True)
+        stored = cast(StoredPayload, payload) if isinstance(payload, dict) else StoredPayload()
+        return project_task(row, stored, include_metadata=True)
 
     def _other_task(self, task_uuid: Any, what: str) -> str:
         self.throw_if_cancelled()
@@ -245,7 +248,7 @@ class HookServices:
                 logger.warning("outbox discard failed", extra={"error": type(exc).__name__})
         return {"cancelled": bool(cancelled)}
 
-    def renew_task(self, task_uuid: str, next_send_at: str) -> dict[str, Any]:
+    def renew_task(self, task_uuid: str, next_send_at: str) -> JsonObject:
         task_uuid = self._other_task(task_uuid, "renew_task")
         next_ms = parse_iso_ms(next_send_at) if isinstance(next_send_at, str) else None
         if next_ms is None:

@@ -19,7 +19,7 @@ from __future__ import annotations
 import uuid as uuid_lib
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, NoReturn
+from typing import NoReturn
 
 from amsg.context import AppContext
 from amsg.crypto import compact_json
@@ -28,8 +28,10 @@ from amsg.engine.env import Cancelled, delivery_env
 from amsg.engine.lease import LeaseKeeper
 from amsg.engine.outcomes import FailureInfo, failure_info
 from amsg.engine.sending import DeadlineExceeded
+from amsg.jsonio import JsonObject
 from amsg.observability import logger
 from amsg.ports import Settlement, TaskRow
+from amsg.task_payload import StoredPayload
 from amsg.timeutil import iso_from_ms
 
 MAX_RETRIES = 2
@@ -52,7 +54,7 @@ class InstantFailed(Exception):
 
     def __init__(self, code: str, message: str, retries_attempted: int, *, permanent: bool = False) -> None:
         super().__init__(code)
-        self.details: dict[str, Any] = {"code": code, "message": message, "retriesAttempted": retries_attempted}
+        self.details: JsonObject = {"code": code, "message": message, "retriesAttempted": retries_attempted}
         if permanent:
             self.details["permanent"] = True
 
@@ -61,7 +63,7 @@ def deliver_instant(
     ctx: AppContext,
     user_id: str,
     task_uuid: str,
-    payload: dict[str, Any],
+    payload: StoredPayload,
     *,
     remaining_ms: Callable[[], int] | None = None,
 ) -> InstantSent:

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from amsg import jsonio
+from amsg.jsonio import JsonObject
 from amsg.tenancy.ids import valid_tenant_id
 from amsg.timeutil import iso_from_ms, parse_iso_ms
 
@@ -31,8 +32,8 @@ class TaskMessage:
     correlation_id: str | None = None
     tenant_id: str | None = None
 
-    def to_body(self) -> dict[str, Any]:
-        body: dict[str, Any] = {
+    def to_body(self) -> JsonObject:
+        body: JsonObject = {
             "userId": self.user_id,
             "uuid": self.uuid,
             "claimVersion": self.claim_version,

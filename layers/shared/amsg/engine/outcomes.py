@@ -5,17 +5,17 @@ handed back. Every write is fenced by the claim version."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 from amsg.context import AppContext
 from amsg.crypto import UserCodec, compact_json
 from amsg.domain.recurrence import plan_next_occurrence
 from amsg.domain.redaction import sanitize_error_summary
 from amsg.engine.env import DeliveryEnv
-from amsg.engine.summary import DeliverySummary
+from amsg.engine.summary import DeliverySummary, TaskEntry
 from amsg.failures import PushSendError, is_permanent_push_status
 from amsg.observability import logger
 from amsg.ports import Settlement, TaskRow
+from amsg.task_payload import LastError, StoredPayload
 from amsg.timeutil import iso_from_ms
 
 RETRY_STEP_MS = 120_000
@@ -28,12 +28,12 @@ CANCELLED_REASON = "任务在投递期间被取消或顶替"
 TENANT_INACTIVE = "tenant_inactive"  # a cancelled entry's status: the tenant is being deleted or disabled
 
 
-def recurrence_of(payload: dict[str, Any] | None) -> str:
+def recurrence_of(payload: StoredPayload | None) -> str:
     value = (payload or {}).get("recurrenceType")
     return value if value in RECURRING else "none"  # missing means none, on every path
 
 
-def with_last_error(payload: dict[str, Any] | None, last_error: dict[str, Any] | None, codec: UserCodec) -> str | None:
+def with_last_error(payload: StoredPayload | None, last_error: LastError | None, codec: UserCodec) -> str | None:
     if payload is None:
         return None
     updated = dict(payload)
@@ -54,7 +54,7 @@ def occurrence_text(row: TaskRow) -> str:
 def finalize_success(
     ctx: AppContext,
     row: TaskRow,
-    payload: dict[str, Any],
+    payload: StoredPayload,
     summary: DeliverySummary,
     delivered: list[str] | None = None,
 ) -> bool:
@@ -111,7 +111,7 @@ def _settlement_left_for_later(row: TaskRow, summary: DeliverySummary, exc: Exce
 def fail_task(
     ctx: AppContext,
     row: TaskRow,
-    payload: dict[str, Any] | None,
+    payload: StoredPayload | None,
     codec: UserCodec,
     exc: BaseException,
     summary: DeliverySummary,
@@ -124,10 +124,10 @@ def fail_task(
     limit = getattr(exc, "retry_limit", None)
     if not isinstance(limit, int):
         limit = env.max_retries if env.max_retries is not None else ctx.settings.max_delivery_retries
-    raw_last_error = {**last_error, "reason": reason}
+    raw_last_error: LastError = {**last_error, "reason": reason}
     recurrence = recurrence_of(payload)
     summary.failed_count += 1
-    entry: dict[str, Any] = {"taskId": row.id, "reason": last_error["reason"]}
+    entry: TaskEntry = {"taskId": row.id, "reason": last_error["reason"]}
     if permanent or row.retry_count >= limit:
         if recurrence != "none":
             occurrence = row.next_send_at_ms or now
@@ -174,7 +174,7 @@ class FailureInfo:
     code: str | None
     push_status: int | None
     permanent: bool
-    last_error: dict[str, Any]
+    last_error: LastError
 
 
 def failure_info(exc: BaseException, row: TaskRow, now_ms: int) -> FailureInfo:
@@ -186,7 +186,7 @@ def failure_info(exc: BaseException, row: TaskRow, now_ms: int) -> FailureInfo:
     permanent = (
         getattr(exc, "permanent", False) is True or code in PERMANENT_CODES or is_permanent_push_status(push_status)
     )
-    last_error: dict[str, Any] = {
+    last_error: LastError = {
         "at": iso_from_ms(now_ms),
         "occurrence": occurrence_text(row),
         "reason": sanitize_error_summary(reason),
@@ -202,7 +202,7 @@ def cancel_retired(ctx: AppContext, row: TaskRow, summary: DeliverySummary) -> N
     """The task's owner was retired: the task fails without a retry (out of the due index, so it never fires
     again; a restore does not revive it) and its unsent outbox rows are discarded. Its cleanup deletes it."""
     now = ctx.now_ms()
-    last_error = {"reason": "owner retired", "errorCode": "CLOUD_OWNER_RETIRED", "at": iso_from_ms(now)}
+    last_error: LastError = {"reason": "owner retired", "errorCode": "CLOUD_OWNER_RETIRED", "at": iso_from_ms(now)}
     settlement = Settlement(next_send_at_ms=row.next_send_at_ms, status="failed", last_error=compact_json(last_error))
     try:
         ctx.claims.settle(row.user_id, row.uuid, row.claim_version, settlement, now)

@@ -21,6 +21,7 @@ from amsg.crypto import DecryptError, UserCodec
 from amsg.domain.delivery_policy import DeliveryPolicy, policy_from_stored, quiet_hours_end, window_bounds
 from amsg.observability import logger
 from amsg.ports import CapCharge, TaskRow
+from amsg.task_payload import StoredPayload
 
 
 @dataclass
@@ -31,7 +32,7 @@ class PolicyDecision:
     charges: list[CapCharge] = field(default_factory=list)
 
 
-def is_exempt(payload: dict[str, Any]) -> bool:
+def is_exempt(payload: StoredPayload) -> bool:
     return payload.get("messageType") == "instant"
 
 
@@ -52,7 +53,7 @@ def load_policy(
         return None
 
 
-def character_of(payload: dict[str, Any]) -> str | None:
+def character_of(payload: StoredPayload) -> str | None:
     metadata = payload.get("metadata")
     value = metadata.get("charId") if isinstance(metadata, dict) else None
     if not isinstance(value, str) or not value:
@@ -61,7 +62,7 @@ def character_of(payload: dict[str, Any]) -> str | None:
 
 
 def cap_charges(
-    policy: DeliveryPolicy, row: TaskRow, payload: dict[str, Any], codec: UserCodec, now_ms: int
+    policy: DeliveryPolicy, row: TaskRow, payload: StoredPayload, codec: UserCodec, now_ms: int
 ) -> list[CapCharge]:
     """The counters this occurrence is charged to at ``now_ms`` (character caps only for tasks with a charId;
     the character id is stored as an HMAC under the user key, never in clear)."""
@@ -83,7 +84,7 @@ def cap_charges(
 def before_fire(
     ctx: AppContext,
     row: TaskRow,
-    payload: dict[str, Any],
+    payload: StoredPayload,
     codec: UserCodec,
     *,
     check_caps: bool,

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 from amsg import jsonio
 from amsg.crypto import compact_json
+from amsg.jsonio import JsonObject
 from amsg.ports import MAX_PUSH_PAYLOAD_BYTES
+from amsg.task_payload import StoredPayload
 from amsg.timeutil import iso_from_ms
 
 
@@ -31,7 +32,7 @@ class Occurrence:
         return f"msg_task_{self.task_id}{self.suffix}_{index}"
 
 
-def _common(payload: dict[str, Any], occ: Occurrence, kind: str, message_id: str, timestamp: str) -> dict[str, Any]:
+def _common(payload: StoredPayload, occ: Occurrence, kind: str, message_id: str, timestamp: str) -> JsonObject:
     message_type = payload.get("messageType")
     return {
         "messageKind": kind,
@@ -43,7 +44,7 @@ def _common(payload: dict[str, Any], occ: Occurrence, kind: str, message_id: str
     }
 
 
-def _stamp(push: dict[str, Any], payload: dict[str, Any], occ: Occurrence) -> dict[str, Any]:
+def _stamp(push: JsonObject, payload: StoredPayload, occ: Occurrence) -> JsonObject:
     """The task identity the server stamps on every push it produces (overwrites any host value)."""
     push["taskId"] = occ.task_id
     push["taskUuid"] = occ.task_uuid
@@ -52,7 +53,7 @@ def _stamp(push: dict[str, Any], payload: dict[str, Any], occ: Occurrence) -> di
     return push
 
 
-def _presentation(payload: dict[str, Any]) -> dict[str, Any]:
+def _presentation(payload: StoredPayload) -> JsonObject:
     """What the service worker shows: title, sender, avatar, subtype, metadata."""
     return {
         "title": f"来自 {payload.get('contactName')}",
@@ -63,14 +64,14 @@ def _presentation(payload: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def reasoning_push(payload: dict[str, Any], occ: Occurrence, reasoning: str, now_ms: int) -> dict[str, Any]:
+def reasoning_push(payload: StoredPayload, occ: Occurrence, reasoning: str, now_ms: int) -> JsonObject:
     push = _common(payload, occ, "reasoning", occ.message_id("reasoning"), iso_from_ms(now_ms))
     push["reasoningContent"] = reasoning
     push.update(_presentation(payload))
     return _stamp(push, payload, occ)
 
 
-def content_pushes(payload: dict[str, Any], occ: Occurrence, segments: list[str], now_ms: int) -> list[dict[str, Any]]:
+def content_pushes(payload: StoredPayload, occ: Occurrence, segments: list[str], now_ms: int) -> list[JsonObject]:
     """One push per segment; field order as the reference builds them (metadata after index/total)."""
     shown = _presentation(payload)
     metadata = shown.pop("metadata")
@@ -85,7 +86,7 @@ def content_pushes(payload: dict[str, Any], occ: Occurrence, segments: list[str]
     return pushes
 
 
-def should_push(push: dict[str, Any], *, outboxed: bool) -> bool:
+def should_push(push: JsonObject, *, outboxed: bool) -> bool:
     """Push policy (the reference's): with an outbox only content/result (or an explicit show) are pushed."""
     if not outboxed:
         return True
@@ -104,7 +105,7 @@ PUSH_ENVELOPE_RESERVED_BYTES = 384
 index/total, task identity; uuid <= 64 chars): hosts reserve it when they budget their own pushes."""
 
 
-def measure_push_payload(text: str, *, reserve_envelope: bool = False) -> dict[str, Any]:
+def measure_push_payload(text: str, *, reserve_envelope: bool = False) -> JsonObject:
     """The reference's ``measurePushPayload``: UTF-8 size against the 3993-byte plaintext limit."""
     size = len(text.encode("utf-8"))
     reserved = PUSH_ENVELOPE_RESERVED_BYTES if reserve_envelope else 0
@@ -118,11 +119,11 @@ def measure_push_payload(text: str, *, reserve_envelope: bool = False) -> dict[s
     }
 
 
-def encode_push(push: dict[str, Any]) -> bytes:
+def encode_push(push: JsonObject) -> bytes:
     return compact_json(push).encode("utf-8")
 
 
-def decode_push(text: str) -> dict[str, Any]:
+def decode_push(text: str) -> JsonObject:
     value = jsonio.loads(text)
     if not isinstance(value, dict):
         raise ValueError("push is not an object")

@@ -4,7 +4,6 @@ on the command line, or in process). Instant messages are :mod:`amsg.engine.inst
 from __future__ import annotations
 
 import uuid as uuid_lib
-from typing import Any
 
 from amsg.context import AppContext
 from amsg.engine.claiming import SKIP, serialize_group
@@ -12,10 +11,11 @@ from amsg.engine.env import delivery_env
 from amsg.engine.run_task import deliver_under_lease
 from amsg.engine.summary import DeliverySummary
 from amsg.hooks import load_hooks
+from amsg.jsonio import JsonObject
 from amsg.timeutil import iso_from_ms
 
 
-def run_task_now(ctx: AppContext, task_uuid: str, *, owner: str | None = None) -> dict[str, Any]:
+def run_task_now(ctx: AppContext, task_uuid: str, *, owner: str | None = None) -> JsonObject:
     """Run one task now (CLI / in-process) with the reference's reasons when it cannot run."""
     if not isinstance(task_uuid, str) or not task_uuid.strip():
         raise TypeError("runTask requires a non-empty uuid")

@@ -15,7 +15,7 @@ from amsg.engine.env import DeliveryEnv, delivery_env, sandbox_pool
 from amsg.engine.lease import LeaseKeeper
 from amsg.engine.messages import TaskMessage
 from amsg.engine.outcomes import release_claim
-from amsg.engine.summary import DeliverySummary
+from amsg.engine.summary import DeliverySummary, RunResult
 from amsg.observability import logger
 from amsg.ports import TaskRow
 from amsg.ports.tenants import TenantRecord
@@ -78,7 +78,7 @@ def run_message(
     remaining_ms: Callable[[], int],
     owner: str,
     tenant_keys: dict[str, str | None] | None = None,
-) -> dict[str, Any]:
+) -> RunResult:
     """Adopt the tick's claim and deliver. A message whose claim is no longer current does nothing.
     On the multi-tenant line the tenant's record is read in the run's own batch read (docs/tenancy-data.md);
     ``tenant_keys`` is shared by the records of one SQS batch for the registry reads that remain (a registry
@@ -158,7 +158,7 @@ def _run_in_scope(
     owner: str,
     tenant_active: Callable[[], bool] | None = None,
     admit: _Admission | None = None,
-) -> dict[str, Any]:
+) -> RunResult:
     started = ctx.now_ms()
     env = delivery_env(ctx, remaining_ms=remaining_ms)
     # one read: the task (is the message's claim still current?), the push subscription, the outbox counter
@@ -191,7 +191,7 @@ def deliver_under_lease(
     started: int,
     *,
     tenant_active: Callable[[], bool] | None = None,
-) -> dict[str, Any]:
+) -> RunResult:
     """Deliver a task whose run lease we just took (adopted or claimed), renewing it on a heartbeat (which a
     tenant no longer active refuses: the delivery then stops as on a lost lease)."""
     settings = ctx.settings

@@ -4,7 +4,7 @@ write fenced by the task claim)."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import cast
 
 from amsg import jsonio
 from amsg.context import AppContext
@@ -13,8 +13,10 @@ from amsg.engine.env import Cancelled, DeliveryEnv
 from amsg.engine.pushes import encode_push
 from amsg.errors import ClaimLost
 from amsg.failures import DeliveryFailure, PushSendError
+from amsg.jsonio import JsonObject
 from amsg.observability import emit_metric, logger
-from amsg.ports import ClaimFence, OutboxAppend, PushSubscriptionRow, TaskRow
+from amsg.ports import ClaimFence, OutboxAppend, PushSubscription, PushSubscriptionRow, TaskRow
+from amsg.task_payload import StoredPayload
 
 VAPID_MISSING = "VAPID configuration missing - push notifications cannot be sent"
 DEADLINE_CODE = "INSTANT_DEADLINE_EXCEEDED"
@@ -52,7 +54,7 @@ def time_to_push(env: DeliveryEnv, pushes_after: int = 0) -> float | None:
     return left_ms / 1000
 
 
-def append_batch(ctx: AppContext, row: TaskRow, pushes: list[dict[str, Any]], codec: UserCodec) -> None:
+def append_batch(ctx: AppContext, row: TaskRow, pushes: list[JsonObject], codec: UserCodec) -> None:
     """The general append of a run, fenced by its claim: a run that lost it re-arms no row (docs/delivery.md)."""
     try:
         ctx.outbox.append(row.user_id, outbox_rows(ctx, row, pushes, codec), fence=claim_fence(ctx, row))
@@ -64,7 +66,7 @@ def claim_fence(ctx: AppContext, row: TaskRow) -> ClaimFence:
     return ClaimFence(row.uuid, row.claim_version, ctx.now_ms())
 
 
-def outbox_rows(ctx: AppContext, row: TaskRow, pushes: list[dict[str, Any]], codec: UserCodec) -> list[OutboxAppend]:
+def outbox_rows(ctx: AppContext, row: TaskRow, pushes: list[JsonObject], codec: UserCodec) -> list[OutboxAppend]:
     now = ctx.now_ms()
     return [
         OutboxAppend(
@@ -84,12 +86,12 @@ def outbox_rows(ctx: AppContext, row: TaskRow, pushes: list[dict[str, Any]], cod
 def resolve_subscription(
     ctx: AppContext,
     row: TaskRow,
-    payload: dict[str, Any],
+    payload: StoredPayload,
     codec: UserCodec,
     env: DeliveryEnv | None = None,
     *,
     fresh: bool = False,
-) -> dict[str, Any]:
+) -> PushSubscription:
     """The subscription to push to (the stored one is kept on ``env`` so that a 404/410 marks it gone); a gone
     one fails permanently. ``fresh`` reads it again instead of using what run_task read with the task."""
     if env is not None and env.prefetched is not None and not fresh:
@@ -106,10 +108,10 @@ def resolve_subscription(
         except (DecryptError, ValueError) as exc:
             raise DeliveryFailure("stored push subscription cannot be decrypted") from exc
         if isinstance(value, dict):
-            return value
+            return cast(PushSubscription, value)  # stored by PUT /push-subscription, checked there
     legacy = payload.get("pushSubscription")
     if isinstance(legacy, dict) and isinstance(legacy.get("endpoint"), str) and legacy["endpoint"].strip():
-        return legacy
+        return cast(PushSubscription, legacy)  # a payload of an older version carried its subscription
     raise DeliveryFailure(
         "PUSH_SUBSCRIPTION_MISSING: 该用户还没有登记推送订阅", code="PUSH_SUBSCRIPTION_MISSING", permanent=True
     )
@@ -118,8 +120,8 @@ def resolve_subscription(
 def send_one(
     ctx: AppContext,
     row: TaskRow,
-    push: dict[str, Any],
-    subscription: dict[str, Any],
+    push: JsonObject,
+    subscription: PushSubscription,
     env: DeliveryEnv,
     *,
     preclaimed: bool = False,

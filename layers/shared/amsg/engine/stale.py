@@ -13,10 +13,11 @@ from amsg.domain.redaction import sanitize_error_summary
 from amsg.engine.env import DeliveryEnv
 from amsg.engine.fire import AgenticFire
 from amsg.engine.outcomes import RECURRING, occurrence_text, record_cancelled, recurrence_of, with_last_error
-from amsg.engine.summary import DeliverySummary
+from amsg.engine.summary import DeliverySummary, TaskEntry
 from amsg.hooks import HookContext, call_hook, load_hooks
 from amsg.observability import logger
 from amsg.ports import OwnerClaim, Settlement, TaskRow
+from amsg.task_payload import LastError, StoredPayload
 from amsg.timeutil import iso_from_ms
 
 
@@ -39,14 +40,14 @@ def is_stale(row: TaskRow, now_ms: int, stale_after_ms: int) -> bool:
 
 
 def settle_stale(
-    ctx: AppContext, row: TaskRow, payload: dict[str, Any], codec: UserCodec, summary: DeliverySummary | Any
+    ctx: AppContext, row: TaskRow, payload: StoredPayload, codec: UserCodec, summary: DeliverySummary | Any
 ) -> bool:
     """Expire a stale one-shot or fast-forward a stale recurring task (no push, no LLM)."""
     now = ctx.now_ms()
     occurrence = row.next_send_at_ms or now
     recurrence = payload.get("recurrenceType") or "none"
-    last_error: dict[str, Any] = {"at": iso_from_ms(now), "occurrence": occurrence_text(row), "reason": "stale"}
-    entry: dict[str, Any] = {"taskId": row.id, "taskUuid": row.uuid, "reason": "stale"}
+    last_error: LastError = {"at": iso_from_ms(now), "occurrence": occurrence_text(row), "reason": "stale"}
+    entry: TaskEntry = {"taskId": row.id, "taskUuid": row.uuid, "reason": "stale"}
     if recurrence in RECURRING:
         plan = plan_next_occurrence(occurrence, recurrence, now, payload.get("tzId"))
         next_iso = iso_from_ms(plan.next_ms)
@@ -78,9 +79,9 @@ def settle_stale(
 def _stale_skip_hook(
     ctx: AppContext,
     row: TaskRow,
-    payload: dict[str, Any],
+    payload: StoredPayload,
     codec: UserCodec,
-    entry: dict[str, Any],
+    entry: TaskEntry,
     occurrence: int,
     recurrence: str,
     plan: Any,
@@ -186,7 +187,7 @@ _SAME_FIELDS = (
 def defer_task(
     ctx: AppContext,
     row: TaskRow,
-    payload: dict[str, Any],
+    payload: StoredPayload,
     codec: UserCodec,
     retry_after_ms: int,
     summary: DeliverySummary,

@@ -3,9 +3,90 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import NotRequired, TypedDict
 
 from amsg.timeutil import iso_from_ms
+
+
+class TaskEntry(TypedDict, total=False):
+    """One task in a summary's lists (``staleTasks``, ``failedTasks``, ...): which task and what became of it."""
+
+    taskId: int
+    taskUuid: str
+    reason: str
+    status: str
+    action: str  # a stale task: expired | fast_forwarded
+    nextSendAt: str
+    skippedCount: int
+    retryAfter: str
+    retryCount: int
+    nextRetryAt: str
+    permanent: bool
+    updateError: str
+    messageDelivered: bool
+    pushedCount: int
+    unconfirmedCount: int
+
+
+Housekeeping = dict[str, int | str]
+"""The tick's housekeeping: counts by name (``deletedSettledTasks``, ...), or the class of the error that stopped
+one step (``settledTasksError``, ...)."""
+
+
+class RunDetails(TypedDict):
+    claimSkippedTasks: int
+    serializeSkippedTasks: int
+    deletedOnceOffTasks: int
+    updatedRecurringTasks: int
+    staleTasks: list[TaskEntry]
+    deferredTasks: list[TaskEntry]
+    cancelledTasks: list[TaskEntry]
+    reasoningSkippedTasks: list[TaskEntry]
+    redeliveredTasks: list[TaskEntry]
+    failedTasks: list[TaskEntry]
+    unconfirmedTasks: NotRequired[list[TaskEntry]]
+
+
+class RunResult(TypedDict, total=False):
+    """What run_task returns and logs: the reference's per-run summary, or why the message was skipped."""
+
+    totalTasks: int
+    successCount: int
+    failedCount: int
+    processedAt: str
+    executionTime: int
+    details: RunDetails
+    taskUuid: str
+    skipped: str  # malformed_message | claim_not_current | tenant_inactive | not_configured | no_time_left | ...
+
+
+class TickDetails(TypedDict):
+    claimSkippedTasks: int
+    serializeSkippedTasks: int
+    enqueueFailedTasks: int
+    staleTasks: list[TaskEntry]
+    failedTasks: list[TaskEntry]
+    stoppedBy: str | None
+    housekeeping: Housekeeping
+
+
+class ClaimJobCounts(TypedDict):
+    sent: int
+    failed: int
+
+
+class TickResult(TypedDict):
+    """What a tick (or a claim job) returns and logs."""
+
+    scheduledTime: str | None
+    dueTasks: int
+    claimedTasks: int
+    enqueuedTasks: int
+    processedAt: str
+    executionTime: int
+    details: TickDetails
+    tenants: NotRequired[int]
+    claimJobs: NotRequired[ClaimJobCounts]
 
 
 @dataclass
@@ -19,16 +100,16 @@ class DeliverySummary:
     serialize_skipped: int = 0
     deleted_once_off: int = 0
     updated_recurring: int = 0
-    stale: list[dict[str, Any]] = field(default_factory=list)
-    deferred: list[dict[str, Any]] = field(default_factory=list)
-    cancelled: list[dict[str, Any]] = field(default_factory=list)
-    reasoning_skipped: list[dict[str, Any]] = field(default_factory=list)
-    redelivered: list[dict[str, Any]] = field(default_factory=list)
-    failed: list[dict[str, Any]] = field(default_factory=list)
-    unconfirmed: list[dict[str, Any]] = field(default_factory=list)  # pushes whose outcome is unknown
+    stale: list[TaskEntry] = field(default_factory=list)
+    deferred: list[TaskEntry] = field(default_factory=list)
+    cancelled: list[TaskEntry] = field(default_factory=list)
+    reasoning_skipped: list[TaskEntry] = field(default_factory=list)
+    redelivered: list[TaskEntry] = field(default_factory=list)
+    failed: list[TaskEntry] = field(default_factory=list)
+    unconfirmed: list[TaskEntry] = field(default_factory=list)  # pushes whose outcome is unknown
 
-    def as_dict(self, *, started_ms: int, now_ms: int) -> dict[str, Any]:
-        result = {
+    def as_dict(self, *, started_ms: int, now_ms: int) -> RunResult:
+        result: RunResult = {
             "totalTasks": self.total_tasks,
             "successCount": self.success_count,
             "failedCount": self.failed_count,
@@ -48,7 +129,7 @@ class DeliverySummary:
             },
         }
         if self.unconfirmed:  # only when it happened: the reference's shape otherwise
-            result["details"]["unconfirmedTasks"] = self.unconfirmed  # type: ignore[index]
+            result["details"]["unconfirmedTasks"] = self.unconfirmed
         return result
 
 
@@ -63,18 +144,18 @@ class TickSummary:
     claim_skipped: int = 0
     serialize_skipped: int = 0
     enqueue_failed: int = 0
-    stale: list[dict[str, Any]] = field(default_factory=list)
-    failed: list[dict[str, Any]] = field(default_factory=list)
+    stale: list[TaskEntry] = field(default_factory=list)
+    failed: list[TaskEntry] = field(default_factory=list)
     stopped_by: str | None = (
         None  # 'time' | 'limit' | 'vapid' (a claim job: 'backlog' | 'contended' | 'tenant_inactive')
     )
-    housekeeping: dict[str, Any] = field(default_factory=dict)
+    housekeeping: Housekeeping = field(default_factory=dict)
     tenants: int | None = None  # tenants served (the multi-tenant line only)
     claim_jobs: int | None = None  # claim jobs sent (claim fan-out only)
     claim_jobs_failed: int = 0
 
-    def as_dict(self, *, started_ms: int, now_ms: int) -> dict[str, Any]:
-        result: dict[str, Any] = {
+    def as_dict(self, *, started_ms: int, now_ms: int) -> TickResult:
+        result: TickResult = {
             "scheduledTime": self.scheduled_time,
             "dueTasks": self.due,
             "claimedTasks": self.claimed,

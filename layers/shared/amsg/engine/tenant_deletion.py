@@ -11,7 +11,6 @@ a pass that found nothing and began once every delivery that could have been run
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
 
 from amsg.config import ConfigError
 from amsg.context import AppContext
@@ -35,7 +34,7 @@ def start_tenant_deletion(ctx: AppContext, tenant_id: str) -> None:
 
 def advance_tenant_deletions(
     ctx: AppContext, remaining_ms: Callable[[], int], *, grace_ms: int = DELETION_GRACE_MS
-) -> dict[str, Any]:
+) -> dict[str, int]:
     """Advance every pending deletion while there is time; the counts for the tick's summary."""
     purge = ctx.tenant_purge
     if purge is None:

@@ -10,20 +10,20 @@ from __future__ import annotations
 
 import uuid as uuid_lib
 from collections.abc import Callable
-from typing import Any
 
 from amsg.config import missing_vapid_keys
 from amsg.context import AppContext
 from amsg.engine.summary import TickSummary
 from amsg.engine.tick import claim_and_enqueue
 from amsg.errors import api_error
+from amsg.jsonio import JsonObject
 from amsg.tenancy.scope import tenant_of
 from amsg.timeutil import iso_from_ms
 
 SEND_NOTIFICATIONS_MESSAGE = "VAPID 配置缺失，无法发送推送通知"
 
 
-def run_tenant_due_work(ctx: AppContext, *, remaining_ms: Callable[[], int] = lambda: 25_000) -> dict[str, Any]:
+def run_tenant_due_work(ctx: AppContext, *, remaining_ms: Callable[[], int] = lambda: 25_000) -> JsonObject:
     """Claim and enqueue the scoped tenant's due tasks; the reference's summary shape (informational).
 
     ``totalTasks`` counts the due tasks seen, ``successCount`` those handed to delivery, ``failedCount`` those

@@ -21,11 +21,11 @@ from amsg.engine import cleanup
 from amsg.engine.claim_jobs import fan_out
 from amsg.engine.claiming import Enqueuer, Lane, claim_step, due_in_order
 from amsg.engine.env import sandbox_pool
-from amsg.engine.summary import TickSummary
+from amsg.engine.summary import TickResult, TickSummary
 from amsg.engine.tenant_deletion import advance_tenant_deletions
 from amsg.hooks import load_hooks
 from amsg.observability import logger
-from amsg.ports import CLAIM_BATCH, DueCandidate
+from amsg.ports import DueCandidate
 from amsg.tenancy.scope import TenantContext, scoped_context, tenant_of
 
 TICK_TIME_MARGIN_MS = 8_000  # stop claiming while there is time left to enqueue and log
@@ -49,7 +49,7 @@ def run_tick(
     scheduled_time: str | None = None,
     remaining_ms: Callable[[], int] = lambda: 60_000,
     owner: str | None = None,
-) -> dict[str, Any]:
+) -> TickResult:
     started = ctx.now_ms()
     summary = TickSummary(scheduled_time=scheduled_time)
     owner = owner or f"tick:{uuid_lib.uuid4()}"
@@ -100,7 +100,7 @@ def claim_and_enqueue(ctx: AppContext, summary: TickSummary, remaining_ms: Calla
         if room <= 0:
             summary.stopped_by = "limit"
             break
-        chunk = list(itertools.islice(source, min(room, workers * CLAIM_BATCH)))
+        chunk = list(itertools.islice(source, min(room, workers * ctx.claims.claim_batch)))
         if not chunk:
             break
         claim_step(ctx, [(Lane(ctx, source, enqueuer, hooks, released), chunk)], pool, owner, summary)
@@ -141,7 +141,8 @@ def _tick_tenants(ctx: AppContext, summary: TickSummary, remaining_ms: Callable[
         claim_fairly(ctx, lanes, summary, remaining_ms, owner)
     for lane in lanes:  # housekeeping and cleanups per tenant, while there is time
         if remaining_ms() < TICK_TIME_MARGIN_MS:
-            summary.housekeeping["tenantsDeferred"] = summary.housekeeping.get("tenantsDeferred", 0) + 1
+            deferred = summary.housekeeping.get("tenantsDeferred", 0)
+            summary.housekeeping["tenantsDeferred"] = (deferred if isinstance(deferred, int) else 0) + 1
             continue
         part = TickSummary()
         if _housekeeping_turn(lane, ctx.now_ms()):
@@ -150,8 +151,7 @@ def _tick_tenants(ctx: AppContext, summary: TickSummary, remaining_ms: Callable[
             _resume_tenant_cleanups(lane, part, remaining_ms)
         for name, value in part.housekeeping.items():
             total = summary.housekeeping.get(name)
-            both_counts = isinstance(value, int) and isinstance(total, int)
-            summary.housekeeping[name] = total + value if both_counts else value
+            summary.housekeeping[name] = total + value if isinstance(value, int) and isinstance(total, int) else value
     try:  # tenants being deleted: bounded steps, resumed by the next tick (docs/tenancy-data.md)
         summary.housekeeping.update(advance_tenant_deletions(ctx, remaining_ms))
     except Exception as exc:
@@ -206,7 +206,7 @@ def claim_fairly(
         if room <= 0:
             summary.stopped_by = "limit"
             break
-        quota = max(1, min(workers * CLAIM_BATCH, room // len(active)))
+        quota = max(1, min(workers * ctx.claims.claim_batch, room // len(active)))
         parts, still = _take_round(ctx, active, quota, room, remaining_ms, summary)
         if parts:  # every tenant's chunk of the round claimed together: fewer, fuller transactions
             claim_step(ctx, parts, pool, owner, summary)

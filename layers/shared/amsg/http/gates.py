@@ -12,6 +12,7 @@ from amsg import jsonio
 from amsg.crypto import DecryptError, UserCodec, constant_time_equals
 from amsg.errors import ApiError, api_error
 from amsg.http.request import ApiRequest
+from amsg.jsonio import JsonObject
 
 UUID_V4_RE = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$", re.IGNORECASE)
 
@@ -74,7 +75,7 @@ def decrypt_request_object(
     *,
     bad_json: ApiError | None = None,
     not_object: ApiError | None = None,
-) -> dict[str, Any]:
+) -> JsonObject:
     """Envelope → decrypted plain object. Error codes per endpoint are overridable, as the reference's are."""
     try:
         envelope = parse_json(request.text_body or "")

@@ -24,6 +24,7 @@ from amsg.http.body import read_body
 from amsg.http.request import ApiRequest
 from amsg.http.responses import ApiResponse, from_error, internal_error, to_lambda_result
 from amsg.http.tenant_gate import tenant_scoped
+from amsg.jsonio import JsonObject
 from amsg.observability import logger
 
 Method = Literal["GET", "POST", "PUT", "DELETE"]
@@ -31,7 +32,7 @@ Endpoint = Callable[[ApiRequest, AppContext], ApiResponse]
 RouteTable = Mapping[tuple[Method, str], Endpoint]
 ContextFactory = Callable[[], AppContext]
 LambdaEvent = Mapping[str, Any]
-LambdaResult = dict[str, Any]
+LambdaResult = JsonObject
 BODY_METHODS = frozenset({"POST", "PUT", "DELETE"})
 PREFIX = "/api/v1"  # routes are served both at ``/`` and under ``/api/v1/`` (both client setups)
 

@@ -8,6 +8,7 @@ from typing import Any
 
 from amsg.crypto import UserCodec, compact_json
 from amsg.errors import ApiError, api_error
+from amsg.jsonio import JsonObject
 
 JSON_CONTENT_TYPE = "application/json; charset=utf-8"
 # Lambda's synchronous response limit is 6 MB; stay clear of it.
@@ -17,7 +18,7 @@ MAX_RESPONSE_BYTES = 5_900_000
 @dataclass(frozen=True)
 class ApiResponse:
     status: int
-    body: dict[str, Any]
+    body: JsonObject
     headers: dict[str, str] = field(default_factory=dict)  # beyond content-type (Retry-After)
 
 
@@ -52,7 +53,7 @@ def internal_error(exc: BaseException, stage: str) -> ApiResponse:
 
     ours = type(exc).__module__.split(".")[0] == "amsg"
     name = type(exc).__name__ if ours or type(exc).__module__ == "builtins" else "Error"
-    cause: dict[str, Any] = {"stage": stage, "name": (_NAME_RE.sub("", name) or "Error")[:100]}
+    cause: JsonObject = {"stage": stage, "name": (_NAME_RE.sub("", name) or "Error")[:100]}
     if ours:
         message = sanitize_error_summary(str(exc))
         if message:
@@ -65,7 +66,7 @@ def internal_error(exc: BaseException, stage: str) -> ApiResponse:
     return ApiResponse(500, body)
 
 
-def to_lambda_result(response: ApiResponse) -> dict[str, Any]:
+def to_lambda_result(response: ApiResponse) -> JsonObject:
     """API Gateway HTTP API proxy result. Handlers never emit CORS headers (API Gateway owns CORS)."""
     text = compact_json(response.body)
     if len(text.encode("utf-8")) > MAX_RESPONSE_BYTES:

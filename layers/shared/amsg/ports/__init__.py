@@ -11,13 +11,13 @@ from __future__ import annotations
 from amsg.ports.claims import (
     APPEND_FALLBACK,
     CLAIM_ALONE,
-    CLAIM_BATCH,
     KEEP,
     AppendFallback,
     ClaimAlone,
     ClaimStore,
     ClaimWanted,
     DueCandidate,
+    DuePageToken,
     Keep,
     RunSnapshot,
     Settlement,
@@ -36,7 +36,7 @@ from amsg.ports.delivery_policy import CapCharge, CapReached, DeliveryPolicyRow,
 from amsg.ports.execution import CallCoalescer, Clock, CoalescingScope, TaskQueue
 from amsg.ports.llm import LlmClient, LlmReply, LlmRequest
 from amsg.ports.outbox import ClaimFence, OutboxAppend, OutboxRow, OutboxStore
-from amsg.ports.push import MAX_PUSH_PAYLOAD_BYTES, SCHEDULED_PUSH_TTL_S, PushSender
+from amsg.ports.push import MAX_PUSH_PAYLOAD_BYTES, SCHEDULED_PUSH_TTL_S, PushKeys, PushSender, PushSubscription
 from amsg.ports.tasks import (
     CreatedTask,
     CreatePrep,
@@ -45,6 +45,7 @@ from amsg.ports.tasks import (
     PushSubscriptionRow,
     PushSubscriptionStore,
     SchemaInspector,
+    SchemaItem,
     SchemaReport,
     TaskRow,
     TaskStore,
@@ -66,7 +67,6 @@ from amsg.ports.tenants import (
 __all__ = [
     "APPEND_FALLBACK",
     "CLAIM_ALONE",
-    "CLAIM_BATCH",
     "KEEP",
     "MAX_PUSH_PAYLOAD_BYTES",
     "SCHEDULED_PUSH_TTL_S",
@@ -89,6 +89,7 @@ __all__ = [
     "DeliveryPolicyRow",
     "DeliveryPolicyStore",
     "DueCandidate",
+    "DuePageToken",
     "Keep",
     "KeyUnwrapError",
     "KeyWrapper",
@@ -106,12 +107,15 @@ __all__ = [
     "OwnerClaim",
     "OwnerState",
     "OwnerStore",
+    "PushKeys",
     "PushSender",
+    "PushSubscription",
     "PushSubscriptionRow",
     "PushSubscriptionStore",
     "ResourceListing",
     "RunSnapshot",
     "SchemaInspector",
+    "SchemaItem",
     "SchemaReport",
     "Settlement",
     "StateRow",

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import enum
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Final, Protocol
+from typing import Final, Protocol
 
 from amsg.ports.delivery_policy import DeliveryPolicyRow
 from amsg.ports.outbox import OutboxAppend
@@ -16,9 +16,16 @@ from amsg.ports.tenants import TenantRecord
 class ClaimStore(Protocol):
     """The delivery side of the tasks: tick claims, run_task adopts; every write after a claim is fenced."""
 
-    def due_candidates(self, shard: int, now_ms: int, limit: int, start: Any = None) -> tuple[list[DueCandidate], Any]:
-        """One page of the due index (eligible time <= now); returns (candidates, next page token or None). The
-        token is JSON (a text, or an object of texts): a claim job carries it to the claimer in a queue message."""
+    @property
+    def claim_batch(self) -> int:
+        """Most claims per :meth:`claim_many` / :meth:`claim_many_together` call: the store's transaction size."""
+        ...
+
+    def due_candidates(
+        self, shard: int, now_ms: int, limit: int, start: DuePageToken | None = None
+    ) -> tuple[list[DueCandidate], DuePageToken | None]:
+        """One page of the due index (eligible time <= now) from ``start`` (None: the earliest due); returns
+        (candidates, the next page's token or None). Only the store that issued a token reads it."""
         ...
 
     def claim(
@@ -39,9 +46,9 @@ class ClaimStore(Protocol):
     def claim_many(
         self, wanted: Sequence[ClaimWanted], *, now_ms: int, lease_until_ms: int, owner: str
     ) -> list[TaskRow | ClaimAlone | None]:
-        """:meth:`claim` for up to ``CLAIM_BATCH`` ungrouped tasks in one round trip (and one read back): per task, the
-        claimed row, None when its condition failed, or ``CLAIM_ALONE`` when the batch could not run (the
-        caller claims that task alone, so one faulty task never holds back the others)."""
+        """:meth:`claim` for up to :attr:`claim_batch` ungrouped tasks in one round trip (and one read back): per
+        task, the claimed row, None when its condition failed, or ``CLAIM_ALONE`` when the batch could not run
+        (the caller claims that task alone, so one faulty task never holds back the others)."""
         ...
 
     def claim_many_together(
@@ -53,7 +60,7 @@ class ClaimStore(Protocol):
         owner: str,
     ) -> list[list[TaskRow | ClaimAlone | None]]:
         """:meth:`claim_many` over several stores of one table (the key spaces of the tenants a tick serves): up
-        to ``CLAIM_BATCH`` claims in all, in one round trip and one read back; one result list per part."""
+        to :attr:`claim_batch` claims in all, in one round trip and one read back; one result list per part."""
         ...
 
     def pending_counts(self, stores: Sequence[ClaimStore]) -> list[int | None]:
@@ -126,10 +133,6 @@ class AppendFallback(enum.Enum):
 
 APPEND_FALLBACK: Final = AppendFallback.APPEND_FALLBACK
 
-CLAIM_BATCH = 25
-"""Most claims per :meth:`ClaimStore.claim_many` call (DynamoDB allows 100 per transaction; a smaller batch loses
-less to a conflict and the tick keeps every claim worker busy)."""
-
 
 class ClaimAlone(enum.Enum):
     """:meth:`ClaimStore.claim_many` could not run the batch for this task: claim it alone."""
@@ -138,6 +141,15 @@ class ClaimAlone(enum.Enum):
 
 
 CLAIM_ALONE: Final = ClaimAlone.CLAIM_ALONE
+
+
+@dataclass(frozen=True)
+class DuePageToken:
+    """Where the next page of a due index starts (:meth:`ClaimStore.due_candidates`). Opaque to the engine: the
+    store that issued it encodes and reads it; a claim job carries it to the claimer in a queue message as its
+    JSON form :attr:`wire` (a text, or an object of texts) and hands it back as ``DuePageToken(wire)``."""
+
+    wire: str | Mapping[str, str]
 
 
 @dataclass(frozen=True)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Protocol
 
 
 @dataclass(frozen=True)
@@ -42,7 +42,7 @@ class StoredResource:
     """One logical resource as stored (what the cloud-data inventory is built from; never sent as is)."""
 
     type: str  # task | state | credential | outbox | subscription
-    identity: list[Any]
+    identity: list[str]  # what names it within the user's type: [uuid], [namespace, key], [credId], ...
     byte_size: int  # stored ciphertext bytes
     updated_at: int | None
     status: str | None

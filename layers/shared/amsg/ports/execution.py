@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 from contextlib import AbstractContextManager
-from typing import Any, Protocol
+from typing import Protocol
+
+from amsg.jsonio import JsonObject
 
 
 class Clock(Protocol):
@@ -26,7 +28,7 @@ class CallCoalescer(Protocol):
 
 
 class TaskQueue(Protocol):
-    def send_many(self, messages: list[dict[str, Any]]) -> list[int]:
+    def send_many(self, messages: list[JsonObject]) -> list[int]:
         """Enqueue JSON messages (batches of 10); returns the indexes that could not be enqueued."""
         ...
 

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Protocol
+
+from amsg.jsonio import JsonObject
 
 # ---------------------------------------------------------------------------------------------------------
 # LLM. The port raises amsg.failures.LlmCallError for every
@@ -16,7 +18,7 @@ class LlmRequest:
 
     url: str
     api_key: str = field(repr=False)
-    body: dict[str, Any] = field(repr=False)
+    body: JsonObject = field(repr=False)
     # False for agentic rounds: a reply with only tool_calls is legitimate there.
     require_content: bool = True
 
@@ -28,7 +30,7 @@ class LlmReply:
     content: str
     reasoning: str | None
     raw_status: int
-    response: dict[str, Any] = field(default_factory=dict, repr=False)
+    response: JsonObject = field(default_factory=dict, repr=False)
 
 
 class LlmClient(Protocol):

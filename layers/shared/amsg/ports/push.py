@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any, Protocol
+from typing import Protocol, Required, TypedDict
 
 # ---- Web Push ---------------------------------------------------------------------------------------------
 #
@@ -19,10 +18,23 @@ SCHEDULED_PUSH_TTL_S = 2_419_200
 """TTL header of the scheduled sender: 4 weeks."""
 
 
+class PushKeys(TypedDict, total=False):
+    p256dh: str  # the browser's P-256 public key, base64url
+    auth: str  # the 16-byte auth secret, base64url
+
+
+class PushSubscription(TypedDict, total=False):
+    """A browser subscription in its ``toJSON()`` shape, as stored (``PUT /push-subscription`` checked it)."""
+
+    endpoint: Required[str]
+    expirationTime: int | float | None
+    keys: PushKeys
+
+
 class PushSender(Protocol):
     def send(
         self,
-        subscription: Mapping[str, Any],
+        subscription: PushSubscription,
         payload: bytes | str,
         *,
         ttl: int = SCHEDULED_PUSH_TTL_S,

@@ -10,7 +10,7 @@ user's key, so an adapter never sees plaintext task content.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Protocol, Required, TypedDict
 
 
 @dataclass(frozen=True)
@@ -84,12 +84,22 @@ class PushSubscriptionRow:
     gone: bool = False  # the push service answered 404/410 for it: no push goes there until the client PUTs again
 
 
+class SchemaItem(TypedDict, total=False):
+    """One required table, index or TTL setting as ``POST /init-tenant`` reports it."""
+
+    name: Required[str]
+    description: Required[str]
+    critical: Required[bool]
+    status: Required[str]  # success | failed
+    error: str  # why it failed
+
+
 @dataclass
 class SchemaReport:
     """What ``POST /init-tenant`` reports: one entry per required table/index/TTL setting."""
 
     ok: bool
-    items: list[dict[str, Any]] = field(default_factory=list)
+    items: list[SchemaItem] = field(default_factory=list)
     missing: list[str] = field(default_factory=list)
     error: str | None = None
 

@@ -9,9 +9,9 @@ so every token issued before the rotation (even within the same second) stops wo
 from __future__ import annotations
 
 import uuid
-from typing import Any
 
 from amsg.context import AppContext
+from amsg.jsonio import JsonObject
 from amsg.ports.tenants import ACTIVE, DELETING, DISABLED, TenantRecord, TenantStore
 from amsg.tenancy import tokens
 from amsg.tenancy.ids import canonical_tenant_id
@@ -69,7 +69,7 @@ def create(
     return record
 
 
-def credentials(ctx: AppContext, record: TenantRecord) -> dict[str, Any]:
+def credentials(ctx: AppContext, record: TenantRecord) -> JsonObject:
     """init-tenant's answer for ``record``: tokens issued at its ``tokens_not_before_s``, the cron webhook URL."""
     key = ctx.secrets.tenant_token_signing_key
     issued_at_s = record.tokens_not_before_s
@@ -85,7 +85,7 @@ def credentials(ctx: AppContext, record: TenantRecord) -> dict[str, Any]:
     }
 
 
-def rotate_tokens(ctx: AppContext, tenant_id: str) -> dict[str, Any]:
+def rotate_tokens(ctx: AppContext, tenant_id: str) -> JsonObject:
     """Revoke every token of the tenant and answer new ones (raises ``TenantNotFound``)."""
     not_before_s = ctx.now_ms() // 1000 + 1
     record = registry_of(ctx).rotate_tokens(tenant_id, not_before_s, ctx.now_ms())

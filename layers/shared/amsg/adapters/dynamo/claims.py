@@ -5,7 +5,7 @@ heartbeat. Settlements and housekeeping of settled tasks are :mod:`.settlements`
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from boto3.dynamodb.conditions import Key
@@ -24,12 +24,12 @@ from amsg.failures import ClaimTaken
 from amsg.ports import (
     APPEND_FALLBACK,
     CLAIM_ALONE,
-    CLAIM_BATCH,
     AppendFallback,
     ClaimAlone,
     ClaimStore,
     ClaimWanted,
     DueCandidate,
+    DuePageToken,
     OutboxAppend,
     RunSnapshot,
     TaskRow,
@@ -42,20 +42,28 @@ APPEND_ATTEMPTS = 40
 # deliveries of one SQS message running at once thus never both work the claim (see docs/delivery.md).
 ADOPTABLE = "(attribute_not_exists(adopted_cv) OR adopted_cv <> :cv OR lease_until < :now)"
 ADOPTING = f"attribute_exists(lease_until) AND {ADOPTABLE}"
+CLAIM_BATCH = 25
+"""Most claims per claim transaction (DynamoDB allows 100 per transaction; a smaller batch loses less to a conflict
+and the tick keeps every claim worker busy)."""
 
 
 class DynamoClaimStore(DynamoSettlements):
     """Due index, claims fenced by ``claim_version``, adoption, the run's read, the batch append, leases."""
 
-    def due_candidates(self, shard: int, now_ms: int, limit: int, start: Any = None) -> tuple[list[DueCandidate], Any]:
+    claim_batch = CLAIM_BATCH
+
+    def due_candidates(
+        self, shard: int, now_ms: int, limit: int, start: DuePageToken | None = None
+    ) -> tuple[list[DueCandidate], DuePageToken | None]:
+        """The token is the query's ``LastEvaluatedKey`` (the index and table keys of the page's last item: texts)."""
         kwargs: dict[str, Any] = {
             "IndexName": "due",
             "KeyConditionExpression": Key("due_pk").eq(self.space.due_shard_pk(shard))
             & Key("due_sk").lte(keys.due_window_end(iso_from_ms(now_ms))),
             "Limit": limit,
         }
-        if start:
-            kwargs["ExclusiveStartKey"] = start
+        if start is not None and start.wire:  # an empty token (as a claim job may carry) is the start
+            kwargs["ExclusiveStartKey"] = _start_key(start)
         response = self.db.table.query(**kwargs)
         candidates = [
             DueCandidate(
@@ -68,7 +76,8 @@ class DynamoClaimStore(DynamoSettlements):
             )
             for item in response.get("Items", [])
         ]
-        return candidates, response.get("LastEvaluatedKey")
+        last = response.get("LastEvaluatedKey")
+        return candidates, (DuePageToken(last) if last else None)
 
     def claim(
         self,
@@ -528,3 +537,10 @@ def _split(results: list[TaskRow | ClaimAlone | None], sizes: list[int]) -> list
         out.append(results[start : start + size])
         start += size
     return out
+
+
+def _start_key(token: DuePageToken) -> dict[str, str]:
+    """The ``ExclusiveStartKey`` a due-index page token of this store encodes."""
+    if not isinstance(token.wire, Mapping):
+        raise ValueError("not a due-index page token of a DynamoDB store")
+    return dict(token.wire)

@@ -148,7 +148,7 @@ class DynamoCloudDataStore:
             out.append(
                 StoredResource(
                     type="state",
-                    identity=[item.get("ns"), item.get("key")],
+                    identity=[item["ns"], item["key"]],  # a root item always carries both
                     byte_size=size if size is not None else _size(value),
                     updated_at=_ms(item.get("updated_at")),
                     status=None,

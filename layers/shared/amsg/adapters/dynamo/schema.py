@@ -3,13 +3,11 @@ record the marker."""
 
 from __future__ import annotations
 
-from typing import Any
-
 from botocore.exceptions import ClientError
 
 from amsg.adapters.dynamo import keys
 from amsg.adapters.dynamo.table import DynamoTable
-from amsg.ports import SchemaReport
+from amsg.ports import SchemaItem, SchemaReport
 
 REQUIRED_INDEXES: dict[str, tuple[str, str]] = {
     # name: (kind, what it serves)
@@ -27,7 +25,7 @@ class DynamoSchemaInspector:
 
     def check_schema(self, now_ms: int) -> SchemaReport:
         client = self.db.client
-        items: list[dict[str, Any]] = []
+        items: list[SchemaItem] = []
         missing: list[str] = []
         try:
             description = client.describe_table(TableName=self.db.name)["Table"]
@@ -43,7 +41,7 @@ class DynamoSchemaInspector:
             present[index["IndexName"]] = "ACTIVE"
         for name, (kind, purpose) in REQUIRED_INDEXES.items():
             status = present.get(name)
-            entry: dict[str, Any] = {"name": name, "description": f"{kind}: {purpose}", "critical": True}
+            entry: SchemaItem = {"name": name, "description": f"{kind}: {purpose}", "critical": True, "status": ""}
             if status == "ACTIVE":
                 entry["status"] = "success"
             else:
@@ -53,15 +51,15 @@ class DynamoSchemaInspector:
             items.append(entry)
         ttl = client.describe_time_to_live(TableName=self.db.name).get("TimeToLiveDescription", {})
         ttl_ok = ttl.get("AttributeName") == "ttl" and ttl.get("TimeToLiveStatus") in ("ENABLED", "ENABLING")
-        items.append(
-            {
-                "name": "ttl",
-                "status": "success" if ttl_ok else "failed",
-                "description": "ttl attribute (epoch seconds) expires outbox rows and cloud records",
-                "critical": False,
-                **({} if ttl_ok else {"error": "TTL is not enabled on attribute ttl"}),
-            }
-        )
+        ttl_item: SchemaItem = {
+            "name": "ttl",
+            "status": "success" if ttl_ok else "failed",
+            "description": "ttl attribute (epoch seconds) expires outbox rows and cloud records",
+            "critical": False,
+        }
+        if not ttl_ok:
+            ttl_item["error"] = "TTL is not enabled on attribute ttl"
+        items.append(ttl_item)
         if not missing:
             self.db.table.put_item(Item={**keys.SCHEMA_KEY, "version": keys.SCHEMA_VERSION, "updated_at": now_ms})
         return SchemaReport(ok=not missing, items=items, missing=missing)
