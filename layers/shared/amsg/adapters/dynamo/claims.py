@@ -17,7 +17,7 @@ from amsg.adapters.dynamo.delivery_policy import policy_row
 from amsg.adapters.dynamo.outbox import fits_one_transaction, new_row_put
 from amsg.adapters.dynamo.settlements import DynamoSettlements
 from amsg.adapters.dynamo.subscriptions import subscription_row
-from amsg.adapters.dynamo.table import TransactionCancelled, item_int
+from amsg.adapters.dynamo.table import DynamoTable, TransactionCancelled, item_int
 from amsg.adapters.dynamo.tasks import stored_ms
 from amsg.adapters.dynamo.tenants import active_fence, tenant_key, tenant_record
 from amsg.failures import ClaimTaken
@@ -45,7 +45,22 @@ ADOPTING = f"attribute_exists(lease_until) AND {ADOPTABLE}"
 
 
 class DynamoClaimStore(DynamoSettlements):
-    """Due index, claims fenced by ``claim_version``, adoption, the run's read, the batch append, leases."""
+    """Due index, claims fenced by ``claim_version``, adoption, the run's read, the batch append, leases.
+
+    ``single_claims``: a batch of claims is written as one conditional ``UpdateItem`` per claim returning the row
+    (3 write units a claim, no read back) instead of one ``TransactWriteItems`` read back with one
+    ``BatchGetItem`` (6 write units and a read unit a claim, a third of the client CPU): docs/decisions.md, 38."""
+
+    def __init__(
+        self,
+        table: DynamoTable,
+        *,
+        due_shards: int = 1,
+        space: keys.KeySpace = keys.SINGLE,
+        single_claims: bool = False,
+    ) -> None:
+        super().__init__(table, due_shards=due_shards, space=space)
+        self.single_claims = single_claims
 
     def due_candidates(self, shard: int, now_ms: int, limit: int, start: Any = None) -> tuple[list[DueCandidate], Any]:
         kwargs: dict[str, Any] = {
@@ -120,6 +135,9 @@ class DynamoClaimStore(DynamoSettlements):
         flat = [(_same_table(self, store), w) for store, part in parts for w in part]
         if len(flat) > CLAIM_BATCH:
             raise ValueError(f"at most {CLAIM_BATCH} claims per batch")
+        if self.single_claims:
+            singles = [store._claim_single(w, now_ms, lease_until_ms, owner) for store, w in flat]
+            return _split(singles, [len(part) for _, part in parts])
         results: list[TaskRow | ClaimAlone | None] = [None] * len(flat)
         now_iso, lease_until = iso_from_ms(now_ms), iso_from_ms(lease_until_ms)
         trying = list(range(len(flat)))
@@ -149,6 +167,23 @@ class DynamoClaimStore(DynamoSettlements):
         if trying:
             self._read_back(flat, trying, results, owner, lease_until)
         return _split(results, [len(part) for _, part in parts])
+
+    def _claim_single(
+        self, w: ClaimWanted, now_ms: int, lease_until_ms: int, owner: str
+    ) -> TaskRow | ClaimAlone | None:
+        """One claim of a batch as its own conditional ``UpdateItem``; a claim that could not run (throttled past the
+        SDK's retries) is left to be claimed alone, as a batch that could not run is."""
+        try:
+            return self.claim(
+                w.user_id,
+                w.uuid,
+                expected_next_send_at_ms=w.expected_next_send_at_ms,
+                now_ms=now_ms,
+                lease_until_ms=lease_until_ms,
+                owner=owner,
+            )
+        except ClientError:
+            return CLAIM_ALONE
 
     def pending_counts(self, stores: Sequence[ClaimStore]) -> list[int | None]:
         """Each store's count of pending tasks (docs/tenancy.md, limits), in one BatchGetItem per 100 stores: 0 for
