@@ -15,6 +15,7 @@ from amsg.adapters.dynamo import keys, pending
 from amsg.adapters.dynamo.counters import cas_attempts, read_counter, set_counter
 from amsg.adapters.dynamo.delivery_policy import policy_row
 from amsg.adapters.dynamo.outbox import fits_one_transaction, new_row_put
+from amsg.adapters.dynamo.owners import guard_check
 from amsg.adapters.dynamo.settlements import DynamoSettlements
 from amsg.adapters.dynamo.subscriptions import subscription_row
 from amsg.adapters.dynamo.table import DynamoTable, TransactionCancelled, item_int
@@ -421,12 +422,15 @@ class DynamoClaimStore(DynamoSettlements):
         outbox_seq: int | None = None,
     ) -> list[int] | AppendFallback | None:
         """One transaction: the outbox counter (compare-and-set from the value read with the task), the task
-        (claim still ours and leased; records the occurrence, adopts the claim: :meth:`_adoption`) and every row
-        as new."""
+        (claim still ours and leased; records the occurrence, adopts the claim: :meth:`_adoption`), every row
+        as new, and an owned task's owner check (rows and the first push claim commit only while it holds)."""
         # a tenant's first push is taken here only while the tenant is active (docs/tenancy-data.md)
+        owned = row.owner
+        checks = [] if owned is None else [guard_check(self.space, row.user_id, owned.ref, owned.generation)]
         fence = active_fence(self.space) if claim_first is not None else None
-        if row.owner is not None or not fits_one_transaction(rows, spare=0 if fence is None else 1):
-            return APPEND_FALLBACK  # owned tasks append through the outbox's owner-guarded path
+        checks += [fence] if fence is not None else []
+        if not fits_one_transaction(rows, spare=len(checks)):
+            return APPEND_FALLBACK
         counter_key = self.space.counter_key(row.user_id, "outbox")
         now_iso = iso_from_ms(now_ms)
         task_update, kept_lease_ms = self._adoption(row, now_iso, lease_until_ms, owner)
@@ -449,9 +453,11 @@ class DynamoClaimStore(DynamoSettlements):
             ]
             counter_update = set_counter(counter_key, current, ids[-1])
             try:
-                self.db.transact([counter_update, task_update, *puts, *([fence] if fence else [])])
+                self.db.transact([counter_update, task_update, *puts, *checks])
             except TransactionCancelled as cancelled:
-                if fence is not None and cancelled.failed(2 + len(puts)):
+                if owned is not None and cancelled.failed(2 + len(puts)):
+                    return APPEND_FALLBACK  # the owner moved on: the general append (after adopting) says so
+                if fence is not None and cancelled.failed(1 + len(puts) + len(checks)):
                     raise TenantInactive(self.space.tenant_id) from None
                 if cancelled.failed(1):
                     if lease_until_ms is not None:
