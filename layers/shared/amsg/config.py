@@ -24,7 +24,7 @@ class Settings:
     vapid_email: str = ""
     due_shards: int = 1
     tick_claim_limit: int = 5000
-    tick_claim_workers: int = 4  # claim transactions (CLAIM_BATCH claims each) the tick has in flight at once
+    tick_claim_workers: int = 4  # claims (or claim transactions of CLAIM_BATCH) the tick has in flight at once
     tick_claim_lease_ms: int = 300_000
     # how a batch of claims is written: "single" (one conditional UpdateItem each, returning the row: 3 write units
     # a claim) or "transaction" (CLAIM_BATCH per TransactWriteItems + a read back: 6 and a read unit, less CPU)
