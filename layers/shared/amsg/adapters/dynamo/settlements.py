@@ -69,7 +69,7 @@ class DynamoSettlements:
                 return True
         elif settlement.delivered and not settlement.delete and settlement.encrypted_payload is None:
             update = self._settle_update_kwargs(user_id, uuid, claim_version, settlement, now_ms)
-            if settlement.status is None:
+            if settlement.status is None or not pending.counted(self.space):
                 return self._update_if(**update) is not None
             try:
                 self.db.transact(self._ending({"Update": update}))

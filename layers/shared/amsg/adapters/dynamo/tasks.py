@@ -305,7 +305,10 @@ class DynamoTaskStore:
             "Item": {**self.space.uuid_registry_key(task.uuid), "user_id": task.user_id, "id": new_id},
             "ConditionExpression": "attribute_not_exists(PK)",
         }
-        if orphan is not None:
+        if orphan is not None and orphan.get("id") is None:
+            put["ConditionExpression"] = "user_id = :ou AND attribute_not_exists(id)"
+            put["ExpressionAttributeValues"] = {":ou": orphan.get("user_id")}
+        elif orphan is not None:
             put["ConditionExpression"] = "user_id = :ou AND id = :oi"
             put["ExpressionAttributeValues"] = {":ou": orphan.get("user_id"), ":oi": orphan.get("id")}
         return {"Put": put}
