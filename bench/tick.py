@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import time
 import uuid
 
@@ -18,7 +19,7 @@ def main(tasks: int = 400) -> None:
     from tests.support.ddb_engine import T0_MS, MemoryQueue, RecordingPushSender, ddb_context, with_fakes
 
     with dynamodb_local_table("bench") as endpoint_url:
-        ctx = ddb_context(endpoint_url, "bench")
+        ctx = ddb_context(endpoint_url, "bench", AMSG_CLAIM_WRITES=os.environ.get("AMSG_CLAIM_WRITES", "single"))
         queue = MemoryQueue()
         with_fakes(ctx, RecordingPushSender(), queue)
         due = T0_MS + 60_000

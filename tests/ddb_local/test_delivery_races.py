@@ -226,8 +226,9 @@ class Throttle:
         return AWSResponse(request.url, 400, {"x-amzn-requestid": "t"}, Raw())
 
 
-def test_throttled_dynamodb_loses_no_task_and_sends_nothing_twice(ddb_local_endpoint, ddb_local_table):
-    ctx = ddb_context(ddb_local_endpoint, ddb_local_table)
+@pytest.mark.parametrize("claim_writes", ["single", "transaction"])
+def test_throttled_dynamodb_loses_no_task_and_sends_nothing_twice(ddb_local_endpoint, ddb_local_table, claim_writes):
+    ctx = ddb_context(ddb_local_endpoint, ddb_local_table, AMSG_CLAIM_WRITES=claim_writes)
     sender, queue = RecordingPushSender(), MemoryQueue()
     with_fakes(ctx, sender, queue)
     tasks = seed(ctx, users=2, per_user=3, message="甲。乙。")
@@ -245,13 +246,15 @@ def test_throttled_dynamodb_loses_no_task_and_sends_nothing_twice(ddb_local_endp
     assert len(counts) == 2 * len(tasks) and set(counts.values()) == {1}
 
 
-def test_a_claim_batch_claims_what_it_may_and_reads_back_each_fence(ddb_local_endpoint, ddb_local_table):
-    """claim_many on DynamoDB Local: a transaction fails as a whole, so the tasks whose condition fails (leased
-    by another tick, another occurrence, deleted) are dropped and the rest claimed, each read back with its own
-    claim version; concurrent batches over the same tasks claim each task once."""
+@pytest.mark.parametrize("claim_writes", ["single", "transaction"])
+def test_a_claim_batch_claims_what_it_may_and_reads_back_each_fence(ddb_local_endpoint, ddb_local_table, claim_writes):
+    """claim_many on DynamoDB Local, both ways of writing claims: with one transaction (which fails as a whole)
+    or one conditional write per claim, the tasks whose condition fails (leased by another tick, another
+    occurrence, deleted) are dropped and the rest claimed, each with its own claim version; concurrent batches
+    over the same tasks claim each task once."""
     from amsg.ports import CLAIM_ALONE, ClaimWanted
 
-    ctx = ddb_context(ddb_local_endpoint, ddb_local_table)
+    ctx = ddb_context(ddb_local_endpoint, ddb_local_table, AMSG_CLAIM_WRITES=claim_writes)
     tasks = seed(ctx, users=5, per_user=5, message="一。")
     now, lease = T0_MS + 61_000, T0_MS + 361_000
     wanted = [ClaimWanted(user, task_uuid, DUE_MS) for user, task_uuid in tasks]

@@ -207,11 +207,14 @@ def test_a_retired_owners_due_task_is_cancelled_and_never_fires_again(engine):
 
 
 def test_retirement_between_outbox_append_and_push_sends_nothing(engine, monkeypatch):
-    """The push claim carries the owner check: a retirement after the batch is in the outbox stops every push."""
+    """The push claim carries the owner check: a retirement after the batch is in the outbox stops every push
+    (the general append, which claims no push; the one-transaction append is below)."""
     from amsg.engine import delivery
+    from amsg.ports import APPEND_FALLBACK
 
     env = engine
     env.api.schedule(payload(owner=ALICE, userMessage="one。two。three"))
+    monkeypatch.setattr(env.ctx.claims, "append_batch", lambda *a, **k: APPEND_FALLBACK)
     original = delivery.append_batch
 
     def append_then_retire(ctx, row, pushes, user_key):
@@ -226,3 +229,28 @@ def test_retirement_between_outbox_append_and_push_sends_nothing(engine, monkeyp
     task = next(i for i in items("T#"))
     assert task["status"] == "failed" and "CLOUD_OWNER_RETIRED" in task["last_error"]
     assert [i for i in items("O#") if "delivered_at" in i or "sending_at" in i] == []
+
+
+def test_retirement_after_the_one_transaction_append_stops_the_pushes_after_the_first(engine, monkeypatch):
+    """An owned task's batch is appended, adopted and its first push claimed in one transaction with the owner
+    check: the first push was claimed while the owner held (it goes, as a push claimed just before a retirement
+    always could); every later push claim carries the check and is refused."""
+    env = engine
+    env.api.schedule(payload(owner=ALICE, userMessage="one。two。three"))
+    claims = env.ctx.claims
+    original = claims.append_batch
+
+    def append_then_retire(row, rows, **kwargs):
+        result = original(row, rows, **kwargs)
+        assert isinstance(result, list)  # the one-transaction append applied
+        set_owner(env.ctx, row.user_id, ALICE, active=False)
+        return result
+
+    monkeypatch.setattr(claims, "append_batch", append_then_retire)
+    env.ctx.clock.current_ms = T0_MS + 61_000
+    env.harness.tick()
+    env.harness.drain()
+    assert [p["message"] for p in env.push.payloads()] == ["one。"]
+    task = next(i for i in items("T#"))
+    assert task["status"] == "failed" and "CLOUD_OWNER_RETIRED" in task["last_error"]
+    assert len([i for i in items("O#") if "sending_at" in i]) == 1

@@ -438,6 +438,7 @@ def test_the_tick_claims_a_batch_in_one_transaction_and_one_read(engine, monkeyp
     created = [schedule(engine, userMessage=f"m{i}") for i in range(size + 3)]
     due(engine)
     claims = engine.ctx.claims
+    monkeypatch.setattr(claims, "single_claims", False)  # ClaimWrites=transaction (the default writes one each)
     real_claim_many, taken, lock = claims.claim_many, [], threading.Lock()
 
     def overlapping_tick_first(wanted, **terms):

@@ -24,7 +24,9 @@ USERS = 3  # per tenant: one task each
 
 @pytest.fixture
 def multi(moto_table, make_context):
-    with multi_world(moto_table, make_context) as world:
+    # the claims batched (ClaimWrites=transaction): what these tests pin is that a round's claims of every tenant
+    # share one transaction and one read back; single claims are one UpdateItem each, whatever the tenant
+    with multi_world(moto_table, make_context, AMSG_CLAIM_WRITES="transaction") as world:
         yield world
 
 
@@ -77,6 +79,15 @@ def _maintenance(counted: Counter[str]) -> int:
     return sum(n for name, n in counted.items() if name.startswith("Query:") and name not in fixed)
 
 
+def _assert_one_batch(run: Counter[str], delivered: int) -> None:
+    """One read and one append transaction for the whole batch; each delivered task's mark (an ``UpdateItem``) and
+    its settlement (a tenant's one-shot: the task, its pending count and its registry entry in one transaction),
+    merged with the batch's other settlements when they come at about the same time (docs/delivery.md)."""
+    assert run["BatchGetItem"] == 1 and run["UpdateItem"] == delivered, run
+    assert 2 <= run["TransactWriteItems"] <= 1 + delivered, run
+    assert set(run) == {"BatchGetItem", "UpdateItem", "TransactWriteItems"}, run
+
+
 def test_two_tenants_tick_and_run_task_cost_one_registry_page_and_one_due_query_per_tenant_more(multi):
     a, b = _tenant_with_due_tasks(multi), _tenant_with_due_tasks(multi)
     multi.ctx.clock.current_ms = T0_MS + 86_401_000  # just after firstSendTime
@@ -104,10 +115,9 @@ def test_two_tenants_tick_and_run_task_cost_one_registry_page_and_one_due_query_
     with record_aws_calls() as run_calls:
         result = multi.harness.run(messages)
     assert result == {"batchItemFailures": []}
-    run = _dynamodb(run_calls.calls)
     # exactly the single line's batch: one read (tasks, subscriptions, counters, and the tenants' records), one
-    # append transaction, one settlement transaction; no registry GetItem
-    assert run == Counter({"BatchGetItem": 1, "TransactWriteItems": 2}), run
+    # append transaction, then per task its delivered mark and its settlement; no registry GetItem
+    _assert_one_batch(_dynamodb(run_calls.calls), delivered=2 * USERS)
     assert all(len(multi.push.received_for(s.endpoint_id)) == 1 for s in a.subs + b.subs)
 
 
@@ -120,7 +130,7 @@ def test_a_tenant_disabled_after_the_tick_delivers_nothing_and_costs_no_extra_re
     messages = multi.harness.receive()
     with record_aws_calls() as run_calls:
         multi.harness.run(messages)
-    assert _dynamodb(run_calls.calls) == Counter({"BatchGetItem": 1, "TransactWriteItems": 2})
+    _assert_one_batch(_dynamodb(run_calls.calls), delivered=USERS)
     assert all(len(multi.push.received_for(s.endpoint_id)) == 1 for s in a.subs)
     assert all(
         multi.push.received_for(s.endpoint_id) == [] for s in b.subs

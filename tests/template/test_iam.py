@@ -97,6 +97,8 @@ def observed() -> Iterator[dict[str, list[Call]]]:
             "AMSG_QUEUE_URL": queue.url,
             "AMSG_CLAIM_QUEUE_URL": claims.url,
             "AMSG_CLAIM_PAGE_SIZE": "2",  # claim jobs of two: a chain of pages (each job sends the next)
+            # the batched claims' calls are a superset of the single ones' (UpdateItem): the role covers both modes
+            "AMSG_CLAIM_WRITES": "transaction",
             "AMSG_MASTER_KEY_PARAM": "/iam/master",
             "AMSG_VAPID_PRIVATE_KEY_PARAM": "/iam/vapid",
             "AMSG_CLIENT_TOKEN_PARAM": "/iam/token",

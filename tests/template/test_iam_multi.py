@@ -297,6 +297,7 @@ def observed() -> Iterator[dict[str, list[Call]]]:
             "AMSG_QUEUE_URL": queue.url,
             "AMSG_CLAIM_QUEUE_URL": claims.url,
             "AMSG_CLAIM_PAGE_SIZE": "2",
+            "AMSG_CLAIM_WRITES": "transaction",  # the batched claims: their calls include the single ones
             "AMSG_MASTER_KEY_PARAM": "/iam/master",
             "AMSG_VAPID_PRIVATE_KEY_PARAM": "/iam/vapid",
             "AMSG_CLIENT_TOKEN_PARAM": "/iam/token",  # configured: the multi-tenant line must not need it

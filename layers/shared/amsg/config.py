@@ -24,8 +24,11 @@ class Settings:
     vapid_email: str = ""
     due_shards: int = 1
     tick_claim_limit: int = 5000
-    tick_claim_workers: int = 4  # claim transactions (of the claim store's batch size) in flight at once
+    tick_claim_workers: int = 4  # claims (or claim transactions of the claim store's batch size) in flight at once
     tick_claim_lease_ms: int = 300_000
+    # how a batch of claims is written: "single" (one conditional UpdateItem each, returning the row: 3 write units
+    # a claim) or "transaction" (25 per TransactWriteItems + a read back: 6 and a read unit, less CPU)
+    claim_writes: str = "single"
     claim_page_size: int = 500  # due tasks one claim job claims (one page of the due index)
     claim_backlog_limit: int = 20_000  # claim jobs pause while the task queue holds more (0: never)
     run_lease_ms: int = 90_000

@@ -125,6 +125,7 @@ def settings_from_env(env: Mapping[str, str]) -> Settings:
         tick_claim_limit=_int_env(env, "AMSG_TICK_CLAIM_LIMIT", 5000),
         tick_claim_workers=_int_env(env, "AMSG_TICK_CLAIM_WORKERS", 4),
         tick_claim_lease_ms=_int_env(env, "AMSG_TICK_CLAIM_LEASE_MS", 300_000),
+        claim_writes=_claim_writes(env),
         claim_page_size=_int_env(env, "AMSG_CLAIM_PAGE_SIZE", 500),
         claim_backlog_limit=_int_env(env, "AMSG_CLAIM_BACKLOG_LIMIT", 20_000),
         run_lease_ms=_int_env(env, "AMSG_RUN_LEASE_MS", 90_000),
@@ -149,6 +150,13 @@ def settings_from_env(env: Mapping[str, str]) -> Settings:
         tenant_max_pending_tasks=_int_env(env, "AMSG_TENANT_MAX_PENDING_TASKS", 0),
         metrics_tenants=_metrics_tenants(env),
     )
+
+
+def _claim_writes(env: Mapping[str, str]) -> str:
+    value = env.get("AMSG_CLAIM_WRITES", "").strip().lower() or "single"
+    if value not in ("single", "transaction"):
+        raise ConfigError("AMSG_CLAIM_WRITES must be 'single' or 'transaction'")
+    return value
 
 
 def _tenancy(env: Mapping[str, str]) -> str:
@@ -248,7 +256,9 @@ def ports_in_space(
         tasks=DynamoTaskStore(
             table, due_shards=settings.due_shards, space=space, pending_limit=settings.tenant_max_pending_tasks
         ),
-        claims=DynamoClaimStore(table, due_shards=settings.due_shards, space=space),
+        claims=DynamoClaimStore(
+            table, due_shards=settings.due_shards, space=space, single_claims=settings.claim_writes == "single"
+        ),
         subscriptions=DynamoPushSubscriptionStore(table, space=space),
         outbox=DynamoOutboxStore(table, space=space),
         schema=DynamoSchemaInspector(table),

@@ -15,9 +15,10 @@ from amsg.adapters.dynamo import keys, pending
 from amsg.adapters.dynamo.counters import cas_attempts, read_counter, set_counter
 from amsg.adapters.dynamo.delivery_policy import policy_row
 from amsg.adapters.dynamo.outbox import fits_one_transaction, new_row_put
+from amsg.adapters.dynamo.owners import guard_check
 from amsg.adapters.dynamo.settlements import DynamoSettlements
 from amsg.adapters.dynamo.subscriptions import subscription_row
-from amsg.adapters.dynamo.table import TransactionCancelled, item_int
+from amsg.adapters.dynamo.table import DynamoTable, TransactionCancelled, item_int
 from amsg.adapters.dynamo.tasks import stored_ms
 from amsg.adapters.dynamo.tenants import active_fence, tenant_key, tenant_record
 from amsg.failures import ClaimTaken
@@ -48,7 +49,22 @@ and the tick keeps every claim worker busy)."""
 
 
 class DynamoClaimStore(DynamoSettlements):
-    """Due index, claims fenced by ``claim_version``, adoption, the run's read, the batch append, leases."""
+    """Due index, claims fenced by ``claim_version``, adoption, the run's read, the batch append, leases.
+
+    ``single_claims``: a batch of claims is written as one conditional ``UpdateItem`` per claim returning the row
+    (3 write units a claim, no read back) instead of one ``TransactWriteItems`` read back with one
+    ``BatchGetItem`` (6 write units and a read unit a claim, a third of the client CPU): docs/decisions.md, 38."""
+
+    def __init__(
+        self,
+        table: DynamoTable,
+        *,
+        due_shards: int = 1,
+        space: keys.KeySpace = keys.SINGLE,
+        single_claims: bool = False,
+    ) -> None:
+        super().__init__(table, due_shards=due_shards, space=space)
+        self.single_claims = single_claims
 
     claim_batch = CLAIM_BATCH
 
@@ -129,6 +145,9 @@ class DynamoClaimStore(DynamoSettlements):
         flat = [(_same_table(self, store), w) for store, part in parts for w in part]
         if len(flat) > CLAIM_BATCH:
             raise ValueError(f"at most {CLAIM_BATCH} claims per batch")
+        if self.single_claims:
+            singles = [store._claim_single(w, now_ms, lease_until_ms, owner) for store, w in flat]
+            return _split(singles, [len(part) for _, part in parts])
         results: list[TaskRow | ClaimAlone | None] = [None] * len(flat)
         now_iso, lease_until = iso_from_ms(now_ms), iso_from_ms(lease_until_ms)
         trying = list(range(len(flat)))
@@ -158,6 +177,23 @@ class DynamoClaimStore(DynamoSettlements):
         if trying:
             self._read_back(flat, trying, results, owner, lease_until)
         return _split(results, [len(part) for _, part in parts])
+
+    def _claim_single(
+        self, w: ClaimWanted, now_ms: int, lease_until_ms: int, owner: str
+    ) -> TaskRow | ClaimAlone | None:
+        """One claim of a batch as its own conditional ``UpdateItem``; a claim that could not run (throttled past the
+        SDK's retries) is left to be claimed alone, as a batch that could not run is."""
+        try:
+            return self.claim(
+                w.user_id,
+                w.uuid,
+                expected_next_send_at_ms=w.expected_next_send_at_ms,
+                now_ms=now_ms,
+                lease_until_ms=lease_until_ms,
+                owner=owner,
+            )
+        except ClientError:
+            return CLAIM_ALONE
 
     def pending_counts(self, stores: Sequence[ClaimStore]) -> list[int | None]:
         """Each store's count of pending tasks (docs/tenancy.md, limits), in one BatchGetItem per 100 stores: 0 for
@@ -395,12 +431,15 @@ class DynamoClaimStore(DynamoSettlements):
         outbox_seq: int | None = None,
     ) -> list[int] | AppendFallback | None:
         """One transaction: the outbox counter (compare-and-set from the value read with the task), the task
-        (claim still ours and leased; records the occurrence, adopts the claim: :meth:`_adoption`) and every row
-        as new."""
+        (claim still ours and leased; records the occurrence, adopts the claim: :meth:`_adoption`), every row
+        as new, and an owned task's owner check (rows and the first push claim commit only while it holds)."""
         # a tenant's first push is taken here only while the tenant is active (docs/tenancy-data.md)
+        owned = row.owner
+        checks = [] if owned is None else [guard_check(self.space, row.user_id, owned.ref, owned.generation)]
         fence = active_fence(self.space) if claim_first is not None else None
-        if row.owner is not None or not fits_one_transaction(rows, spare=0 if fence is None else 1):
-            return APPEND_FALLBACK  # owned tasks append through the outbox's owner-guarded path
+        checks += [fence] if fence is not None else []
+        if not fits_one_transaction(rows, spare=len(checks)):
+            return APPEND_FALLBACK
         counter_key = self.space.counter_key(row.user_id, "outbox")
         now_iso = iso_from_ms(now_ms)
         task_update, kept_lease_ms = self._adoption(row, now_iso, lease_until_ms, owner)
@@ -423,9 +462,11 @@ class DynamoClaimStore(DynamoSettlements):
             ]
             counter_update = set_counter(counter_key, current, ids[-1])
             try:
-                self.db.transact([counter_update, task_update, *puts, *([fence] if fence else [])])
+                self.db.transact([counter_update, task_update, *puts, *checks])
             except TransactionCancelled as cancelled:
-                if fence is not None and cancelled.failed(2 + len(puts)):
+                if owned is not None and cancelled.failed(2 + len(puts)):
+                    return APPEND_FALLBACK  # the owner moved on: the general append (after adopting) says so
+                if fence is not None and cancelled.failed(1 + len(puts) + len(checks)):
                     raise TenantInactive(self.space.tenant_id) from None
                 if cancelled.failed(1):
                     if lease_until_ms is not None:

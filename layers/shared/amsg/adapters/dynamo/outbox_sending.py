@@ -71,14 +71,9 @@ class OutboxSendClaims:
         if fence is not None:  # and a tenant's only while the tenant is active (no push once its deletion began)
             actions.append(fence)
         fence_at = len(actions) - 1 if fence is not None else None
-        if delivered is not None and not caps:
-            # the previous row of the batch went out: its delivered mark rides along with this claim
-            try:
-                self.db.transact([{"Update": delivered_update(self.space, user_id, delivered, now_ms)}, *actions])
-                return True
-            except TransactionCancelled:
-                self.mark_delivered(user_id, [delivered], now_ms)  # then decide the claim on its own
-        elif delivered is not None:
+        if delivered is not None:
+            # the previous row of the batch went out: its delivered mark first, on its own (a fact about a push
+            # that left; inside the claim's transaction it would bill twice: docs/decisions.md, 38)
             self.mark_delivered(user_id, [delivered], now_ms)
         first_cap = len(actions)
         actions += [cap_charge_action(self.space, user_id, charge) for charge in caps]

@@ -14,7 +14,14 @@ from botocore.exceptions import ClientError
 from amsg.adapters.dynamo import keys, pending
 from amsg.adapters.dynamo.outbox_sending import delivered_update
 from amsg.adapters.dynamo.table import DynamoTable, TransactionCancelled, is_conditional_failure, item_int
-from amsg.adapters.dynamo.tasks import delete_with_registry, drop_parts, payload_attrs, registry_delete, task_row
+from amsg.adapters.dynamo.tasks import (
+    delete_with_registry,
+    drop_parts,
+    payload_attrs,
+    registry_delete,
+    registry_delete_of,
+    task_row,
+)
 from amsg.ports import KEEP, Settlement, TaskRow
 from amsg.timeutil import iso_from_ms
 
@@ -50,51 +57,74 @@ class DynamoSettlements:
     # and the tick's query needs no filter. Tasks leave the index for good only when they stop being pending.
 
     def settle(self, user_id: str, uuid: str, claim_version: int, settlement: Settlement, now_ms: int) -> bool:
-        if not settlement.delivered:
-            return self._settle(user_id, uuid, claim_version, settlement, now_ms)
-        marks = [
-            {"Update": delivered_update(self.space, user_id, message_id, settlement.delivered_at_ms)}
-            for message_id in dict.fromkeys(settlement.delivered)
-        ]
-        written = False
+        """The fenced settlement, after the delivered marks of this run's last pushes. Each is its own conditional
+        write, in an order whose every crash point the next run already handles (docs/delivery.md, "Outbox
+        first"): the marks first (facts about pushes that left: a task still pending under this claim after them
+        is claimed again once its lease ends, and the run finds its batch delivered and settles it), then the
+        task, then a one-shot's uuid registry entry (an entry left behind names a task that is gone: a create
+        of that uuid takes it over). A transaction would bill every item twice (docs/decisions.md, 38)."""
+        self._mark_delivered(user_id, settlement)
+        if settlement.delivered and settlement.delete:
+            if self._delete_delivered(user_id, uuid, claim_version, settlement):
+                return True
+        elif settlement.delivered and not settlement.delete and settlement.encrypted_payload is None:
+            update = self._settle_update_kwargs(user_id, uuid, claim_version, settlement, now_ms)
+            if settlement.status is None or not pending.counted(self.space):
+                return self._update_if(**update) is not None
+            try:
+                self.db.transact(self._ending({"Update": update}))
+            except TransactionCancelled:
+                return False
+            return True
+        return self._settle(user_id, uuid, claim_version, settlement, now_ms)
+
+    def _mark_delivered(self, user_id: str, settlement: Settlement) -> None:
+        """The rows this run pushed, marked delivered whatever happens to the settlement (a row gone since is
+        left gone; a mark that cannot be written leaves the row claimed, never sent again)."""
+        for message_id in dict.fromkeys(settlement.delivered):
+            with contextlib.suppress(ClientError):
+                self.db.table.update_item(
+                    **delivered_update(self.space, user_id, message_id, settlement.delivered_at_ms)
+                )
+
+    def _delete_delivered(self, user_id: str, uuid: str, claim_version: int, settlement: Settlement) -> bool:
+        """A delivered one-shot: the task deleted (fenced; ``rev`` proves the payload, and so its parts, is the one
+        read, else the general path reads the part token first), then its uuid registry entry while it still
+        names this task; in a tenant's space the task, its pending count and the entry in one transaction (the
+        count must move with the task). False when the task's condition failed."""
+        delete: dict[str, Any] = {
+            "Key": self._key(user_id, uuid),
+            "ConditionExpression": "claim_version = :cv AND rev = :rev",
+            "ExpressionAttributeValues": {
+                ":cv": claim_version,
+                ":rev": settlement.payload_rev if settlement.payload_rev is not None else -1,
+            },
+        }
+        if pending.counted(self.space):
+            try:
+                self.db.transact([*self._ending({"Delete": delete}), registry_delete(self.space, uuid, user_id)])
+            except TransactionCancelled:
+                return False
+            deleted: dict[str, Any] | None = None
+        else:
+            deleted = self._delete_if(**delete, ReturnValues="ALL_OLD")
+            if deleted is None:
+                return False
+        if settlement.payload_token:
+            drop_parts(self.db, self.space, user_id, uuid, settlement.payload_token)
+        if deleted is not None:  # best effort: an entry left behind is one a create of the uuid takes over
+            with contextlib.suppress(ClientError):
+                self.db.table.delete_item(**registry_delete_of(self.space, uuid, user_id, deleted.get("id")))
+        return True
+
+    def _delete_if(self, **kwargs: Any) -> dict[str, Any] | None:
+        """A conditional DeleteItem: the old item, or None when the condition did not hold."""
         try:
-            if settlement.delete:
-                # one-shot success: task, registry entry and delivered marks in one transaction; ``rev`` proves the
-                # payload (and so its parts) is the one we read, else the general path reads the part token first
-                rev = settlement.payload_rev if settlement.payload_rev is not None else -1
-                delete = {
-                    "Key": self._key(user_id, uuid),
-                    "ConditionExpression": "claim_version = :cv AND rev = :rev",
-                    "ExpressionAttributeValues": {":cv": claim_version, ":rev": rev},
-                }
-                try:
-                    self.db.transact(
-                        [*self._ending({"Delete": delete}), registry_delete(self.space, uuid, user_id), *marks]
-                    )
-                except TransactionCancelled:
-                    pass
-                else:
-                    written = True
-                    if settlement.payload_token:
-                        drop_parts(self.db, self.space, user_id, uuid, settlement.payload_token)
-                    return True
-            elif settlement.encrypted_payload is None:
-                update = self._settle_update_kwargs(user_id, uuid, claim_version, settlement, now_ms)
-                actions = self._ending({"Update": update}) if settlement.status is not None else [{"Update": update}]
-                try:
-                    self.db.transact([*actions, *marks])
-                except TransactionCancelled:
-                    pass
-                else:
-                    written = True
-                    return True
-            return self._settle(user_id, uuid, claim_version, settlement, now_ms)
-        finally:
-            if not written:  # the pushes went out: their rows say so whatever happened to the settlement
-                with contextlib.suppress(Exception):
-                    for mark in marks:
-                        with contextlib.suppress(ClientError):
-                            self.db.table.update_item(**mark["Update"])
+            return self.db.table.delete_item(**kwargs).get("Attributes") or {}
+        except ClientError as exc:
+            if is_conditional_failure(exc):
+                return None
+            raise
 
     def _ending(self, action: dict[str, Any]) -> list[dict[str, Any]]:
         """The actions of a write that ends a pending task: in a tenant's space the task must still be pending and

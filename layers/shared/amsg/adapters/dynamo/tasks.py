@@ -100,6 +100,16 @@ def registry_delete(space: keys.KeySpace, uuid: str, user_id: str) -> dict[str, 
     }
 
 
+def registry_delete_of(space: keys.KeySpace, uuid: str, user_id: str, task_id: Any) -> dict[str, Any]:
+    """The ``DeleteItem`` of a deleted task's uuid registry entry, only while it names that task (user and id): once
+    the task is gone a create may have taken the entry over (:meth:`DynamoTaskStore._orphaned_registry`)."""
+    return {
+        "Key": space.uuid_registry_key(uuid),
+        "ConditionExpression": "user_id = :uid AND id = :id",
+        "ExpressionAttributeValues": {":uid": user_id, ":id": task_id},
+    }
+
+
 def drop_parts(t: DynamoTable, space: keys.KeySpace, user_id: str, uuid: str, token: str) -> None:
     """Best-effort removal of a replaced payload's parts (unreferenced parts are harmless garbage)."""
     with contextlib.suppress(ClientError):
@@ -232,6 +242,7 @@ class DynamoTaskStore:
         self, task: NewTask, payload_attrs: dict[str, Any], supersedes_uuid: str | None, hint: _CreateHint | None
     ) -> CreatedTask:
         counter_key = self.space.counter_key(task.user_id, "task")
+        orphan: dict[str, Any] | None = None  # a registry entry left behind by a deleted task, to take over
         for attempt in cas_attempts(CREATE_ATTEMPTS):
             if attempt == 0 and hint is not None:
                 current, old = hint.counter, hint.old  # read together with the subscription
@@ -263,12 +274,7 @@ class DynamoTaskStore:
             actions: list[dict[str, Any]] = [
                 set_counter(counter_key, current, new_id),
                 {"Put": {"Item": item, "ConditionExpression": "attribute_not_exists(PK)"}},
-                {
-                    "Put": {
-                        "Item": {**self.space.uuid_registry_key(task.uuid), "user_id": task.user_id, "id": new_id},
-                        "ConditionExpression": "attribute_not_exists(PK)",
-                    }
-                },
+                self._registry_put(task, new_id, orphan),
             ]
             if old is not None:
                 actions += self._supersede_actions(task.user_id, supersedes_uuid or "", old)
@@ -280,8 +286,11 @@ class DynamoTaskStore:
             except TransactionCancelled as cancelled:
                 if task.owner is not None:
                     raise_if_guard_failed(cancelled, len(actions) - 1, 1)
-                if cancelled.failed(1) or cancelled.failed(2):
+                if cancelled.failed(1):
                     raise TaskUuidConflict(task.uuid) from None
+                if cancelled.failed(2):
+                    orphan = self._orphaned_registry(task.uuid)  # raises while the entry names a live task
+                    continue
                 if counter_at is not None and cancelled.failed(counter_at):
                     raise TenantPendingLimit(self._pending_limit()) from None
                 continue  # the counter moved or the superseded task changed: read again
@@ -289,6 +298,32 @@ class DynamoTaskStore:
                 self._drop_parts(task.user_id, supersedes_uuid or "", str(old["payload_token"]))
             return CreatedTask(id=new_id, superseded=old is not None)
         raise StoreUnavailable("task id allocation kept conflicting")
+
+    def _registry_put(self, task: NewTask, new_id: int, orphan: dict[str, Any] | None) -> dict[str, Any]:
+        """The uuid registry entry of a new task: a new item, or the orphan as read taken over."""
+        put: dict[str, Any] = {
+            "Item": {**self.space.uuid_registry_key(task.uuid), "user_id": task.user_id, "id": new_id},
+            "ConditionExpression": "attribute_not_exists(PK)",
+        }
+        if orphan is not None and orphan.get("id") is None:
+            put["ConditionExpression"] = "user_id = :ou AND attribute_not_exists(id)"
+            put["ExpressionAttributeValues"] = {":ou": orphan.get("user_id")}
+        elif orphan is not None:
+            put["ConditionExpression"] = "user_id = :ou AND id = :oi"
+            put["ExpressionAttributeValues"] = {":ou": orphan.get("user_id"), ":oi": orphan.get("id")}
+        return {"Put": put}
+
+    def _orphaned_registry(self, uuid: str) -> dict[str, Any] | None:
+        """The uuid's registry entry when the task it names is gone (a settlement deletes the task before the
+        entry, and may stop in between: docs/delivery.md), None when there is none any more; a conflict while it
+        names a task that exists."""
+        entry = self.db.get(self.space.uuid_registry_key(uuid))
+        if entry is None:
+            return None
+        named = self.db.get(self.space.task_key(str(entry.get("user_id")), uuid), projection="id")
+        if named is not None:
+            raise TaskUuidConflict(uuid)
+        return entry
 
     def _supersede_actions(self, user_id: str, uuid: str, old: dict[str, Any]) -> list[dict[str, Any]]:
         """Delete the superseded task as it was read (in a tenant's space: also in the status it was read in, so

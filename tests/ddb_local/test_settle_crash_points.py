@@ -1,0 +1,114 @@
+"""The settlement of a delivered task is three conditional writes, not a transaction (docs/decisions.md, 38): the
+pushed rows' delivered marks, the fenced task write, a one-shot's uuid registry entry. On DynamoDB Local, each
+crash point in between is left in a state the next run (or create) already handles: nothing is pushed twice and
+the uuid is not lost."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from typing import Any
+
+import pytest
+from amsg.crypto import compact_json, encrypt_for_storage
+from amsg.engine.messages import parse_task_message
+from amsg.engine.run_task import run_message
+from amsg.engine.tick import run_tick
+from amsg.errors import TaskUuidConflict
+from amsg.ports import NewTask
+
+from tests.support.ddb_engine import T0_MS, MemoryQueue, RecordingPushSender, ddb_context, with_fakes
+from tests.support.ddb_limits import table_clients
+
+pytestmark = pytest.mark.ddb_local
+DUE_MS = T0_MS + 60_000
+
+
+class FailDeletes:
+    """Answers 500 (through every SDK retry) to each ``DeleteItem`` whose key matches: a sandbox that died there."""
+
+    def __init__(self, matches: Any) -> None:
+        self.matches, self.failed = matches, 0
+
+    def __call__(self, request: Any, **kwargs: Any) -> Any:
+        from botocore.awsrequest import AWSResponse
+
+        target = request.headers.get("X-Amz-Target", b"")
+        target = target.decode() if isinstance(target, bytes) else target
+        if not target.endswith(".DeleteItem") or not self.matches(json.loads(request.body)["Key"]):
+            return None
+        self.failed += 1
+        body = json.dumps({"__type": "com.amazonaws.dynamodb.v20120810#InternalServerError", "message": "down"})
+
+        class Raw:
+            def stream(self, **_: Any) -> Any:
+                yield body.encode()
+
+        return AWSResponse(request.url, 500, {"x-amzn-requestid": "f"}, Raw())
+
+
+def _new_task(ctx: Any, user: str, task_uuid: str, message: str) -> NewTask:
+    payload = {"contactName": "Rei", "messageType": "fixed", "userMessage": message, "metadata": {}}
+    encrypted = encrypt_for_storage(compact_json(payload), ctx.user_key(user))
+    return NewTask(user, task_uuid, encrypted, "fixed", DUE_MS, T0_MS)
+
+
+def _one_shot(ctx: Any, message: str) -> tuple[str, str]:
+    user, task_uuid = str(uuid.uuid4()), str(uuid.uuid4())
+    sub = {"endpoint": "https://push.invalid/x", "keys": {}}
+    ctx.subscriptions.put_push_subscription(user, encrypt_for_storage(compact_json(sub), ctx.user_key(user)), 1)
+    ctx.tasks.create_task(_new_task(ctx, user, task_uuid, message))
+    return user, task_uuid
+
+
+def _tick_and_run(ctx: Any, queue: MemoryQueue) -> None:
+    run_tick(ctx)
+    while not queue.items.empty():
+        message = parse_task_message(json.dumps(queue.items.get_nowait()))
+        run_message(ctx, message, remaining_ms=lambda: 100_000, owner="c")
+
+
+def _wired(endpoint: str, table: str, failing: FailDeletes) -> tuple[Any, RecordingPushSender, MemoryQueue]:
+    ctx = ddb_context(endpoint, table)
+    sender, queue = RecordingPushSender(), MemoryQueue()
+    with_fakes(ctx, sender, queue)
+    for client in table_clients(ctx.tasks.db):
+        client.meta.events.register("before-send.dynamodb", failing)
+    return ctx, sender, queue
+
+
+def test_died_after_the_delivered_marks_the_next_claim_settles_without_pushing(ddb_local_endpoint, ddb_local_table):
+    failing = FailDeletes(lambda key: key["SK"]["S"].startswith("T#"))  # the task's delete never lands
+    ctx, sender, queue = _wired(ddb_local_endpoint, ddb_local_table, failing)
+    user, task_uuid = _one_shot(ctx, "甲。乙。")
+    ctx.clock.current_ms = T0_MS + 61_000
+    _tick_and_run(ctx, queue)
+    assert [p["message"] for p in sender.sent] == ["甲。", "乙。"] and failing.failed > 0
+    rows = ctx.outbox.list_unacked(user, 0, 10, ctx.now_ms())
+    assert [r.delivered_at is not None for r in rows] == [True, True]  # the marks came first
+    assert ctx.tasks.find_task(task_uuid).status == "pending"  # still under the dead run's claim
+
+    failing.matches = lambda key: False  # the outage ends; the lease runs out and a later tick claims it again
+    for _ in range(2):
+        ctx.clock.advance(10 * 60_000)
+        _tick_and_run(ctx, queue)
+    assert [p["message"] for p in sender.sent] == ["甲。", "乙。"]  # nothing pushed again
+    assert ctx.tasks.find_task(task_uuid) is None
+
+
+def test_died_after_the_task_delete_the_uuid_is_free_again(ddb_local_endpoint, ddb_local_table):
+    failing = FailDeletes(lambda key: key["PK"]["S"].startswith("TU#"))  # the registry entry's delete never lands
+    ctx, sender, queue = _wired(ddb_local_endpoint, ddb_local_table, failing)
+    user, task_uuid = _one_shot(ctx, "一。")
+    ctx.clock.current_ms = T0_MS + 61_000
+    _tick_and_run(ctx, queue)
+    assert [p["message"] for p in sender.sent] == ["一。"] and failing.failed > 0
+    assert ctx.tasks.find_task(task_uuid) is None  # the entry is left, naming a task that is gone
+    assert ctx.tasks.db.get(ctx.tasks.space.uuid_registry_key(task_uuid)) is not None
+
+    other = str(uuid.uuid4())  # any user may take the uuid over, as if the entry had gone with the task
+    ctx.tasks.create_task(_new_task(ctx, other, task_uuid, "二。"))
+    entry = ctx.tasks.db.get(ctx.tasks.space.uuid_registry_key(task_uuid))
+    assert entry["user_id"] == other and ctx.tasks.find_task(task_uuid).user_id == other
+    with pytest.raises(TaskUuidConflict):  # while it names a task that exists, the uuid is taken
+        ctx.tasks.create_task(_new_task(ctx, user, task_uuid, "三。"))
