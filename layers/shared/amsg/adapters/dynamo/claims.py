@@ -8,7 +8,6 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from boto3.dynamodb.conditions import Key
 from botocore.exceptions import ClientError
 
 from amsg.adapters.dynamo import keys, pending
@@ -74,8 +73,11 @@ class DynamoClaimStore(DynamoSettlements):
         """The token is the query's ``LastEvaluatedKey`` (the index and table keys of the page's last item: texts)."""
         kwargs: dict[str, Any] = {
             "IndexName": "due",
-            "KeyConditionExpression": Key("due_pk").eq(self.space.due_shard_pk(shard))
-            & Key("due_sk").lte(keys.due_window_end(iso_from_ms(now_ms))),
+            "KeyConditionExpression": "due_pk = :shard AND due_sk <= :end",
+            "ExpressionAttributeValues": {
+                ":shard": self.space.due_shard_pk(shard),
+                ":end": keys.due_window_end(iso_from_ms(now_ms)),
+            },
             "Limit": limit,
         }
         if start is not None and start.wire:  # an empty token (as a claim job may carry) is the start

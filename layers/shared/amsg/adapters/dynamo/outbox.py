@@ -28,7 +28,6 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from boto3.dynamodb.conditions import Attr, Key
 from botocore.exceptions import ClientError
 
 from amsg.adapters.dynamo import keys
@@ -383,7 +382,8 @@ class DynamoOutboxStore(OutboxSendClaims):
         high = f"{task_uuid}#~"  # '~' sorts after every digit
         kwargs: dict[str, Any] = {
             "IndexName": "outbox_by_task",
-            "KeyConditionExpression": Key("PK").eq(pk) & Key("obt_lsk").between(low, high),
+            "KeyConditionExpression": "PK = :pk AND obt_lsk BETWEEN :low AND :high",
+            "ExpressionAttributeValues": {":pk": pk, ":low": low, ":high": high},
             "ConsistentRead": True,
         }
         if projection:
@@ -421,8 +421,14 @@ class DynamoOutboxStore(OutboxSendClaims):
             return []
         kwargs: dict[str, Any] = {
             "IndexName": "outbox_unacked",
-            "KeyConditionExpression": Key("PK").eq(self.space.user_pk(user_id)) & Key("ob_lsk").gt(_pad(max(0, since))),
-            "FilterExpression": Attr("ttl").gt(now_ms // 1000),
+            "KeyConditionExpression": "PK = :pk AND ob_lsk > :since",
+            "FilterExpression": "#ttl > :now_s",
+            "ExpressionAttributeNames": {"#ttl": "ttl"},
+            "ExpressionAttributeValues": {
+                ":pk": self.space.user_pk(user_id),
+                ":since": _pad(max(0, since)),
+                ":now_s": now_ms // 1000,
+            },
             "ConsistentRead": True,
         }
         items: list[dict[str, Any]] = []

@@ -8,7 +8,6 @@ from __future__ import annotations
 import contextlib
 from typing import Any
 
-from boto3.dynamodb.conditions import Key
 from botocore.exceptions import ClientError
 
 from amsg.adapters.dynamo import keys, pending
@@ -273,7 +272,8 @@ class DynamoSettlements:
         for shard in range(shards):
             response = self.db.table.query(
                 IndexName="retention",
-                KeyConditionExpression=Key("ret_pk").eq(self.space.done_shard_pk(shard)) & Key("ret_sk").lt(cutoff_iso),
+                KeyConditionExpression="ret_pk = :shard AND ret_sk < :cutoff",
+                ExpressionAttributeValues={":shard": self.space.done_shard_pk(shard), ":cutoff": cutoff_iso},
                 Limit=max(1, limit - deleted),
             )
             for item in response.get("Items", []):

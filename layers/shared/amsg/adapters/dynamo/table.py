@@ -22,7 +22,6 @@ from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any, Protocol, overload
 
-from boto3.dynamodb.conditions import Key
 from botocore.config import Config
 from botocore.exceptions import ClientError
 
@@ -176,8 +175,13 @@ class DynamoTable:
             kwargs["ExclusiveStartKey"] = last
 
     def query_prefix(self, pk: str, sk_prefix: str, **kwargs: Any) -> Iterator[dict[str, Any]]:
+        """Every item of ``pk`` whose sort key starts with ``sk_prefix`` (consistent); ``kwargs`` may add a
+        projection and its attribute names."""
         return self.query_all(
-            KeyConditionExpression=Key("PK").eq(pk) & Key("SK").begins_with(sk_prefix), ConsistentRead=True, **kwargs
+            KeyConditionExpression="PK = :qpk AND begins_with(SK, :qprefix)",
+            ExpressionAttributeValues={":qpk": pk, ":qprefix": sk_prefix},
+            ConsistentRead=True,
+            **kwargs,
         )
 
     # ---- writes -----------------------------------------------------------------------------------------
