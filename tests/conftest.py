@@ -210,6 +210,17 @@ def moto_client(service: str) -> Any:
     return _session_cache[service]
 
 
+def moto_table_resource(name: str = TABLE) -> Any:
+    """A boto3 ``Table`` for reading or writing items directly in a moto test, from one DynamoDB resource for the
+    session: moto starts each mock with a fresh default session, so ``boto3.resource`` built a session and loaded
+    the resource model again (~55 ms of CPU per test that looked at its items)."""
+    if "dynamodb-resource" not in _session_cache:
+        import boto3
+
+        _session_cache["dynamodb-resource"] = boto3.resource("dynamodb", region_name="us-east-1")
+    return _session_cache["dynamodb-resource"].Table(name)
+
+
 @pytest.fixture
 def moto_table() -> Iterator[str]:
     """A table built from template.yaml inside moto's in-process mock."""
