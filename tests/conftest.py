@@ -223,12 +223,19 @@ def moto_table_resource(name: str = TABLE) -> Any:
 
 @pytest.fixture
 def moto_table() -> Iterator[str]:
-    """A table built from template.yaml inside moto's in-process mock."""
-    from amsg_local.tables import create_tables_from_template
+    """A table built from template.yaml inside moto's in-process mock: the template's keys, indexes and TTL
+    setting, as ``create_tables_from_template`` makes them (tests/unit/test_local_tables_moto.py), without its
+    waits: moto creates a table ACTIVE, so the describe calls that wait for it (~3.6 ms of CPU per test) go."""
+    from amsg_local.template import table_definition, table_ttl_attribute
     from moto import mock_aws
 
+    template = shared_template()
+    client = moto_client("dynamodb")
     with mock_aws():
-        create_tables_from_template(moto_client("dynamodb"), shared_template(), TABLE)
+        client.create_table(TableName=TABLE, **table_definition(template))
+        ttl = table_ttl_attribute(template)
+        if ttl:
+            client.update_time_to_live(TableName=TABLE, TimeToLiveSpecification={"Enabled": True, "AttributeName": ttl})
         yield TABLE
 
 
