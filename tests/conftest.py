@@ -54,7 +54,7 @@ _hypothesis_profiles()
 # 100 of those) made ~40 full collections of the test process's heap (moto's models, the parsed template and
 # OpenAPI document, every collected test) per 500 handler tests, ~15 % of their CPU. Larger young generations
 # and, after collection, the heap built so far moved out of the collector's sight (`gc.freeze`) keep garbage
-# collection to ~2 % of it; nothing a test checks depends on when cycles are freed (tests that need it call
+# collection to ~5 % of it; nothing a test checks depends on when cycles are freed (tests that need it call
 # gc.collect() themselves).
 gc.set_threshold(50_000, 20, 100)
 
