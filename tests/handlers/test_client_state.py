@@ -10,10 +10,9 @@ import json
 import math
 import uuid
 
-import boto3
 import pytest
 
-from tests.conftest import T0_MS, TABLE
+from tests.conftest import T0_MS, TABLE, moto_table_resource
 from tests.support.inprocess import InProcessApi
 from tests.support.wire_client import WireClient
 
@@ -51,7 +50,7 @@ def values_of(api: WireClient, namespace: str) -> dict[str, tuple[str, int]]:
 
 
 def table_items(prefix: str = "") -> list[dict]:
-    table = boto3.resource("dynamodb", region_name="us-east-1").Table(TABLE)
+    table = moto_table_resource(TABLE)
     items, kwargs = [], {}
     while True:
         page = table.scan(**kwargs)
@@ -399,9 +398,7 @@ def test_gzip_request_carries_a_larger_value(api, on_table):
 def test_incomplete_parts_read_as_absent(api, ctx):
     api.put_client_state([entry("n", "big", "x" * 400_000), entry("n", "small", "s")])
     part = table_items("SC#n\x1fbig\x1f")[0]
-    boto3.resource("dynamodb", region_name="us-east-1").Table(TABLE).delete_item(
-        Key={"PK": part["PK"], "SK": part["SK"]}
-    )
+    moto_table_resource(TABLE).delete_item(Key={"PK": part["PK"], "SK": part["SK"]})
     assert values_of(api, "n") == {"small": ("s", OLD)}
 
 

@@ -10,7 +10,7 @@ import pytest
 from amsg.crypto import compact_json
 from amsg.domain.ownership import owner_ref
 
-from tests.conftest import T0_MS
+from tests.conftest import T0_MS, moto_table_resource
 from tests.support.wire_client import dummy_subscription
 
 FIRST = "2029-12-31T00:01:00.000Z"
@@ -344,11 +344,9 @@ def test_a_purge_covers_at_most_max_purge_resources(api, monkeypatch):
 
 
 def _scan() -> list[dict]:
-    import boto3
-
     from tests.conftest import TABLE
 
-    table = boto3.resource("dynamodb", region_name="us-east-1").Table(TABLE)
+    table = moto_table_resource(TABLE)
     items, kwargs = [], {}
     while True:
         page = table.scan(**kwargs)

@@ -8,10 +8,9 @@ retired / restored here through the owner store (the operation that does it for 
 
 from __future__ import annotations
 
-import boto3
 from amsg.domain.ownership import owner_ref
 
-from tests.conftest import T0_MS, TABLE
+from tests.conftest import T0_MS, TABLE, moto_table_resource
 
 FIRST = "2029-12-31T00:01:00.000Z"  # T0 + 60 s
 ALICE = {"type": "character", "id": "alice", "label": "Alice"}
@@ -19,7 +18,7 @@ BOB = {"type": "character", "id": "bob"}
 
 
 def items(prefix: str = "") -> list[dict]:
-    table = boto3.resource("dynamodb", region_name="us-east-1").Table(TABLE)
+    table = moto_table_resource(TABLE)
     found, kwargs = [], {}
     while True:
         page = table.scan(**kwargs)

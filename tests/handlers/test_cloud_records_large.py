@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import uuid
 
-import boto3
+from tests.conftest import moto_table_resource
 
 BIG = "x" * 700_001  # over two items' worth
 
 
 def _items(user_id: str) -> list[dict]:
-    table = boto3.resource("dynamodb", region_name="us-east-1").Table("amsg-test")
+    table = moto_table_resource("amsg-test")
     items = table.scan()["Items"]
     return [i for i in items if i["PK"] == f"U#{user_id}"]
 

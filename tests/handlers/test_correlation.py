@@ -9,10 +9,10 @@ import logging
 import types
 import uuid
 
-import boto3
 import pytest
 from amsg.engine.messages import TaskMessage, parse_task_message
 
+from tests.conftest import moto_table_resource
 from tests.handlers.test_delivery import due, schedule
 from tests.support import inprocess
 
@@ -36,7 +36,7 @@ def test_the_api_request_id_reaches_run_task_logs(engine, monkeypatch):
     monkeypatch.setattr(inprocess, "build_v2_event", recording)
     created = schedule(engine)
     (request_id,) = request_ids
-    item = boto3.resource("dynamodb", region_name="us-east-1").Table("amsg-test").scan()["Items"]
+    item = moto_table_resource("amsg-test").scan()["Items"]
     (task,) = [i for i in item if i.get("uuid") == created["uuid"] and "corr_id" in i]
     assert task["corr_id"] == request_id
 

@@ -9,7 +9,7 @@ from collections import Counter
 
 import pytest
 
-from tests.conftest import T0_MS
+from tests.conftest import T0_MS, moto_table_resource
 from tests.support import scenario
 
 pytestmark = pytest.mark.memory_store
@@ -336,14 +336,12 @@ def test_cancel_during_a_long_generation_stops_before_any_push(engine):
 
 @pytest.mark.dynamo_store
 def test_due_index_shards_are_all_read(engine):
-    import boto3
-
     from tests.conftest import TABLE
 
     _with_settings(engine, due_shards=4)
     engine.ctx.tasks.due_shards = 4  # the store writes the shard; the tick reads every shard
     created = [schedule(engine, userMessage=f"s{i}") for i in range(12)]
-    table = boto3.resource("dynamodb", region_name="us-east-1").Table(TABLE)
+    table = moto_table_resource(TABLE)
     shards = {
         table.get_item(Key={"PK": f"U#{engine.api.user_id}", "SK": f"T#{c['uuid']}"})["Item"]["due_pk"] for c in created
     }

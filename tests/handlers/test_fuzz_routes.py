@@ -20,7 +20,6 @@ import uuid
 from collections import Counter
 from typing import Any
 
-import boto3
 import pytest
 from amsg.context import DeliveryPorts
 from amsg.errors import CATALOGUE, CLOUD_GUARD_CODES
@@ -29,7 +28,7 @@ from boto3.dynamodb.conditions import Attr
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tests.conftest import TABLE, examples
+from tests.conftest import TABLE, examples, moto_table_resource
 from tests.support.ddb_limits import enforce_dynamodb_limits
 from tests.support.fuzz import FuzzRequest, bare_path, documented_statuses, requests
 from tests.support.inprocess import InProcessApi
@@ -74,7 +73,7 @@ class EchoLlm:
 
 
 def scan_user(user_id: str, task_uuids: list[str]) -> list[dict[str, Any]]:
-    table = boto3.resource("dynamodb", region_name="us-east-1").Table(TABLE)
+    table = moto_table_resource(TABLE)
     pks = [f"U#{user_id}", *(f"TU#{u}" for u in task_uuids)]
     items: list[dict[str, Any]] = []
     kwargs: dict[str, Any] = {"FilterExpression": Attr("PK").is_in(pks)}

@@ -7,9 +7,7 @@ from __future__ import annotations
 import hashlib
 from typing import Any
 
-import boto3
-
-from tests.conftest import T0_MS, TABLE
+from tests.conftest import T0_MS, TABLE, moto_table_resource
 from tests.support.scenario import FIRST, schedule
 
 DAY_MS = 86_400_000
@@ -18,7 +16,7 @@ BIG = "长" * 120_000
 
 
 def scan_table() -> list[dict[str, Any]]:
-    table = boto3.resource("dynamodb", region_name="us-east-1").Table(TABLE)
+    table = moto_table_resource(TABLE)
     items: list[dict[str, Any]] = []
     kwargs: dict[str, Any] = {}
     while True:

@@ -6,11 +6,10 @@ from __future__ import annotations
 import hashlib
 import uuid
 
-import boto3
 import pytest
 from amsg.tenancy import tokens
 
-from tests.conftest import T0_MS, TABLE
+from tests.conftest import T0_MS, TABLE, moto_table_resource
 from tests.support.tenancy import BASE_URL, SIGNING_KEY, build_multi_stack
 
 
@@ -20,7 +19,7 @@ def stack(make_context):
 
 
 def _scan() -> list[dict]:
-    return boto3.resource("dynamodb", region_name="us-east-1").Table(TABLE).scan()["Items"]
+    return moto_table_resource(TABLE).scan()["Items"]
 
 
 def test_a_tenant_is_created_with_the_references_answer(stack):
@@ -119,7 +118,7 @@ def test_an_existing_tenant_id_is_409_and_keeps_its_key(stack):
 
 def test_a_wrapped_key_copied_to_another_tenant_does_not_unwrap(stack):
     a, b = stack.tenant(), stack.tenant()
-    table = boto3.resource("dynamodb", region_name="us-east-1").Table(TABLE)
+    table = moto_table_resource(TABLE)
     item_a = table.get_item(Key={"PK": "TENANTS", "SK": a["tenantId"]})["Item"]
     table.update_item(
         Key={"PK": "TENANTS", "SK": b["tenantId"]},

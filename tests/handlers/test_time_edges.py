@@ -8,10 +8,9 @@ import sys
 from collections import Counter
 from typing import Any
 
-import boto3
 import pytest
 
-from tests.conftest import T0_MS
+from tests.conftest import T0_MS, moto_table_resource
 from tests.handlers.test_delivery import FIRST, FIRST_MS, due, schedule
 
 pytestmark = pytest.mark.memory_store  # the engine on the in-memory fakes under `make unit`
@@ -30,11 +29,7 @@ EDGES = {
 
 
 def raw_task(table: str, user_id: str, task_uuid: str) -> dict[str, Any]:
-    item = (
-        boto3.resource("dynamodb", region_name="us-east-1")
-        .Table(table)
-        .get_item(Key={"PK": f"U#{user_id}", "SK": f"T#{task_uuid}"}, ConsistentRead=True)
-    )
+    item = moto_table_resource(table).get_item(Key={"PK": f"U#{user_id}", "SK": f"T#{task_uuid}"}, ConsistentRead=True)
     return item["Item"]
 
 

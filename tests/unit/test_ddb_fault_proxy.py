@@ -86,7 +86,12 @@ def test_refused_requests_carry_dynamodbs_error_codes_and_apply_nothing(upstream
     assert upstream.applied == []
 
 
-def test_botocore_retries_a_throttle_through(upstream):
+def test_botocore_retries_a_throttle_through(upstream, monkeypatch):
+    # botocore waits up to 1 s, doubling, before each retry of a throttle; the test is about the retries, not
+    # the waits (~5 s of a worker's wall time), so the throttle scale is 10 ms
+    from botocore.retries.standard import ExponentialBackoff
+
+    monkeypatch.setitem(ExponentialBackoff._DEFAULT_BACKOFF_CONFIG, "throttling_base_scale", 0.01)
     with FaultProxy(upstream.url, FaultPlan(throttle=0.5, seed=3)) as proxy:
         client = _client(proxy.endpoint_url, attempts=10)
         for _ in range(10):

@@ -68,7 +68,6 @@ def compile_cpu_per_char(source: str, repeats: int) -> float:
     for _ in range(repeats):
         jsregex.compile_js_pattern.cache_clear()
         jsregex.regex.purge()  # the regex package caches compiled sources too
-        gc.collect()
         gc.disable()  # a collection of the whole test process's heap is no part of the compile
         start = time.process_time()
         try:

@@ -6,6 +6,7 @@ the fakes, on moto and on DynamoDB Local), so a fake that drifts from the adapte
 
 from tests.support.fakes.claims import FencedMemoryOutboxStore, MemoryClaimStore
 from tests.support.fakes.client_state import MemoryClientStateStore
+from tests.support.fakes.cloud_data import MemoryCloudDataStore, MemoryOwnerStore
 from tests.support.fakes.context import memory_context
 from tests.support.fakes.memory import (
     MemoryCredentialStore,
@@ -20,9 +21,11 @@ __all__ = [
     "FencedMemoryOutboxStore",
     "MemoryClaimStore",
     "MemoryClientStateStore",
+    "MemoryCloudDataStore",
     "MemoryCredentialStore",
     "MemoryDeliveryPolicyStore",
     "MemoryOutboxStore",
+    "MemoryOwnerStore",
     "MemoryPushSubscriptionStore",
     "MemoryTaskStore",
     "NotFaked",

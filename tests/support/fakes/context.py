@@ -1,7 +1,7 @@
 """An ``AppContext`` on the in-memory stores: what the Lambda handlers see, minus DynamoDB.
 
-Ports without a fake (cloud data, owners, schema) are a stand-in that
-raises :class:`NotFaked` on first use, so a route that needs them fails loudly instead of half-working.
+The schema inspector has no fake: a stand-in raises :class:`NotFaked` on first use (as do the cloud-data
+inventory and the owner guards of ordinary writes), so a route that needs them fails loudly, never half-working.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from amsg.ports import TaskQueue
 
 from tests.support.fakes.claims import FencedMemoryOutboxStore, MemoryClaimStore
 from tests.support.fakes.client_state import MemoryClientStateStore
+from tests.support.fakes.cloud_data import MemoryCloudDataStore, MemoryOwnerStore
 from tests.support.fakes.memory import (
     MemoryCredentialStore,
     MemoryDeliveryPolicyStore,
@@ -47,6 +48,7 @@ def memory_context(env: Mapping[str, str], now_ms: int, queue: TaskQueue | None 
     tasks = MemoryTaskStore(subscriptions)
     policies = MemoryDeliveryPolicyStore(lock=tasks._lock)
     outbox = FencedMemoryOutboxStore(tasks, policies)
+    owners = MemoryOwnerStore()
     storage = StoragePorts(
         tasks=tasks,
         claims=MemoryClaimStore(tasks, outbox, subscriptions, policies, due_shards=settings.due_shards),
@@ -55,9 +57,9 @@ def memory_context(env: Mapping[str, str], now_ms: int, queue: TaskQueue | None 
         schema=Unfaked("SchemaInspector"),  # type: ignore[arg-type]
         credentials=MemoryCredentialStore(),
         client_state=MemoryClientStateStore(),
-        owners=Unfaked("OwnerStore"),  # type: ignore[arg-type]
+        owners=owners,
         policies=policies,
-        cloud_data=Unfaked("CloudDataStore"),  # type: ignore[arg-type]
+        cloud_data=MemoryCloudDataStore(owners),  # its inventory half raises NotFaked
         coalescer=None,  # no coalescing: each call is its own request, a valid configuration
     )
     delivery = delivery_ports(settings, secrets)
