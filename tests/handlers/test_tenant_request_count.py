@@ -23,7 +23,16 @@ USERS = 3  # per tenant: one task each
 
 
 @pytest.fixture
-def multi(moto_table, make_context):
+def multi(moto_table, make_context, monkeypatch):
+    from amsg.adapters.dynamo import coalescing
+
+    # a batch's records wait for each other up to 1 s instead of production's 20 ms: what these tests pin is what
+    # the records share when their calls line up, which a loaded test machine must not turn into a timing lottery
+    monkeypatch.setattr(
+        coalescing.DynamoCoalescer,
+        "session",
+        lambda self, participants: coalescing.CoalescingSession(self._table, participants, max_wait_s=1.0),
+    )
     # the claims batched (ClaimWrites=transaction): what these tests pin is that a round's claims of every tenant
     # share one transaction and one read back; single claims are one UpdateItem each, whatever the tenant
     with multi_world(moto_table, make_context, AMSG_CLAIM_WRITES="transaction") as world:
