@@ -217,8 +217,9 @@ HANDLERS = {
                 names = ("AMSG_TABLE_NAME", "AWS_ENDPOINT_URL_DYNAMODB", "TINY_KNOB", "AWS_SESSION_TOKEN")
                 return {name: os.environ.get(name) for name in names}
             if path == "/nap":
+                began = time.time()
                 time.sleep(0.4)
-                return {"statusCode": 200, "body": f"{__name__}@{os.getpid()}"}
+                return {"statusCode": 200, "body": f"{__name__}@{os.getpid()}@{began}@{time.time()}"}
             return {"statusCode": 500, "body": "unexpected"}
     """,
     "functions/resolver/resolver_handler.py": """
