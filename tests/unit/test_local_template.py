@@ -119,3 +119,18 @@ def test_short_form_tags(tmp_path: Path) -> None:
     assert props["S"] == {"Fn::Sub": "${AWS::StackName}-x"}
     assert props["I"] == {"Fn::If": ["C", {"Ref": "P"}, {"Ref": "AWS::NoValue"}]}
     assert props["L"] == {"Fn::Join": ["", [{"Ref": "P"}]]}
+
+
+def test_run_task_concurrency_follows_the_event_source_mode(template) -> None:
+    """Standard mode: the template's MaximumConcurrency; provisioned mode (the template's condition turned on):
+    MaximumPollers x the ten invocations a poller drives. ScalingConfig is absent then, as AWS requires."""
+    import copy
+
+    from amsg_local.delivery import INVOCATIONS_PER_POLLER, consumer_concurrency
+
+    default = template["Parameters"]["RunTaskMaxConcurrency"]["Default"]
+    assert consumer_concurrency(template, "RunTaskFunction") == int(default)
+    provisioned = copy.deepcopy(template)
+    provisioned["Parameters"]["RunTaskMinimumPollers"]["Default"] = 2
+    provisioned["Parameters"]["RunTaskMaximumPollers"]["Default"] = 7
+    assert consumer_concurrency(provisioned, "RunTaskFunction") == 7 * INVOCATIONS_PER_POLLER

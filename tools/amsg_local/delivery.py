@@ -131,12 +131,21 @@ def partial_batch_failures(invocation: Invocation, message_ids: list[str]) -> se
 DEFAULT_CONSUMER_CONCURRENCY = 5
 
 
+# In provisioned mode each event poller drives up to about ten concurrent invocations (AWS's figure), and
+# ``MaximumPollers`` is then what bounds the function's concurrency.
+INVOCATIONS_PER_POLLER = 10
+
+
 def consumer_concurrency(template: Mapping[str, Any], logical_id: str) -> int:
-    """The SQS event's ``ScalingConfig.MaximumConcurrency`` (parameter defaults applied; 2..1000 on AWS)."""
+    """The SQS event's ``ScalingConfig.MaximumConcurrency`` (parameter defaults applied; 2..1000 on AWS), or in
+    provisioned mode ``ProvisionedPollerConfig.MaximumPollers`` x the invocations one poller drives."""
     for props in function_events(template, logical_id, "SQS"):
         scaling = props.get("ScalingConfig") or {}
         if isinstance(scaling, Mapping) and scaling.get("MaximumConcurrency") is not None:
             return max(1, int(scaling["MaximumConcurrency"]))
+        pollers = props.get("ProvisionedPollerConfig") or {}
+        if isinstance(pollers, Mapping) and pollers.get("MaximumPollers") is not None:
+            return max(1, int(pollers["MaximumPollers"])) * INVOCATIONS_PER_POLLER
     return DEFAULT_CONSUMER_CONCURRENCY
 
 
