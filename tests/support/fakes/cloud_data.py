@@ -13,7 +13,7 @@ import threading
 from dataclasses import dataclass, replace
 
 from amsg.errors import LeaseLost, OwnerChanged
-from amsg.ports import LeasedWrite, OwnerState, ResourceListing, StoredResource
+from amsg.ports import LeasedWrite, OwnerState, ResourceListing, StoredResource, guard_holds_for, owners_in_order
 
 from tests.support.fakes.memory import NotFaked
 
@@ -51,14 +51,10 @@ class MemoryOwnerStore:
 
     def list(self, user_id: str) -> list[OwnerState]:
         with self._lock:
-            states = [state for (user, _), state in self._owners.items() if user == user_id]
-        return sorted(states, key=lambda s: (s.owner_type, s.owner_id))
+            return owners_in_order([state for (user, _), state in self._owners.items() if user == user_id])
 
     def guard_holds(self, user_id: str, ref: str, generation: int) -> bool:
-        state = self.get(user_id, ref)
-        if state is None:
-            return generation == 0
-        return state.active and state.generation == generation
+        return guard_holds_for(self.get(user_id, ref), generation)
 
     def set_active(
         self, user_id: str, ref: str, owner_type: str, owner_id: str, *, active: bool, expected: int, now_ms: int

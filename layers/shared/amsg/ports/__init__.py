@@ -30,7 +30,16 @@ from amsg.ports.client_state import (
     StateWrite,
     StateWriteResult,
 )
-from amsg.ports.cloud_data import CloudDataStore, LeasedWrite, OwnerState, OwnerStore, ResourceListing, StoredResource
+from amsg.ports.cloud_data import (
+    CloudDataStore,
+    LeasedWrite,
+    OwnerState,
+    OwnerStore,
+    ResourceListing,
+    StoredResource,
+    guard_holds_for,
+    owners_in_order,
+)
 from amsg.ports.credentials import CredentialStore, CredentialWrite
 from amsg.ports.delivery_policy import CapCharge, CapReached, DeliveryPolicyRow, DeliveryPolicyStore
 from amsg.ports.execution import CallCoalescer, Clock, CoalescingScope, TaskQueue
@@ -133,4 +142,6 @@ __all__ = [
     "TenantPage",
     "TenantRecord",
     "TenantStore",
+    "guard_holds_for",
+    "owners_in_order",
 ]

@@ -17,6 +17,18 @@ class OwnerState:
     updated_at: int | None
 
 
+def guard_holds_for(state: OwnerState | None, generation: int) -> bool:
+    """An owner guard at ``generation`` holds for the owner as read (no item: active at generation 0)."""
+    if state is None:
+        return generation == 0
+    return state.active and state.generation == generation
+
+
+def owners_in_order(states: list[OwnerState]) -> list[OwnerState]:
+    """The order ``OwnerStore.list`` answers in: by (type, id)."""
+    return sorted(states, key=lambda s: (s.owner_type, s.owner_id))
+
+
 class OwnerStore(Protocol):
     def get(self, user_id: str, ref: str) -> OwnerState | None:
         """The owner item (consistent read), or None when the owner was never retired."""

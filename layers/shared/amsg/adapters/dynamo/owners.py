@@ -25,7 +25,7 @@ from botocore.exceptions import ClientError
 from amsg.adapters.dynamo import keys
 from amsg.adapters.dynamo.table import DynamoTable, TransactionCancelled, is_conditional_failure
 from amsg.errors import CloudGuardError, OwnerChanged
-from amsg.ports import OwnerClaim, OwnerState
+from amsg.ports import OwnerClaim, OwnerState, guard_holds_for, owners_in_order
 
 OWNER_PREFIX = "W#"
 RETIRED_MESSAGE = "该归属者已停用，写入被拒绝"
@@ -131,15 +131,13 @@ class DynamoOwnerStore:
 
     def list(self, user_id: str) -> list[OwnerState]:
         """Every owner item of the user, ordered by (type, id)."""
-        states = [_state(item) for item in self.db.query_prefix(self.space.user_pk(user_id), OWNER_PREFIX)]
-        return sorted(states, key=lambda s: (s.owner_type, s.owner_id))
+        return owners_in_order(
+            [_state(item) for item in self.db.query_prefix(self.space.user_pk(user_id), OWNER_PREFIX)]
+        )
 
     def guard_holds(self, user_id: str, ref: str, generation: int) -> bool:
         """The read-only form of the guard (used right before a push, which cannot be part of a transaction)."""
-        state = self.get(user_id, ref)
-        if state is None:
-            return generation == 0
-        return state.active and state.generation == generation
+        return guard_holds_for(self.get(user_id, ref), generation)
 
     def set_active(
         self, user_id: str, ref: str, owner_type: str, owner_id: str, *, active: bool, expected: int, now_ms: int
