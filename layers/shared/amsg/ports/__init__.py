@@ -56,6 +56,7 @@ from amsg.ports.tasks import (
     SchemaInspector,
     SchemaItem,
     SchemaReport,
+    StoreHint,
     TaskRow,
     TaskStore,
 )
@@ -130,6 +131,7 @@ __all__ = [
     "StateRow",
     "StateWrite",
     "StateWriteResult",
+    "StoreHint",
     "StoredResource",
     "TaskQueue",
     "TaskRow",

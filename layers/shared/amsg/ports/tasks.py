@@ -65,10 +65,15 @@ class NewTask:
     owner: OwnerClaim | None = None
 
 
+class StoreHint:
+    """Base of a value a store hands out and reads back itself (what a create may reuse from the read before
+    it): callers only carry it, so no storage shape crosses the port."""
+
+
 @dataclass
 class CreatePrep:
     subscription: PushSubscriptionRow | None
-    hint: object = None  # opaque, the adapter's own: what the create may reuse from the same read
+    hint: StoreHint | None = None
 
 
 @dataclass

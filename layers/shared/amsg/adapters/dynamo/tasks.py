@@ -27,7 +27,7 @@ from amsg.adapters.dynamo.table import (
     item_int,
 )
 from amsg.errors import StoreUnavailable, TaskUuidConflict, TenantPendingLimit
-from amsg.ports import CreatedTask, CreatePrep, NewTask, OwnerClaim, TaskRow
+from amsg.ports import CreatedTask, CreatePrep, NewTask, OwnerClaim, StoreHint, TaskRow
 from amsg.timeutil import iso_from_ms, parse_iso_ms
 
 CREATE_ATTEMPTS = 40
@@ -169,7 +169,7 @@ def delete_counted(t: DynamoTable, space: keys.KeySpace, user_id: str, uuid: str
 
 
 @dataclass(frozen=True)
-class _CreateHint:
+class _CreateHint(StoreHint):
     """What :meth:`DynamoTaskStore.prepare_create` read for the create (the port carries it as an opaque value)."""
 
     user_id: str
