@@ -361,13 +361,24 @@ def _engine_namespace(ctx: Any, public: str, queue: Any, harness: Any) -> Iterat
     from tests.support.inprocess import InProcessApi
     from tests.support.wire_client import WireClient
 
+    # the engine's waits (the instant path's back-off between attempts) are recorded, not slept: the clock is
+    # fixed, so a real sleep moved nothing a test reads and only held a worker (3 s per failing instant task)
+    sleeps: list[float] = []
+    ctx.delivery.sleep = sleeps.append
     with FakePushService(vapid_public_key=public) as push, FakeLlmServer() as llm:
         client = WireClient(InProcessApi(), user_id=str(uuid.uuid4()))
         client.init()
         subscription = push.subscribe()
         assert client.put_subscription(subscription.to_json()).status == 200
         yield types.SimpleNamespace(
-            ctx=ctx, api=client, push=push, llm=llm, subscription=subscription, harness=harness, queue=queue
+            ctx=ctx,
+            api=client,
+            push=push,
+            llm=llm,
+            subscription=subscription,
+            harness=harness,
+            queue=queue,
+            sleeps=sleeps,
         )
 
 
