@@ -41,7 +41,7 @@ TIMED = PYTHONDONTWRITEBYTECODE= PYTHONPYCACHEPREFIX=$(CURDIR)/.cache/pycache sc
 test: venv dynamodb-local ## the full test suite on every core (PYTEST_ARGS=... to narrow it)
 	@CI=$${CI:-true} $(TIMED) "make test" .venv/bin/pytest -q -n $(XDIST) --dist loadgroup $(PYTEST_ARGS)
 
-unit: venv ## the fast tests: no DynamoDB Local, no subprocess, no local stack (about a minute on 2 cores)
+unit: venv ## the fast tests: no DynamoDB Local, no subprocess, no local stack (about 40 s on 2 cores)
 	@AMSG_FAST_TESTS=1 $(TIMED) "make unit" .venv/bin/pytest -q -p no:cacheprovider -n $(XDIST) --dist loadgroup \
 		-m "not ddb_local and not e2e and not slow and not journey" $(PYTEST_ARGS)
 

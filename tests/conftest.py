@@ -124,6 +124,31 @@ def botocore_sessions_share_one_loader() -> Iterator[None]:
 
 
 @pytest.fixture(scope="session", autouse=True)
+def httpx_clients_share_one_tls_context() -> Iterator[None]:
+    """Every httpx client (the Web Push sender, the LLM client, a test's own) builds a TLS context and loads
+    certifi's CA bundle into it, ~10-20 ms of CPU each, though the tests only speak plain HTTP to loopback
+    services. The default context (verify on, no client certificate) is built once per process and shared, as
+    one client shares it between its connections; a test asking for anything else gets its own."""
+    from httpx._transports import default
+
+    original = default.create_ssl_context
+    shared: dict[tuple[str | None, ...], Any] = {}
+
+    def create_ssl_context(verify: Any = True, cert: Any = None, trust_env: bool = True) -> Any:
+        if verify is not True or cert is not None:
+            return original(verify=verify, cert=cert, trust_env=trust_env)
+        # with trust_env the bundle named by SSL_CERT_FILE / SSL_CERT_DIR, as httpx reads them, is the key
+        key = (os.environ.get("SSL_CERT_FILE"), os.environ.get("SSL_CERT_DIR")) if trust_env else ("",)
+        if key not in shared:
+            shared[key] = original(verify=verify, cert=cert, trust_env=trust_env)
+        return shared[key]
+
+    default.create_ssl_context = create_ssl_context  # type: ignore[assignment]
+    yield
+    default.create_ssl_context = original  # type: ignore[assignment]
+
+
+@pytest.fixture(scope="session", autouse=True)
 def table_sessions_share_one_loader() -> Iterator[None]:
     """The table adapter builds its DynamoDB client from a session with a loader of its own (one service, no
     directory scan: amsg/adapters/dynamo/session.py), so the shared loader above did not reach it and every
@@ -361,13 +386,24 @@ def _engine_namespace(ctx: Any, public: str, queue: Any, harness: Any) -> Iterat
     from tests.support.inprocess import InProcessApi
     from tests.support.wire_client import WireClient
 
+    # the engine's waits (the instant path's back-off between attempts) are recorded, not slept: the clock is
+    # fixed, so a real sleep moved nothing a test reads and only held a worker (3 s per failing instant task)
+    sleeps: list[float] = []
+    ctx.delivery.sleep = sleeps.append
     with FakePushService(vapid_public_key=public) as push, FakeLlmServer() as llm:
         client = WireClient(InProcessApi(), user_id=str(uuid.uuid4()))
         client.init()
         subscription = push.subscribe()
         assert client.put_subscription(subscription.to_json()).status == 200
         yield types.SimpleNamespace(
-            ctx=ctx, api=client, push=push, llm=llm, subscription=subscription, harness=harness, queue=queue
+            ctx=ctx,
+            api=client,
+            push=push,
+            llm=llm,
+            subscription=subscription,
+            harness=harness,
+            queue=queue,
+            sleeps=sleeps,
         )
 
 

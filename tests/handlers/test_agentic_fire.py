@@ -444,6 +444,7 @@ def test_instant_path_runs_the_hooks_but_cannot_defer(agentic):
     assert resp.status == 500 and resp.body["error"]["details"]["code"] == "PROCESSING_ERROR"
     assert resp.body["error"]["details"]["message"].startswith("AGENTIC_DEFER_UNSUPPORTED")
     assert SCRIPT.settled[-1]["status"] == "failed"
+    assert [s for s in engine.sleeps if s] == [1.0, 2.0]  # retried twice, 1 s then 2 s apart, then failed
 
 
 def test_a_failing_tick_is_reported_to_on_error(agentic, monkeypatch):
