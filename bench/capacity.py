@@ -396,6 +396,8 @@ def bench_environment(
         "AMSG_VAPID_EMAIL": "bench@example.test",
         "AMSG_CLAIM_PAGE_SIZE": str(defaults["claim_page_size"]),
         "AMSG_CLAIM_BACKLOG_LIMIT": str(defaults["claim_backlog_limit"]),
+        # the template's ClaimWrites (single) unless the bench is asked for the other mode
+        "AMSG_CLAIM_WRITES": os.environ.get("AMSG_CLAIM_WRITES", "single"),
         # an invocation that records no metric makes Powertools warn on every flush: noise in the results
         "PYTHONWARNINGS": "ignore::UserWarning:aws_lambda_powertools.metrics.provider.base",
     }
