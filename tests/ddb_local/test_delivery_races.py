@@ -15,7 +15,16 @@ from amsg.engine.run_task import run_message
 from amsg.engine.tick import run_tick
 from amsg.ports import NewTask
 
-from tests.support.ddb_engine import T0_MS, Killed, MemoryQueue, RecordingPushSender, ddb_context, race, with_fakes
+from tests.support.ddb_engine import (
+    T0_MS,
+    Killed,
+    MemoryQueue,
+    RecordingPushSender,
+    ddb_context,
+    race,
+    seed_fixed_task,
+    with_fakes,
+)
 from tests.support.ddb_limits import table_clients
 
 pytestmark = pytest.mark.ddb_local
@@ -26,30 +35,8 @@ def seed(ctx, users: int, per_user: int, message: str, recurrence: str = "none")
     tasks = []
     for _ in range(users):
         user = str(uuid.uuid4())
-        key = ctx.user_key(user)
-        ctx.subscriptions.put_push_subscription(
-            user, encrypt_for_storage(compact_json({"endpoint": "https://push.invalid/x", "keys": {}}), key), 1
-        )
         for _ in range(per_user):
-            task_uuid = str(uuid.uuid4())
-            payload = {
-                "contactName": "Rei",
-                "messageType": "fixed",
-                "userMessage": message,
-                "recurrenceType": recurrence,
-                "metadata": {},
-            }
-            ctx.tasks.create_task(
-                NewTask(
-                    user,
-                    task_uuid,
-                    encrypt_for_storage(compact_json(payload), key),
-                    "fixed",
-                    DUE_MS,
-                    T0_MS,
-                )
-            )
-            tasks.append((user, task_uuid))
+            tasks.append((user, seed_fixed_task(ctx, user, message, recurrence=recurrence, due_ms=DUE_MS)))
     return tasks
 
 

@@ -10,15 +10,21 @@ from typing import Any
 
 import pytest
 from amsg.adapters.webpush_sender import WebPushSender
-from amsg.crypto import compact_json, encrypt_for_storage
 from amsg.engine.messages import parse_task_message
 from amsg.engine.run_task import run_message
 from amsg.engine.tick import run_tick
 from amsg.errors import StoreUnavailable
-from amsg.ports import NewTask
 from amsg.vapid import generate_vapid_keys
 
-from tests.support.ddb_engine import T0_MS, Killed, MemoryQueue, RecordingPushSender, ddb_context, with_fakes
+from tests.support.ddb_engine import (
+    T0_MS,
+    Killed,
+    MemoryQueue,
+    RecordingPushSender,
+    ddb_context,
+    seed_fixed_task,
+    with_fakes,
+)
 from tests.support.fake_push import FakePushService
 
 pytestmark = pytest.mark.ddb_local
@@ -26,21 +32,7 @@ DUE_MS = T0_MS + 60_000
 
 
 def _task(ctx, user: str, message: str, recurrence: str = "none", subscription: dict | None = None) -> str:
-    key = ctx.user_key(user)
-    sub = subscription or {"endpoint": "https://push.invalid/x", "keys": {}}
-    ctx.subscriptions.put_push_subscription(user, encrypt_for_storage(compact_json(sub), key), 1)
-    task_uuid = str(uuid.uuid4())
-    payload = {
-        "contactName": "Rei",
-        "messageType": "fixed",
-        "userMessage": message,
-        "recurrenceType": recurrence,
-        "metadata": {},
-    }
-    ctx.tasks.create_task(
-        NewTask(user, task_uuid, encrypt_for_storage(compact_json(payload), key), "fixed", DUE_MS, T0_MS)
-    )
-    return task_uuid
+    return seed_fixed_task(ctx, user, message, recurrence=recurrence, due_ms=DUE_MS, subscription=subscription)
 
 
 def _drain(ctx, queue: MemoryQueue, owner: str = "c") -> list[dict[str, Any]]:

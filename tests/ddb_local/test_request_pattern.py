@@ -12,31 +12,15 @@ from amsg.crypto import compact_json, encrypt_for_storage
 from amsg.engine.messages import parse_task_message
 from amsg.engine.run_task import run_message
 from amsg.engine.tick import run_tick
-from amsg.ports import NewTask
 
-from tests.support.ddb_engine import T0_MS, MemoryQueue, RecordingPushSender, ddb_context, with_fakes
+from tests.support.ddb_engine import T0_MS, MemoryQueue, RecordingPushSender, ddb_context, seed_fixed_task, with_fakes
 
 pytestmark = pytest.mark.ddb_local
 
 
 def _seed(ctx, message: str, recurrence: str = "none") -> tuple[str, str]:
-    user, task_uuid = str(uuid.uuid4()), str(uuid.uuid4())
-    key = ctx.user_key(user)
-    ctx.subscriptions.put_push_subscription(
-        user, encrypt_for_storage(compact_json({"endpoint": "https://push.invalid/x", "keys": {}}), key), 1
-    )
-    payload = {"contactName": "Rei", "messageType": "fixed", "userMessage": message, "recurrenceType": recurrence}
-    ctx.tasks.create_task(
-        NewTask(
-            user,
-            task_uuid,
-            encrypt_for_storage(compact_json(payload), key),
-            "fixed",
-            T0_MS + 60_000,
-            T0_MS,
-        )
-    )
-    return user, task_uuid
+    user = str(uuid.uuid4())
+    return user, seed_fixed_task(ctx, user, message, recurrence=recurrence)
 
 
 def _tick_and_run(ctx, queue: MemoryQueue) -> list[dict]:

@@ -7,6 +7,7 @@ import functools
 import json
 import queue as queue_lib
 import threading
+import uuid
 from collections import Counter
 from typing import Any
 
@@ -74,6 +75,36 @@ class RecordingPushSender:
         """Pushes per (task, message id): message ids embed per-user task ids, so they repeat across users."""
         with self.lock:
             return Counter(f"{p['taskUuid']}/{p['messageId']}" for p in self.sent)
+
+
+def seed_fixed_task(
+    ctx,
+    user: str,
+    message: str,
+    *,
+    recurrence: str = "none",
+    due_ms: int = T0_MS + 60_000,
+    subscription: dict[str, Any] | None = None,
+) -> str:
+    """A fixed-text task of ``user`` due at ``due_ms``, created through the task store after the user's push
+    subscription (``https://push.invalid/x`` unless given); returns its uuid."""
+    from amsg.crypto import compact_json, encrypt_for_storage
+    from amsg.ports import NewTask
+
+    key = ctx.user_key(user)
+    sub = subscription or {"endpoint": "https://push.invalid/x", "keys": {}}
+    ctx.subscriptions.put_push_subscription(user, encrypt_for_storage(compact_json(sub), key), 1)
+    task_uuid = str(uuid.uuid4())
+    payload = {
+        "contactName": "Rei",
+        "messageType": "fixed",
+        "userMessage": message,
+        "recurrenceType": recurrence,
+        "metadata": {},
+    }
+    stored = encrypt_for_storage(compact_json(payload), key)
+    ctx.tasks.create_task(NewTask(user, task_uuid, stored, "fixed", due_ms, T0_MS))
+    return task_uuid
 
 
 def ddb_context(endpoint: str, table: str, **env_overrides: str):
