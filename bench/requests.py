@@ -126,14 +126,34 @@ def measure(table: str, endpoint: str | None, batch_size: int = 1) -> dict[str, 
     return results
 
 
-def deliver(ctx: Any, queue: Any, batch_size: int, tenant_keys: bool = False) -> dict[str, Any]:
-    """The real tick, then ``run_message`` over the queue in batches of ``batch_size`` run together (what the
-    run_task handler does per SQS batch); requests, units and wall times per delivered task."""
+def run_batch(ctx: Any, bodies: list[dict[str, Any]], *, tenant_keys: bool = False) -> int:
+    """``run_message`` over one SQS batch's bodies run together, as the run_task handler does (with the tenant
+    keys it shares between a batch's records on the multi-tenant line); the tasks delivered."""
     import functools
-    import time
 
     from amsg.engine.messages import parse_task_message
     from amsg.engine.run_task import run_message, run_together
+
+    shared: dict[str, Any] = {"tenant_keys": {}} if tenant_keys else {}
+    jobs = [
+        functools.partial(
+            run_message,
+            ctx,
+            parse_task_message(json.dumps(body)),
+            remaining_ms=lambda: 100_000,
+            owner=f"b{i}",
+            **shared,
+        )
+        for i, body in enumerate(bodies)
+    ]
+    return sum(result.get("successCount", 0) for result in run_together(ctx, jobs))
+
+
+def deliver(ctx: Any, queue: Any, batch_size: int, tenant_keys: bool = False) -> dict[str, Any]:
+    """The real tick, then ``run_message`` over the queue in batches of ``batch_size`` run together (what the
+    run_task handler does per SQS batch); requests, units and wall times per delivered task."""
+    import time
+
     from amsg.engine.tick import run_tick
 
     counting.reset()
@@ -143,21 +163,8 @@ def deliver(ctx: Any, queue: Any, batch_size: int, tenant_keys: bool = False) ->
     delivered, batches, run_s = 0, 0, 0.0
     while not queue.items.empty():
         batch = [queue.items.get_nowait() for _ in range(min(batch_size, queue.items.qsize()))]
-        memo: dict[str, str | None] = {}  # what the run_task handler shares between a batch's records
-        shared = {"tenant_keys": memo} if tenant_keys else {}
-        jobs = [
-            functools.partial(
-                run_message,
-                ctx,
-                parse_task_message(json.dumps(body)),
-                remaining_ms=lambda: 100_000,
-                owner=f"b{i}",
-                **shared,
-            )
-            for i, body in enumerate(batch)
-        ]
         started = time.perf_counter()
-        delivered += sum(result.get("successCount", 0) for result in run_together(ctx, jobs))
+        delivered += run_batch(ctx, batch, tenant_keys=tenant_keys)
         run_s += time.perf_counter() - started
         batches += 1
     calls = _dynamodb_calls()

@@ -11,7 +11,6 @@ per tick for many tenants, most with nothing pending, with the tick's pending-co
 
 from __future__ import annotations
 
-import functools
 import json
 import sys
 import time
@@ -21,6 +20,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from bench import counting
+from bench.requests import run_batch
 
 T0_MS = 1_893_369_600_000
 LOADS = (10, 50)  # users (one due task each) per tenant and tick
@@ -168,8 +168,6 @@ def _requests_per_task(endpoint: str, batch_size: int, users: int) -> None:
     """Delivery requests per delivered task: two tenants against the single line, same journey."""
     from amsg import runtime
     from amsg.clock import FixedClock
-    from amsg.engine.messages import parse_task_message
-    from amsg.engine.run_task import run_message, run_together
     from amsg.engine.tick import run_tick
 
     from tests.support.ddb_engine import MemoryQueue, RecordingPushSender, with_fakes
@@ -195,19 +193,7 @@ def _requests_per_task(endpoint: str, batch_size: int, users: int) -> None:
         delivered = 0
         while not queue.items.empty():
             batch = [queue.items.get_nowait() for _ in range(min(batch_size, queue.items.qsize()))]
-            memo: dict[str, str | None] = {}  # what the run_task handler shares between a batch's records
-            jobs = [
-                functools.partial(
-                    run_message,
-                    ctx,
-                    parse_task_message(json.dumps(body)),
-                    remaining_ms=lambda: 100_000,
-                    owner=f"b{i}",
-                    tenant_keys=memo,
-                )
-                for i, body in enumerate(batch)
-            ]
-            delivered += sum(result.get("successCount", 0) for result in run_together(ctx, jobs))
+            delivered += run_batch(ctx, batch, tenant_keys=True)
         with counting._lock:
             ops = Counter({k.split(".", 1)[1]: n for k, n in counting.calls.items() if k.startswith("dynamodb.")})
         figures[line] = (counting.dynamodb_total() / max(1, delivered), delivered, ops)
