@@ -1,5 +1,5 @@
 """``python -m bench [NAME ...]``: imports, cold, tick, requests, capacity, e2e, load, migration and hostile
-(all by default); moto-memory, local, tenants, spike, cost and chaos on request.
+(all by default); moto-memory, local, tenants, spike, cost, chaos and pushcpu on request.
 
 Numbers are printed, never asserted."""
 
@@ -30,6 +30,7 @@ from bench import (  # noqa: E402
     local_stack,
     migration,
     moto_memory,
+    pushcpu,
     requests,
     spike,
     tenants,
@@ -48,6 +49,7 @@ def main(argv: list[str]) -> int:
         runners["spike"] = spike
         runners["cost"] = cost
         runners["chaos"] = chaos
+        runners["pushcpu"] = pushcpu
         runners[name].main()
     return 0
 

@@ -125,7 +125,7 @@ def botocore_sessions_share_one_loader() -> Iterator[None]:
 
 @pytest.fixture(scope="session", autouse=True)
 def httpx_clients_share_one_tls_context() -> Iterator[None]:
-    """Every httpx client (the Web Push sender, the LLM client, a test's own) builds a TLS context and loads
+    """Every httpx client (the LLM client, a test's own) builds a TLS context and loads
     certifi's CA bundle into it, ~10-20 ms of CPU each, though the tests only speak plain HTTP to loopback
     services. The default context (verify on, no client certificate) is built once per process and shared, as
     one client shares it between its connections; a test asking for anything else gets its own."""

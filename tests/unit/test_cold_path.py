@@ -22,7 +22,7 @@ PROBE = """
 import importlib, json, sys
 sys.path[:0] = [sys.argv[1]]
 module = importlib.import_module(sys.argv[2])
-HEAVY = ("boto3", "botocore.session", "cryptography", "amsg.ports", "amsg.hooks", "httpx", "http_ece")
+HEAVY = ("boto3", "botocore.session", "cryptography", "amsg.ports", "amsg.hooks", "httpx", "http_ece", "certifi")
 after_import = sorted(m for m in HEAVY if m in sys.modules)
 class Context:
     function_name = "t"; memory_limit_in_mb = 512; aws_request_id = "r"
@@ -102,10 +102,11 @@ def test_in_a_lambda_init_a_storage_route_builds_its_table_client_and_sends_noth
 @pytest.mark.slow  # a handler imported in a fresh interpreter
 def test_in_a_lambda_init_run_task_also_imports_the_push_stack():
     prepared = run_handler("run_task", None, AWS_LAMBDA_INITIALIZATION_TYPE="on-demand")
-    assert {"boto3", "httpx", "http_ece"} <= set(prepared["after_import"])
+    # the push transport is http.client's (amsg.adapters.push_http): its TLS trust (certifi) and the record
+    assert {"boto3", "certifi", "http_ece"} <= set(prepared["after_import"])
     assert prepared["built"] == ["storage"]
     assert "init-phase preparation failed" not in prepared["logs"]
-    assert not {"httpx", "http_ece"} & set(run_handler("run_task", None)["after_import"])  # outside an init
+    assert not {"httpx", "http_ece", "certifi"} & set(run_handler("run_task", None)["after_import"])  # outside an init
 
 
 @pytest.mark.slow  # a handler imported in a fresh interpreter

@@ -1,12 +1,12 @@
-"""Web Push sender: RFC 8291 aes128gcm + RFC 8292 VAPID, POSTed with httpx.
+"""Web Push sender: RFC 8291 aes128gcm + RFC 8292 VAPID, POSTed over keep-alive HTTP/1.1.
 
 Why not ``pywebpush.webpush()``: it cannot produce the reference's request. It sends no ``Content-Type``, writes
 ``Authorization: vapid t=…,k=…`` without the reference's ``, `` separator, adds requests' ``User-Agent`` and
 ``Accept`` headers, treats 203–299 as failures, and importing it loads aiohttp + requests into the
 cold start. So this adapter uses the two pieces pywebpush itself is built on: ``http_ece`` (the aes128gcm
-record) and an ES256 JWT (:mod:`amsg.vapid`, ``cryptography`` only), and sends with httpx, which the LLM
-adapter loads anyway. ``http_ece`` and httpx are imported lazily: importing this module costs nothing until
-the first push.
+record) and an ES256 JWT (:mod:`amsg.vapid`, ``cryptography`` only), and sends with :mod:`amsg.adapters.push_http`
+(``http.client`` over a keep-alive pool: a fraction of httpx's CPU per push). ``http_ece`` is imported lazily:
+importing this module costs nothing until the first push.
 
 Wire request, exactly: ``POST <endpoint>`` with ``Content-Type: application/octet-stream``,
 ``Content-Encoding: aes128gcm``, ``TTL: <ttl>``, ``Authorization: vapid t=<jwt>, k=<publicKey>`` (plus the
@@ -19,10 +19,10 @@ import os
 import threading
 import time
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any
 
 from cryptography.hazmat.primitives.asymmetric import ec
 
+from amsg.adapters.push_http import PushHttp, PushResponse, PushTransportError
 from amsg.failures import PushSendError
 from amsg.observability import emit_metric, status_class
 from amsg.ports import MAX_PUSH_PAYLOAD_BYTES, SCHEDULED_PUSH_TTL_S, PushSubscription
@@ -36,28 +36,23 @@ from amsg.vapid import (
     vapid_authorization,
 )
 
-if TYPE_CHECKING:
-    import httpx
-
 RECORD_SIZE = 4096
 JWT_REUSE_S = 600  # a signed VAPID token is reused per audience this long (it is valid for 12 h)
 MAX_CACHED_AUDIENCES = 256
 _ERROR_BODY_CHARS = 200
-# httpx's client defaults we do not want on the wire (the header set must be exactly the reference's).
-_DROP_DEFAULT_HEADERS = ("Accept", "Accept-Encoding", "User-Agent")
 
 
 def load_push_stack() -> None:
-    """Import what a sandbox's first push would (httpx, http_ece): init-phase work for a function whose every
+    """Import what a sandbox's first push would (http_ece, certifi): init-phase work for a function whose every
     batch pushes (``runtime.prepare``), so that a fresh sandbox's first batch starts at once."""
+    import certifi  # noqa: F401
     import http_ece  # noqa: F401
-    import httpx  # noqa: F401
 
 
 class WebPushSender:
     """:class:`amsg.ports.PushSender` for real push services (and the loopback fake on ``http://127.0.0.1``).
 
-    Build once per sandbox: the httpx client (keep-alive pool) is created on first use and reused; it is
+    Build once per sandbox: its keep-alive pool (and TLS context, on the first https push) is reused; it is
     thread-safe, so concurrent task workers may share one sender. Raises :class:`amsg.vapid.VapidConfigError`
     here, not at send time, when the key material is unusable or the two keys do not belong together.
     """
@@ -79,7 +74,7 @@ class WebPushSender:
         self._subject = normalize_subject(vapid_subject)
         self._timeout_s = float(timeout_s)
         self._now_s = now_s
-        self._client: httpx.Client | None = None
+        self._http = PushHttp()
         self._lock = threading.Lock()
         self._jwts: dict[str, tuple[str, float]] = {}  # audience -> (Authorization header, signed at)
 
@@ -139,10 +134,7 @@ class WebPushSender:
         return header
 
     def close(self) -> None:
-        with self._lock:
-            client, self._client = self._client, None
-        if client is not None:
-            client.close()
+        self._http.close()
 
     def __enter__(self) -> WebPushSender:
         return self
@@ -152,52 +144,22 @@ class WebPushSender:
 
     # ---- internals ----------------------------------------------------------------------------------------
 
-    def _http(self) -> httpx.Client:
-        with self._lock:
-            if self._client is None:
-                import httpx  # lazy: keep the import off every path that never pushes
-
-                # trust_env=False: a developer's HTTP(S)_PROXY must not swallow loopback pushes, and Lambda
-                # needs no proxy. No redirects: a 3xx is a non-2xx, i.e. a failure.
-                client = httpx.Client(timeout=self._timeout_s, follow_redirects=False, trust_env=False)
-                for name in _DROP_DEFAULT_HEADERS:
-                    client.headers.pop(name, None)
-                self._client = client
-            return self._client
-
     def _post(self, endpoint: str, body: bytes, headers: dict[str, str], timeout_s: float) -> int:
-        import httpx
-
         started = time.monotonic()
         try:
-            response = self._http().post(endpoint, content=body, headers=headers, timeout=timeout_s)
-        except (httpx.HTTPError, httpx.InvalidURL) as exc:
-            unconfirmed = not isinstance(exc, _nothing_sent(httpx))
-            kind = "unconfirmed" if unconfirmed else "timeout" if isinstance(exc, httpx.TimeoutException) else "network"
+            response = self._http.post(endpoint, body, headers, timeout_s)
+        except PushTransportError as exc:
+            unconfirmed = exc.sent
+            kind = "unconfirmed" if unconfirmed else "timeout" if "Timeout" in exc.kind else "network"
             emit_metric("PushFailures", "Count", 1, StatusClass=kind)
-            # Class name only: transport messages can quote the endpoint URL, which is a capability.
-            raise PushSendError(
-                f"Web Push delivery failed: {type(exc).__name__}", status=None, unconfirmed=unconfirmed
-            ) from None
-        status = response.status_code
+            # the error's kind only: a transport message can quote the endpoint URL, which is a capability
+            raise PushSendError(f"Web Push delivery failed: {exc.kind}", status=None, unconfirmed=unconfirmed) from None
+        status = response.status
         if 200 <= status < 300:
             emit_metric("PushLatency", "Milliseconds", (time.monotonic() - started) * 1000)
             return status
         emit_metric("PushFailures", "Count", 1, StatusClass=status_class(status))
         raise PushSendError(_failure_message(response), status=status)
-
-
-def _nothing_sent(httpx: Any) -> tuple[type[Exception], ...]:
-    """Transport errors raised before any byte of the request left: a retry cannot push twice. Every other
-    error (read or write timeout, reset, a broken or missing response) may follow a push the service accepted:
-    its outcome is unknown (docs/delivery.md)."""
-    return (
-        httpx.ConnectError,  # DNS failure, refused, unreachable
-        httpx.ConnectTimeout,
-        httpx.PoolTimeout,
-        httpx.UnsupportedProtocol,
-        httpx.InvalidURL,
-    )
 
 
 def encrypt_aes128gcm(plaintext: bytes, ua_public: bytes, auth_secret: bytes) -> bytes:
@@ -252,13 +214,10 @@ def _invalid_subscription(reason: str) -> PushSendError:
     )
 
 
-def _failure_message(response: httpx.Response) -> str:
+def _failure_message(response: PushResponse) -> str:
     """``Web Push delivery failed: <status> <statusText>[ — <body>]`` (reference text; body cut short)."""
-    message = f"Web Push delivery failed: {response.status_code} {response.reason_phrase}".rstrip()
-    try:
-        text = " ".join(response.text.split())
-    except (UnicodeDecodeError, LookupError):
-        text = ""
+    message = f"Web Push delivery failed: {response.status} {response.reason}".rstrip()
+    text = " ".join(response.body.decode("utf-8", errors="replace").split())
     if text:
         if len(text) > _ERROR_BODY_CHARS:
             text = text[:_ERROR_BODY_CHARS] + "…"

@@ -1,0 +1,214 @@
+"""The Web Push sender's HTTP/1.1 transport: one POST at a time per connection, over a keep-alive pool per origin.
+
+Why not httpx here (the LLM adapter keeps it): a push is one small POST whose answer is a status line and a
+short body, and httpx's request and response models, URL parser, cookie jar and h11 state machine cost ~0.25 ms
+of CPU per push on this project's benchmark machine against ~0.06 ms for ``http.client`` (docs/decisions.md,
+"42"). What this module keeps from httpx's behaviour, because delivery's exactly-once rules rest on it
+(docs/delivery.md):
+
+* errors are told apart by whether any byte of the request may have left: a failure to connect (DNS, refused,
+  unreachable, the connect timeout, the TLS handshake) sent nothing; everything after it (a write, a read, a
+  timeout waiting for the answer, a dropped or malformed answer) may follow a push the service accepted;
+* an idle connection is reused only within :data:`KEEPALIVE_EXPIRY_S` and only while the server has not closed
+  it (nothing readable on it), as httpcore does, so a stale connection is not written to;
+* TLS verifies against certifi's CA bundle (httpx's default), HTTP/1.1 by ALPN, no proxy from the environment,
+  no redirect followed (a 3xx is a non-2xx answer), no ``User-Agent``/``Accept``/``Accept-Encoding`` header.
+
+Error kinds are httpx's exception names (``ConnectError``, ``ReadTimeout``, ...), which the sender's failure
+text already used.
+"""
+
+from __future__ import annotations
+
+import http.client
+import select
+import ssl
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from urllib.parse import quote, urlsplit
+
+KEEPALIVE_EXPIRY_S = 5.0  # httpx's default keep-alive expiry
+MAX_IDLE_PER_ORIGIN = 20
+# what a request target may hold unescaped (RFC 3986 pchar, '/', '?', and '%' of an existing escape)
+_TARGET_SAFE = "/?:@!$&'()*+,;=-._~%"
+
+
+class PushTransportError(Exception):
+    """A POST that got no HTTP answer. ``kind`` is the httpx exception name; ``sent`` False only when no byte of
+    the request can have left (a retry cannot push twice). Never carries the URL (a capability)."""
+
+    def __init__(self, kind: str, *, sent: bool) -> None:
+        super().__init__(kind)
+        self.kind = kind
+        self.sent = sent
+
+
+@dataclass(frozen=True)
+class PushResponse:
+    status: int
+    reason: str
+    body: bytes
+
+
+@dataclass(frozen=True)
+class _Target:
+    scheme: str
+    host: str
+    port: int
+    path: str
+
+    @property
+    def origin(self) -> tuple[str, str, int]:
+        return (self.scheme, self.host, self.port)
+
+
+def _target(url: str) -> _Target:
+    try:
+        parts = urlsplit(url)
+        port = parts.port
+        host = (parts.hostname or "").encode("idna").decode("ascii")
+    except (ValueError, UnicodeError):
+        raise PushTransportError("InvalidURL", sent=False) from None
+    if parts.scheme not in ("http", "https") or not host:
+        raise PushTransportError("UnsupportedProtocol", sent=False)
+    path = quote(parts.path or "/", safe=_TARGET_SAFE)
+    if parts.query:
+        path += "?" + quote(parts.query, safe=_TARGET_SAFE)
+    return _Target(parts.scheme, host, port or (443 if parts.scheme == "https" else 80), path)
+
+
+class PushHttp:
+    """Thread-safe: a connection serves one request at a time; idle ones wait in a pool per origin."""
+
+    def __init__(self, *, clock: Callable[[], float] = time.monotonic) -> None:
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._idle: dict[tuple[str, str, int], list[tuple[http.client.HTTPConnection, float]]] = {}
+        self._tls: ssl.SSLContext | None = None
+
+    def post(self, url: str, body: bytes, headers: Mapping[str, str], timeout_s: float) -> PushResponse:
+        """POST ``body``; the answer, whatever its status, or :class:`PushTransportError`."""
+        target = _target(url)
+        conn = self._acquire(target, timeout_s)
+        try:
+            response = _exchange(conn, target.path, body, headers)
+        except BaseException:
+            conn.close()
+            raise
+        if response[1]:
+            conn.close()
+        else:
+            self._release(target, conn)
+        return response[0]
+
+    def idle_connections(self) -> int:
+        with self._lock:
+            return sum(len(idle) for idle in self._idle.values())
+
+    def close(self) -> None:
+        with self._lock:
+            pooled, self._idle = self._idle, {}
+        for idle in pooled.values():
+            for conn, _ in idle:
+                conn.close()
+
+    # ---- the pool -----------------------------------------------------------------------------------------
+
+    def _acquire(self, target: _Target, timeout_s: float) -> http.client.HTTPConnection:
+        while True:
+            with self._lock:
+                idle = self._idle.get(target.origin)
+                conn, since = idle.pop() if idle else (None, 0.0)
+            if conn is None:
+                return self._connect(target, timeout_s)
+            if self._clock() - since < KEEPALIVE_EXPIRY_S and _still_open(conn):
+                assert conn.sock is not None
+                conn.sock.settimeout(timeout_s)
+                return conn
+            conn.close()
+
+    def _release(self, target: _Target, conn: http.client.HTTPConnection) -> None:
+        with self._lock:
+            idle = self._idle.setdefault(target.origin, [])
+            if len(idle) < MAX_IDLE_PER_ORIGIN:
+                idle.append((conn, self._clock()))
+                return
+        conn.close()
+
+    def _connect(self, target: _Target, timeout_s: float) -> http.client.HTTPConnection:
+        conn: http.client.HTTPConnection | None = None
+        try:
+            if target.scheme == "https":
+                context = self._context()
+                conn = http.client.HTTPSConnection(target.host, target.port, timeout=timeout_s, context=context)
+            else:
+                conn = http.client.HTTPConnection(target.host, target.port, timeout=timeout_s)
+            conn.connect()
+        except TimeoutError:
+            _close(conn)
+            raise PushTransportError("ConnectTimeout", sent=False) from None
+        except OSError:  # DNS, refused, unreachable, the TLS handshake or the server's certificate
+            _close(conn)
+            raise PushTransportError("ConnectError", sent=False) from None
+        except http.client.InvalidURL:
+            raise PushTransportError("InvalidURL", sent=False) from None
+        conn.auto_open = 0  # never reconnect silently under a request that was already written
+        return conn
+
+    def _context(self) -> ssl.SSLContext:
+        """httpx's default TLS context, built on the first https push and shared by the pool's connections."""
+        with self._lock:
+            if self._tls is None:
+                import certifi
+
+                context = ssl.create_default_context(cafile=certifi.where())
+                context.set_alpn_protocols(["http/1.1"])
+                self._tls = context
+            return self._tls
+
+
+def _close(conn: http.client.HTTPConnection | None) -> None:
+    if conn is not None:
+        conn.close()
+
+
+def _still_open(conn: http.client.HTTPConnection) -> bool:
+    """An idle keep-alive connection is usable while nothing is readable on it: a readable idle socket means the
+    server closed it (or sent something unasked), and writing a push into it could lose the answer."""
+    sock = conn.sock
+    if sock is None:
+        return False
+    try:
+        readable, _, _ = select.select([sock], [], [], 0)
+    except (OSError, ValueError):
+        return False
+    return not readable
+
+
+def _exchange(
+    conn: http.client.HTTPConnection, path: str, body: bytes, headers: Mapping[str, str]
+) -> tuple[PushResponse, bool]:
+    """Write the request, read the whole answer: (the response, whether the connection must be closed)."""
+    try:
+        conn.putrequest("POST", path, skip_accept_encoding=True)
+        for name, value in headers.items():
+            conn.putheader(name, value)
+        conn.putheader("Connection", "keep-alive")
+        conn.putheader("Content-Length", str(len(body)))
+        conn.endheaders(body)
+    except TimeoutError:
+        raise PushTransportError("WriteTimeout", sent=True) from None
+    except (OSError, http.client.HTTPException):
+        raise PushTransportError("WriteError", sent=True) from None
+    try:
+        response = conn.getresponse()
+        data = response.read()
+    except TimeoutError:
+        raise PushTransportError("ReadTimeout", sent=True) from None
+    except http.client.HTTPException:  # no answer, a malformed one, or one cut short
+        raise PushTransportError("RemoteProtocolError", sent=True) from None
+    except OSError:
+        raise PushTransportError("ReadError", sent=True) from None
+    return PushResponse(response.status, response.reason or "", data), bool(response.will_close)

@@ -1,0 +1,225 @@
+"""The push transport (amsg.adapters.push_http): keep-alive reuse, never writing a push into a connection the
+server closed, the keep-alive expiry, per-call timeouts on a reused connection, and TLS trust."""
+
+from __future__ import annotations
+
+import datetime
+import socket
+import ssl
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pytest
+from amsg.adapters import push_http
+from amsg.adapters.push_http import PushHttp, PushTransportError
+from amsg.adapters.webpush_sender import WebPushSender
+from amsg.vapid import generate_vapid_keys
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import NameOID
+
+from tests.support.fake_push import FakePushService
+
+
+class _Counting(ThreadingHTTPServer):
+    daemon_threads = True
+    connections = 0
+    delay_s = 0.0
+
+
+class _Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    server: _Counting
+
+    def setup(self) -> None:
+        super().setup()
+        self.server.connections += 1
+
+    def do_POST(self) -> None:
+        self.rfile.read(int(self.headers["Content-Length"]))
+        if self.server.delay_s:
+            threading.Event().wait(self.server.delay_s)
+        self.send_response(201)
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
+    def log_message(self, format: str, *args: object) -> None:
+        pass
+
+
+@pytest.fixture
+def counting() -> Iterator[_Counting]:
+    server = _Counting(("127.0.0.1", 0), _Handler)
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True)
+    thread.start()
+    yield server
+    server.shutdown()
+    server.server_close()
+
+
+def _url(server: _Counting | socket.socket) -> str:
+    port = server.server_address[1] if isinstance(server, _Counting) else server.getsockname()[1]
+    return f"http://127.0.0.1:{port}/push/x"
+
+
+def test_pushes_to_one_origin_reuse_one_connection(counting: _Counting) -> None:
+    http = PushHttp()
+    statuses = [http.post(_url(counting), b"x", {"TTL": "0"}, 5.0).status for _ in range(5)]
+    assert statuses == [201] * 5
+    assert counting.connections == 1
+    assert http.idle_connections() == 1
+    http.close()
+    assert http.idle_connections() == 0
+
+
+def test_the_sender_keeps_its_connection_across_pushes() -> None:
+    """Through the real sender and the VAPID-checking fake: one connection for a batch's pushes."""
+    public, private = generate_vapid_keys()
+    with FakePushService(vapid_public_key=public) as push, WebPushSender(private, public, "ops@example.com") as sender:
+        subs = [push.subscribe().to_json() for _ in range(3)]
+        for sub in subs:
+            assert sender.send(sub, b'{"n":1}') == 201
+        assert len(push.payloads()) == 3
+        assert sender._http.idle_connections() == 1
+
+
+def test_an_idle_connection_expires(counting: _Counting) -> None:
+    now = [100.0]
+    http = PushHttp(clock=lambda: now[0])
+    http.post(_url(counting), b"x", {}, 5.0)
+    now[0] += push_http.KEEPALIVE_EXPIRY_S - 0.1
+    http.post(_url(counting), b"x", {}, 5.0)
+    assert counting.connections == 1
+    now[0] += push_http.KEEPALIVE_EXPIRY_S + 0.1
+    http.post(_url(counting), b"x", {}, 5.0)
+    assert counting.connections == 2
+
+
+def _answer_then_close(server: socket.socket, answers: int) -> threading.Thread:
+    """Answers each connection's request with a keep-alive 201, then closes it: a server ending idle
+    connections. Counts the requests it answered."""
+
+    def serve() -> None:
+        for _ in range(answers):
+            conn, _ = server.accept()
+            conn.recv(65536)
+            conn.sendall(b"HTTP/1.1 201 Created\r\nContent-Length: 0\r\n\r\n")
+            conn.close()
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    return thread
+
+
+def test_a_connection_the_server_closed_is_never_written_to() -> None:
+    """Writing a push into a connection the server already closed would end without an answer: an unknown
+    outcome for a push that never arrived. The pool drops it and connects anew."""
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(2)
+    thread = _answer_then_close(server, 2)
+    http = PushHttp()
+    assert http.post(_url(server), b"x", {}, 5.0).status == 201
+    threading.Event().wait(0.1)  # the server's FIN has arrived
+    assert http.post(_url(server), b"x", {}, 5.0).status == 201
+    thread.join(timeout=5)
+    server.close()
+
+
+def test_a_reused_connection_takes_the_calls_timeout(counting: _Counting) -> None:
+    http = PushHttp()
+    http.post(_url(counting), b"x", {}, 5.0)
+    counting.delay_s = 1.0
+    with pytest.raises(PushTransportError) as info:
+        http.post(_url(counting), b"x", {}, 0.2)
+    assert (info.value.kind, info.value.sent) == ("ReadTimeout", True)
+    assert counting.connections == 1  # it was the pooled connection that timed out
+    assert http.idle_connections() == 0  # and it is not pooled again
+
+
+def test_a_connection_close_answer_is_not_pooled() -> None:
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(1)
+
+    def serve() -> None:
+        conn, _ = server.accept()
+        conn.recv(65536)
+        conn.sendall(b"HTTP/1.1 201 Created\r\nConnection: close\r\nContent-Length: 0\r\n\r\n")
+        conn.close()
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    http = PushHttp()
+    assert http.post(_url(server), b"x", {}, 5.0).status == 201
+    assert http.idle_connections() == 0
+    thread.join(timeout=5)
+    server.close()
+
+
+def test_unusable_urls_send_nothing() -> None:
+    http = PushHttp()
+    for url, kind in [("ftp://push.example/x", "UnsupportedProtocol"), ("http://[::1/x", "InvalidURL")]:
+        with pytest.raises(PushTransportError) as info:
+            http.post(url, b"x", {}, 1.0)
+        assert (info.value.kind, info.value.sent) == (kind, False)
+
+
+def _self_signed(tmp_path: Path) -> tuple[Path, Path]:
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "127.0.0.1")])
+    now = datetime.datetime.now(datetime.UTC)
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=5))
+        .not_valid_after(now + datetime.timedelta(days=1))
+        .sign(key, hashes.SHA256())
+    )
+    cert_path, key_path = tmp_path / "cert.pem", tmp_path / "key.pem"
+    cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    key_path.write_bytes(
+        key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
+    )
+    return cert_path, key_path
+
+
+def test_an_untrusted_certificate_is_a_connect_error_and_nothing_is_sent(tmp_path: Path) -> None:
+    """TLS is verified against the CA bundle (a self-signed push service is refused at the handshake, before
+    any byte of the push), and the context is built once per pool."""
+    cert_path, key_path = _self_signed(tmp_path)
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(cert_path, key_path)
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(2)
+    received: list[bytes] = []
+
+    def serve() -> None:
+        for _ in range(2):
+            conn, _ = server.accept()
+            try:
+                with context.wrap_socket(conn, server_side=True) as tls:
+                    received.append(tls.recv(65536))
+            except (ssl.SSLError, OSError):
+                pass
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    http = PushHttp()
+    url = f"https://127.0.0.1:{server.getsockname()[1]}/push/x"
+    for _ in range(2):
+        with pytest.raises(PushTransportError) as info:
+            http.post(url, b"x", {}, 5.0)
+        assert (info.value.kind, info.value.sent) == ("ConnectError", False)
+    first_context = http._tls
+    assert first_context is not None and first_context.verify_mode == ssl.CERT_REQUIRED
+    thread.join(timeout=5)
+    server.close()
+    assert received == []
