@@ -89,3 +89,26 @@ def test_the_codec_and_the_hex_functions_agree(text: str, iv: bytes):
     envelope = codec.seal(text, iv=iv)
     assert envelope == encrypt_envelope(text, KEY, iv=iv)
     assert decrypt_envelope_text(envelope, KEY) == text == codec.open_text(envelope)
+
+
+def test_storage_values_take_the_one_shot_aead_not_a_cipher_context(monkeypatch):
+    """Storage's 16-byte IVs go through the key's AESGCM object (a task's payload, its subscription and its
+    outbox rows are three such values per delivery), with the same bytes as the cipher context wrote."""
+    monkeypatch.setattr(crypto, "_gcm_any", lambda *args: pytest.fail("a cipher context was built"))
+    codec = UserCodec(KEY)
+    assert codec.encrypt(PAYLOAD, iv=bytes(range(16))) == PAYLOAD_STORED
+    assert codec.decrypt(PAYLOAD_STORED) == PAYLOAD
+    assert codec.decrypt(LEGACY_STORED) == "legacy"
+
+
+@settings(deadline=None)
+@given(text=st.text(max_size=200), iv=st.binary(min_size=8, max_size=32))
+def test_the_aead_and_the_cipher_context_agree_for_any_iv(text: str, iv: bytes):
+    from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
+
+    encryptor = Cipher(algorithms.AES(bytes.fromhex(KEY)), modes.GCM(iv)).encryptor()
+    ct = encryptor.update(text.encode()) + encryptor.finalize()
+    stored = f"{iv.hex()}:{encryptor.tag.hex()}:{ct.hex()}"
+    codec = UserCodec(KEY)
+    assert codec.encrypt(text, iv=iv) == stored
+    assert codec.decrypt(stored) == text

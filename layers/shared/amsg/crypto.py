@@ -52,8 +52,14 @@ def _aesgcm(key: bytes) -> Any:
     return AESGCM(key)
 
 
+def _aead_iv(iv: bytes) -> bool:
+    """Whether the one-shot AEAD takes this IV: 8 to 128 bytes, so the wire's 12 and storage's 16 both (one C
+    call instead of a cipher context per value: a task's payload, subscription and outbox row each)."""
+    return 8 <= len(iv) <= 128
+
+
 def _gcm_decrypt(key: bytes, iv: bytes, tag: bytes, ciphertext: bytes, aead: Any = None) -> bytes:
-    """``aead``: the key's AESGCM object when the caller keeps one (the 12-byte IV, full tag case)."""
+    """``aead``: the key's AESGCM object when the caller keeps one (the full tag case)."""
     from cryptography.exceptions import InvalidTag
 
     if not 12 <= len(tag) <= 16:
@@ -61,7 +67,7 @@ def _gcm_decrypt(key: bytes, iv: bytes, tag: bytes, ciphertext: bytes, aead: Any
     if not iv:
         raise DecryptError("invalid iv")
     try:
-        if len(tag) == 16 and len(iv) == 12:
+        if len(tag) == 16 and _aead_iv(iv):
             plaintext: bytes = (aead or _aesgcm(key)).decrypt(iv, ciphertext + tag, None)
             return plaintext
         return _gcm_any(key, iv, tag, ciphertext)
@@ -82,7 +88,7 @@ def _gcm_any(key: bytes, iv: bytes, tag: bytes, ciphertext: bytes) -> bytes:
 def _gcm_encrypt(key: bytes, iv: bytes, plaintext: bytes, aead: Any = None) -> tuple[bytes, bytes]:
     from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
 
-    if len(iv) == 12:
+    if _aead_iv(iv):
         sealed = (aead or _aesgcm(key)).encrypt(iv, plaintext, None)
         return sealed[:-16], sealed[-16:]
     encryptor = Cipher(algorithms.AES(key), modes.GCM(iv)).encryptor()
@@ -130,7 +136,7 @@ class UserCodec:
         """``{iv, authTag, encryptedData}`` of a response value (JSON unless already text)."""
         plaintext = value if isinstance(value, str) else compact_json(value)
         iv = iv if iv is not None else secrets.token_bytes(12)
-        ct, tag = _gcm_encrypt(self._key, iv, plaintext.encode("utf-8"), self._gcm() if len(iv) == 12 else None)
+        ct, tag = _gcm_encrypt(self._key, iv, plaintext.encode("utf-8"), self._gcm())
         return {
             "iv": base64.b64encode(iv).decode("ascii"),
             "authTag": base64.b64encode(tag).decode("ascii"),
@@ -149,7 +155,7 @@ class UserCodec:
     def encrypt(self, plaintext: str, *, iv: bytes | None = None) -> str:
         """Storage ciphertext ``hex(iv):hex(tag):hex(ct)`` (16-byte IV)."""
         iv = iv if iv is not None else secrets.token_bytes(16)
-        ct, tag = _gcm_encrypt(self._key, iv, plaintext.encode("utf-8"), self._gcm() if len(iv) == 12 else None)
+        ct, tag = _gcm_encrypt(self._key, iv, plaintext.encode("utf-8"), self._gcm())
         return f"{iv.hex()}:{tag.hex()}:{ct.hex()}"
 
     def decrypt(self, stored: str) -> str:
@@ -177,7 +183,7 @@ class UserCodec:
         return serialize_group_value(self.key_hex, group_key)
 
     def _open(self, iv: bytes, tag: bytes, ct: bytes) -> str:
-        aead = self._gcm() if len(iv) == 12 and len(tag) == 16 else None
+        aead = self._gcm() if len(tag) == 16 and _aead_iv(iv) else None
         return _gcm_decrypt(self._key, iv, tag, ct, aead).decode("utf-8", errors="replace")
 
 
