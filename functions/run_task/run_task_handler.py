@@ -9,7 +9,7 @@ import threading
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from amsg import jsonio, runtime
+from amsg import runtime
 from amsg.context import AppContext
 from amsg.engine.messages import TaskMessage, parse_task_message
 from amsg.engine.run_task import RECORD_WORKERS, run_message, run_together
@@ -30,28 +30,36 @@ class ConcurrentBatchProcessor(BatchProcessor):
     _pool: ThreadPoolExecutor | None = None
     # the current batch's tenants' keys, read once per batch (the multi-tenant line; docs/tenancy-data.md)
     tenant_keys: dict[str, str | None] | None = None
+    # the current batch's messages by (message id, body), parsed once for the grouping and the record handler
+    messages: dict[tuple[object, str], TaskMessage | None] | None = None
 
     def process(self) -> list[tuple[Any, ...]]:
         self.tenant_keys = {}
         if self._pool is None:  # built on the first batch, never at import
             self._pool = ThreadPoolExecutor(max_workers=RECORD_WORKERS, thread_name_prefix="record")
         records = [functools.partial(self._process_record, record) for record in self.records]
-        users = [_user_of(record.get("body")) for record in self.records]
+        messages: dict[tuple[object, str], TaskMessage | None] = {}
+        for record in self.records:
+            body = record.get("body")
+            if isinstance(body, str):  # (anything else is the record handler's to refuse)
+                messages[(record.get("messageId"), body)] = parse_task_message(body)
+        self.messages = messages
+        users = [_user_of(messages.get((record.get("messageId"), record.get("body")))) for record in self.records]
         return run_together(runtime.app_context(), records, keys=users, pool=self._pool)
 
+    def message_of(self, record: SQSRecord) -> TaskMessage | None:
+        """The record's message as :meth:`process` parsed it (a malformed one was dropped and said so there)."""
+        key = (record.message_id, record.body)
+        messages = self.messages or {}
+        return messages[key] if key in messages else parse_task_message(record.body)
 
-def _user_of(body: object) -> str | None:
+
+def _user_of(message: TaskMessage | None) -> str | None:
     """The record's user, with its tenant on the multi-tenant line (a user's records run in batch order, one
-    after the other); None when malformed (the record handler then drops it, and says so once)."""
-    try:
-        data = jsonio.loads(body) if isinstance(body, str) else None
-    except ValueError:
+    after the other); None when malformed (the record handler then drops it)."""
+    if message is None:
         return None
-    user = data.get("userId") if isinstance(data, dict) else None
-    if not isinstance(user, str):
-        return None
-    tenant = data.get("tenantId") if isinstance(data, dict) else None
-    return f"{tenant}\x1f{user}" if isinstance(tenant, str) else user
+    return f"{message.tenant_id}\x1f{message.user_id}" if message.tenant_id is not None else message.user_id
 
 
 processor = ConcurrentBatchProcessor(event_type=EventType.SQS)
@@ -61,7 +69,7 @@ _metrics_lock = threading.Lock()  # records finish on several threads; the metri
 def record_handler(record: SQSRecord, lambda_context: LambdaContext) -> RunResult:
     """One record; the batch processor passes this invocation's context (its remaining time bounds the run)."""
     ctx = runtime.app_context()
-    message = parse_task_message(record.body)
+    message = processor.message_of(record)
     # this record's log lines carry the id of the API request that created the task (or of the claiming tick);
     # a per-thread key, as the batch's records run side by side
     logger.thread_safe_append_keys(correlation_id=message.correlation_id if message is not None else None)

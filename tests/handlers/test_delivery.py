@@ -91,6 +91,31 @@ def test_redelivered_sqs_message_sends_nothing_twice(engine):
     assert len(engine.push.payloads()) == 2  # two segments, once each
 
 
+def test_a_batch_reads_each_record_body_once(engine, monkeypatch):
+    """The batch's grouping by user and the record handler share one parse of each body; a malformed record
+    is still dropped (and acknowledged) while the others are delivered."""
+    from amsg import jsonio
+
+    for _ in range(2):
+        schedule(engine)
+    due(engine)
+    engine.harness.tick()
+    messages = engine.harness.receive()
+    assert len(messages) == 2
+    malformed = {**messages[0], "MessageId": "poison", "Body": '{"userId": 1}'}
+    batch = [*messages, malformed]
+    bodies = {message["Body"] for message in batch}
+    parsed = []
+    real = jsonio.loads
+    monkeypatch.setattr(
+        jsonio, "loads", lambda text, **kw: (text in bodies and parsed.append(text)) or real(text, **kw)
+    )
+    result = engine.harness.run(batch)
+    assert result == {"batchItemFailures": []}
+    assert sorted(parsed) == sorted(message["Body"] for message in batch)
+    assert len(engine.push.payloads()) == 4  # two tasks, two segments each
+
+
 def test_the_llm_client_is_built_only_when_a_delivery_needs_it(engine):
     """A sandbox that delivers fixed messages never builds the LLM's HTTP client (cold-start cost)."""
     schedule(engine)
