@@ -31,14 +31,14 @@ class ConcurrentBatchProcessor(BatchProcessor):
     # the current batch's tenants' keys, read once per batch (the multi-tenant line; docs/tenancy-data.md)
     tenant_keys: dict[str, str | None] | None = None
     # the current batch's messages by (message id, body), parsed once for the grouping and the record handler
-    messages: dict[tuple[object, str], TaskMessage | None] | None = None
+    messages: dict[tuple[object, object], TaskMessage | None] | None = None
 
     def process(self) -> list[tuple[Any, ...]]:
         self.tenant_keys = {}
         if self._pool is None:  # built on the first batch, never at import
             self._pool = ThreadPoolExecutor(max_workers=RECORD_WORKERS, thread_name_prefix="record")
         records = [functools.partial(self._process_record, record) for record in self.records]
-        messages: dict[tuple[object, str], TaskMessage | None] = {}
+        messages: dict[tuple[object, object], TaskMessage | None] = {}
         for record in self.records:
             body = record.get("body")
             if isinstance(body, str):  # (anything else is the record handler's to refuse)
