@@ -223,3 +223,30 @@ def test_an_untrusted_certificate_is_a_connect_error_and_nothing_is_sent(tmp_pat
     thread.join(timeout=5)
     server.close()
     assert received == []
+
+
+def test_a_push_is_a_subsegment_when_tracing_is_on(monkeypatch: pytest.MonkeyPatch) -> None:
+    """No X-Ray patch sees a POST written through http.client by hand: the sender opens the subsegment."""
+    import contextlib
+
+    from amsg import observability
+
+    opened: list[str] = []
+
+    class Provider:
+        @contextlib.contextmanager
+        def in_subsegment(self, name: str) -> Iterator[None]:
+            opened.append(name)
+            yield
+
+    class Tracer:
+        provider = Provider()
+
+    public, private = generate_vapid_keys()
+    with FakePushService(vapid_public_key=public) as push, WebPushSender(private, public, "ops@example.com") as sender:
+        sub = push.subscribe().to_json()
+        sender.send(sub, b"{}")
+        assert opened == []  # tracing off: nothing
+        monkeypatch.setattr(observability, "_tracer", [Tracer()])
+        sender.send(sub, b"{}")
+    assert opened == ["Web Push"]

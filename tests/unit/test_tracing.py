@@ -20,11 +20,14 @@ import json, sys
 from amsg import observability
 tracer = observability.start_tracing({"AMSG_TRACING": sys.argv[1]})
 import botocore.client
+with observability.traced("Web Push"):  # the real recorder's subsegment (or nothing with tracing off)
+    traced = True
 print(json.dumps({
     "tracer": tracer is not None,
     "xray_imported": "aws_xray_sdk" in sys.modules,
     "botocore_patched": "Wrapper" in type(botocore.client.BaseClient.__dict__["_make_api_call"]).__name__,
     "same_tracer_again": observability.start_tracing({"AMSG_TRACING": sys.argv[1]}) is tracer,
+    "traced": traced,
 }))
 """
 
@@ -46,6 +49,7 @@ def test_tracing_off_imports_no_xray_sdk():
         "xray_imported": False,
         "botocore_patched": False,
         "same_tracer_again": True,
+        "traced": True,
     }
 
 
@@ -55,4 +59,5 @@ def test_tracing_on_patches_aws_and_http_calls_once():
         "xray_imported": True,
         "botocore_patched": True,
         "same_tracer_again": True,
+        "traced": True,
     }

@@ -2,8 +2,8 @@
 
 Tracing is off unless the stack is deployed with ``Tracing=Active`` (``AMSG_TRACING=true``): only then is the
 Powertools Tracer built, on the first request, and the X-Ray SDK imported (a cold-start cost otherwise spent
-for nothing). It patches boto3/botocore and httpx, so every DynamoDB, SSM, SQS, LLM and push call is a
-subsegment of the function's trace.
+for nothing). It patches boto3/botocore and httpx, so every DynamoDB, SSM, SQS and LLM call is a subsegment of
+the function's trace; a Web Push POST is one through :func:`traced`.
 
 The ``service`` (log field and metric dimension) is the stack's name (``POWERTOOLS_SERVICE_NAME``, set by
 template.yaml), so two stacks in one account keep their metrics, dashboards and alarms apart; ``amsg`` when
@@ -41,6 +41,17 @@ def start_tracing(env: Mapping[str, str]) -> Any | None:
 
         _tracer.append(Tracer(service=SERVICE, auto_patch=True, patch_modules=("boto3", "botocore", "httpx")))
     return _tracer[0]
+
+
+@contextmanager
+def traced(name: str) -> Iterator[None]:
+    """A subsegment around a call that no patched library traces (the Web Push POST goes through
+    ``http.client`` by hand, which X-Ray's patches do not see); nothing at all when tracing is off."""
+    if not _tracer:
+        yield
+        return
+    with _tracer[0].provider.in_subsegment(name):
+        yield
 
 
 # dimension set -> metric name -> (unit, values): what emit_metric collected in the open batch, if any

@@ -24,7 +24,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 
 from amsg.adapters.push_http import PushHttp, PushResponse, PushTransportError
 from amsg.failures import PushSendError
-from amsg.observability import emit_metric, status_class
+from amsg.observability import emit_metric, status_class, traced
 from amsg.ports import MAX_PUSH_PAYLOAD_BYTES, SCHEDULED_PUSH_TTL_S, PushSubscription
 from amsg.vapid import (
     VapidConfigError,
@@ -147,7 +147,8 @@ class WebPushSender:
     def _post(self, endpoint: str, body: bytes, headers: dict[str, str], timeout_s: float) -> int:
         started = time.monotonic()
         try:
-            response = self._http.post(endpoint, body, headers, timeout_s)
+            with traced("Web Push"):
+                response = self._http.post(endpoint, body, headers, timeout_s)
         except PushTransportError as exc:
             unconfirmed = exc.sent
             kind = "unconfirmed" if unconfirmed else "timeout" if "Timeout" in exc.kind else "network"
