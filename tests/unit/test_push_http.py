@@ -250,3 +250,16 @@ def test_a_push_is_a_subsegment_when_tracing_is_on(monkeypatch: pytest.MonkeyPat
         monkeypatch.setattr(observability, "_tracer", [Tracer()])
         sender.send(sub, b"{}")
     assert opened == ["Web Push"]
+
+
+def test_concurrent_pushes_each_take_their_own_connection(counting: _Counting) -> None:
+    """A batch's records push side by side: a connection serves one request at a time, and the pool keeps
+    what they opened for the next pushes."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    http = PushHttp()
+    with ThreadPoolExecutor(max_workers=6) as pool:
+        statuses = list(pool.map(lambda _: http.post(_url(counting), b"x", {}, 5.0).status, range(120)))
+    assert statuses == [201] * 120
+    assert 1 <= counting.connections <= 6
+    assert http.idle_connections() == counting.connections

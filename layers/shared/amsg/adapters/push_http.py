@@ -180,11 +180,14 @@ def _still_open(conn: http.client.HTTPConnection) -> bool:
     sock = conn.sock
     if sock is None:
         return False
+    if isinstance(sock, ssl.SSLSocket) and sock.pending():
+        return False  # TLS bytes nobody asked for
     try:
-        readable, _, _ = select.select([sock], [], [], 0)
+        poller = select.poll()  # not select(): a descriptor above FD_SETSIZE is fine
+        poller.register(sock, select.POLLIN)
+        return not poller.poll(0)
     except (OSError, ValueError):
         return False
-    return not readable
 
 
 def _exchange(
