@@ -93,15 +93,15 @@ class PushHttp:
         target = _target(url)
         conn = self._acquire(target, timeout_s)
         try:
-            response = _exchange(conn, target.path, body, headers)
+            answer, must_close = _exchange(conn, target.path, body, headers)
         except BaseException:
             conn.close()
             raise
-        if response[1]:
+        if must_close:
             conn.close()
         else:
             self._release(target, conn)
-        return response[0]
+        return answer
 
     def idle_connections(self) -> int:
         with self._lock:
