@@ -218,8 +218,7 @@ def test_an_untrusted_certificate_is_a_connect_error_and_nothing_is_sent(tmp_pat
         with pytest.raises(PushTransportError) as info:
             http.post(url, b"x", {}, 5.0)
         assert (info.value.kind, info.value.sent) == ("ConnectError", False)
-    first_context = http._tls
-    assert first_context is not None and first_context.verify_mode == ssl.CERT_REQUIRED
+    assert push_http._shared_tls[0].verify_mode == ssl.CERT_REQUIRED
     thread.join(timeout=5)
     server.close()
     assert received == []
@@ -263,3 +262,15 @@ def test_concurrent_pushes_each_take_their_own_connection(counting: _Counting) -
     assert statuses == [201] * 120
     assert 1 <= counting.connections <= 6
     assert http.idle_connections() == counting.connections
+
+
+def test_the_tls_context_is_built_once_and_at_init(monkeypatch: pytest.MonkeyPatch) -> None:
+    """run_task's init builds the context (loading the CA bundle is ~17 ms of CPU), every pool shares it."""
+    from amsg.adapters.webpush_sender import load_push_stack
+
+    monkeypatch.setattr(push_http, "_shared_tls", [])
+    load_push_stack()
+    assert len(push_http._shared_tls) == 1
+    built = push_http._shared_tls[0]
+    assert push_http.tls_context() is built and PushHttp()._idle == {}
+    assert built.verify_mode == ssl.CERT_REQUIRED and built.check_hostname

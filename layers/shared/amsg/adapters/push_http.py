@@ -35,6 +35,24 @@ MAX_IDLE_PER_ORIGIN = 20
 _TARGET_SAFE = "/?:@!$&'()*+,;=-._~%"
 
 
+_shared_tls: list[ssl.SSLContext] = []
+_tls_lock = threading.Lock()
+
+
+def tls_context() -> ssl.SSLContext:
+    """httpx's default TLS context (certifi's CA bundle, HTTP/1.1 by ALPN), built once per process and shared by
+    every pool (an ``SSLContext`` is safe to share between threads). Loading the bundle costs ~17 ms of CPU here:
+    run_task builds it at init (:func:`amsg.adapters.webpush_sender.load_push_stack`), not in its first batch."""
+    with _tls_lock:
+        if not _shared_tls:
+            import certifi
+
+            context = ssl.create_default_context(cafile=certifi.where())
+            context.set_alpn_protocols(["http/1.1"])
+            _shared_tls.append(context)
+        return _shared_tls[0]
+
+
 class PushTransportError(Exception):
     """A POST that got no HTTP answer. ``kind`` is the httpx exception name; ``sent`` False only when no byte of
     the request can have left (a retry cannot push twice). Never carries the URL (a capability)."""
@@ -86,7 +104,6 @@ class PushHttp:
         self._clock = clock
         self._lock = threading.Lock()
         self._idle: dict[tuple[str, str, int], list[tuple[http.client.HTTPConnection, float]]] = {}
-        self._tls: ssl.SSLContext | None = None
 
     def post(self, url: str, body: bytes, headers: Mapping[str, str], timeout_s: float) -> PushResponse:
         """POST ``body``; the answer, whatever its status, or :class:`PushTransportError`."""
@@ -141,7 +158,7 @@ class PushHttp:
         conn: http.client.HTTPConnection | None = None
         try:
             if target.scheme == "https":
-                context = self._context()
+                context = tls_context()
                 conn = http.client.HTTPSConnection(target.host, target.port, timeout=timeout_s, context=context)
             else:
                 conn = http.client.HTTPConnection(target.host, target.port, timeout=timeout_s)
@@ -156,17 +173,6 @@ class PushHttp:
             raise PushTransportError("InvalidURL", sent=False) from None
         conn.auto_open = 0  # never reconnect silently under a request that was already written
         return conn
-
-    def _context(self) -> ssl.SSLContext:
-        """httpx's default TLS context, built on the first https push and shared by the pool's connections."""
-        with self._lock:
-            if self._tls is None:
-                import certifi
-
-                context = ssl.create_default_context(cafile=certifi.where())
-                context.set_alpn_protocols(["http/1.1"])
-                self._tls = context
-            return self._tls
 
 
 def _close(conn: http.client.HTTPConnection | None) -> None:

@@ -43,10 +43,14 @@ _ERROR_BODY_CHARS = 200
 
 
 def load_push_stack() -> None:
-    """Import what a sandbox's first push would (http_ece, certifi): init-phase work for a function whose every
-    batch pushes (``runtime.prepare``), so that a fresh sandbox's first batch starts at once."""
-    import certifi  # noqa: F401
+    """Import and build what a sandbox's first push would (http_ece, the TLS context with its CA bundle):
+    init-phase work for a function whose every batch pushes (``runtime.prepare``), so that a fresh sandbox's
+    first batch starts at once."""
     import http_ece  # noqa: F401
+
+    from amsg.adapters.push_http import tls_context
+
+    tls_context()
 
 
 class WebPushSender:
