@@ -17,7 +17,7 @@ from __future__ import annotations
 import secrets
 import threading
 import time
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any, Protocol, overload
@@ -27,6 +27,13 @@ from botocore.exceptions import ClientError
 
 from amsg.adapters.dynamo.plain_table import PlainResource, PlainTable, from_wire, to_wire
 from amsg.adapters.dynamo.session import direct_context_params, dynamodb_session
+from amsg.adapters.dynamo.single_writes import (
+    SingleWrite,
+    WriteOutcome,
+    by_statements,
+    distinct_batches,
+    one_by_one,
+)
 
 # The one large-value limit: a value up to INLINE_CHARS is stored in its item, a longer one as parts of
 # PART_CHARS (write_blob); both keep items well below DynamoDB's 400 KB (attribute names and others count too).
@@ -54,7 +61,7 @@ class BoundSession(Protocol):
     """Where a thread's transactions and batch reads go while it is bound (coalescing.py's session). Declared
     here so that the table does not depend on the module that depends on it."""
 
-    def call(self, kind: str, payload: list[dict[str, Any]]) -> Any: ...
+    def call(self, kind: str, payload: list[Any]) -> Any: ...
 
 
 class TransactionCancelled(Exception):
@@ -87,8 +94,12 @@ class DynamoTable:
         endpoint_url: str | None = None,
         region: str | None = None,
         client_options: Mapping[str, str] | None = None,
+        statements: bool = True,
     ) -> None:
         self.name = table_name
+        # conditional single writes as PartiQL statements, several per request (single_writes.py); off: one
+        # UpdateItem / DeleteItem each (moto runs no conditional PartiQL)
+        self.statements = statements
         # boto3 client arguments (region, endpoint, keys) the caller states; the explicit parameters win
         self._client_options = {**(client_options or {})}
         if endpoint_url:
@@ -234,6 +245,33 @@ class DynamoTable:
     def _send_transaction(self, wire_actions: list[dict[str, Any]], token: str) -> None:
         self.wire.transact_write_items(TransactItems=wire_actions, ClientRequestToken=token)
 
+    def write_singles(self, writes: Sequence[SingleWrite]) -> list[WriteOutcome]:
+        """Conditional single-item writes, each with its own outcome (single_writes.py): as ``BatchExecuteStatement``
+        requests of up to 25 distinct items, or one request each with statements off. In a thread bound to a
+        coalescing session they travel merged with the siblings' (the same outcomes; see coalescing.py).
+        Outcomes carry errors rather than raise them: ``outcome.checked()`` raises as the single call would."""
+        session: BoundSession | None = getattr(self._local, "coalescing", None)
+        if session is not None and self.statements:
+            outcomes: list[WriteOutcome] = session.call("write", list(writes))
+            return outcomes
+        return self.write_singles_now(writes)
+
+    def write_singles_now(self, writes: Sequence[SingleWrite]) -> list[WriteOutcome]:
+        """:meth:`write_singles` without a session: these writes alone (any number, sent 25 distinct items at a
+        time; a later write of an item already in a batch goes in a later one)."""
+        if not self.statements:
+            return one_by_one(self.table, writes)
+        outcomes: list[WriteOutcome | None] = [None] * len(writes)
+        for batch in distinct_batches(writes):
+            sent = by_statements(self._send_statements, self.table, [writes[i] for i in batch], _statement_pause)
+            for index, outcome in zip(batch, sent, strict=True):
+                outcomes[index] = outcome
+        return [o if o is not None else WriteOutcome(False, error=RuntimeError("write not sent")) for o in outcomes]
+
+    def _send_statements(self, statements: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        responses: list[dict[str, Any]] = self.wire.batch_execute_statement(Statements=statements)["Responses"]
+        return responses
+
     def batch_delete(self, keys: Iterable[dict[str, str]]) -> None:
         with self.table.batch_writer() as writer:  # groups of 25, unprocessed items resent
             for key in keys:
@@ -314,6 +352,10 @@ def item_int(value: Any, default: int | None = 0) -> int | None:
 def backoff(attempt: int, *, base_s: float = 0.004, cap_s: float = 0.25) -> None:
     """Full-jitter exponential back-off between optimistic-concurrency retries."""
     time.sleep(secrets.randbelow(1000) / 1000 * min(cap_s, base_s * 2**attempt))
+
+
+def _statement_pause(attempt: int) -> None:
+    backoff(attempt, base_s=0.01, cap_s=0.5)
 
 
 def is_conditional_failure(exc: ClientError) -> bool:
