@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import threading
 from collections import Counter
 from typing import Any
@@ -26,7 +27,9 @@ _lock = threading.Lock()
 # "<Operation> <table|gsi:name|lsi:name>" -> units
 billed: Counter[str] = Counter()
 TRACE = bool(os.environ.get("AMSG_BENCH_UNITS_TRACE"))  # print every billed item write and its sizes
-_WRITES = {"PutItem", "UpdateItem", "DeleteItem", "TransactWriteItems", "BatchWriteItem"}
+_WRITES = {"PutItem", "UpdateItem", "DeleteItem", "TransactWriteItems", "BatchWriteItem", "BatchExecuteStatement"}
+# a statement's verb and table (the project's statements quote the table: adapters/dynamo/statements.py)
+_STATEMENT = re.compile(r'^(UPDATE|DELETE FROM) "([^"]+)"')
 
 
 class Schema:
@@ -127,8 +130,24 @@ class Meter:
                 for table, requests in params.get("RequestItems", {}).items()
                 for r in requests
             ]
+        if operation == "BatchExecuteStatement":
+            return [self._statement_target(s) for s in params.get("Statements", [])]
         key = params.get("Key") or self._key(params["Item"])
         return [(operation.replace("Item", ""), params["TableName"], key)]
+
+    def _statement_target(self, statement: dict[str, Any]) -> tuple[str, str, dict[str, Any]]:
+        """(action, table, key) of one ``UPDATE`` / ``DELETE`` statement: each key attribute is compared with a
+        ``?`` in the ``WHERE`` clause, whose parameter is the one at the count of ``?`` before it."""
+        text, parameters = statement["Statement"], statement.get("Parameters", [])
+        match = _STATEMENT.match(text)
+        if match is None:
+            raise ValueError(f"not a metered statement: {text[:40]!r}")
+        where = text.index(" WHERE ")
+        key = {}
+        for name in self.schema.keys:
+            at = text.index(f'"{name}" = ?', where)
+            key[name] = parameters[text.count("?", 0, at)]
+        return ("Update" if match.group(1) == "UPDATE" else "Delete", match.group(2), key)
 
     def before(self, params: dict[str, Any], model: Any, **_: Any) -> None:
         """``before-call``: ``params`` is the serialized request, its body the wire-format JSON."""
@@ -145,8 +164,12 @@ class Meter:
         if isinstance(parsed, dict) and parsed.get("Error"):
             return  # a cancelled transaction or failed condition: billed too, but not part of a delivery
         factor = 2 if model.name == "TransactWriteItems" else 1
+        targets = pending[1]
+        if model.name == "BatchExecuteStatement":  # each statement is its own write: bill those that applied
+            responses = parsed.get("Responses", []) if isinstance(parsed, dict) else []
+            targets = [t for t, r in zip(targets, responses, strict=False) if not r.get("Error")]
         bill: Counter[str] = Counter()
-        for kind, table, key, old in pending[1]:
+        for kind, table, key, old in targets:
             new = None if kind == "Delete" else self._get(table, key)
             if TRACE:
                 sk = next(iter(key.values()), {}) if len(key) < 2 else key[self.schema.keys[1]]

@@ -271,6 +271,9 @@ def make_context(moto_table: str):
     from amsg.clock import FixedClock
 
     def build(**env_overrides: str):
+        # moto 5.2 runs no conditional PartiQL (its BatchExecuteStatement ignores conditions): the table's single
+        # writes go one UpdateItem / DeleteItem each here; DynamoDB Local runs both forms (tests/ddb_local)
+        env_overrides.setdefault("AMSG_DYNAMO_STATEMENTS", "off")
         ctx = runtime.build_context(base_env(**env_overrides))
         ctx.clock = FixedClock(T0_MS)
         runtime.use(ctx)

@@ -52,7 +52,8 @@ def dynamo_stores(table_name: str, endpoint_url: str | None = None) -> types.Sim
     from amsg.adapters.dynamo.table import DynamoTable
     from amsg.adapters.dynamo.tasks import DynamoTaskStore
 
-    table = DynamoTable(table_name, endpoint_url=endpoint_url)
+    # moto (no endpoint) runs no conditional PartiQL: single writes one request each there; DynamoDB Local: statements
+    table = DynamoTable(table_name, endpoint_url=endpoint_url, statements=endpoint_url is not None)
     return types.SimpleNamespace(
         outbox=DynamoOutboxStore(table),
         client_state=DynamoClientStateStore(table),

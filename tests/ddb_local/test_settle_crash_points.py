@@ -25,17 +25,30 @@ DUE_MS = T0_MS + 60_000
 
 
 class FailDeletes:
-    """Answers 500 (through every SDK retry) to each ``DeleteItem`` whose key matches: a sandbox that died there."""
+    """Answers 500 (through every SDK retry) to each ``DeleteItem`` whose key matches, and to each
+    ``BatchExecuteStatement`` with a ``DELETE`` of such a key (its key is its first two parameters): a sandbox
+    that died there."""
 
     def __init__(self, matches: Any) -> None:
         self.matches, self.failed = matches, 0
+
+    def _deletes(self, target: str, body: dict[str, Any]) -> list[dict[str, Any]]:
+        if target.endswith(".DeleteItem"):
+            return [body["Key"]]
+        if target.endswith(".BatchExecuteStatement"):
+            return [
+                {"PK": s["Parameters"][0], "SK": s["Parameters"][1]}
+                for s in body["Statements"]
+                if s["Statement"].startswith("DELETE")
+            ]
+        return []
 
     def __call__(self, request: Any, **kwargs: Any) -> Any:
         from botocore.awsrequest import AWSResponse
 
         target = request.headers.get("X-Amz-Target", b"")
         target = target.decode() if isinstance(target, bytes) else target
-        if not target.endswith(".DeleteItem") or not self.matches(json.loads(request.body)["Key"]):
+        if not any(self.matches(key) for key in self._deletes(target, json.loads(request.body or b"{}"))):
             return None
         self.failed += 1
         body = json.dumps({"__type": "com.amazonaws.dynamodb.v20120810#InternalServerError", "message": "down"})
@@ -68,8 +81,10 @@ def _tick_and_run(ctx: Any, queue: MemoryQueue) -> None:
         run_message(ctx, message, remaining_ms=lambda: 100_000, owner="c")
 
 
-def _wired(endpoint: str, table: str, failing: FailDeletes) -> tuple[Any, RecordingPushSender, MemoryQueue]:
-    ctx = ddb_context(endpoint, table)
+def _wired(
+    endpoint: str, table: str, failing: FailDeletes, statements: str
+) -> tuple[Any, RecordingPushSender, MemoryQueue]:
+    ctx = ddb_context(endpoint, table, AMSG_DYNAMO_STATEMENTS=statements)
     sender, queue = RecordingPushSender(), MemoryQueue()
     with_fakes(ctx, sender, queue)
     for client in table_clients(ctx.tasks.db):
@@ -77,9 +92,16 @@ def _wired(endpoint: str, table: str, failing: FailDeletes) -> tuple[Any, Record
     return ctx, sender, queue
 
 
-def test_died_after_the_delivered_marks_the_next_claim_settles_without_pushing(ddb_local_endpoint, ddb_local_table):
+# both forms of the single writes: statements (the default) and one UpdateItem / DeleteItem each
+BOTH_FORMS = pytest.mark.parametrize("statements", ["on", "off"])
+
+
+@BOTH_FORMS
+def test_died_after_the_delivered_marks_the_next_claim_settles_without_pushing(
+    ddb_local_endpoint, ddb_local_table, statements
+):
     failing = FailDeletes(lambda key: key["SK"]["S"].startswith("T#"))  # the task's delete never lands
-    ctx, sender, queue = _wired(ddb_local_endpoint, ddb_local_table, failing)
+    ctx, sender, queue = _wired(ddb_local_endpoint, ddb_local_table, failing, statements)
     user, task_uuid = _one_shot(ctx, "甲。乙。")
     ctx.clock.current_ms = T0_MS + 61_000
     _tick_and_run(ctx, queue)
@@ -96,9 +118,10 @@ def test_died_after_the_delivered_marks_the_next_claim_settles_without_pushing(d
     assert ctx.tasks.find_task(task_uuid) is None
 
 
-def test_died_after_the_task_delete_the_uuid_is_free_again(ddb_local_endpoint, ddb_local_table):
+@BOTH_FORMS
+def test_died_after_the_task_delete_the_uuid_is_free_again(ddb_local_endpoint, ddb_local_table, statements):
     failing = FailDeletes(lambda key: key["PK"]["S"].startswith("TU#"))  # the registry entry's delete never lands
-    ctx, sender, queue = _wired(ddb_local_endpoint, ddb_local_table, failing)
+    ctx, sender, queue = _wired(ddb_local_endpoint, ddb_local_table, failing, statements)
     user, task_uuid = _one_shot(ctx, "一。")
     ctx.clock.current_ms = T0_MS + 61_000
     _tick_and_run(ctx, queue)

@@ -26,9 +26,10 @@ from tests.support.ddb_engine import T0_MS, MemoryQueue, RecordingPushSender, dd
 pytestmark = pytest.mark.ddb_local
 
 
-@pytest.fixture
-def wired(ddb_local_endpoint, ddb_local_table):
-    ctx = ddb_context(ddb_local_endpoint, ddb_local_table)
+@pytest.fixture(params=["on", "off"], ids=["statements", "single-requests"])
+def wired(request, ddb_local_endpoint, ddb_local_table):
+    """Both forms of the single writes (PartiQL statements, the default, and one request each) bill alike."""
+    ctx = ddb_context(ddb_local_endpoint, ddb_local_table, AMSG_DYNAMO_STATEMENTS=request.param)
     sender, queue = RecordingPushSender(), MemoryQueue()
     with_fakes(ctx, sender, queue)
     meter = units.Meter(ddb_local_endpoint, units.Schema(table_definition(load_template())))
@@ -103,6 +104,67 @@ def test_the_meter_bills_single_item_writes_as_dynamodb_local_reports_them(ddb_l
         for field, label in (("GlobalSecondaryIndexes", "gsi"), ("LocalSecondaryIndexes", "lsi")):
             expected.update({f"{label}:{n}": u["CapacityUnits"] for n, u in (reported.get(field) or {}).items()})
         assert _by_target(units.snapshot()) == {k: v for k, v in expected.items() if v}
+
+
+def _reported(consumed: dict) -> dict[str, float]:
+    out = {"table": consumed["Table"]["CapacityUnits"]}
+    for field, label in (("GlobalSecondaryIndexes", "gsi"), ("LocalSecondaryIndexes", "lsi")):
+        out.update({f"{label}:{n}": u["CapacityUnits"] for n, u in (consumed.get(field) or {}).items()})
+    return {k: v for k, v in out.items() if v}
+
+
+def test_the_meter_bills_statements_as_the_single_writes_dynamodb_local_reports(ddb_local_endpoint, ddb_local_table):
+    """A ``BatchExecuteStatement`` (DynamoDB Local reports no capacity for it) of an update that moves an index entry
+    and grows the item past 1 KB, one whose condition fails (not billed by the meter: not part of a delivery) and a
+    delete: the meter bills each applied statement as DynamoDB Local reports the same write sent on its own."""
+    from collections import Counter
+
+    import boto3
+
+    client = boto3.client("dynamodb", endpoint_url=ddb_local_endpoint, region_name="us-east-1")
+    meter = units.Meter(ddb_local_endpoint, units.Schema(table_definition(load_template())))
+    meter.attach(client)
+    run = uuid.uuid4().hex
+    keys = {(form, n): {"PK": {"S": f"U#{run}{form}{n}"}, "SK": {"S": "O#m"}} for form in "sk" for n in range(3)}
+    for key in keys.values():
+        item = {**key, "ob_lsk": {"S": "1"}, "due_pk": {"S": "DUE#0"}, "due_sk": {"S": "2030#u"}, "n": {"N": "1"}}
+        client.put_item(TableName=ddb_local_table, Item=item)
+    table = f'"{ddb_local_table}"'
+    grow = [{"S": "2031#u"}, {"B": b"y" * 1500}]
+    statements = [
+        {
+            "Statement": f'UPDATE {table} SET "due_sk" = ? SET "v" = ? WHERE "PK" = ? AND "SK" = ? AND "n" = ?',
+            "Parameters": [*grow, keys["s", 0]["PK"], keys["s", 0]["SK"], {"N": "1"}],
+        },
+        {
+            "Statement": f'UPDATE {table} SET "v" = ? WHERE "PK" = ? AND "SK" = ? AND "n" = ?',
+            "Parameters": [{"S": "x"}, keys["s", 1]["PK"], keys["s", 1]["SK"], {"N": "2"}],
+        },
+        {
+            "Statement": f'DELETE FROM {table} WHERE "PK" = ? AND "SK" = ?',
+            "Parameters": [keys["s", 2]["PK"], keys["s", 2]["SK"]],
+        },
+    ]
+    units.reset()
+    responses = client.batch_execute_statement(Statements=statements)["Responses"]
+    assert [bool(r.get("Error")) for r in responses] == [False, True, False]
+    by_meter = _by_target(units.snapshot())
+    single = Counter[str]()
+    for consumed in (
+        client.update_item(
+            TableName=ddb_local_table,
+            Key=keys["k", 0],
+            UpdateExpression="SET due_sk = :s, v = :v",
+            ConditionExpression="n = :n",
+            ExpressionAttributeValues={":s": grow[0], ":v": grow[1], ":n": {"N": "1"}},
+            ReturnConsumedCapacity="INDEXES",
+        )["ConsumedCapacity"],
+        client.delete_item(TableName=ddb_local_table, Key=keys["k", 2], ReturnConsumedCapacity="INDEXES")[
+            "ConsumedCapacity"
+        ],
+    ):
+        single.update(_reported(consumed))
+    assert by_meter == dict(single) == {"table": 3, "gsi:due": 3, "lsi:outbox_unacked": 3}
 
 
 def test_a_one_shot_delivery_writes_these_units(wired):

@@ -26,6 +26,22 @@ EVENT_SOURCES = {"RunTaskFunction": EVENT_SOURCE, "ClaimerFunction": CLAIM_EVENT
 CLAIM_QUEUE_SUFFIX = "-claims"  # the journeys' claim queue names end so (what an SQS call's QueueUrl names)
 
 
+# a PartiQL statement is authorised by its verb (the first word)
+PARTIQL_ACTIONS = {
+    "UPDATE": "PartiQLUpdate",
+    "DELETE": "PartiQLDelete",
+    "INSERT": "PartiQLInsert",
+    "SELECT": "PartiQLSelect",
+}
+# the actions the moto journeys cannot observe (moto runs no conditional PartiQL; the table's single writes go one
+# UpdateItem / DeleteItem each there): tests/ddb_local/test_statement_permissions.py proves them on DynamoDB Local
+STATEMENT_PERMISSIONS = {f"dynamodb:{action} table" for action in PARTIQL_ACTIONS.values()}
+
+
+def _statement_action(statement: str) -> str:
+    return PARTIQL_ACTIONS[statement.split(None, 1)[0].upper()]
+
+
 def load_permissions(path: Path = PERMISSIONS_FILE) -> dict[str, dict[str, Any]]:
     return tomllib.loads(path.read_text(encoding="utf-8"))
 
@@ -46,6 +62,8 @@ def permissions_of_call(call: Call) -> set[str]:
     if call.service == "dynamodb":
         if call.operation == "TransactWriteItems":
             return {f"dynamodb:{TRANSACT_ITEM_ACTIONS[k]} table" for item in p["TransactItems"] for k in item}
+        if call.operation == "BatchExecuteStatement":
+            return {f"dynamodb:{_statement_action(s['Statement'])} table" for s in p["Statements"]}
         if call.operation == "TransactGetItems":
             return {"dynamodb:GetItem table"}
         if call.operation in ("Query", "Scan") and p.get("IndexName"):

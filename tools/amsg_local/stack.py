@@ -283,6 +283,8 @@ def _function_environment(
         return env
     assert store.endpoint is not None
     env.set("AWS_ENDPOINT_URL_DYNAMODB", store.endpoint)
+    if store.backend == "moto" and "AMSG_DYNAMO_STATEMENTS" not in values:
+        env.set("AMSG_DYNAMO_STATEMENTS", "off")  # moto runs no conditional PartiQL: one request per write
     for key, value in LOCAL_KEYS.items():
         env.set(key, value)
     env.remove("AWS_SESSION_TOKEN")

@@ -29,6 +29,9 @@ class Settings:
     # how a batch of claims is written: "single" (one conditional UpdateItem each, returning the row: 3 write units
     # a claim) or "transaction" (25 per TransactWriteItems + a read back: 6 and a read unit, less CPU)
     claim_writes: str = "single"
+    # conditional single writes (delivered marks, settlements) as PartiQL statements, several per
+    # BatchExecuteStatement (False: one UpdateItem / DeleteItem each, for stores without conditional PartiQL)
+    dynamo_statements: bool = True
     claim_page_size: int = 500  # due tasks one claim job claims (one page of the due index)
     claim_backlog_limit: int = 20_000  # claim jobs pause while the task queue holds more (0: never)
     run_lease_ms: int = 90_000

@@ -126,6 +126,7 @@ def settings_from_env(env: Mapping[str, str]) -> Settings:
         tick_claim_workers=_int_env(env, "AMSG_TICK_CLAIM_WORKERS", 4),
         tick_claim_lease_ms=_int_env(env, "AMSG_TICK_CLAIM_LEASE_MS", 300_000),
         claim_writes=_claim_writes(env),
+        dynamo_statements=env.get("AMSG_DYNAMO_STATEMENTS", "on").strip().lower() not in ("off", "false", "0", "no"),
         claim_page_size=_int_env(env, "AMSG_CLAIM_PAGE_SIZE", 500),
         claim_backlog_limit=_int_env(env, "AMSG_CLAIM_BACKLOG_LIMIT", 20_000),
         run_lease_ms=_int_env(env, "AMSG_RUN_LEASE_MS", 90_000),
@@ -218,7 +219,11 @@ def storage_ports(settings: Settings, access: AwsAccess) -> StoragePorts:
     from amsg.adapters.dynamo.keys import SINGLE, tenant_space
     from amsg.adapters.dynamo.table import DynamoTable
 
-    table = DynamoTable(settings.table_name, client_options=access.client_options("dynamodb"))
+    table = DynamoTable(
+        settings.table_name,
+        client_options=access.client_options("dynamodb"),
+        statements=settings.dynamo_statements,
+    )
     return ports_in_space(table, settings, SINGLE, tenant_space, access)
 
 

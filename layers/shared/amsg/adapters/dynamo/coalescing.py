@@ -1,7 +1,7 @@
 """Shared round trips for the records of one SQS batch (see docs/delivery.md, "A batch shares its round trips").
 
 run_task delivers the records of a batch at the same time, one thread each, and every record makes the same
-few storage calls at about the same points: one batch read, the append transaction, the settle transaction.
+few storage calls at about the same points: one batch read, the append transaction, the settlement's writes.
 While a session is open, the calls that its participants make at about the same time go out as one request:
 
 * ``BatchGetItem`` calls are merged (keys de-duplicated, at most 100 per request);
@@ -12,7 +12,12 @@ While a session is open, the calls that its participants make at about the same 
   and the cancellation reasons it would have had alone. Two exceptions to "all different": a tenant's
   pending-count decrements (pending.py), unconditional and additive, are summed into one action per counter;
   and identical ``ConditionCheck`` actions (the tenant-active check every push claim of a tenant carries) are
-  sent once, since a read-only check that holds for one part holds for all.
+  sent once, since a read-only check that holds for one part holds for all;
+* conditional single-item writes (``write_singles``: the delivered marks, a settlement's task update, a uuid
+  registry entry's delete) are merged into ``BatchExecuteStatement`` requests of up to 25 distinct items. Each
+  statement succeeds or fails on its own, so every caller gets its own writes' outcomes, exactly those it would
+  have had alone (a failed condition in one part does not touch the others); two parts naming the same item go
+  in successive requests, in the order they came.
 
 A call waits until every participant still running is waiting too, or for at most ``max_wait_s``; calls from
 threads outside the session (the lease heartbeat) never wait. One of the waiting threads sends the merged
@@ -44,8 +49,8 @@ _RUN_ALONE = {"TransactionCanceledException", "ValidationException"}
 
 @dataclass(eq=False)
 class _Call:
-    kind: str  # "transact" or "batch_get"
-    payload: list[dict[str, Any]]
+    kind: str  # "transact", "batch_get" or "write"
+    payload: list[Any]
     submitted: float = field(default_factory=time.monotonic)
     done: bool = False
     result: Any = None
@@ -81,7 +86,7 @@ class CoalescingSession:
                 self._active -= 1
                 self._cond.notify_all()
 
-    def call(self, kind: str, payload: list[dict[str, Any]]) -> Any:
+    def call(self, kind: str, payload: list[Any]) -> Any:
         call = _Call(kind, payload)
         with self._cond:
             # no wake-up here: a waiting sibling has nothing new to do (this thread sends the batch itself when
@@ -119,9 +124,12 @@ class CoalescingSession:
             reads = [c for c in batch if c.kind == "batch_get"]
             if reads:
                 self._run_reads(reads)
-            writes = [c for c in batch if c.kind == "transact"]
-            for group in _disjoint_groups(writes):
+            transactions = [c for c in batch if c.kind == "transact"]
+            for group in _disjoint_groups(transactions):
                 self._run_transactions(group)
+            singles = [c for c in batch if c.kind == "write"]
+            if singles:
+                self._run_singles(singles)
         finally:
             for call in batch:  # never leave a caller waiting, whatever went wrong above
                 if not call.done:
@@ -145,6 +153,21 @@ class CoalescingSession:
                 for key in call.payload
                 if (key["PK"], key["SK"]) in found
             }
+            call.done = True
+
+    def _run_singles(self, calls: list[_Call]) -> None:
+        """Every call's single writes in as few statement batches as their items allow; each call gets the
+        outcomes of its own writes (single_writes.py gives every write its own)."""
+        try:
+            outcomes = self._table.write_singles_now([write for call in calls for write in call.payload])
+        except Exception as exc:
+            for call in calls:
+                call.error, call.done = exc, True
+            return
+        start = 0
+        for call in calls:
+            call.result = outcomes[start : start + len(call.payload)]
+            start += len(call.payload)
             call.done = True
 
     def _run_transactions(self, calls: list[_Call]) -> None:

@@ -12,6 +12,7 @@ from botocore.exceptions import ClientError
 from amsg.adapters.dynamo import keys
 from amsg.adapters.dynamo.delivery_policy import cap_charge_action
 from amsg.adapters.dynamo.owners import guard_check, raise_if_guard_failed
+from amsg.adapters.dynamo.single_writes import SingleWrite
 from amsg.adapters.dynamo.table import DynamoTable, TransactionCancelled, is_conditional_failure
 from amsg.adapters.dynamo.tenants import active_fence
 from amsg.ports import CapCharge, CapReached, OwnerClaim
@@ -143,12 +144,10 @@ class OutboxSendClaims:
     def mark_delivered(self, user_id: str, message_ids: Sequence[str], at_ms: int) -> int:
         if isinstance(message_ids, str):
             message_ids = [message_ids]
-        touched = 0
-        for message_id in _distinct(message_ids):
-            try:
-                self.db.table.update_item(**delivered_update(self.space, user_id, message_id, at_ms))
-                touched += 1
-            except ClientError as exc:
-                if not is_conditional_failure(exc):
-                    raise
-        return touched
+        marks = [
+            SingleWrite("update", delivered_update(self.space, user_id, message_id, at_ms))
+            for message_id in _distinct(message_ids)
+        ]
+        # one request for all (merged with the batch's siblings' in a coalescing session), each its own write
+        outcomes = self.db.write_singles(marks) if marks else []
+        return sum(1 for outcome in outcomes if outcome.checked().applied)

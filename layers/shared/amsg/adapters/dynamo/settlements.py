@@ -12,6 +12,7 @@ from botocore.exceptions import ClientError
 
 from amsg.adapters.dynamo import keys, pending
 from amsg.adapters.dynamo.outbox_sending import delivered_update
+from amsg.adapters.dynamo.single_writes import SingleWrite
 from amsg.adapters.dynamo.table import DynamoTable, TransactionCancelled, is_conditional_failure, item_int
 from amsg.adapters.dynamo.tasks import (
     delete_with_registry,
@@ -69,7 +70,7 @@ class DynamoSettlements:
         elif settlement.delivered and not settlement.delete and settlement.encrypted_payload is None:
             update = self._settle_update_kwargs(user_id, uuid, claim_version, settlement, now_ms)
             if settlement.status is None or not pending.counted(self.space):
-                return self._update_if(**update) is not None
+                return self._write_if(SingleWrite("update", update))
             try:
                 self.db.transact(self._ending({"Update": update}))
             except TransactionCancelled:
@@ -77,14 +78,23 @@ class DynamoSettlements:
             return True
         return self._settle(user_id, uuid, claim_version, settlement, now_ms)
 
+    def _write_if(self, write: SingleWrite) -> bool:
+        """One conditional single write (merged with the batch's siblings' in a coalescing session): whether it
+        applied; an error other than its condition raises as the single call would."""
+        (outcome,) = self.db.write_singles([write])
+        return outcome.checked().applied
+
     def _mark_delivered(self, user_id: str, settlement: Settlement) -> None:
         """The rows this run pushed, marked delivered whatever happens to the settlement (a row gone since is
-        left gone; a mark that cannot be written leaves the row claimed, never sent again)."""
-        for message_id in dict.fromkeys(settlement.delivered):
-            with contextlib.suppress(ClientError):
-                self.db.table.update_item(
-                    **delivered_update(self.space, user_id, message_id, settlement.delivered_at_ms)
-                )
+        left gone; a mark that cannot be written leaves the row claimed, never sent again). All of them in one
+        request (with the batch's siblings' in a coalescing session), each its own conditional write."""
+        marks = [
+            SingleWrite("update", delivered_update(self.space, user_id, message_id, settlement.delivered_at_ms))
+            for message_id in dict.fromkeys(settlement.delivered)
+        ]
+        for outcome in self.db.write_singles(marks) if marks else []:
+            if outcome.error is not None and not isinstance(outcome.error, ClientError):
+                raise outcome.error
 
     def _delete_delivered(self, user_id: str, uuid: str, claim_version: int, settlement: Settlement) -> bool:
         """A delivered one-shot: the task deleted (fenced; ``rev`` proves the payload, and so its parts, is the one
@@ -106,14 +116,17 @@ class DynamoSettlements:
                 return False
             deleted: dict[str, Any] | None = None
         else:
+            # on its own, not a statement: the registry entry's delete needs the task's id (ALL_OLD), and a task
+            # deleted since the claim must read as a failed condition, where a DELETE statement reports success
             deleted = self._delete_if(**delete, ReturnValues="ALL_OLD")
             if deleted is None:
                 return False
         if settlement.payload_token:
             drop_parts(self.db, self.space, user_id, uuid, settlement.payload_token)
         if deleted is not None:  # best effort: an entry left behind is one a create of the uuid takes over
-            with contextlib.suppress(ClientError):
-                self.db.table.delete_item(**registry_delete_of(self.space, uuid, user_id, deleted.get("id")))
+            entry = registry_delete_of(self.space, uuid, user_id, deleted.get("id"))
+            with contextlib.suppress(ClientError):  # an entry already gone is as good as deleted
+                self._write_if(SingleWrite("delete", entry, absent_ok=True))
         return True
 
     def _delete_if(self, **kwargs: Any) -> dict[str, Any] | None:
