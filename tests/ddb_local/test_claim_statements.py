@@ -1,7 +1,9 @@
 """Claim batches as one ``BatchExecuteStatement`` (``ClaimWrites=single``, the default), on DynamoDB Local: a batch
 is one write request and one read back; a statement whose condition fails leaves the others applied; batches
 racing each other and single claims claim each task once; a task written without ``claim_version`` is claimed
-alone; a claimer killed after its batch was written and before the read back loses nothing."""
+alone; a claimer killed after its batch was written and before the read back loses nothing. And the functions that
+claim (the claimer; send-notifications on the multi-tenant line) are granted the PartiQL action their batches use
+(the moto journeys of tests/template cannot send conditional PartiQL)."""
 
 from __future__ import annotations
 
@@ -12,11 +14,15 @@ import uuid
 import pytest
 from amsg.engine.claim_jobs import parse_claim_job, run_claim_job
 from amsg.engine.summary import TickSummary
+from amsg.engine.tenant_work import run_tenant_due_work
 from amsg.engine.tick import run_tick
 from amsg.ports import CLAIM_ALONE, ClaimWanted
+from amsg.tenancy.scope import scoped_context
 
 from tests.ddb_local.test_claim_fanout import LEASE_MS, PAGE, claim_all, deliver, drained, fan_out_world
+from tests.ddb_local.test_statement_permissions import _granted_and_used
 from tests.ddb_local.test_tenant_fairness import seed as seed_many
+from tests.support.aws_calls import record_aws_calls
 from tests.support.ddb_engine import (
     T0_MS,
     Killed,
@@ -27,6 +33,10 @@ from tests.support.ddb_engine import (
     with_fakes,
 )
 from tests.support.ddb_limits import table_clients
+from tests.support.iam_needs import permissions_of_call
+from tests.support.template import project_template
+from tests.support.tenants_stack import memory_tenants
+from tests.template.test_iam_multi import granted_multi
 
 pytestmark = pytest.mark.ddb_local
 DUE_MS = T0_MS + 60_000
@@ -204,3 +214,35 @@ def test_a_claimer_killed_between_its_batch_and_the_read_back_loses_nothing(ddb_
     assert all(m["claimVersion"] == 2 for m in again)
     deliver(ctx, tasks, again, duplicate=True)
     assert len(sender.sent) == 60 and max(sender.counts().values()) == 1
+
+
+def _partiql(calls) -> set[str]:
+    return {p for c in calls if c.service == "dynamodb" for p in permissions_of_call(c) if "PartiQL" in p}
+
+
+def test_the_claimers_statements_are_granted(ddb_local_endpoint, ddb_local_table):
+    ctx, _, _, claims = fan_out_world(ddb_local_endpoint, ddb_local_table, AMSG_DUE_SHARDS="1")
+    seed_many(ctx, 30, T0_MS + 1_000)
+    ctx.clock.current_ms = T0_MS + 61_000
+    run_tick(ctx)
+    job = parse_claim_job(json.dumps(claims.items.get_nowait()))
+    with record_aws_calls() as recorder:
+        run_claim_job(ctx, job, remaining_ms=lambda: 60_000, owner="claim:iam", summary=TickSummary())
+    assert _partiql(recorder.calls) == {"dynamodb:PartiQLUpdate table"}
+    _granted_and_used("ClaimerFunction", recorder.calls)
+
+
+def test_send_notifications_statements_are_granted_by_the_cron_policy(ddb_local_endpoint, ddb_local_table):
+    ctx = ddb_context(
+        ddb_local_endpoint, ddb_local_table, AMSG_TENANCY="multi", AMSG_KMS_KEY_ID="unused-the-registry-is-in-memory"
+    )
+    with_fakes(ctx, RecordingPushSender(), MemoryQueue())
+    (key,) = memory_tenants(ctx, ["tenant-a"]).values()
+    scoped = scoped_context(ctx, "tenant-a", key)
+    seed_many(scoped, 30, T0_MS + 1_000)
+    ctx.clock.current_ms = T0_MS + 61_000
+    with record_aws_calls() as recorder:
+        summary = run_tenant_due_work(scoped)
+    assert summary["successCount"] == 30
+    granted = {str(g) for g in granted_multi(project_template(), "SendNotificationsFunction") if "PartiQL" in g.action}
+    assert _partiql(recorder.calls) == granted == {"dynamodb:PartiQLUpdate table"}
