@@ -311,3 +311,22 @@ def test_passing_errors_are_sent_again_alone_and_others_reach_their_caller(
     assert third.error.response["Error"]["Code"] == "ValidationException"
     with pytest.raises(ClientError):
         third.checked()
+
+
+def test_presence_is_proven_through_placeholders() -> None:
+    """``ADD n`` is translated when the condition compares ``#n`` (the same attribute), refused when the proof is of
+    another attribute or only on one side of an ``OR``."""
+    params: dict[str, Any] = {
+        "Key": KEY,
+        "UpdateExpression": "ADD n :one",
+        "ConditionExpression": "#n >= :zero",
+        "ExpressionAttributeNames": {"#n": "n"},
+        "ExpressionAttributeValues": {":one": 1, ":zero": 0},
+    }
+    assert update_statement("t", params).text.startswith('UPDATE "t" SET "n" = "n" + ?')
+    for condition in ("#n >= :zero OR m >= :zero", "#n >= :zero AND m >= :zero"):
+        refused = {**params, "ConditionExpression": condition, "ExpressionAttributeNames": {"#n": "nn"}}
+        if "OR" in condition:
+            refused["ExpressionAttributeNames"] = {"#n": "n"}
+        with pytest.raises(Untranslatable, match="does not prove"):
+            update_statement("t", refused)

@@ -174,6 +174,8 @@ class DynamoSettlements:
         )
         if s.status is not None and pending.counted(self.space):
             return self._settle_ending(user_id, uuid, kwargs, blob, rewrite_payload=rewrite_payload)
+        if not rewrite_payload:  # no old payload to drop: a single write the batch's siblings' may travel with
+            return self._write_if(SingleWrite("update", kwargs))
         kwargs["ReturnValues"] = "ALL_OLD"
         try:
             old = self.db.table.update_item(**kwargs).get("Attributes") or {}

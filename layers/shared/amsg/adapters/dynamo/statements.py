@@ -203,19 +203,21 @@ def _on_absent_item(node: Node) -> bool:
     return False  # a comparison with an absent attribute
 
 
-def _proves_present(node: Node | None, name: str) -> bool:
-    """Whether the condition holding implies attribute ``name`` (as written, placeholder or bare) is present."""
+def _proves_present(node: Node | None, name: str, names: Mapping[str, str]) -> bool:
+    """Whether the condition holding implies attribute ``name`` is present (names compared after ``names``
+    resolves their placeholders)."""
     if node is None:
         return False
+    real = names.get(name, name)
     kind = node[0]
     if kind == "cmp":
-        return ("path", name) in (node[2], node[3])
+        return any(operand[0] == "path" and names.get(operand[1], operand[1]) == real for operand in node[2:])
     if kind == "fn":
-        return bool(node[1] == "attribute_exists" and node[2] == name)
+        return bool(node[1] == "attribute_exists" and names.get(node[2], node[2]) == real)
     if kind == "and":
-        return _proves_present(node[1], name) or _proves_present(node[2], name)
+        return _proves_present(node[1], name, names) or _proves_present(node[2], name, names)
     if kind == "or":
-        return _proves_present(node[1], name) and _proves_present(node[2], name)
+        return _proves_present(node[1], name, names) and _proves_present(node[2], name, names)
     return False
 
 
@@ -350,7 +352,7 @@ def _set_action(tokens: list[tuple[str, str]], out: _Emitter, condition: Node | 
         operands.append(parser.operand())
     parser.done()
     for operand in operands:
-        if operand[0] == "path" and not _proves_present(condition, operand[1]):
+        if operand[0] == "path" and not _proves_present(condition, operand[1], out.names):
             raise Untranslatable(f"SET reads {operand[1]}, which the condition does not prove present")
     rendered = [out.operand(operand) for operand in operands]
     return target, f"SET {out.name(target)} = {f' {sign} '.join(rendered)}"
@@ -364,7 +366,7 @@ def _add_action(tokens: list[tuple[str, str]], out: _Emitter, condition: Node | 
     value = out.values.get(placeholder)
     if isinstance(value, bool) or not isinstance(value, int | Decimal):
         raise Untranslatable("ADD of something other than a number")
-    if not _proves_present(condition, target):
+    if not _proves_present(condition, target, out.names):
         raise Untranslatable(f"ADD to {target}, which the condition does not prove present")
     name = out.name(target)
     return target, f"SET {name} = {name} + {out.value(placeholder)}"
