@@ -219,7 +219,7 @@ def test_throttled_dynamodb_loses_no_task_and_sends_nothing_twice(ddb_local_endp
     sender, queue = RecordingPushSender(), MemoryQueue()
     with_fakes(ctx, sender, queue)
     tasks = seed(ctx, users=2, per_user=3, message="甲。乙。")
-    throttle = Throttle({"UpdateItem", "TransactWriteItems", "GetItem", "Query"}, every=4)
+    throttle = Throttle({"UpdateItem", "TransactWriteItems", "BatchExecuteStatement", "GetItem", "Query"}, every=4)
     for client in table_clients(ctx.tasks.db):
         client.meta.events.register("before-send.dynamodb", throttle)
     ctx.clock.current_ms = T0_MS + 61_000

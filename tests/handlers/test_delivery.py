@@ -416,8 +416,9 @@ def test_missing_credential_at_fire_time_is_retryable(engine):
 
 @pytest.mark.dynamo_store
 def test_a_claim_that_keeps_failing_is_isolated_and_retried_next_tick(engine, monkeypatch):
-    """The tick claims in batches (one transaction each); when a batch cannot run, its tasks are claimed one
-    by one, so a task whose claim keeps failing is reported alone and the others go out."""
+    """The tick claims in batches (one request each: single writes or a transaction); when a batch cannot run,
+    its tasks are claimed one by one, so a task whose claim keeps failing is reported alone and the others go out."""
+    from amsg.adapters.dynamo.single_writes import WriteOutcome
     from amsg.engine.tick import run_tick
     from botocore.exceptions import ClientError
 
@@ -425,11 +426,14 @@ def test_a_claim_that_keeps_failing_is_isolated_and_retried_next_tick(engine, mo
     schedule(engine, userMessage="now")
     due(engine)
     table = engine.ctx.claims.db
-    real_transact, real_claim = table.transact, engine.ctx.claims.claim
+    real_transact, real_singles, real_claim = table.transact, table.write_singles, engine.ctx.claims.claim
     throttled = ClientError({"Error": {"Code": "ThrottlingException", "Message": "x"}}, "TransactWriteItems")
 
     def throttled_transact(actions):
         raise throttled
+
+    def throttled_singles(writes):
+        return [WriteOutcome(False, error=throttled) for _ in writes]
 
     def flaky(user_id, uuid, **kw):
         if uuid == bad["uuid"]:
@@ -437,6 +441,7 @@ def test_a_claim_that_keeps_failing_is_isolated_and_retried_next_tick(engine, mo
         return real_claim(user_id, uuid, **kw)
 
     monkeypatch.setattr(table, "transact", throttled_transact)
+    monkeypatch.setattr(table, "write_singles", throttled_singles)
     monkeypatch.setattr(engine.ctx.claims, "claim", flaky)
     summary = run_tick(engine.ctx)
     assert summary["enqueuedTasks"] == 1
@@ -444,6 +449,7 @@ def test_a_claim_that_keeps_failing_is_isolated_and_retried_next_tick(engine, mo
         {"taskUuid": bad["uuid"], "reason": "ClientError", "status": "claim_failed"}
     ]
     monkeypatch.setattr(table, "transact", real_transact)
+    monkeypatch.setattr(table, "write_singles", real_singles)
     monkeypatch.setattr(engine.ctx.claims, "claim", real_claim)
     engine.harness.tick_and_drain()
     assert sorted(p["message"] for p in engine.push.payloads()) == ["later", "now"]

@@ -71,6 +71,13 @@ UNOBSERVED: dict[tuple[str, str], str] = {
         for function in ("RunTaskFunction", "ScheduleMessageFunction")
         for action in ("PartiQLDelete", "PartiQLUpdate")
     },
+    **{
+        (function, "dynamodb:PartiQLUpdate table"): (
+            "a batch of claims is one BatchExecuteStatement of PartiQL UPDATEs (ClaimWrites=single); moto runs no "
+            "conditional PartiQL, so this journey claims in transactions: tests/ddb_local/test_claim_statements.py"
+        )
+        for function in ("ClaimerFunction", "SendNotificationsFunction")
+    },
     ("SendNotificationsFunction", "dynamodb:ConditionCheckItem table"): (
         "a serialized claim whose group is still held by another task checks that task's lease in the claim's "
         "transaction; the journey's group has one task (the tick's journey in test_iam.py reaches it)"

@@ -1,6 +1,6 @@
 """Claiming due tasks, the mechanics shared by the tick and the claimer (docs/delivery.md): due candidates merged
-across shards, serialize groups decided one candidate at a time, conditional claims in batched transactions on a
-thread pool, claimed rows enqueued in batches of ten (or settled when stale)."""
+across shards, serialize groups decided one candidate at a time, conditional claims in batches (one write request
+each) on a thread pool, claimed rows enqueued in batches of ten (or settled when stale)."""
 
 from __future__ import annotations
 
@@ -60,7 +60,7 @@ def claim_step(
     summary: TickSummary,
 ) -> None:
     """Claim one step's candidates (one lane's chunk, or a round's chunks of every tenant: their batched claims
-    share transactions) and enqueue (or settle) what each lane claimed."""
+    share batches) and enqueue (or settle) what each lane claimed."""
     now = ctx.now_ms()
     terms: ClaimTerms = {"now_ms": now, "lease_until_ms": now + ctx.settings.tick_claim_lease_ms, "owner": owner}
     outcomes = _claim_chunk(parts, pool, terms, summary)
@@ -117,10 +117,10 @@ def _claim_chunk(
     terms: ClaimTerms,
     summary: TickSummary,
 ) -> list[list[tuple[DueCandidate, Any]]]:
-    """Claim the candidates of one step (batched transactions across the parts, grouped or faulty ones alone);
+    """Claim the candidates of one step (batches across the parts, grouped or faulty ones alone);
     per part, each candidate's outcome is its row, None (not claimed) or the exception its claim raised."""
     batched, alone = _sort_candidates(parts, pool, terms, summary)
-    size = parts[0][0].ctx.claims.claim_batch  # the parts share one table (one store's transactions)
+    size = parts[0][0].ctx.claims.claim_batch  # the parts share one table (one store's batches)
     packs = [batched[i : i + size] for i in range(0, len(batched), size)]
     jobs = [(pack, pool.submit(_claim_pack, parts, pack, terms)) for pack in packs]
     outcomes: list[list[tuple[DueCandidate, Any]]] = [[] for _ in parts]
@@ -170,7 +170,7 @@ def _sort_candidates(
 def _claim_pack(
     parts: list[tuple[Lane, list[DueCandidate]]], pack: list[tuple[int, DueCandidate]], terms: ClaimTerms
 ) -> list[Any]:
-    """One transaction of up to the store's ``claim_batch`` claims, of one lane or of several (each in its own key
+    """One batch of up to the store's ``claim_batch`` claims, of one lane or of several (each in its own key
     space)."""
     positions: dict[int, list[int]] = {}
     for position, (index, _) in enumerate(pack):

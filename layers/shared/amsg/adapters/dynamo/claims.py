@@ -8,9 +8,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from botocore.exceptions import ClientError
-
-from amsg.adapters.dynamo import keys, pending
+from amsg.adapters.dynamo import claim_batches, keys, pending
 from amsg.adapters.dynamo.counters import cas_attempts, read_counter, set_counter
 from amsg.adapters.dynamo.delivery_policy import policy_row
 from amsg.adapters.dynamo.outbox import fits_one_transaction, new_row_put
@@ -23,7 +21,6 @@ from amsg.adapters.dynamo.tenants import active_fence, tenant_key, tenant_record
 from amsg.failures import ClaimTaken
 from amsg.ports import (
     APPEND_FALLBACK,
-    CLAIM_ALONE,
     AppendFallback,
     ClaimAlone,
     ClaimStore,
@@ -43,16 +40,16 @@ APPEND_ATTEMPTS = 40
 ADOPTABLE = "(attribute_not_exists(adopted_cv) OR adopted_cv <> :cv OR lease_until < :now)"
 ADOPTING = f"attribute_exists(lease_until) AND {ADOPTABLE}"
 CLAIM_BATCH = 25
-"""Most claims per claim transaction (DynamoDB allows 100 per transaction; a smaller batch loses less to a conflict
-and the tick keeps every claim worker busy)."""
+"""Most claims per batch: DynamoDB's limit of statements per ``BatchExecuteStatement`` (a transaction may hold 100;
+a smaller one loses less to a conflict, and the claimer keeps every claim worker busy)."""
 
 
 class DynamoClaimStore(DynamoSettlements):
     """Due index, claims fenced by ``claim_version``, adoption, the run's read, the batch append, leases.
 
-    ``single_claims``: a batch of claims is written as one conditional ``UpdateItem`` per claim returning the row
-    (3 write units a claim, no read back) instead of one ``TransactWriteItems`` read back with one
-    ``BatchGetItem`` (6 write units and a read unit a claim, a third of the client CPU): docs/decisions.md, 38."""
+    ``single_claims``: a batch of claims is written as single conditional writes, one ``BatchExecuteStatement``
+    (3 write units a claim) instead of one ``TransactWriteItems`` (6); either is read back with one
+    ``BatchGetItem`` (claim_batches.py; docs/decisions.md, 38 and 41b)."""
 
     def __init__(
         self,
@@ -121,16 +118,12 @@ class DynamoClaimStore(DynamoSettlements):
     def claim_many(
         self, wanted: Sequence[ClaimWanted], *, now_ms: int, lease_until_ms: int, owner: str
     ) -> list[TaskRow | ClaimAlone | None]:
-        """Up to CLAIM_BATCH claims as one TransactWriteItems (the same conditions and writes as :meth:`claim`),
-        then one consistent BatchGetItem of the claimed rows. The tick's claim rate is bound by its client CPU
-        (building, signing and parsing requests), and this costs about a fifth of single UpdateItems per claim.
-
-        A task whose condition fails is dropped and the rest retried. Reading back is exact: only a claim
-        increments ``claim_version``, and nobody else can claim while our lease holds, so the row read carries
-        our claim (checked by lease owner and expiry). If the transaction cannot run at all (throttled past
-        the SDK's retries, cancelled for a reason other than a condition), each task is left to be claimed
-        alone. If the read fails after the claims committed, the exception propagates; those tasks come back
-        when their lease expires (later, never lost or doubled)."""
+        """Up to CLAIM_BATCH claims (the same conditions and writes as :meth:`claim`) in one write request, then
+        one consistent BatchGetItem of the claimed rows (claim_batches.py): a claimer's claim rate is bound by
+        its client CPU (building, signing and parsing requests), and a request per claim costs several times a
+        batch's. A task whose condition fails is None; one whose claim could not be written is left to be
+        claimed alone (CLAIM_ALONE). If the read fails after the claims were written, the exception
+        propagates; those tasks come back when their lease expires (later, never lost or doubled)."""
         return self.claim_many_together([(self, wanted)], now_ms=now_ms, lease_until_ms=lease_until_ms, owner=owner)[0]
 
     def claim_many_together(
@@ -142,60 +135,24 @@ class DynamoClaimStore(DynamoSettlements):
         owner: str,
     ) -> list[list[TaskRow | ClaimAlone | None]]:
         """:meth:`claim_many` for the claims of several key spaces (the tenants of one round of the multi-tenant
-        tick) in one transaction and one read back. Each part's store builds its own keys, so a claim is written
-        in its own space only; the stores must share this store's table."""
+        tick) in one write request and one read back. Each part's store builds its own keys, so a claim is
+        written in its own space only; the stores must share this store's table."""
         flat = [(_same_table(self, store), w) for store, part in parts for w in part]
         if len(flat) > CLAIM_BATCH:
             raise ValueError(f"at most {CLAIM_BATCH} claims per batch")
-        if self.single_claims:
-            singles = [store._claim_single(w, now_ms, lease_until_ms, owner) for store, w in flat]
-            return _split(singles, [len(part) for _, part in parts])
-        results: list[TaskRow | ClaimAlone | None] = [None] * len(flat)
         now_iso, lease_until = iso_from_ms(now_ms), iso_from_ms(lease_until_ms)
-        trying = list(range(len(flat)))
-        while trying:
-            actions = [
-                {
-                    "Update": store._claim_update(
-                        w.user_id, w.uuid, iso_from_ms(w.expected_next_send_at_ms), now_iso, lease_until, owner
-                    )
-                }
-                for store, w in (flat[i] for i in trying)
-            ]
-            try:
-                self.db.transact(actions)
-            except TransactionCancelled as cancelled:
-                lost = {i for k, i in enumerate(trying) if cancelled.failed(k)}
-                if lost:
-                    trying = [i for i in trying if i not in lost]  # those stay None
-                    continue
-            except ClientError:
-                pass
-            else:
-                break
-            for i in trying:  # the transaction could not run: each left to be claimed alone
-                results[i] = CLAIM_ALONE
-            trying = []
-        if trying:
-            self._read_back(flat, trying, results, owner, lease_until)
+        updates = [
+            store._claim_update(w.user_id, w.uuid, iso_from_ms(w.expected_next_send_at_ms), now_iso, lease_until, owner)
+            for store, w in flat
+        ]
+        write = claim_batches.by_statements if self.single_claims else claim_batches.by_transaction
+        written, claimed = write(self.db, updates)
+        results: list[TaskRow | ClaimAlone | None] = list(written)
+        if claimed:
+            items = claim_batches.read_back(self.db, {i: updates[i]["Key"] for i in claimed}, owner, lease_until)
+            for i, item in items.items():
+                results[i] = flat[i][0]._row(item)
         return _split(results, [len(part) for _, part in parts])
-
-    def _claim_single(
-        self, w: ClaimWanted, now_ms: int, lease_until_ms: int, owner: str
-    ) -> TaskRow | ClaimAlone | None:
-        """One claim of a batch as its own conditional ``UpdateItem``; a claim that could not run (throttled past the
-        SDK's retries) is left to be claimed alone, as a batch that could not run is."""
-        try:
-            return self.claim(
-                w.user_id,
-                w.uuid,
-                expected_next_send_at_ms=w.expected_next_send_at_ms,
-                now_ms=now_ms,
-                lease_until_ms=lease_until_ms,
-                owner=owner,
-            )
-        except ClientError:
-            return CLAIM_ALONE
 
     def pending_counts(self, stores: Sequence[ClaimStore]) -> list[int | None]:
         """Each store's count of pending tasks (docs/tenancy.md, limits), in one BatchGetItem per 100 stores: 0 for
@@ -212,26 +169,6 @@ class DynamoClaimStore(DynamoSettlements):
             key = space.pending_counter_key()
             counts.append(item_int(found.get((key["PK"], key["SK"]), {}).get(pending.COUNT)))
         return counts
-
-    def _read_back(
-        self,
-        flat: list[tuple[DynamoClaimStore, ClaimWanted]],
-        claimed: list[int],
-        results: list[TaskRow | ClaimAlone | None],
-        owner: str,
-        lease_until: str,
-    ) -> None:
-        keys_of = {i: flat[i][0]._key(flat[i][1].user_id, flat[i][1].uuid) for i in claimed}
-        found = self.db.batch_get_now(list(keys_of.values()))
-        for i, key in keys_of.items():
-            item = found.get((key["PK"], key["SK"]))
-            if (
-                item is not None
-                and item.get("status", "pending") == "pending"
-                and item.get("lease_owner") == owner
-                and item.get("lease_until") == lease_until
-            ):
-                results[i] = flat[i][0]._row(item)  # else settled or deleted since: nothing to enqueue
 
     def _claim_update(
         self, user_id: str, uuid: str, expected_next_send_at: str, now_iso: str, lease_until: str, owner: str
