@@ -274,3 +274,58 @@ def test_the_tls_context_is_built_once_and_at_init(monkeypatch: pytest.MonkeyPat
     built = push_http._shared_tls[0]
     assert push_http.tls_context() is built and PushHttp()._idle == {}
     assert built.verify_mode == ssl.CERT_REQUIRED and built.check_hostname
+
+
+def _serve_once(server: socket.socket, answer: bytes, drip: bytes = b"", drip_every_s: float = 0.0) -> threading.Thread:
+    def serve() -> None:
+        conn, _ = server.accept()
+        conn.recv(65536)
+        try:
+            conn.sendall(answer)
+            for byte in drip:
+                threading.Event().wait(drip_every_s)
+                conn.sendall(bytes([byte]))
+        except OSError:
+            pass  # the client cut the answer short
+        finally:
+            conn.close()
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    return thread
+
+
+def test_a_huge_answer_body_is_cut_and_its_connection_closed() -> None:
+    """A push endpoint is the user's URL: a 1 MB answer keeps the status and 16 KiB, and the connection (left
+    mid-body) is not pooled."""
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(1)
+    size = 1 << 20
+    thread = _serve_once(server, b"HTTP/1.1 400 Bad Request\r\nContent-Length: %d\r\n\r\n" % size + b"e" * size)
+    http = PushHttp()
+    answer = http.post(_url(server), b"x", {}, 5.0)
+    assert (answer.status, len(answer.body)) == (400, push_http.MAX_ANSWER_BODY_BYTES)
+    assert http.idle_connections() == 0
+    thread.join(timeout=5)
+    server.close()
+
+
+def test_a_drip_fed_answer_body_is_cut_at_the_calls_timeout() -> None:
+    """One byte every 50 ms for 200 bytes would take 10 s: the body is cut after the 0.5 s timeout, the status
+    kept."""
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(1)
+    head = b"HTTP/1.1 201 Created\r\nContent-Length: 200\r\n\r\n"
+    thread = _serve_once(server, head, drip=b"d" * 200, drip_every_s=0.05)
+    http = PushHttp()
+    started = datetime.datetime.now()
+    answer = http.post(_url(server), b"x", {}, 0.5)
+    elapsed = (datetime.datetime.now() - started).total_seconds()
+    assert answer.status == 201
+    assert 0 < len(answer.body) < 200
+    assert elapsed < 3.0
+    assert http.idle_connections() == 0
+    thread.join(timeout=15)
+    server.close()

@@ -14,6 +14,8 @@ of CPU per push on this project's benchmark machine against ~0.06 ms for ``http.
 * TLS verifies against certifi's CA bundle (httpx's default), HTTP/1.1 by ALPN, no proxy from the environment,
   no redirect followed (a 3xx is a non-2xx answer), no ``User-Agent``/``Accept``/``Accept-Encoding`` header.
 
+Unlike httpx, the answer's body is bounded in size and in time (:data:`MAX_ANSWER_BODY_BYTES`).
+
 Error kinds are httpx's exception names (``ConnectError``, ``ReadTimeout``, ...), which the sender's failure
 text already used.
 """
@@ -31,6 +33,10 @@ from urllib.parse import quote, urlsplit
 
 KEEPALIVE_EXPIRY_S = 5.0  # httpx's default keep-alive expiry
 MAX_IDLE_PER_ORIGIN = 20
+# A push endpoint is a URL the user supplied: its answer's body is kept up to this size and read for at most the
+# call's timeout once the status line is in. The status decides the outcome; a longer or slower body is cut and
+# its connection closed, so no endpoint can hold a sandbox's memory or a worker thread with a drip-fed answer.
+MAX_ANSWER_BODY_BYTES = 16 * 1024
 # what a request target may hold unescaped (RFC 3986 pchar, '/', '?', and '%' of an existing escape)
 _TARGET_SAFE = "/?:@!$&'()*+,;=-._~%"
 
@@ -110,7 +116,7 @@ class PushHttp:
         target = _target(url)
         conn = self._acquire(target, timeout_s)
         try:
-            answer, must_close = _exchange(conn, target.path, body, headers)
+            answer, must_close = _exchange(conn, target.path, body, headers, timeout_s)
         except BaseException:
             conn.close()
             raise
@@ -197,7 +203,7 @@ def _still_open(conn: http.client.HTTPConnection) -> bool:
 
 
 def _exchange(
-    conn: http.client.HTTPConnection, path: str, body: bytes, headers: Mapping[str, str]
+    conn: http.client.HTTPConnection, path: str, body: bytes, headers: Mapping[str, str], timeout_s: float
 ) -> tuple[PushResponse, bool]:
     """Write the request, read the whole answer: (the response, whether the connection must be closed)."""
     try:
@@ -213,11 +219,27 @@ def _exchange(
         raise PushTransportError("WriteError", sent=True) from None
     try:
         response = conn.getresponse()
-        data = response.read()
+        data, whole = _bounded_body(response, time.monotonic() + timeout_s)
     except TimeoutError:
         raise PushTransportError("ReadTimeout", sent=True) from None
     except http.client.HTTPException:  # no answer, a malformed one, or one cut short
         raise PushTransportError("RemoteProtocolError", sent=True) from None
     except OSError:
         raise PushTransportError("ReadError", sent=True) from None
-    return PushResponse(response.status, response.reason or "", data), bool(response.will_close)
+    return PushResponse(response.status, response.reason or "", data), bool(response.will_close) or not whole
+
+
+def _bounded_body(response: http.client.HTTPResponse, deadline: float) -> tuple[bytes, bool]:
+    """The answer's body up to :data:`MAX_ANSWER_BODY_BYTES`, read until ``deadline``: (body, read whole). Each
+    ``read1`` returns what one receive brought, so a drip-fed body is cut at the deadline (give or take one
+    socket timeout), not after it has all arrived."""
+    chunks: list[bytes] = []
+    size = 0
+    while size <= MAX_ANSWER_BODY_BYTES and time.monotonic() < deadline:
+        chunk = response.read1(MAX_ANSWER_BODY_BYTES + 1 - size)
+        if not chunk:
+            response.read()  # nothing is left: this closes the response, so the connection may serve the next
+            return b"".join(chunks), True
+        chunks.append(chunk)
+        size += len(chunk)
+    return b"".join(chunks)[:MAX_ANSWER_BODY_BYTES], False
