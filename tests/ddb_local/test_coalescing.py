@@ -17,6 +17,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tests.support.aws_calls import record_aws_calls
+from tests.support.coalescing import run_together
 
 pytestmark = pytest.mark.ddb_local
 
@@ -47,26 +48,6 @@ def _n(table: DynamoTable, name: str) -> int | None:
     return None if item is None else int(item["n"])
 
 
-def _together(table: DynamoTable, jobs: list[Callable[[], Any]], *, wait_s: float = 0.5) -> list[Any]:
-    """Run ``jobs`` as participants of one session, one thread each; returns results or raised exceptions."""
-    session = DynamoCoalescer(table, max_wait_s=wait_s).session(len(jobs))
-    results: list[Any] = [None] * len(jobs)
-
-    def run(index: int) -> None:
-        with session.participant():
-            try:
-                results[index] = jobs[index]()
-            except Exception as exc:
-                results[index] = exc
-
-    threads = [threading.Thread(target=run, args=(i,)) for i in range(len(jobs))]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(30)
-    return results
-
-
 def _operations(recorder) -> Counter[str]:
     return Counter(call.operation for call in recorder.calls if call.service == "dynamodb")
 
@@ -74,7 +55,7 @@ def _operations(recorder) -> Counter[str]:
 def test_disjoint_transactions_of_the_participants_travel_as_one_request(table):
     names = [str(uuid.uuid4()) for _ in range(5)]
     with record_aws_calls() as recorder:
-        results = _together(
+        results = run_together(
             table, [lambda name=name: table.transact([_bump(name, 0), _bump(name + "b", 0)]) for name in names]
         )
     assert results == [None] * 5
@@ -86,7 +67,7 @@ def test_a_failed_part_fails_alone_with_its_own_reasons_and_the_others_commit(ta
     names = [str(uuid.uuid4()) for _ in range(4)]
     table.transact([_bump(names[2] + "b", 0)])  # n = 1 already: names[2]'s second action expects 0 and fails
     with record_aws_calls() as recorder:
-        results = _together(
+        results = run_together(
             table, [lambda name=name: table.transact([_bump(name, 0), _bump(name + "b", 0)]) for name in names]
         )
     failed = results[2]
@@ -101,7 +82,7 @@ def test_a_failed_part_fails_alone_with_its_own_reasons_and_the_others_commit(ta
 def test_calls_on_one_item_are_never_merged_so_a_compare_and_set_still_excludes(table):
     name = str(uuid.uuid4())
     with record_aws_calls() as recorder:
-        results = _together(table, [lambda: table.transact([_bump(name, 0)]) for _ in range(3)])
+        results = run_together(table, [lambda: table.transact([_bump(name, 0)]) for _ in range(3)])
     assert sum(r is None for r in results) == 1
     assert all(isinstance(r, TransactionCancelled) and r.failed(0) for r in results if r is not None)
     assert _n(table, name) == 1
@@ -124,7 +105,7 @@ def test_identical_checks_are_shared_and_a_failing_one_fails_every_part_that_car
     table.transact([_bump(gate, 0), _bump(other, 0)])  # both gates hold n = 1
     names = [str(uuid.uuid4()) for _ in range(4)]
     with record_aws_calls() as recorder:  # two parts check `gate`, two check `other`: one request
-        results = _together(
+        results = run_together(
             table,
             [
                 lambda name=name, g=g: table.transact([_bump(name, 0), _check(g, 1)])
@@ -136,7 +117,7 @@ def test_identical_checks_are_shared_and_a_failing_one_fails_every_part_that_car
 
     table.transact([_bump(gate, 1)])  # `gate` no longer holds
     names = [str(uuid.uuid4()) for _ in range(3)]
-    results = _together(
+    results = run_together(
         table,
         [
             lambda name=name, g=g: table.transact([_bump(name, 0), _check(g, 1)])
@@ -153,7 +134,7 @@ def test_a_check_is_never_shared_with_a_part_that_writes_its_item(table):
     gate = str(uuid.uuid4())
     table.transact([_bump(gate, 0)])
     with record_aws_calls() as recorder:
-        results = _together(
+        results = run_together(
             table,
             [
                 lambda: table.transact([_check(gate, 1), _bump(str(uuid.uuid4()), 0)]),
@@ -170,7 +151,7 @@ def test_batch_reads_are_merged_and_each_caller_gets_exactly_its_keys(table):
         table.transact([_bump(name, 0)])
     wanted = [[_key(names[i]), _key(names[(i + 1) % 4]), _key("absent-" + names[i])] for i in range(4)]
     with record_aws_calls() as recorder:
-        results = _together(table, [lambda keys=keys: table.batch_get(keys) for keys in wanted])
+        results = run_together(table, [lambda keys=keys: table.batch_get(keys) for keys in wanted])
     assert _operations(recorder) == {"BatchGetItem": 1}
     for keys, found in zip(wanted, results, strict=True):
         assert set(found) == {(k["PK"], k["SK"]) for k in keys[:2]}
@@ -193,7 +174,7 @@ def test_a_busy_participant_holds_the_others_at_most_max_wait(table):
     timer = threading.Timer(3, release.set)
     timer.start()
     try:
-        results = _together(table, [*jobs, busy], wait_s=0.2)
+        results = run_together(table, [*jobs, busy], wait_s=0.2)
     finally:
         timer.cancel()
     assert results == [None] * 4
@@ -233,7 +214,7 @@ def test_every_part_gets_the_outcome_it_would_have_had_alone(table, plans):
     def job(p: int, plan: list[tuple[int, bool]]) -> None:
         table.transact([_bump(f"{run}-{p}-{item}", 0) for item, _ in plan])
 
-    results = _together(table, [lambda p=p, plan=plan: job(p, plan) for p, plan in enumerate(plans)], wait_s=0.3)
+    results = run_together(table, [lambda p=p, plan=plan: job(p, plan) for p, plan in enumerate(plans)], wait_s=0.3)
     for p, (plan, result) in enumerate(zip(plans, results, strict=True)):
         if all(holds for _, holds in plan):
             assert result is None

@@ -4,19 +4,17 @@ exactly the outcome it would have had alone."""
 
 from __future__ import annotations
 
-import threading
 import uuid
 from collections import Counter
-from collections.abc import Callable
 from typing import Any
 
 import pytest
-from amsg.adapters.dynamo.coalescing import DynamoCoalescer
 from amsg.adapters.dynamo.single_writes import SingleWrite, WriteOutcome
 from amsg.adapters.dynamo.table import DynamoTable
 from botocore.exceptions import ClientError
 
 from tests.support.aws_calls import record_aws_calls
+from tests.support.coalescing import run_together
 
 pytestmark = pytest.mark.ddb_local
 
@@ -53,26 +51,6 @@ def _n(table: DynamoTable, name: str) -> int:
     return int(table.get(_key(name))["n"])
 
 
-def _together(table: DynamoTable, jobs: list[Callable[[], Any]], *, wait_s: float = 0.5) -> list[Any]:
-    """Run ``jobs`` as participants of one session, one thread each; returns results or raised exceptions."""
-    session = DynamoCoalescer(table, max_wait_s=wait_s).session(len(jobs))
-    results: list[Any] = [None] * len(jobs)
-
-    def run(index: int) -> None:
-        with session.participant():
-            try:
-                results[index] = jobs[index]()
-            except Exception as exc:
-                results[index] = exc
-
-    threads = [threading.Thread(target=run, args=(i,)) for i in range(len(jobs))]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(30)
-    return results
-
-
 def _operations(recorder: Any) -> Counter[str]:
     return Counter(call.operation for call in recorder.calls if call.service == "dynamodb")
 
@@ -86,7 +64,7 @@ def test_the_participants_writes_travel_as_one_request_and_each_gets_its_own_out
     _seed(table, *names)
     _seed(table, names[3], n=7)  # names[3]'s condition fails: the others still apply
     with record_aws_calls() as recorder:
-        results = _together(table, [lambda name=name: table.write_singles([_bump(name, 0)]) for name in names])
+        results = run_together(table, [lambda name=name: table.write_singles([_bump(name, 0)]) for name in names])
     assert _operations(recorder) == {"BatchExecuteStatement": 1}
     assert [[o.applied for o in r] for r in results] == [[True], [True], [True], [False], [True]]
     (failed,) = results[3]
@@ -98,7 +76,7 @@ def test_several_writes_per_participant_keep_their_order_in_the_results(table):
     names = [str(uuid.uuid4()) for _ in range(6)]
     _seed(table, *names)
     with record_aws_calls() as recorder:
-        results = _together(
+        results = run_together(
             table,
             [
                 lambda: _applied(table, _bump(names[0], 0), _bump(names[1], 5), _bump(names[2], 0)),
@@ -113,7 +91,7 @@ def test_writes_of_one_item_go_in_successive_requests_so_a_compare_and_set_still
     name = str(uuid.uuid4())
     _seed(table, name)
     with record_aws_calls() as recorder:
-        results = _together(table, [lambda: _applied(table, _bump(name, 0)) for _ in range(3)])
+        results = run_together(table, [lambda: _applied(table, _bump(name, 0)) for _ in range(3)])
     assert sorted(r[0] for r in results) == [False, False, True]
     assert _n(table, name) == 1
     assert _operations(recorder) == {"BatchExecuteStatement": 3}
@@ -136,7 +114,7 @@ def test_a_refused_part_raises_in_its_own_thread_only(table, monkeypatch):
         ]
 
     monkeypatch.setattr(table, "_send_statements", refuse_second)
-    results = _together(table, [lambda name=name: _applied(table, _bump(name, 0)) for name in names])
+    results = run_together(table, [lambda name=name: _applied(table, _bump(name, 0)) for name in names])
     assert results[0] == [True] and results[2] == [True]
     assert isinstance(results[1], ClientError) and results[1].response["Error"]["Code"] == "ValidationException"
     assert [_n(table, name) for name in names] == [1, 0, 1]
@@ -167,7 +145,8 @@ def test_throttled_statements_of_a_merged_request_are_sent_again_alone(table, mo
     monkeypatch.setattr(table, "_send_statements", throttle_first)
     pauses: list[int] = []
     monkeypatch.setattr("amsg.adapters.dynamo.table._statement_pause", pauses.append)
-    results: list[Any] = _together(table, [lambda name=name: table.write_singles([_bump(name, 0)]) for name in names])
+    jobs = [lambda name=name: table.write_singles([_bump(name, 0)]) for name in names]
+    results: list[Any] = run_together(table, jobs)
     assert [[o.applied for o in r] for r in results] == [[True], [True], [False], [True]]
     assert sent[1] == sorted([f"U#{names[1]}", f"U#{names[2]}"]) and len(sent) == 2 and pauses == [1]
     assert [_n(table, name) for name in names] == [1, 1, 3, 1]
@@ -179,6 +158,6 @@ def test_with_statements_off_the_writes_go_one_request_each_without_waiting(ddb_
     names = [str(uuid.uuid4()) for _ in range(3)]
     _seed(table, *names)
     with record_aws_calls() as recorder:
-        results = _together(table, [lambda name=name: _applied(table, _bump(name, 0)) for name in names])
+        results = run_together(table, [lambda name=name: _applied(table, _bump(name, 0)) for name in names])
     assert results == [[True]] * 3
     assert _operations(recorder) == {"UpdateItem": 3}
