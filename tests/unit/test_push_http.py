@@ -329,3 +329,33 @@ def test_a_drip_fed_answer_body_is_cut_at_the_calls_timeout() -> None:
     assert http.idle_connections() == 0
     thread.join(timeout=15)
     server.close()
+
+
+def test_the_idle_pool_is_bounded_across_origins_and_pruned() -> None:
+    """Push endpoints are users' URLs: pushes to more origins than MAX_IDLE keep at most MAX_IDLE idle
+    connections (the least recently used closed), and once they expire, releasing any connection closes them."""
+    servers = []
+    for _ in range(push_http.MAX_IDLE + 5):
+        server = _Counting(("127.0.0.1", 0), _Handler)
+        threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True).start()
+        servers.append(server)
+    now = [100.0]
+    http = PushHttp(clock=lambda: now[0])
+    try:
+        for i, server in enumerate(servers):
+            now[0] = 100.0 + i * 0.01
+            assert http.post(_url(server), b"x", {}, 5.0).status == 201
+        assert http.idle_connections() == push_http.MAX_IDLE
+        now[0] += 0.01
+        assert http.post(_url(servers[-1]), b"x", {}, 5.0).status == 201  # the most recent one is still pooled
+        assert servers[-1].connections == 1
+        assert http.post(_url(servers[0]), b"x", {}, 5.0).status == 201  # the oldest one was closed
+        assert servers[0].connections == 2
+        now[0] += push_http.KEEPALIVE_EXPIRY_S + 1
+        assert http.post(_url(servers[1]), b"x", {}, 5.0).status == 201
+        assert http.idle_connections() == 1  # every expired one closed on that release
+    finally:
+        http.close()
+        for server in servers:
+            server.shutdown()
+            server.server_close()

@@ -32,7 +32,11 @@ from dataclasses import dataclass
 from urllib.parse import quote, urlsplit
 
 KEEPALIVE_EXPIRY_S = 5.0  # httpx's default keep-alive expiry
-MAX_IDLE_PER_ORIGIN = 20
+# Idle connections kept in all, whatever the number of origins (httpx's ``max_keepalive_connections``): push
+# endpoints are users' URLs, so a sandbox may meet any number of origins, and each idle connection holds a file
+# descriptor. A connection past its expiry is closed when any connection is released, not only when its own
+# origin is used again.
+MAX_IDLE = 20
 # A push endpoint is a URL the user supplied: its answer's body is kept up to this size and read for at most the
 # call's timeout once the status line is in. The status decides the outcome; a longer or slower body is cut and
 # its connection closed, so no endpoint can hold a sandbox's memory or a worker thread with a drip-fed answer.
@@ -153,12 +157,24 @@ class PushHttp:
             conn.close()
 
     def _release(self, target: _Target, conn: http.client.HTTPConnection) -> None:
+        now = self._clock()
         with self._lock:
-            idle = self._idle.setdefault(target.origin, [])
-            if len(idle) < MAX_IDLE_PER_ORIGIN:
-                idle.append((conn, self._clock()))
-                return
-        conn.close()
+            self._idle.setdefault(target.origin, []).append((conn, now))
+            closing = self._evict(now)
+        for stale in closing:
+            stale.close()
+
+    def _evict(self, now: float) -> list[http.client.HTTPConnection]:
+        """Take out of the pool (the caller closes them) every expired connection, then the oldest ones past
+        :data:`MAX_IDLE`; origins left with none are dropped. Linear in the pool, which is at most MAX_IDLE + 1."""
+        pooled = [(since, origin, conn) for origin, idle in self._idle.items() for conn, since in idle]
+        pooled.sort(key=lambda entry: entry[0], reverse=True)  # the most recently used first
+        kept = [entry for entry in pooled if now - entry[0] < KEEPALIVE_EXPIRY_S][:MAX_IDLE]
+        kept_ids = {id(conn) for _, _, conn in kept}
+        self._idle = {}
+        for since, origin, conn in reversed(kept):  # oldest first: a list's last is the next one reused
+            self._idle.setdefault(origin, []).append((conn, since))
+        return [conn for _, _, conn in pooled if id(conn) not in kept_ids]
 
     def _connect(self, target: _Target, timeout_s: float) -> http.client.HTTPConnection:
         conn: http.client.HTTPConnection | None = None
