@@ -30,6 +30,15 @@ def delivered_update(space: keys.KeySpace, user_id: str, message_id: str, at_ms:
     }
 
 
+def delivered_marks(space: keys.KeySpace, user_id: str, message_ids: Sequence[str], at_ms: int) -> list[SingleWrite]:
+    """The delivered marks of pushed rows, one conditional single write per distinct message id (sent together by
+    ``DynamoTable.write_singles``, each with its own outcome)."""
+    return [
+        SingleWrite("update", delivered_update(space, user_id, message_id, at_ms))
+        for message_id in _distinct(message_ids)
+    ]
+
+
 def claim_check(space: keys.KeySpace, user_id: str, task_uuid: str, claim_version: int, now_ms: int) -> dict[str, Any]:
     """The condition check of a write fenced by a run's task claim: pending under ``claim_version``, lease
     unexpired."""
@@ -144,10 +153,7 @@ class OutboxSendClaims:
     def mark_delivered(self, user_id: str, message_ids: Sequence[str], at_ms: int) -> int:
         if isinstance(message_ids, str):
             message_ids = [message_ids]
-        marks = [
-            SingleWrite("update", delivered_update(self.space, user_id, message_id, at_ms))
-            for message_id in _distinct(message_ids)
-        ]
+        marks = delivered_marks(self.space, user_id, message_ids, at_ms)
         # one request for all (merged with the batch's siblings' in a coalescing session), each its own write
         outcomes = self.db.write_singles(marks) if marks else []
         return sum(1 for outcome in outcomes if outcome.checked().applied)

@@ -11,7 +11,7 @@ from typing import Any
 from botocore.exceptions import ClientError
 
 from amsg.adapters.dynamo import keys, pending
-from amsg.adapters.dynamo.outbox_sending import delivered_update
+from amsg.adapters.dynamo.outbox_sending import delivered_marks
 from amsg.adapters.dynamo.single_writes import SingleWrite
 from amsg.adapters.dynamo.table import DynamoTable, TransactionCancelled, is_conditional_failure, item_int
 from amsg.adapters.dynamo.tasks import (
@@ -88,10 +88,7 @@ class DynamoSettlements:
         """The rows this run pushed, marked delivered whatever happens to the settlement (a row gone since is
         left gone; a mark that cannot be written leaves the row claimed, never sent again). All of them in one
         request (with the batch's siblings' in a coalescing session), each its own conditional write."""
-        marks = [
-            SingleWrite("update", delivered_update(self.space, user_id, message_id, settlement.delivered_at_ms))
-            for message_id in dict.fromkeys(settlement.delivered)
-        ]
+        marks = delivered_marks(self.space, user_id, settlement.delivered, settlement.delivered_at_ms)
         for outcome in self.db.write_singles(marks) if marks else []:
             if outcome.error is not None and not isinstance(outcome.error, ClientError):
                 raise outcome.error
