@@ -17,28 +17,15 @@ ROUND_MS = 600_000  # each round's tasks fall due after the previous round's lea
 
 def main(tasks: int = 400) -> None:
     counting.install()
-    from amsg_local.dynamodb_local import start_dynamodb_local
-    from amsg_local.tables import create_tables_from_template
-    from amsg_local.template import load_template
-
     from bench.capacity import _process_cpu_s
+    from bench.ddb import dynamodb_local_server
     from tests.support.ddb_engine import T0_MS, MemoryQueue, RecordingPushSender, ddb_context, with_fakes
 
     asked = os.environ.get("AMSG_CLAIM_WRITES", "").strip().lower()
     modes = [asked] if asked else list(MODES)
     load = Path("/proc/loadavg").read_text().split()[:3] if Path("/proc/loadavg").exists() else []
     print(f"== tick on DynamoDB Local ({tasks} due tasks per round, load average {' '.join(load)})")
-    with start_dynamodb_local() as server:
-        import boto3
-
-        client = boto3.client(
-            "dynamodb",
-            endpoint_url=server.endpoint_url,
-            region_name="us-east-1",
-            aws_access_key_id="x",
-            aws_secret_access_key="x",
-        )
-        create_tables_from_template(client, load_template(), "bench")
+    with dynamodb_local_server("bench") as server:
         contexts = {}
         for mode in modes:
             ctx = contexts[mode] = ddb_context(server.endpoint_url, "bench", AMSG_CLAIM_WRITES=mode)
