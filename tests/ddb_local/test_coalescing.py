@@ -17,7 +17,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tests.support.aws_calls import record_aws_calls
-from tests.support.coalescing import run_together
+from tests.support.coalescing import counter_key, run_together
 
 pytestmark = pytest.mark.ddb_local
 
@@ -27,15 +27,11 @@ def table(ddb_local_endpoint, ddb_local_table) -> DynamoTable:
     return DynamoTable(ddb_local_table, endpoint_url=ddb_local_endpoint, region="us-east-1")
 
 
-def _key(name: str) -> dict[str, str]:
-    return {"PK": f"U#{name}", "SK": "C#n"}
-
-
 def _bump(name: str, expect: int) -> dict[str, Any]:
     """Compare-and-set ``n`` from ``expect`` to ``expect + 1`` (fails when ``n`` is anything else)."""
     return {
         "Update": {
-            "Key": _key(name),
+            "Key": counter_key(name),
             "UpdateExpression": "SET n = :new",
             "ConditionExpression": "attribute_not_exists(n) OR n = :cur",
             "ExpressionAttributeValues": {":new": expect + 1, ":cur": expect},
@@ -44,7 +40,7 @@ def _bump(name: str, expect: int) -> dict[str, Any]:
 
 
 def _n(table: DynamoTable, name: str) -> int | None:
-    item = table.get(_key(name))
+    item = table.get(counter_key(name))
     return None if item is None else int(item["n"])
 
 
@@ -93,7 +89,7 @@ def _check(name: str, value: int) -> dict[str, Any]:
     """Holds while ``n`` of ``name`` is ``value`` (the shape of a push claim's tenant-active check)."""
     return {
         "ConditionCheck": {
-            "Key": _key(name),
+            "Key": counter_key(name),
             "ConditionExpression": "n = :v",
             "ExpressionAttributeValues": {":v": value},
         }
@@ -149,7 +145,9 @@ def test_batch_reads_are_merged_and_each_caller_gets_exactly_its_keys(table):
     names = [str(uuid.uuid4()) for _ in range(4)]
     for name in names:
         table.transact([_bump(name, 0)])
-    wanted = [[_key(names[i]), _key(names[(i + 1) % 4]), _key("absent-" + names[i])] for i in range(4)]
+    wanted = [
+        [counter_key(names[i]), counter_key(names[(i + 1) % 4]), counter_key("absent-" + names[i])] for i in range(4)
+    ]
     with record_aws_calls() as recorder:
         results = run_together(table, [lambda keys=keys: table.batch_get(keys) for keys in wanted])
     assert _operations(recorder) == {"BatchGetItem": 1}

@@ -14,7 +14,7 @@ from amsg.adapters.dynamo.table import DynamoTable
 from botocore.exceptions import ClientError
 
 from tests.support.aws_calls import record_aws_calls
-from tests.support.coalescing import run_together
+from tests.support.coalescing import counter_key, run_together
 
 pytestmark = pytest.mark.ddb_local
 
@@ -24,16 +24,12 @@ def table(ddb_local_endpoint, ddb_local_table) -> DynamoTable:
     return DynamoTable(ddb_local_table, endpoint_url=ddb_local_endpoint, region="us-east-1")
 
 
-def _key(name: str) -> dict[str, str]:
-    return {"PK": f"U#{name}", "SK": "C#n"}
-
-
 def _bump(name: str, expect: int) -> SingleWrite:
     """Compare-and-set ``n`` of an existing item from ``expect`` to ``expect + 1``."""
     return SingleWrite(
         "update",
         {
-            "Key": _key(name),
+            "Key": counter_key(name),
             "UpdateExpression": "SET n = :new",
             "ConditionExpression": "n = :cur",
             "ExpressionAttributeValues": {":new": expect + 1, ":cur": expect},
@@ -44,11 +40,11 @@ def _bump(name: str, expect: int) -> SingleWrite:
 
 def _seed(table: DynamoTable, *names: str, n: int = 0) -> None:
     for name in names:
-        table.table.put_item(Item={**_key(name), "n": n})
+        table.table.put_item(Item={**counter_key(name), "n": n})
 
 
 def _n(table: DynamoTable, name: str) -> int:
-    return int(table.get(_key(name))["n"])
+    return int(table.get(counter_key(name))["n"])
 
 
 def _operations(recorder: Any) -> Counter[str]:

@@ -28,3 +28,8 @@ def run_together(table: DynamoTable, jobs: list[Callable[[], Any]], *, wait_s: f
     for thread in threads:
         thread.join(30)
     return results
+
+
+def counter_key(name: str) -> dict[str, str]:
+    """The key of a test's counter item ``name`` (its ``n`` is what the coalescing tests compare and set)."""
+    return {"PK": f"U#{name}", "SK": "C#n"}
