@@ -145,14 +145,7 @@ def test_a_connection_close_answer_is_not_pooled() -> None:
     server.bind(("127.0.0.1", 0))
     server.listen(1)
 
-    def serve() -> None:
-        conn, _ = server.accept()
-        conn.recv(65536)
-        conn.sendall(b"HTTP/1.1 201 Created\r\nConnection: close\r\nContent-Length: 0\r\n\r\n")
-        conn.close()
-
-    thread = threading.Thread(target=serve, daemon=True)
-    thread.start()
+    thread = _serve_once(server, b"HTTP/1.1 201 Created\r\nConnection: close\r\nContent-Length: 0\r\n\r\n")
     http = PushHttp()
     assert http.post(_url(server), b"x", {}, 5.0).status == 201
     assert http.idle_connections() == 0
