@@ -297,10 +297,34 @@ def test_a_final_settlement_ends_the_task_and_a_delete_removes_it(stores):
     task = stores.tasks.get_task(USER, sent)
     assert task is not None and task.status == "sent" and task.lease_until_ms is None
     assert due_uuids(stores, now=LEASE + 1) == [gone]  # a sent task leaves the due index for good
-    one_shot = Settlement(next_send_at_ms=DUE, delete=True, delivered=("m1",), delivered_at_ms=NOW, payload_rev=1)
+    one_shot = Settlement(
+        next_send_at_ms=DUE, delete=True, delivered=("m1",), delivered_at_ms=NOW, payload_rev=1, task_id=second.id
+    )
     assert stores.claims.settle(USER, gone, second.claim_version, one_shot, NOW)
     assert stores.tasks.get_task(USER, gone) is None and stores.tasks.find_task(gone) is None
     assert [r.delivered_at for r in stores.outbox.list_for_task(USER, gone)] == [NOW]
+
+
+def test_a_delivered_one_shot_whose_task_is_gone_counts_as_settled(stores):
+    """Its pushes left: a cancel that came after them (or this delete's own attempt whose answer was lost) does
+    not turn the delivery into a failure; a task taken over by a newer claim still refuses the settlement."""
+    gone, taken = create(stores, 1), create(stores, 2)
+    first, second = claim(stores, gone), claim(stores, taken)
+    assert first is not None and second is not None
+    stores.outbox.append(USER, [push("m1", gone), push("m2", taken)])
+    assert stores.tasks.delete_task(USER, gone)
+    one_shot = Settlement(
+        next_send_at_ms=DUE, delete=True, delivered=("m1",), delivered_at_ms=NOW, payload_rev=1, task_id=first.id
+    )
+    assert stores.claims.settle(USER, gone, first.claim_version, one_shot, NOW)
+    assert stores.tasks.find_task(gone) is None
+    undelivered = Settlement(next_send_at_ms=DUE, delete=True, payload_rev=1, task_id=first.id)
+    assert not stores.claims.settle(USER, gone, first.claim_version, undelivered, NOW)  # nothing pushed: refused
+    stale = Settlement(
+        next_send_at_ms=DUE, delete=True, delivered=("m2",), delivered_at_ms=NOW, payload_rev=1, task_id=second.id
+    )
+    assert not stores.claims.settle(USER, taken, second.claim_version + 1, stale, NOW)
+    assert stores.tasks.get_task(USER, taken) is not None
 
 
 def test_a_stale_settlement_still_marks_its_pushes_delivered(stores):

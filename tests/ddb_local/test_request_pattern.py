@@ -127,8 +127,8 @@ def test_a_batch_of_five_shares_one_read_and_one_transaction(wired):
     """Five users' one-shot tasks in one SQS batch, run together as the run_task handler does: one merged
     read, one merged append, then each settlement's single writes (the row's delivered mark, the task's delete, the
     uuid registry entry's delete: half the write units of one transaction, docs/decisions.md 38), every push exactly
-    once and every row marked delivered. The marks of the five and the registry deletes of the five travel as
-    one ``BatchExecuteStatement`` each (statements on, the default).
+    once and every row marked delivered. The marks of the five, the tasks' deletes of the five and the registry
+    deletes of the five travel as one ``BatchExecuteStatement`` each (statements on, the default; decisions.md 43).
     (A generous wait makes the merge deterministic here; production waits at most 20 ms for a sibling.)"""
     from amsg.adapters.dynamo.coalescing import DynamoCoalescer
     from amsg.engine.run_task import run_together
@@ -149,9 +149,9 @@ def test_a_batch_of_five_shares_one_read_and_one_transaction(wired):
         results = run_together(ctx, jobs, keys=[m.user_id for m in messages])
     assert [r["successCount"] for r in results] == [1] * 5
     operations = sorted(c.operation for c in recorder.calls if c.service == "dynamodb")
-    # the five marks in one statement batch, each task's fenced delete on its own (it needs the old item), the five
-    # registry entries' deletes in a second statement batch
-    assert operations == ["BatchExecuteStatement"] * 2 + ["BatchGetItem", *["DeleteItem"] * 5, "TransactWriteItems"]
+    # the five marks, then the five tasks' fenced deletes, then the five registry entries' deletes: one statement
+    # batch each
+    assert operations == ["BatchExecuteStatement"] * 3 + ["BatchGetItem", "TransactWriteItems"]
     assert sorted(sender.counts().values()) == [1] * 5
     for user, task_uuid in seeded:
         assert ctx.tasks.find_task(task_uuid) is None

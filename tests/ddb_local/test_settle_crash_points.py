@@ -135,3 +135,113 @@ def test_died_after_the_task_delete_the_uuid_is_free_again(ddb_local_endpoint, d
     assert entry["user_id"] == other and ctx.tasks.find_task(task_uuid).user_id == other
     with pytest.raises(TaskUuidConflict):  # while it names a task that exists, the uuid is taken
         ctx.tasks.create_task(_new_task(ctx, user, task_uuid, "三。"))
+
+
+# ---- a delivered one-shot whose task is gone at its delete (docs/decisions.md, 43) ------------------------
+
+
+class CancelAtLastPush(RecordingPushSender):
+    """Accepts every push; once the last one has left, the user cancels the task (``DELETE /cancel-message``'s
+    store calls) before the run's settlement."""
+
+    def __init__(self, ctx: Any, last: str) -> None:
+        super().__init__()
+        self.ctx, self.last, self.cancelled = ctx, last, False
+
+    def send(self, subscription: Any, payload: bytes | str, **kwargs: Any) -> int:
+        status = super().send(subscription, payload, **kwargs)
+        if json.loads(payload)["messageId"].endswith(self.last) and not self.cancelled:
+            user, task_uuid = self.task
+            self.cancelled = self.ctx.tasks.delete_task(user, task_uuid)
+            self.ctx.outbox.discard_undelivered_for_task(user, task_uuid)
+        return status
+
+
+def _items_of(ctx: Any, user: str, task_uuid: str) -> list[dict[str, Any]]:
+    """Every item left of the user's task: the user's partition but its outbox rows and subscription, and the
+    task's uuid registry entry."""
+    space = ctx.tasks.space
+    pk = space.user_pk(user)
+    left = [
+        item
+        for item in ctx.tasks.db.query_all(KeyConditionExpression="PK = :pk", ExpressionAttributeValues={":pk": pk})
+        if not str(item["SK"]).startswith(("O#", "PUSH", "SEQ#"))
+    ]
+    entry = ctx.tasks.db.get(space.uuid_registry_key(task_uuid))
+    return left + ([entry] if entry else [])
+
+
+@BOTH_FORMS
+def test_a_cancel_after_the_pushes_reads_as_delivered_and_leaves_nothing(
+    ddb_local_endpoint, ddb_local_table, statements
+):
+    ctx = ddb_context(ddb_local_endpoint, ddb_local_table, AMSG_DYNAMO_STATEMENTS=statements)
+    queue = MemoryQueue()
+    sender = CancelAtLastPush(ctx, last="_1")
+    with_fakes(ctx, sender, queue)
+    user, task_uuid = _one_shot(ctx, "甲。乙。")
+    sender.task = (user, task_uuid)
+    ctx.clock.current_ms = T0_MS + 61_000
+    run_tick(ctx)
+    message = parse_task_message(json.dumps(queue.items.get_nowait()))
+    result = run_message(ctx, message, remaining_ms=lambda: 100_000, owner="c")
+    assert sender.cancelled and [p["message"] for p in sender.sent] == ["甲。", "乙。"]
+    details = result["details"]
+    assert result["successCount"] == 1 and not details["cancelledTasks"] and not details["failedTasks"]
+    rows = ctx.outbox.list_unacked(user, 0, 10, ctx.now_ms())
+    assert rows and all(r.delivered_at is not None for r in rows)  # what the cancel left is marked delivered
+    assert _items_of(ctx, user, task_uuid) == []  # no task, no part, no registry entry left
+
+
+class LoseTaskDeleteAnswer:
+    """The task's delete is applied by DynamoDB Local, then its answer is lost (a 500 in its place): the SDK sends
+    it again and finds the task gone."""
+
+    def __init__(self, endpoint: str) -> None:
+        self.endpoint, self.lost = endpoint, 0
+
+    def __call__(self, request: Any, **kwargs: Any) -> Any:
+        import urllib.request
+
+        from botocore.awsrequest import AWSResponse
+
+        target = request.headers.get("X-Amz-Target", b"")
+        target = target.decode() if isinstance(target, bytes) else target
+        deletes = FailDeletes(lambda key: key["SK"]["S"].startswith("T#"))._deletes(
+            target, json.loads(request.body or b"{}")
+        )
+        if self.lost or not any(key["SK"]["S"].startswith("T#") for key in deletes):
+            return None
+        headers = {k: (v.decode() if isinstance(v, bytes) else v) for k, v in request.headers.items()}
+        forwarded = urllib.request.Request(self.endpoint, data=request.body, headers=headers, method="POST")
+        with urllib.request.urlopen(forwarded, timeout=10) as answer:  # applied
+            assert answer.status == 200
+        self.lost += 1
+        body = json.dumps({"__type": "com.amazonaws.dynamodb.v20120810#InternalServerError", "message": "lost"})
+
+        class Raw:
+            def stream(self, **_: Any) -> Any:
+                yield body.encode()
+
+        return AWSResponse(request.url, 500, {"x-amzn-requestid": "l"}, Raw())
+
+
+@BOTH_FORMS
+def test_the_task_deletes_answer_lost_after_it_applied_reads_as_delivered(
+    ddb_local_endpoint, ddb_local_table, statements
+):
+    ctx = ddb_context(ddb_local_endpoint, ddb_local_table, AMSG_DYNAMO_STATEMENTS=statements)
+    sender, queue = RecordingPushSender(), MemoryQueue()
+    with_fakes(ctx, sender, queue)
+    losing = LoseTaskDeleteAnswer(ddb_local_endpoint)
+    for client in table_clients(ctx.tasks.db):
+        client.meta.events.register("before-send.dynamodb", losing)
+    user, task_uuid = _one_shot(ctx, "一。")
+    ctx.clock.current_ms = T0_MS + 61_000
+    run_tick(ctx)
+    message = parse_task_message(json.dumps(queue.items.get_nowait()))
+    result = run_message(ctx, message, remaining_ms=lambda: 100_000, owner="c")
+    assert losing.lost == 1 and [p["message"] for p in sender.sent] == ["一。"]
+    details = result["details"]
+    assert result["successCount"] == 1 and not details["cancelledTasks"] and not details["failedTasks"]
+    assert _items_of(ctx, user, task_uuid) == []

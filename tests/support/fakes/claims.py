@@ -348,7 +348,9 @@ class MemoryClaimStore:
             if settlement.delivered:  # the pushes went out: their rows say so whatever happens to the task
                 self._outbox.mark_delivered(user_id, list(settlement.delivered), settlement.delivered_at_ms)
             row = self._task(user_id, uuid)
-            if row is None or row.claim_version != claim_version:
+            if row is None:  # a delivered one-shot's task already gone counts as settled (the adapter's rule)
+                return settlement.delete and bool(settlement.delivered)
+            if row.claim_version != claim_version:
                 return False
             if settlement.delete:
                 return self._tasks.delete_task(user_id, uuid)

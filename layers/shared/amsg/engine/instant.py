@@ -125,6 +125,7 @@ def deliver_instant(
         delete=True,
         payload_rev=claimed.rev,
         payload_token=claimed.payload_token,
+        task_id=claimed.id,
         delivered=tuple(outcome.unmarked),
         delivered_at_ms=sent_ms,
     )

@@ -62,7 +62,11 @@ def finalize_success(
     recurrence = recurrence_of(payload)
     if recurrence == "none":
         settlement = Settlement(
-            next_send_at_ms=row.next_send_at_ms, delete=True, payload_rev=row.rev, payload_token=row.payload_token
+            next_send_at_ms=row.next_send_at_ms,
+            delete=True,
+            payload_rev=row.rev,
+            payload_token=row.payload_token,
+            task_id=row.id,
         )
     else:
         occurrence = row.next_send_at_ms or now

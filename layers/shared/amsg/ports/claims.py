@@ -110,7 +110,10 @@ class ClaimStore(Protocol):
     def renew_lease(self, user_id: str, uuid: str, claim_version: int, lease_until_ms: int, owner: str) -> bool: ...
 
     def settle(self, user_id: str, uuid: str, claim_version: int, settlement: Settlement, now_ms: int) -> bool:
-        """Apply a settlement if the claim is still ours; False means the row is gone or was taken over."""
+        """Apply a settlement if the claim is still ours; False means the row is gone or was taken over. One
+        exception: a delivered one-shot's delete (``delete`` with pushes in ``delivered``) outside a tenant's key
+        space finds its task already gone and counts it settled: the pushes left, whatever removed the task
+        since (docs/decisions.md, 43)."""
         ...
 
     def delete_settled_before(self, cutoff_ms: int, *, shards: int, limit: int) -> int: ...
@@ -198,6 +201,9 @@ class Settlement:
     delivered: tuple[str, ...] = ()
     delivered_at_ms: int = 0
     payload_token: str | None = None  # the claimed row's split-payload token (its parts go with a delete)
+    # the claimed row's id: a delivered one-shot's uuid registry entry is deleted while it names this task, with no
+    # read of the task first (docs/decisions.md, 43)
+    task_id: int | None = None
 
 
 @dataclass

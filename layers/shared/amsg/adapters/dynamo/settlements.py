@@ -96,8 +96,13 @@ class DynamoSettlements:
     def _delete_delivered(self, user_id: str, uuid: str, claim_version: int, settlement: Settlement) -> bool:
         """A delivered one-shot: the task deleted (fenced; ``rev`` proves the payload, and so its parts, is the one
         read, else the general path reads the part token first), then its uuid registry entry while it still
-        names this task; in a tenant's space the task, its pending count and the entry in one transaction (the
-        count must move with the task). False when the task's condition failed."""
+        names this task (the claimed row's id); in a tenant's space the task, its pending count and the entry in
+        one transaction (the count must move with the task). False when the task's condition failed.
+
+        Outside a tenant's space the delete is a single write merged with the batch's siblings (a ``DELETE``
+        statement) on which a task already gone counts as deleted: its pushes have left, so a cancel that came
+        after them, or this delete's own earlier attempt whose answer was lost, reads as delivered
+        (docs/decisions.md, 43)."""
         delete: dict[str, Any] = {
             "Key": self._key(user_id, uuid),
             "ConditionExpression": "claim_version = :cv AND rev = :rev",
@@ -106,34 +111,22 @@ class DynamoSettlements:
                 ":rev": settlement.payload_rev if settlement.payload_rev is not None else -1,
             },
         }
-        if pending.counted(self.space):
+        counted = pending.counted(self.space)
+        if counted:
             try:
                 self.db.transact([*self._ending({"Delete": delete}), registry_delete(self.space, uuid, user_id)])
             except TransactionCancelled:
                 return False
-            deleted: dict[str, Any] | None = None
-        else:
-            # on its own, not a statement: the registry entry's delete needs the task's id (ALL_OLD), and a task
-            # deleted since the claim must read as a failed condition, where a DELETE statement reports success
-            deleted = self._delete_if(**delete, ReturnValues="ALL_OLD")
-            if deleted is None:
-                return False
+        elif not self._write_if(SingleWrite("delete", delete, absent_ok=True)):
+            return False
         if settlement.payload_token:
             drop_parts(self.db, self.space, user_id, uuid, settlement.payload_token)
-        if deleted is not None:  # best effort: an entry left behind is one a create of the uuid takes over
-            entry = registry_delete_of(self.space, uuid, user_id, deleted.get("id"))
+        if not counted and settlement.task_id is not None:
+            # best effort: an entry left behind names a task that is gone, and a create of the uuid takes it over
+            entry = registry_delete_of(self.space, uuid, user_id, settlement.task_id)
             with contextlib.suppress(ClientError):  # an entry already gone is as good as deleted
                 self._write_if(SingleWrite("delete", entry, absent_ok=True))
         return True
-
-    def _delete_if(self, **kwargs: Any) -> dict[str, Any] | None:
-        """A conditional DeleteItem: the old item, or None when the condition did not hold."""
-        try:
-            return self.db.table.delete_item(**kwargs).get("Attributes") or {}
-        except ClientError as exc:
-            if is_conditional_failure(exc):
-                return None
-            raise
 
     def _ending(self, action: dict[str, Any]) -> list[dict[str, Any]]:
         """The actions of a write that ends a pending task: in a tenant's space the task must still be pending and
