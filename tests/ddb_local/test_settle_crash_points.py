@@ -44,20 +44,25 @@ class FailDeletes:
         return []
 
     def __call__(self, request: Any, **kwargs: Any) -> Any:
-        from botocore.awsrequest import AWSResponse
-
         target = request.headers.get("X-Amz-Target", b"")
         target = target.decode() if isinstance(target, bytes) else target
         if not any(self.matches(key) for key in self._deletes(target, json.loads(request.body or b"{}"))):
             return None
         self.failed += 1
-        body = json.dumps({"__type": "com.amazonaws.dynamodb.v20120810#InternalServerError", "message": "down"})
+        return internal_error(request, "down")
 
-        class Raw:
-            def stream(self, **_: Any) -> Any:
-                yield body.encode()
 
-        return AWSResponse(request.url, 500, {"x-amzn-requestid": "f"}, Raw())
+def internal_error(request: Any, message: str) -> Any:
+    """DynamoDB's 500 answer to ``request`` (what botocore retries, then raises)."""
+    from botocore.awsrequest import AWSResponse
+
+    body = json.dumps({"__type": "com.amazonaws.dynamodb.v20120810#InternalServerError", "message": message})
+
+    class Raw:
+        def stream(self, **_: Any) -> Any:
+            yield body.encode()
+
+    return AWSResponse(request.url, 500, {"x-amzn-requestid": "f"}, Raw())
 
 
 def _new_task(ctx: Any, user: str, task_uuid: str, message: str) -> NewTask:
@@ -203,8 +208,6 @@ class LoseTaskDeleteAnswer:
     def __call__(self, request: Any, **kwargs: Any) -> Any:
         import urllib.request
 
-        from botocore.awsrequest import AWSResponse
-
         target = request.headers.get("X-Amz-Target", b"")
         target = target.decode() if isinstance(target, bytes) else target
         deletes = FailDeletes(lambda key: key["SK"]["S"].startswith("T#"))._deletes(
@@ -217,13 +220,7 @@ class LoseTaskDeleteAnswer:
         with urllib.request.urlopen(forwarded, timeout=10) as answer:  # applied
             assert answer.status == 200
         self.lost += 1
-        body = json.dumps({"__type": "com.amazonaws.dynamodb.v20120810#InternalServerError", "message": "lost"})
-
-        class Raw:
-            def stream(self, **_: Any) -> Any:
-                yield body.encode()
-
-        return AWSResponse(request.url, 500, {"x-amzn-requestid": "l"}, Raw())
+        return internal_error(request, "lost")
 
 
 @BOTH_FORMS
