@@ -27,6 +27,7 @@ from botocore.exceptions import ClientError
 
 from amsg.adapters.dynamo.plain_table import PlainResource, PlainTable, from_wire, to_wire
 from amsg.adapters.dynamo.session import direct_context_params, dynamodb_session
+from amsg.adapters.dynamo.transport import install as install_transport
 from amsg.adapters.dynamo.single_writes import (
     SingleWrite,
     WriteOutcome,
@@ -130,12 +131,14 @@ class DynamoTable:
         plain_table.py, from values ``TypeSerializer`` typed; DynamoDB validates each request on its side and
         answers ``ValidationException``, as DynamoDB Local does in the tests that drive these paths. Its
         session (session.py) skips botocore's scan of every service's data directory, and its endpoint rules
-        get the tables a request names without a JMESPath walk of the request."""
+        get the tables a request names without a JMESPath walk of the request. Its requests travel over the
+        lean transport (transport.py) unless ``AMSG_DYNAMO_TRANSPORT=botocore``."""
         if self._wire is None:
             with self._lock:
                 if self._wire is None:
                     wire = dynamodb_session().client("dynamodb", config=self._config(), **self._client_options)
                     direct_context_params(wire)
+                    install_transport(wire)
                     self._wire = wire
         return self._wire
 
