@@ -92,7 +92,7 @@ def test_a_large_batch_read_and_concurrent_writers_share_the_pool(table: DynamoT
             table.table.update_item(
                 Key={"PK": "t#4", "SK": "n"}, UpdateExpression="ADD n :one", ExpressionAttributeValues={":one": 1}
             )
-        except BaseException as exc:  # noqa: BLE001  (reported below)
+        except BaseException as exc:
             errors.append(exc)
 
     with ThreadPoolExecutor(max_workers=6) as pool:

@@ -29,7 +29,6 @@ from botocore.exceptions import (
     SSLError,
 )
 from botocore.httpsession import URLLib3Session
-
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
@@ -118,10 +117,10 @@ def serve() -> Iterator[Callable[..., Loopback]]:
 
 
 def client_for(url: str, *, attempts: int = 3, read_timeout: float = 5, **options: Any) -> Any:
-    config = Config(retries={"mode": "standard", "total_max_attempts": attempts}, read_timeout=read_timeout, connect_timeout=1)
-    client = dynamodb_session().client(
-        "dynamodb", config=config, endpoint_url=url, region_name="us-east-1", **options
+    config = Config(
+        retries={"mode": "standard", "total_max_attempts": attempts}, read_timeout=read_timeout, connect_timeout=1
     )
+    client = dynamodb_session().client("dynamodb", config=config, endpoint_url=url, region_name="us-east-1", **options)
     assert transport.install(client, {})
     return client
 

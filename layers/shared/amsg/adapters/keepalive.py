@@ -16,7 +16,7 @@ import ssl
 import threading
 import time
 from collections.abc import Callable, Hashable
-from typing import Generic, Protocol, TypeVar
+from typing import Protocol
 
 
 class Pooled(Protocol):
@@ -26,9 +26,6 @@ class Pooled(Protocol):
     def sock(self) -> socket.socket | None: ...
 
     def close(self) -> None: ...
-
-
-C = TypeVar("C", bound=Pooled)
 
 
 def still_open(sock: socket.socket | None) -> bool:
@@ -45,7 +42,7 @@ def still_open(sock: socket.socket | None) -> bool:
         return False
 
 
-class IdlePool(Generic[C]):
+class IdlePool[C: Pooled]:
     """Thread-safe idle connections per origin: at most ``max_idle`` in all (the least recently used closed
     first), none older than ``expiry_s``. A connection is out of the pool while it serves a request."""
 

@@ -27,7 +27,6 @@ from botocore.exceptions import ClientError
 
 from amsg.adapters.dynamo.plain_table import PlainResource, PlainTable, from_wire, to_wire
 from amsg.adapters.dynamo.session import direct_context_params, dynamodb_session
-from amsg.adapters.dynamo.transport import install as install_transport
 from amsg.adapters.dynamo.single_writes import (
     SingleWrite,
     WriteOutcome,
@@ -35,6 +34,7 @@ from amsg.adapters.dynamo.single_writes import (
     distinct_batches,
     one_by_one,
 )
+from amsg.adapters.dynamo.transport import install as install_transport
 
 # The one large-value limit: a value up to INLINE_CHARS is stored in its item, a longer one as parts of
 # PART_CHARS (write_blob); both keep items well below DynamoDB's 400 KB (attribute names and others count too).

@@ -112,7 +112,7 @@ def install(client: Any, env: Mapping[str, str] | None = None) -> bool:
 
 
 def _settings_of(session: Any) -> _Settings | None:
-    if type(session) is not URLLib3Session:  # noqa: E721  (a subclass may send differently)
+    if type(session) is not URLLib3Session:
         return None
     try:
         proxies = session._proxy_config
@@ -130,7 +130,7 @@ def _settings_of(session: Any) -> _Settings | None:
 class _Connection:
     """One socket and what was read past the last answer (nothing, when it is pooled)."""
 
-    __slots__ = ("sock", "buf")
+    __slots__ = ("buf", "sock")
 
     def __init__(self, sock: socket.socket) -> None:
         self.sock: socket.socket | None = sock
