@@ -369,3 +369,25 @@ def test_a_tls_handshake_not_answered_in_time_is_a_read_timeout_as_in_urllib3() 
             get(client_for(f"https://localhost:{silent.getsockname()[1]}", attempts=1))
     finally:
         silent.close()
+
+
+def test_an_https_clients_bundle_loads_once_when_the_client_is_built(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """urllib3 loads the CA bundle into its context for every new connection (~16 ms of CPU each); here it
+    loads once, with the client (a prepared Lambda init), and the push transport shares certifi's."""
+    from amsg.adapters import keepalive, push_http
+
+    cert_path, _ = certificate_for_localhost(tmp_path)
+    monkeypatch.setattr(keepalive, "_contexts", {})
+    monkeypatch.setenv("AWS_CA_BUNDLE", str(cert_path))  # the bundle botocore would use
+    client = client_for("https://localhost:1")
+    assert list(keepalive._contexts) == [str(cert_path)]
+    assert client._endpoint.http_session.tls() is keepalive._contexts[str(cert_path)]
+    monkeypatch.delenv("AWS_CA_BUNDLE")
+    monkeypatch.delenv("REQUESTS_CA_BUNDLE", raising=False)  # botocore honours it too
+    default = dynamodb_session().client("dynamodb", region_name="us-east-1")
+    assert transport.install(default, {})
+    monkeypatch.setattr(push_http, "_shared_tls", [])
+    assert push_http.tls_context() is default._endpoint.http_session.tls()  # certifi's bundle, loaded once
+    assert len(keepalive._contexts) == 2
