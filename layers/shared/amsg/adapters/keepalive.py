@@ -52,6 +52,8 @@ class IdlePool[C: Pooled]:
         self._clock = clock
         self._lock = threading.Lock()
         self._idle: dict[Hashable, list[tuple[C, float]]] = {}
+        self._count = 0  # connections in _idle
+        self._evict_at = float("inf")  # no connection in the pool expires before this
 
     def take(self, origin: Hashable) -> C | None:
         """The most recently released usable connection to ``origin`` (None: connect anew); the expired or
@@ -62,6 +64,7 @@ class IdlePool[C: Pooled]:
                 if not idle:
                     return None
                 conn, since = idle.pop()
+                self._count -= 1
             if self._clock() - since < self.expiry_s and still_open(conn.sock):
                 return conn
             conn.close()
@@ -71,6 +74,10 @@ class IdlePool[C: Pooled]:
         now = self._clock()
         with self._lock:
             self._idle.setdefault(origin, []).append((conn, now))
+            self._count += 1
+            self._evict_at = min(self._evict_at, now + self.expiry_s)
+            if self._count <= self.max_idle and now < self._evict_at:
+                return  # nothing to close: the pool is neither full nor holding an expired connection
             closing = self._evict(now)
         for stale in closing:
             stale.close()
@@ -85,15 +92,18 @@ class IdlePool[C: Pooled]:
         self._idle = {}
         for since, origin, conn in reversed(kept):  # oldest first: a list's last is the next one reused
             self._idle.setdefault(origin, []).append((conn, since))
+        self._count = len(kept)
+        self._evict_at = kept[-1][0] + self.expiry_s if kept else float("inf")
         return [conn for _, _, conn in pooled if id(conn) not in kept_ids]
 
     def idle_connections(self) -> int:
         with self._lock:
-            return sum(len(idle) for idle in self._idle.values())
+            return self._count
 
     def close(self) -> None:
         with self._lock:
             pooled, self._idle = self._idle, {}
+            self._count, self._evict_at = 0, float("inf")
         for idle in pooled.values():
             for conn, _ in idle:
                 conn.close()
