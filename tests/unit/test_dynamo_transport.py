@@ -391,3 +391,16 @@ def test_an_https_clients_bundle_loads_once_when_the_client_is_built(
     monkeypatch.setattr(push_http, "_shared_tls", [])
     assert push_http.tls_context() is default._endpoint.http_session.tls()  # certifi's bundle, loaded once
     assert len(keepalive._contexts) == 2
+
+
+def test_a_ca_bundle_that_does_not_load_fails_each_connection_as_an_ssl_error(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setenv("AWS_CA_BUNDLE", str(tmp_path / "missing.pem"))
+    listening = socket.create_server(("127.0.0.1", 0))
+    try:
+        client = client_for(f"https://localhost:{listening.getsockname()[1]}", attempts=1)  # built, as botocore's is
+        with pytest.raises(SSLError):
+            get(client)
+    finally:
+        listening.close()

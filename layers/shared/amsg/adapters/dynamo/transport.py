@@ -28,6 +28,7 @@ shape this module knows (another botocore); a request whose body is a stream goe
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import socket
@@ -109,7 +110,8 @@ def install(client: Any, env: Mapping[str, str] | None = None) -> bool:
         return False
     lean = LeanSession(settings, fallback=session)
     if str(getattr(endpoint, "host", "")).startswith("https:"):
-        lean.tls()  # the CA bundle loads now (~16 ms of CPU): at a prepared init, not in the first request
+        with contextlib.suppress(OSError, ValueError):  # a bundle that does not load fails each connection
+            lean.tls()  # the CA bundle loads now (~16 ms of CPU): at a prepared init, not in the first request
     endpoint.http_session = lean  # type: ignore[union-attr]
     return True
 
@@ -125,6 +127,8 @@ def _settings_of(session: Any) -> _Settings | None:
         connect, read = (
             (timeout, timeout) if isinstance(timeout, int | float) else (timeout.connect_timeout, timeout.read_timeout)
         )
+        if not all(value is None or isinstance(value, int | float) for value in (connect, read)):
+            return None  # a timeout this module does not know how to apply
         return _Settings(connect, read, session._verify, list(session._socket_options), session._max_pool_connections)
     except AttributeError:
         return None
@@ -333,7 +337,11 @@ class LeanSession:
             for level, option, value in self._settings.socket_options:
                 sock.setsockopt(level, option, value)
             if scheme == "https":
-                sock = self.tls().wrap_socket(sock, server_hostname=host)
+                try:
+                    context = self.tls()
+                except (OSError, ValueError) as exc:  # the CA bundle does not load: urllib3 says SSLError too
+                    raise ssl.SSLError(f"the CA bundle could not be loaded: {exc}") from exc
+                sock = context.wrap_socket(sock, server_hostname=host)
         except TimeoutError as exc:  # urllib3 reports a handshake that timed out as a read timeout
             sock.close()
             raise ReadTimeoutError(endpoint_url=url, error=exc) from exc
