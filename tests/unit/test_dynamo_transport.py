@@ -231,6 +231,7 @@ def test_a_reset_mid_answer_is_a_connection_closed_error_that_botocore_retries(s
         b"HTTP/1.1 200 OK\r\nContent-Length: 2, 3\r\n\r\n{}",  # a length that is not one
         b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n",  # a chunk size that is not one
         b"HTTP/1.1 200 OK\r\n bad: fold\r\n\r\n",
+        b"HTTP/1.1 2000 OK\r\nContent-Length: 0\r\n\r\n",  # a status of four digits
         b"",  # closed without a word
     ],
 )

@@ -34,6 +34,7 @@ import os
 import socket
 import ssl
 from collections.abc import Mapping
+from concurrent.futures import CancelledError
 from functools import lru_cache
 from typing import Any, NamedTuple
 from urllib.parse import urlsplit
@@ -201,7 +202,7 @@ def _parse_head(head: bytes) -> tuple[int, str, dict[str, str], dict[str, str]]:
     status_line, *lines = head.decode("latin-1").split("\r\n")
     version, _, rest = status_line.partition(" ")
     code = rest[:3]
-    if version not in ("HTTP/1.1", "HTTP/1.0") or len(code) != 3 or not code.isdigit():
+    if version not in ("HTTP/1.1", "HTTP/1.0") or not (code.isascii() and code.isdigit()) or rest[3:4] not in ("", " "):
         raise _Malformed("not an HTTP/1.x status line")
     headers: dict[str, str] = {}
     lower: dict[str, str] = {}
@@ -302,7 +303,7 @@ class LeanSession:
             return self._fallback.send(request)  # a streamed body: botocore's session sends it
         try:
             return self._send(request, bytes(body))
-        except BotoCoreError:
+        except (BotoCoreError, CancelledError):
             raise
         except Exception as exc:  # as URLLib3Session.send: whatever else failed is an HTTPClientError
             raise HTTPClientError(error=exc) from exc
