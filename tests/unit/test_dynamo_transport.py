@@ -405,3 +405,29 @@ def test_a_ca_bundle_that_does_not_load_fails_each_connection_as_an_ssl_error(
             get(client)
     finally:
         listening.close()
+
+
+def test_anything_else_failing_is_an_http_client_error_and_a_streamed_body_goes_to_botocore(
+    serve: Callable[..., Loopback],
+) -> None:
+    """As ``URLLib3Session.send``: an unexpected failure (here a header value with a line break, which
+    ``http.client`` refuses too) is an ``HTTPClientError``; a body botocore would stream is its session's."""
+    from botocore.awsrequest import AWSRequest
+    from botocore.exceptions import HTTPClientError
+
+    server = serve(always(OK))
+    client = client_for(server.url, attempts=1)
+
+    def inject(request: Any, **_: Any) -> None:
+        request.headers["X-Bad"] = "a\r\nInjected: 1"
+
+    client.meta.events.register("before-send.dynamodb", inject)
+    with pytest.raises(HTTPClientError):
+        get(client)
+    assert server.requests == []
+    lean = client._endpoint.http_session
+    streamed: list[Any] = []
+    lean._fallback = type("Fallback", (), {"send": lambda self, request: streamed.append(request)})()
+    request = AWSRequest(method="POST", url=server.url, data=iter([b"{}"])).prepare()
+    lean.send(request)
+    assert streamed == [request] and server.requests == []
