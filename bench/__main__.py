@@ -1,5 +1,5 @@
 """``python -m bench [NAME ...]``: imports, cold, tick, requests, capacity, e2e, load, migration and hostile
-(all by default); moto-memory, local, tenants, spike, cost, chaos and pushcpu on request.
+(all by default); moto-memory, local, tenants, spike, cost, chaos, pushcpu and transport on request.
 
 Numbers are printed, never asserted."""
 
@@ -35,6 +35,7 @@ from bench import (  # noqa: E402
     spike,
     tenants,
     tick,
+    transport,
 )
 
 
@@ -50,6 +51,7 @@ def main(argv: list[str]) -> int:
         runners["cost"] = cost
         runners["chaos"] = chaos
         runners["pushcpu"] = pushcpu
+        runners["transport"] = transport
         runners[name].main()
     return 0
 

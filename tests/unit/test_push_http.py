@@ -265,7 +265,7 @@ def test_the_tls_context_is_built_once_and_at_init(monkeypatch: pytest.MonkeyPat
     load_push_stack()
     assert len(push_http._shared_tls) == 1
     built = push_http._shared_tls[0]
-    assert push_http.tls_context() is built and PushHttp()._idle == {}
+    assert push_http.tls_context() is built and PushHttp().idle_connections() == 0
     assert built.verify_mode == ssl.CERT_REQUIRED and built.check_hostname
 
 

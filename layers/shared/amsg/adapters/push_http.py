@@ -23,13 +23,14 @@ text already used.
 from __future__ import annotations
 
 import http.client
-import select
 import ssl
 import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from urllib.parse import quote, urlsplit
+
+from amsg.adapters.keepalive import IdlePool, verifying_context
 
 KEEPALIVE_EXPIRY_S = 5.0  # httpx's default keep-alive expiry
 # Idle connections kept in all, whatever the number of origins (httpx's ``max_keepalive_connections``): push
@@ -51,15 +52,14 @@ _tls_lock = threading.Lock()
 
 def tls_context() -> ssl.SSLContext:
     """httpx's default TLS context (certifi's CA bundle, HTTP/1.1 by ALPN), built once per process and shared by
-    every pool (an ``SSLContext`` is safe to share between threads). Loading the bundle costs ~17 ms of CPU here:
-    run_task builds it at init (:func:`amsg.adapters.webpush_sender.load_push_stack`), not in its first batch."""
+    every pool (keepalive.py; the DynamoDB transport shares it when botocore's bundle is certifi's too). Loading
+    the bundle costs ~17 ms of CPU here: run_task builds it at init
+    (:func:`amsg.adapters.webpush_sender.load_push_stack`), not in its first batch."""
     with _tls_lock:
         if not _shared_tls:
             import certifi
 
-            context = ssl.create_default_context(cafile=certifi.where())
-            context.set_alpn_protocols(["http/1.1"])
-            _shared_tls.append(context)
+            _shared_tls.append(verifying_context(certifi.where()))
         return _shared_tls[0]
 
 
@@ -108,12 +108,12 @@ def _target(url: str) -> _Target:
 
 
 class PushHttp:
-    """Thread-safe: a connection serves one request at a time; idle ones wait in a pool per origin."""
+    """Thread-safe: a connection serves one request at a time; idle ones wait in a pool (keepalive.py)."""
 
     def __init__(self, *, clock: Callable[[], float] = time.monotonic) -> None:
-        self._clock = clock
-        self._lock = threading.Lock()
-        self._idle: dict[tuple[str, str, int], list[tuple[http.client.HTTPConnection, float]]] = {}
+        self._pool: IdlePool[http.client.HTTPConnection] = IdlePool(
+            expiry_s=KEEPALIVE_EXPIRY_S, max_idle=MAX_IDLE, clock=clock
+        )
 
     def post(self, url: str, body: bytes, headers: Mapping[str, str], timeout_s: float) -> PushResponse:
         """POST ``body``; the answer, whatever its status, or :class:`PushTransportError`."""
@@ -127,54 +127,22 @@ class PushHttp:
         if must_close:
             conn.close()
         else:
-            self._release(target, conn)
+            self._pool.give_back(target.origin, conn)
         return answer
 
     def idle_connections(self) -> int:
-        with self._lock:
-            return sum(len(idle) for idle in self._idle.values())
+        return self._pool.idle_connections()
 
     def close(self) -> None:
-        with self._lock:
-            pooled, self._idle = self._idle, {}
-        for idle in pooled.values():
-            for conn, _ in idle:
-                conn.close()
-
-    # ---- the pool -----------------------------------------------------------------------------------------
+        self._pool.close()
 
     def _acquire(self, target: _Target, timeout_s: float) -> http.client.HTTPConnection:
-        while True:
-            with self._lock:
-                idle = self._idle.get(target.origin)
-                conn, since = idle.pop() if idle else (None, 0.0)
-            if conn is None:
-                return self._connect(target, timeout_s)
-            if self._clock() - since < KEEPALIVE_EXPIRY_S and _still_open(conn):
-                assert conn.sock is not None
-                conn.sock.settimeout(timeout_s)
-                return conn
-            conn.close()
-
-    def _release(self, target: _Target, conn: http.client.HTTPConnection) -> None:
-        now = self._clock()
-        with self._lock:
-            self._idle.setdefault(target.origin, []).append((conn, now))
-            closing = self._evict(now)
-        for stale in closing:
-            stale.close()
-
-    def _evict(self, now: float) -> list[http.client.HTTPConnection]:
-        """Take out of the pool (the caller closes them) every expired connection, then the oldest ones past
-        :data:`MAX_IDLE`; origins left with none are dropped. Linear in the pool, which is at most MAX_IDLE + 1."""
-        pooled = [(since, origin, conn) for origin, idle in self._idle.items() for conn, since in idle]
-        pooled.sort(key=lambda entry: entry[0], reverse=True)  # the most recently used first
-        kept = [entry for entry in pooled if now - entry[0] < KEEPALIVE_EXPIRY_S][:MAX_IDLE]
-        kept_ids = {id(conn) for _, _, conn in kept}
-        self._idle = {}
-        for since, origin, conn in reversed(kept):  # oldest first: a list's last is the next one reused
-            self._idle.setdefault(origin, []).append((conn, since))
-        return [conn for _, _, conn in pooled if id(conn) not in kept_ids]
+        conn = self._pool.take(target.origin)
+        if conn is None:
+            return self._connect(target, timeout_s)
+        assert conn.sock is not None
+        conn.sock.settimeout(timeout_s)
+        return conn
 
     def _connect(self, target: _Target, timeout_s: float) -> http.client.HTTPConnection:
         conn: http.client.HTTPConnection | None = None
@@ -200,22 +168,6 @@ class PushHttp:
 def _close(conn: http.client.HTTPConnection | None) -> None:
     if conn is not None:
         conn.close()
-
-
-def _still_open(conn: http.client.HTTPConnection) -> bool:
-    """An idle keep-alive connection is usable while nothing is readable on it: a readable idle socket means the
-    server closed it (or sent something unasked), and writing a push into it could lose the answer."""
-    sock = conn.sock
-    if sock is None:
-        return False
-    if isinstance(sock, ssl.SSLSocket) and sock.pending():
-        return False  # TLS bytes nobody asked for
-    try:
-        poller = select.poll()  # not select(): a descriptor above FD_SETSIZE is fine
-        poller.register(sock, select.POLLIN)
-        return not poller.poll(0)
-    except (OSError, ValueError):
-        return False
 
 
 def _exchange(

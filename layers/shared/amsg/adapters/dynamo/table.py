@@ -34,6 +34,7 @@ from amsg.adapters.dynamo.single_writes import (
     distinct_batches,
     one_by_one,
 )
+from amsg.adapters.dynamo.transport import install as install_transport
 
 # The one large-value limit: a value up to INLINE_CHARS is stored in its item, a longer one as parts of
 # PART_CHARS (write_blob); both keep items well below DynamoDB's 400 KB (attribute names and others count too).
@@ -130,12 +131,14 @@ class DynamoTable:
         plain_table.py, from values ``TypeSerializer`` typed; DynamoDB validates each request on its side and
         answers ``ValidationException``, as DynamoDB Local does in the tests that drive these paths. Its
         session (session.py) skips botocore's scan of every service's data directory, and its endpoint rules
-        get the tables a request names without a JMESPath walk of the request."""
+        get the tables a request names without a JMESPath walk of the request. Its requests travel over the
+        lean transport (transport.py) unless ``AMSG_DYNAMO_TRANSPORT=botocore``."""
         if self._wire is None:
             with self._lock:
                 if self._wire is None:
                     wire = dynamodb_session().client("dynamodb", config=self._config(), **self._client_options)
                     direct_context_params(wire)
+                    install_transport(wire)
                     self._wire = wire
         return self._wire
 
