@@ -116,9 +116,12 @@ def serve() -> Iterator[Callable[..., Loopback]]:
         server.close()
 
 
-def client_for(url: str, *, attempts: int = 3, read_timeout: float = 5, **options: Any) -> Any:
+def client_for(url: str, *, attempts: int = 3, read_timeout: float = 5, pool: int = 10, **options: Any) -> Any:
     config = Config(
-        retries={"mode": "standard", "total_max_attempts": attempts}, read_timeout=read_timeout, connect_timeout=1
+        retries={"mode": "standard", "total_max_attempts": attempts},
+        read_timeout=read_timeout,
+        connect_timeout=1,
+        max_pool_connections=pool,
     )
     client = dynamodb_session().client("dynamodb", config=config, endpoint_url=url, region_name="us-east-1", **options)
     assert transport.install(client, {})
@@ -343,6 +346,14 @@ def certificate_for_localhost(tmp_path: Path) -> tuple[Path, Path]:
         key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
     )
     return cert_path, key_path
+
+
+def test_idle_connections_are_bounded_by_the_clients_pool_size(serve: Callable[..., Loopback]) -> None:
+    server = serve(always(OK))
+    client = client_for(server.url, pool=2)
+    with ThreadPoolExecutor(max_workers=6) as pool:
+        assert all(a["Item"] == ITEM["Item"] for a in pool.map(lambda _: get(client), range(120)))
+    assert client._endpoint.http_session.idle_connections() <= 2
 
 
 def test_https_verifies_the_certificate_and_name_against_the_clients_bundle(
