@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 VALID = (
     b"HTTP/1.1 200 OK\r\nContent-Type: application/x-amz-json-1.0\r\nContent-Length: 2\r\n\r\n{}",
-    b"HTTP/1.1 400 Bad Request\r\nTransfer-Encoding: chunked\r\n\r\n5;x=1\r\n{\"a\":\r\n1\r\n}\r\n0\r\nT: v\r\n\r\n",
+    b'HTTP/1.1 400 Bad Request\r\nTransfer-Encoding: chunked\r\n\r\n5;x=1\r\n{"a":\r\n1\r\n}\r\n0\r\nT: v\r\n\r\n',
     b"HTTP/1.0 200 OK\r\nContent-Length: 0\r\n\r\n",
     b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 204 No Content\r\n\r\n",
 )
