@@ -28,6 +28,7 @@ import json
 import random
 import socket
 import struct
+import sys
 import threading
 import time
 import uuid
@@ -111,6 +112,16 @@ def fault_plan(spec: str) -> FaultPlan:
     return FaultPlan.parse(spec)
 
 
+class _QuietServer(ThreadingHTTPServer):
+    """A client that went away (a sandbox killed on purpose, holding a keep-alive connection) is not an error of
+    the proxy: no traceback for it; anything else is reported as ``socketserver`` does."""
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        if isinstance(sys.exc_info()[1], ConnectionError):
+            return
+        super().handle_error(request, client_address)
+
+
 class FaultProxy:
     """``with FaultProxy("http://127.0.0.1:8000", FaultPlan(throttle=0.1)) as proxy: proxy.endpoint_url``."""
 
@@ -186,7 +197,7 @@ class FaultProxy:
 
     def start(self, port: int = 0) -> FaultProxy:
         if self._server is None:
-            server = ThreadingHTTPServer((self._host, port), _make_handler(self))
+            server = _QuietServer((self._host, port), _make_handler(self))
             server.daemon_threads = True
             self._server = server
             threading.Thread(
