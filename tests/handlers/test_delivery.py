@@ -249,6 +249,34 @@ def test_instant_message_is_delivered_within_the_request(engine):
     assert [p["source"] for p in engine.push.payloads()] == ["instant"]
 
 
+def test_an_instant_message_cancelled_after_its_push_answers_sent(engine, monkeypatch):
+    """The push left before the cancel: the answer says sent, not a cleanup failure (docs/decisions.md, 43)."""
+    task_uuid = "6f1c2b9e-8d4a-4c3b-9e7f-0a1b2c3d4e5f"
+    sender = engine.ctx.delivery.push_sender
+    original = sender.send
+    cancelled: list[bool] = []
+
+    def send_then_cancel(*args, **kwargs):
+        status = original(*args, **kwargs)
+        cancelled.append(engine.ctx.tasks.delete_task(engine.api.user_id, task_uuid))
+        return status
+
+    monkeypatch.setattr(sender, "send", send_then_cancel)
+    resp = engine.api.schedule(
+        {
+            "contactName": "Rei",
+            "messageType": "instant",
+            "userMessage": "马上到。",
+            "firstSendTime": FIRST,
+            "uuid": task_uuid,
+        }
+    )
+    assert cancelled == [True]
+    assert resp.status == 200, resp.text
+    assert resp.data["status"] == "sent" and resp.data["messagesSent"] == 1
+    assert len(engine.push.payloads()) == 1
+
+
 @pytest.mark.parametrize(
     ("split_pattern", "text", "pushed"),
     [
