@@ -165,22 +165,21 @@ class _Connection:
 
     def line(self) -> bytes:
         """One CRLF-ended line (a chunk size or trailer), without its CRLF."""
-        start = 0
-        while (end := self.buf.find(b"\r\n", start)) < 0:
-            if len(self.buf) > MAX_HEAD_BYTES:
-                raise _Malformed("a line too long")
-            start = max(0, len(self.buf) - 1)
-            self.fill()
-        return self.take(end + 2)[:-2]
+        return self._until(b"\r\n", "a line too long")
 
     def head(self) -> bytes:
+        """The status line and headers, without the empty line that ends them."""
+        return self._until(b"\r\n\r\n", "the answer's head is too long")
+
+    def _until(self, end_mark: bytes, too_long: str) -> bytes:
+        """The bytes before the next ``end_mark`` (consumed too), at most :data:`MAX_HEAD_BYTES` of them."""
         start = 0
-        while (end := self.buf.find(b"\r\n\r\n", start)) < 0:
+        while (end := self.buf.find(end_mark, start)) < 0:
             if len(self.buf) > MAX_HEAD_BYTES:
-                raise _Malformed("the answer's head is too long")
-            start = max(0, len(self.buf) - 3)
+                raise _Malformed(too_long)
+            start = max(0, len(self.buf) - len(end_mark) + 1)
             self.fill()
-        return self.take(end + 4)[:-4]
+        return self.take(end + len(end_mark))[: -len(end_mark)]
 
     def until_close(self) -> bytes:
         assert self.sock is not None
