@@ -4,7 +4,6 @@ and each failure raised as the botocore exception urllib3's session raises, whic
 
 from __future__ import annotations
 
-import datetime
 import json
 import socket
 import ssl
@@ -29,10 +28,8 @@ from botocore.exceptions import (
     SSLError,
 )
 from botocore.httpsession import URLLib3Session
-from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.x509.oid import NameOID
+
+from tests.support.certificates import self_signed
 
 ITEM = {"Item": {"PK": {"S": "a"}, "n": {"N": "7"}}}
 BODY = json.dumps(ITEM).encode()
@@ -323,31 +320,6 @@ def test_threads_share_the_pool_one_request_per_connection_at_a_time(serve: Call
     assert client._endpoint.http_session.idle_connections() == server.connections
 
 
-def certificate_for_localhost(tmp_path: Path) -> tuple[Path, Path]:
-    """A self-signed certificate for the name ``localhost`` (and no other): its own trust anchor."""
-    key = ec.generate_private_key(ec.SECP256R1())
-    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "localhost")])
-    now = datetime.datetime.now(datetime.UTC)
-    cert = (
-        x509.CertificateBuilder()
-        .subject_name(name)
-        .issuer_name(name)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - datetime.timedelta(minutes=5))
-        .not_valid_after(now + datetime.timedelta(days=1))
-        .add_extension(x509.SubjectAlternativeName([x509.DNSName("localhost")]), critical=False)
-        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
-        .sign(key, hashes.SHA256())
-    )
-    cert_path, key_path = tmp_path / "cert.pem", tmp_path / "key.pem"
-    cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-    key_path.write_bytes(
-        key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
-    )
-    return cert_path, key_path
-
-
 def test_idle_connections_are_bounded_by_the_clients_pool_size(serve: Callable[..., Loopback]) -> None:
     server = serve(always(OK))
     client = client_for(server.url, pool=2)
@@ -359,7 +331,7 @@ def test_idle_connections_are_bounded_by_the_clients_pool_size(serve: Callable[.
 def test_https_verifies_the_certificate_and_name_against_the_clients_bundle(
     serve: Callable[..., Loopback], tmp_path: Path
 ) -> None:
-    cert_path, key_path = certificate_for_localhost(tmp_path)
+    cert_path, key_path = self_signed(tmp_path, "localhost", dns_name="localhost")
     context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
     context.load_cert_chain(cert_path, key_path)
     server = serve(always(OK), tls=context)
@@ -390,7 +362,7 @@ def test_an_https_clients_bundle_loads_once_when_the_client_is_built(
     loads once, with the client (a prepared Lambda init), and the push transport shares certifi's."""
     from amsg.adapters import keepalive, push_http
 
-    cert_path, _ = certificate_for_localhost(tmp_path)
+    cert_path, _ = self_signed(tmp_path, "localhost", dns_name="localhost")
     monkeypatch.setattr(keepalive, "_contexts", {})
     monkeypatch.setenv("AWS_CA_BUNDLE", str(cert_path))  # the bundle botocore would use
     client = client_for("https://localhost:1")

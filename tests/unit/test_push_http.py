@@ -16,11 +16,8 @@ from amsg.adapters import push_http
 from amsg.adapters.push_http import PushHttp, PushTransportError
 from amsg.adapters.webpush_sender import WebPushSender
 from amsg.vapid import generate_vapid_keys
-from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.x509.oid import NameOID
 
+from tests.support.certificates import self_signed
 from tests.support.fake_push import FakePushService
 
 
@@ -161,32 +158,10 @@ def test_unusable_urls_send_nothing() -> None:
         assert (info.value.kind, info.value.sent) == (kind, False)
 
 
-def _self_signed(tmp_path: Path) -> tuple[Path, Path]:
-    key = ec.generate_private_key(ec.SECP256R1())
-    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "127.0.0.1")])
-    now = datetime.datetime.now(datetime.UTC)
-    cert = (
-        x509.CertificateBuilder()
-        .subject_name(name)
-        .issuer_name(name)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - datetime.timedelta(minutes=5))
-        .not_valid_after(now + datetime.timedelta(days=1))
-        .sign(key, hashes.SHA256())
-    )
-    cert_path, key_path = tmp_path / "cert.pem", tmp_path / "key.pem"
-    cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-    key_path.write_bytes(
-        key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
-    )
-    return cert_path, key_path
-
-
 def test_an_untrusted_certificate_is_a_connect_error_and_nothing_is_sent(tmp_path: Path) -> None:
     """TLS is verified against the CA bundle (a self-signed push service is refused at the handshake, before
     any byte of the push), and the context is built once per pool."""
-    cert_path, key_path = _self_signed(tmp_path)
+    cert_path, key_path = self_signed(tmp_path, "127.0.0.1")
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     context.load_cert_chain(cert_path, key_path)
     server = socket.socket()
