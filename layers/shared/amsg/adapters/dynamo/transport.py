@@ -4,8 +4,8 @@ botocore hands each request, already built, signed and passed through its ``befo
 endpoint's ``http_session.send``; retries, their back-off, error parsing and every other hook stay botocore's.
 urllib3 and ``http.client`` under it cost about a third of a request's client CPU (e-mail header parsing, header
 dictionaries, pool bookkeeping: docs/performance.md); this transport writes the request over a keep-alive socket
-and reads a Content-Length or chunked answer itself (docs/decisions.md, "A lean transport under the table's
-client"). What it keeps of botocore's own session, so that the client behaves as before:
+and reads a Content-Length or chunked answer itself (docs/decisions.md,
+44). What it keeps of botocore's own session, so that the client behaves as before:
 
 * the client's settings, read from the session botocore built: connect and read timeouts (and a request's own
   read timeout), the CA bundle (``verify``: ``AWS_CA_BUNDLE``, certifi's by default), socket options
