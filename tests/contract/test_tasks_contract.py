@@ -103,9 +103,9 @@ def test_list_is_the_users_tasks_in_uuid_order_and_find_crosses_users(stores):
 def test_delete_answers_whether_there_was_a_task_and_frees_the_uuid(stores):
     tasks = stores.tasks
     tasks.create_task(new(uid(1)))
-    assert tasks.delete_task(OTHER, uid(1)) is False
-    assert tasks.delete_task(USER, uid(1)) is True
-    assert tasks.delete_task(USER, uid(1)) is False
+    assert tasks.delete_task(OTHER, uid(1)) is None
+    assert tasks.delete_task(USER, uid(1)) is not None
+    assert tasks.delete_task(USER, uid(1)) is None
     assert tasks.find_task(uid(1)) is None
     assert tasks.create_task(new(uid(1), OTHER)).id == 1
 

@@ -157,7 +157,7 @@ class CancelAtLastPush(RecordingPushSender):
         status = super().send(subscription, payload, **kwargs)
         if json.loads(payload)["messageId"].endswith(self.last) and not self.cancelled:
             user, task_uuid = self.task
-            self.cancelled = self.ctx.tasks.delete_task(user, task_uuid)
+            self.cancelled = self.ctx.tasks.delete_task(user, task_uuid) is not None
             self.ctx.outbox.discard_undelivered_for_task(user, task_uuid)
         return status
 

@@ -258,7 +258,7 @@ def test_an_instant_message_cancelled_after_its_push_answers_sent(engine, monkey
 
     def send_then_cancel(*args, **kwargs):
         status = original(*args, **kwargs)
-        cancelled.append(engine.ctx.tasks.delete_task(engine.api.user_id, task_uuid))
+        cancelled.append(engine.ctx.tasks.delete_task(engine.api.user_id, task_uuid) is not None)
         return status
 
     monkeypatch.setattr(sender, "send", send_then_cancel)

@@ -32,6 +32,7 @@ from amsg.ports import (
     RunSnapshot,
     Settlement,
     TaskRow,
+    names_on_task,
 )
 from amsg.timeutil import iso_from_ms
 
@@ -308,18 +309,22 @@ class MemoryClaimStore:
                 return APPEND_FALLBACK  # rows of this occurrence exist already
             first = self._outbox._counters.get(row.user_id, 0) + 1
             ids = list(range(first, first + len(rows)))
+            named = names_on_task(task.outbox_message_ids, rows)
             for item, row_id in zip(rows, ids, strict=True):
                 sending = now_ms if item.message_id == claim_first else None
-                self._outbox._insert(items, item, row_id, sending)
+                indexed = named is None or item.message_id not in named
+                self._outbox._insert(items, item, row_id, sending, indexed=indexed)
                 if sending is not None:
                     items[item.message_id].row.sending_cv = row.claim_version
             self._outbox._counters[row.user_id] = ids[-1]
             task.outbox_occurrence_ms = task.next_send_at_ms
+            task.outbox_message_ids = named if named is not None else task.outbox_message_ids
             if lease_until_ms is not None:  # a claim lease that ends no earlier is kept (the adapter's rule)
                 self._take_lease(task, max(lease_until_ms, task.lease_until_ms or 0), owner)
                 self._lease(task).adopted_cv = task.claim_version
                 lease_until_ms = task.lease_until_ms
         row.outbox_occurrence_ms = row.next_send_at_ms
+        row.outbox_message_ids = task.outbox_message_ids
         if lease_until_ms is not None:
             row.lease_until_ms = lease_until_ms
         return ids
@@ -353,7 +358,7 @@ class MemoryClaimStore:
             if row.claim_version != claim_version:
                 return False
             if settlement.delete:
-                return self._tasks.delete_task(user_id, uuid)
+                return self._tasks.delete_task(user_id, uuid) is not None
             _apply(row, settlement, now_ms)
             self._lease(row).owner = None
             return True
@@ -393,6 +398,8 @@ def _apply(row: TaskRow, s: Settlement, now_ms: int) -> None:
         row.deferred_until_ms = s.retry_after_ms
     elif not (s.keep_deferral and s.status is None):
         row.deferred_until_ms = None
+    if s.clear_outbox_ids:
+        row.outbox_message_ids = ()
     if s.retry_count is not KEEP:
         row.retry_count = s.retry_count  # type: ignore[assignment]
     if s.last_error is not KEEP:
@@ -445,13 +452,15 @@ class FencedMemoryOutboxStore(MemoryOutboxStore):
                 raise ClaimLost("the task claim fencing this append is gone")
             return super().append(user_id, rows)
 
-    def discard_undelivered_for_task(self, user_id: str, task_uuid: str, *, claim_version: int | None = None) -> int:
+    def discard_undelivered_for_task(
+        self, user_id: str, task_uuid: str, *, claim_version: int | None = None, named: Sequence[str] = ()
+    ) -> int:
         with self._lock:
             if claim_version is not None:
                 task = self._tasks._user(user_id).get(task_uuid)
                 if task is None or task.claim_version != claim_version or task.status == "pending":
                     return 0  # the run that holds this claim has not ended the task: nothing of it is ours
-            mine = [m for m, item in self._user(user_id).items() if item.row.task_uuid == task_uuid]
+            mine = self._of_task(user_id, task_uuid, named)
             return self._discard(user_id, mine, untaken=claim_version is not None)
 
     def _sendable(self, row: OutboxRow, user_id: str, task_uuid: str, claim_version: int, now_ms: int) -> bool:

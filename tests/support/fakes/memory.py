@@ -49,6 +49,7 @@ def _no_owner(owner: OwnerClaim | None) -> None:
 class _OutboxItem:
     row: OutboxRow
     ttl_s: int  # epoch seconds, as the adapter's TTL attribute
+    indexed: bool = True  # in the by-task index; else only the task's ``outbox_message_ids`` find it
 
     def live(self, now_ms: int | None) -> bool:
         return now_ms is None or self.ttl_s > now_ms // 1000
@@ -98,10 +99,18 @@ class MemoryOutboxStore:
             old.row.sending_cv = None
             old.row.unconfirmed_at = None
             old.ttl_s = _ttl_for(row.created_at)
+            old.indexed = True  # the general append's upsert writes the row's index entry
         return old.row.id
 
     @staticmethod
-    def _insert(items: dict[str, _OutboxItem], row: OutboxAppend, row_id: int, sending_at: int | None = None) -> None:
+    def _insert(
+        items: dict[str, _OutboxItem],
+        row: OutboxAppend,
+        row_id: int,
+        sending_at: int | None = None,
+        *,
+        indexed: bool = True,
+    ) -> None:
         stored = OutboxRow(
             id=row_id,
             message_id=row.message_id,
@@ -113,7 +122,7 @@ class MemoryOutboxStore:
             total_messages=row.total_messages,
             sending_at=sending_at,
         )
-        items[row.message_id] = _OutboxItem(stored, _ttl_for(row.created_at))
+        items[row.message_id] = _OutboxItem(stored, _ttl_for(row.created_at), indexed)
 
     def claim_send(self, user_id: str, message_id: str, **_: object) -> bool:
         raise NotFaked("claim_send is fenced by the task's claim version in one transaction")
@@ -164,19 +173,31 @@ class MemoryOutboxStore:
         with self._lock:
             return self._discard(user_id, _distinct(message_ids))
 
-    def discard_undelivered_for_task(self, user_id: str, task_uuid: str, *, claim_version: int | None = None) -> int:
+    def _of_task(self, user_id: str, task_uuid: str, named: Sequence[str]) -> list[str]:
+        """The task's rows a reader finds: those in the by-task index and those it names (the adapter's rule)."""
+        return [
+            m
+            for m, item in self._user(user_id).items()
+            if item.row.task_uuid == task_uuid and (item.indexed or m in named)
+        ]
+
+    def discard_undelivered_for_task(
+        self, user_id: str, task_uuid: str, *, claim_version: int | None = None, named: Sequence[str] = ()
+    ) -> int:
         if claim_version is not None and type(self) is MemoryOutboxStore:
             raise NotFaked("a fenced discard checks the task: FencedMemoryOutboxStore")
         with self._lock:
-            mine = [m for m, item in self._user(user_id).items() if item.row.task_uuid == task_uuid]
-            return self._discard(user_id, mine, untaken=claim_version is not None)
+            return self._discard(user_id, self._of_task(user_id, task_uuid, named), untaken=claim_version is not None)
 
-    def list_for_task(self, user_id: str, task_uuid: str, *, since_ms: int = 0, limit: int = 500) -> list[OutboxRow]:
+    def list_for_task(
+        self, user_id: str, task_uuid: str, *, since_ms: int = 0, limit: int = 500, named: Sequence[str] = ()
+    ) -> list[OutboxRow]:
         with self._lock:
+            items = self._user(user_id)
             rows = [
-                replace(item.row)
-                for item in self._user(user_id).values()
-                if item.row.task_uuid == task_uuid and item.row.created_at >= since_ms
+                replace(items[m].row)
+                for m in self._of_task(user_id, task_uuid, named)
+                if items[m].row.created_at >= since_ms
             ]
         rows.sort(key=lambda row: (row.created_at, row.id))
         return rows[:limit]

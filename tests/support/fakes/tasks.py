@@ -13,7 +13,7 @@ import threading
 from dataclasses import replace
 
 from amsg.errors import TaskUuidConflict
-from amsg.ports import CreatedTask, CreatePrep, NewTask, OwnerClaim, TaskRow
+from amsg.ports import CreatedTask, CreatePrep, DeletedTask, NewTask, OwnerClaim, TaskRow
 
 from tests.support.fakes.memory import MemoryPushSubscriptionStore, NotFaked
 
@@ -71,7 +71,8 @@ class MemoryTaskStore:
             self._counters[task.user_id] = new_id
             tasks[task.uuid] = self._new_row(task, new_id)
             self._registry[task.uuid] = task.user_id
-        return CreatedTask(id=new_id, superseded=old is not None)
+        named = old.outbox_message_ids if old is not None else ()
+        return CreatedTask(id=new_id, superseded=old is not None, superseded_outbox_ids=named)
 
     @staticmethod
     def _new_row(task: NewTask, new_id: int) -> TaskRow:
@@ -137,13 +138,14 @@ class MemoryTaskStore:
                 row.next_send_at_ms = next_send_at_ms
             return row.updated_at_ms
 
-    def delete_task(self, user_id: str, uuid: str) -> bool:
+    def delete_task(self, user_id: str, uuid: str) -> DeletedTask | None:
         with self._lock:
-            if self._user(user_id).pop(uuid, None) is None:
-                return False
+            gone = self._user(user_id).pop(uuid, None)
+            if gone is None:
+                return None
             if self._registry.get(uuid) == user_id:
                 del self._registry[uuid]
-            return True
+            return DeletedTask(outbox_message_ids=gone.outbox_message_ids)
 
     # ---- test hooks: a delivery-side state put directly (the API-side contract needs no real claim) ------------
 

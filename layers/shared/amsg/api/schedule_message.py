@@ -78,7 +78,7 @@ def schedule_message(request: ApiRequest, ctx: AppContext) -> ApiResponse:
     except TenantPendingLimit as limited:
         raise pending_limit_error(limited.limit) from None
     if created.superseded and req.supersedes_uuid:
-        _discard_outbox(ctx, user_id, req.supersedes_uuid)
+        _discard_outbox(ctx, user_id, req.supersedes_uuid, created.superseded_outbox_ids)
 
     if instant:
         superseded = created.superseded if req.supersedes_uuid is not None else None
@@ -149,10 +149,10 @@ def _canonical_uuids(req: ScheduleRequest) -> None:
             raise invalid_parameters(invalid=["supersedesUuid"], message="supersedesUuid 不能与本条任务的 uuid 相同")
 
 
-def _discard_outbox(ctx: AppContext, user_id: str, task_uuid: str) -> None:
+def _discard_outbox(ctx: AppContext, user_id: str, task_uuid: str, named: tuple[str, ...]) -> None:
     """Best effort: rows of the superseded task that nobody received yet."""
     try:
-        ctx.outbox.discard_undelivered_for_task(user_id, task_uuid)
+        ctx.outbox.discard_undelivered_for_task(user_id, task_uuid, named=named)
     except Exception as exc:
         logger.warning("outbox discard failed", extra={"error": type(exc).__name__})
 

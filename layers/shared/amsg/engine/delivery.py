@@ -97,7 +97,7 @@ def deliver_claimed(ctx: AppContext, row: TaskRow, summary: DeliverySummary, env
         summary.unconfirmed.append({"taskId": row.id, "unconfirmedCount": outcome.unconfirmed})
     if outcome.reasoning_error:
         summary.reasoning_skipped.append({"taskId": row.id, "reason": outcome.reasoning_error})
-    if finalize_success(ctx, row, payload, summary, outcome.unmarked):
+    if finalize_success(ctx, row, payload, summary, outcome.unmarked, clear_named=_rows_settled(row, outcome)):
         tenant = tenant_dimension(tenant_of(ctx), ctx.settings.metrics_tenants)
         record_delivery_latency(row.next_send_at_ms, row.deferred_until_ms, ctx.now_ms(), outcome.pushed, tenant=tenant)
         return outcome
@@ -252,6 +252,7 @@ def process_occurrence(
         fresh = _append_fresh(ctx, row, payload, codec, occurrence, pushes, env)
         entries, outcome.redelivered = fresh.entries, fresh.redelivered
     outcome.messages_sent = sum(1 for entry in entries if entry.push.get("messageKind") == "content")
+    outcome.batch_ids = _batch_ids(entries)
     pending = _left_to_push(entries)
     if not pending:
         return outcome
@@ -275,7 +276,18 @@ def _finish_handed_over(ctx: AppContext, row: TaskRow, entries: list[_Entry], en
         messages_sent=sum(1 for entry in entries if entry.push.get("messageKind") == "content"),
         redelivered=True,
         unconfirmed=sum(1 for entry in entries if entry.unknown),
+        batch_ids=_batch_ids(entries),
     )
+
+
+def _batch_ids(entries: list[_Entry]) -> tuple[str, ...]:
+    return tuple(str(entry.push.get("messageId")) for entry in entries)
+
+
+def _rows_settled(row: TaskRow, outcome: Outcome) -> bool:
+    """Whether every row the task names is delivered once this occurrence settles: they are all this batch's
+    and none of its pushes is unconfirmed (docs/decisions.md, 45). Then the task stops naming them."""
+    return not outcome.unconfirmed and set(row.outbox_message_ids) <= set(outcome.batch_ids)
 
 
 @dataclass
@@ -404,7 +416,7 @@ def _append_new_batch(
     One transaction appends the rows, adopts the claim and records the occurrence; when that does not apply
     (a batch too large for one transaction, or rows of this occurrence already there from an earlier
     version) the batch found in the outbox is used, else the outbox's general append."""
-    rows = outbox_rows(ctx, row, pushes, codec)
+    rows = outbox_rows(ctx, row, pushes, codec, named=True)
     result = ctx.claims.append_batch(
         row,
         rows,
@@ -467,7 +479,7 @@ def _committed_batch(ctx: AppContext, row: TaskRow, occurrence: Occurrence, code
     if occurrence.occurrence_ms is None:
         return None
     try:
-        stored = ctx.outbox.list_for_task(row.user_id, row.uuid)
+        stored = ctx.outbox.list_for_task(row.user_id, row.uuid, named=row.outbox_message_ids)
     except Exception as exc:
         logger.warning("committed-batch lookup failed; regenerating", extra={"error": type(exc).__name__})
         return None

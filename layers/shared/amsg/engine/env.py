@@ -59,6 +59,7 @@ class Outcome:
     policy_deferred: bool = False  # the deferral is the user's delivery policy (quiet hours or a cap)
     unmarked: list[str] = field(default_factory=list)  # pushed rows whose delivered mark goes with the settle
     unconfirmed: int = 0  # rows whose push outcome is unknown: they and the rows after them wait for the pull
+    batch_ids: tuple[str, ...] = ()  # the message ids of the occurrence's batch (of its rows the task may name)
     extra: dict[str, Any] = field(default_factory=dict)
 
 

@@ -174,7 +174,9 @@ class HookServices:
         """Message ids this task already has in the outbox: a re-run never re-appends (and so re-arms) them."""
         if self.progress.existing_ids is None:
             since = min(self.occurrence.occurrence_ms or self.now, self.now) - 3_600_000
-            rows = self.ctx.outbox.list_for_task(self.row.user_id, self.row.uuid, since_ms=max(0, since))
+            rows = self.ctx.outbox.list_for_task(
+                self.row.user_id, self.row.uuid, since_ms=max(0, since), named=self.row.outbox_message_ids
+            )
             self.progress.existing_ids = {row.message_id for row in rows}
         return self.progress.existing_ids
 
@@ -243,7 +245,9 @@ class HookServices:
         cancelled = self.ctx.tasks.delete_task(self.row.user_id, task_uuid)
         if cancelled:
             try:
-                self.ctx.outbox.discard_undelivered_for_task(self.row.user_id, task_uuid)
+                self.ctx.outbox.discard_undelivered_for_task(
+                    self.row.user_id, task_uuid, named=cancelled.outbox_message_ids
+                )
             except Exception as exc:
                 logger.warning("outbox discard failed", extra={"error": type(exc).__name__})
         return {"cancelled": bool(cancelled)}

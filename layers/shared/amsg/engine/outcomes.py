@@ -57,6 +57,8 @@ def finalize_success(
     payload: StoredPayload,
     summary: DeliverySummary,
     delivered: list[str] | None = None,
+    *,
+    clear_named: bool = False,
 ) -> bool:
     now = ctx.now_ms()
     recurrence = recurrence_of(payload)
@@ -78,6 +80,7 @@ def finalize_success(
             last_error=None,
             encrypted_payload=with_last_error(payload, None, codec),
             payload_rev=row.rev,
+            clear_outbox_ids=clear_named,
         )
     settlement.delivered, settlement.delivered_at_ms = tuple(delivered or ()), now
     try:
@@ -220,7 +223,9 @@ def record_cancelled(ctx: AppContext, row: TaskRow, summary: DeliverySummary, st
     logger.info("delivery cancelled", extra={"taskUuid": row.uuid, "status": status})
     try:
         # fenced: only while this run's claim is the task's and the run ended it (docs/delivery.md, fencing)
-        ctx.outbox.discard_undelivered_for_task(row.user_id, row.uuid, claim_version=row.claim_version)
+        ctx.outbox.discard_undelivered_for_task(
+            row.user_id, row.uuid, claim_version=row.claim_version, named=row.outbox_message_ids
+        )
     except Exception as exc:
         logger.warning("outbox discard failed", extra={"error": type(exc).__name__})
 

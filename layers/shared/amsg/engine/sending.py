@@ -10,7 +10,7 @@ from amsg import jsonio
 from amsg.context import AppContext
 from amsg.crypto import DecryptError, UserCodec, compact_json
 from amsg.engine.env import Cancelled, DeliveryEnv
-from amsg.engine.pushes import encode_push
+from amsg.engine.pushes import encode_push, should_push
 from amsg.errors import ClaimLost
 from amsg.failures import DeliveryFailure, PushSendError
 from amsg.jsonio import JsonObject
@@ -66,7 +66,12 @@ def claim_fence(ctx: AppContext, row: TaskRow) -> ClaimFence:
     return ClaimFence(row.uuid, row.claim_version, ctx.now_ms())
 
 
-def outbox_rows(ctx: AppContext, row: TaskRow, pushes: list[JsonObject], codec: UserCodec) -> list[OutboxAppend]:
+def outbox_rows(
+    ctx: AppContext, row: TaskRow, pushes: list[JsonObject], codec: UserCodec, *, named: bool = False
+) -> list[OutboxAppend]:
+    """The rows of a batch; ``named``: the one-transaction append records the rows it pushes on the task
+    instead of the by-task index (docs/decisions.md, 45). An outbox-only row (never pushed, so never delivered)
+    keeps its index entry: the task stops naming its rows once they are delivered."""
     now = ctx.now_ms()
     return [
         OutboxAppend(
@@ -78,6 +83,7 @@ def outbox_rows(ctx: AppContext, row: TaskRow, pushes: list[JsonObject], codec: 
             encrypted_push=codec.encrypt(compact_json(push)),
             created_at=now,
             owner=row.owner,
+            named_by_task=named and should_push(push, outboxed=True),
         )
         for push in pushes
     ]

@@ -44,11 +44,12 @@ from amsg.ports.credentials import CredentialStore, CredentialWrite
 from amsg.ports.delivery_policy import CapCharge, CapReached, DeliveryPolicyRow, DeliveryPolicyStore
 from amsg.ports.execution import CallCoalescer, Clock, CoalescingScope, TaskQueue
 from amsg.ports.llm import LlmClient, LlmReply, LlmRequest
-from amsg.ports.outbox import ClaimFence, OutboxAppend, OutboxRow, OutboxStore
+from amsg.ports.outbox import ClaimFence, OutboxAppend, OutboxRow, OutboxStore, names_on_task
 from amsg.ports.push import MAX_PUSH_PAYLOAD_BYTES, SCHEDULED_PUSH_TTL_S, PushKeys, PushSender, PushSubscription
 from amsg.ports.tasks import (
     CreatedTask,
     CreatePrep,
+    DeletedTask,
     NewTask,
     OwnerClaim,
     PushSubscriptionRow,
@@ -96,6 +97,7 @@ __all__ = [
     "CreatedTask",
     "CredentialStore",
     "CredentialWrite",
+    "DeletedTask",
     "DeliveryPolicyRow",
     "DeliveryPolicyStore",
     "DueCandidate",
@@ -145,5 +147,6 @@ __all__ = [
     "TenantRecord",
     "TenantStore",
     "guard_holds_for",
+    "names_on_task",
     "owners_in_order",
 ]

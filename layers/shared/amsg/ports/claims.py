@@ -204,6 +204,9 @@ class Settlement:
     # the claimed row's id: a delivered one-shot's uuid registry entry is deleted while it names this task, with no
     # read of the task first (docs/decisions.md, 43)
     task_id: int | None = None
+    # every row the task names by message id is delivered (the occurrence settled with nothing unconfirmed): the
+    # task stops naming them (docs/decisions.md, 45)
+    clear_outbox_ids: bool = False
 
 
 @dataclass

@@ -28,6 +28,25 @@ class OutboxAppend:
     message_index: int | None = None
     total_messages: int | None = None
     owner: OwnerClaim | None = None  # inherited from the firing task: the append commits only while it holds
+    # the task's one-transaction append records this row's message id on the task (``TaskRow.outbox_message_ids``)
+    # instead of writing it to the by-task index: the readers of a task's rows find it there (docs/decisions.md, 45)
+    named_by_task: bool = False
+
+
+# the most characters of message ids a task names (``ob_mids``): a few ids (~30 characters each) keep an
+# ordinary task under the 1 KB DynamoDB bills a write by; more would make every later write of it dearer
+MAX_NAMED_CHARS = 256
+
+
+def names_on_task(named: Sequence[str], rows: Sequence[OutboxAppend]) -> tuple[str, ...] | None:
+    """What the task's ``ob_mids`` becomes when the one-transaction append writes ``rows``: the ids it names
+    (``named``, as read under the claim) and those of the rows it names from now on; None when nothing changes
+    or the list would pass :data:`MAX_NAMED_CHARS` (then every row gets its by-task index entry)."""
+    new = [row.message_id for row in rows if row.named_by_task and row.task_uuid is not None]
+    if not new:
+        return None
+    merged = tuple(dict.fromkeys([*named, *new]))
+    return merged if sum(len(message_id) for message_id in merged) <= MAX_NAMED_CHARS else None
 
 
 @dataclass(frozen=True)
@@ -129,8 +148,11 @@ class OutboxStore(Protocol):
         """Delete the given rows that were neither delivered nor acked; count."""
         ...
 
-    def discard_undelivered_for_task(self, user_id: str, task_uuid: str, *, claim_version: int | None = None) -> int:
-        """Delete the task's rows nobody received; count.
+    def discard_undelivered_for_task(
+        self, user_id: str, task_uuid: str, *, claim_version: int | None = None, named: Sequence[str] = ()
+    ) -> int:
+        """Delete the task's rows nobody received; count. ``named``: the message ids the task records
+        (``TaskRow.outbox_message_ids``), rows that no by-task index holds.
 
         Without ``claim_version`` (the API's cancel and update, which delete the task first: the user no longer
         wants any of it) every row neither delivered nor acked. With it (a delivery run's cancellation) only rows
@@ -139,9 +161,12 @@ class OutboxStore(Protocol):
         run, or one whose task was deleted or claimed again, deletes nothing (docs/delivery.md, fencing)."""
         ...
 
-    def list_for_task(self, user_id: str, task_uuid: str, *, since_ms: int = 0, limit: int = 500) -> list[OutboxRow]:
+    def list_for_task(
+        self, user_id: str, task_uuid: str, *, since_ms: int = 0, limit: int = 500, named: Sequence[str] = ()
+    ) -> list[OutboxRow]:
         """The task's rows with ``created_at >= since_ms`` in any state, ordered by (created_at, id), at most
-        ``limit`` (strongly consistent; used to redeliver a committed batch)."""
+        ``limit`` (strongly consistent; used to redeliver a committed batch); ``named`` as for
+        :meth:`discard_undelivered_for_task`."""
         ...
 
     # -- API-facing ---------------------------------------------------------------------------------------

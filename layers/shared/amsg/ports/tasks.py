@@ -48,6 +48,8 @@ class TaskRow:
     rev: int = 0
     payload_token: str | None = None  # set when the payload is split across part items
     outbox_occurrence_ms: int | None = None  # the occurrence whose push batch is already in the outbox
+    # rows of the task's batches that are in no by-task index, by message id (docs/decisions.md, 45)
+    outbox_message_ids: tuple[str, ...] = ()
     correlation_id: str | None = None  # id of the API request that created the task (carried into run_task logs)
     owner: OwnerClaim | None = None  # the cloud-data owner the task (and all it derives) is guarded by
     deferred_until_ms: int | None = None  # the delivery policy moved this occurrence (quiet hours or a cap) to then
@@ -80,6 +82,14 @@ class CreatePrep:
 class CreatedTask:
     id: int
     superseded: bool
+    superseded_outbox_ids: tuple[str, ...] = ()  # the superseded task's ``outbox_message_ids``, for its discard
+
+
+@dataclass(frozen=True)
+class DeletedTask:
+    """What a deleted task left to clean up: the outbox rows it named (its discard must find them by id)."""
+
+    outbox_message_ids: tuple[str, ...] = ()
 
 
 @dataclass
@@ -143,7 +153,9 @@ class TaskStore(Protocol):
         state and a delivery-policy deferral, unless ``keep_deferral`` and the occurrence does not move."""
         ...
 
-    def delete_task(self, user_id: str, uuid: str) -> bool: ...
+    def delete_task(self, user_id: str, uuid: str) -> DeletedTask | None:
+        """Delete the task and its uuid registry entry; None when there was none."""
+        ...
 
     def find_task(self, uuid: str) -> TaskRow | None:
         """Any user's task by uuid (runTask); uses the deployment-wide uuid registry."""

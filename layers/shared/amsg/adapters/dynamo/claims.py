@@ -30,6 +30,7 @@ from amsg.ports import (
     OutboxAppend,
     RunSnapshot,
     TaskRow,
+    names_on_task,
 )
 from amsg.ports.tenants import TenantInactive
 from amsg.timeutil import iso_from_ms
@@ -381,7 +382,8 @@ class DynamoClaimStore(DynamoSettlements):
             return APPEND_FALLBACK
         counter_key = self.space.counter_key(row.user_id, "outbox")
         now_iso = iso_from_ms(now_ms)
-        task_update, kept_lease_ms = self._adoption(row, now_iso, lease_until_ms, owner)
+        named = names_on_task(row.outbox_message_ids, rows)  # docs/decisions.md, 45
+        task_update, kept_lease_ms = self._adoption(row, now_iso, lease_until_ms, owner, named)
         current = outbox_seq
         for _ in cas_attempts(APPEND_ATTEMPTS):
             if current is None:
@@ -395,6 +397,7 @@ class DynamoClaimStore(DynamoSettlements):
                         row_id,
                         sending_at=now_ms if item.message_id == claim_first else None,
                         sending_cv=row.claim_version,
+                        by_task_index=named is None or item.message_id not in named,
                     )
                 }
                 for item, row_id in zip(rows, ids, strict=True)
@@ -416,13 +419,14 @@ class DynamoClaimStore(DynamoSettlements):
                 current = None  # the counter moved: read it again
                 continue
             row.outbox_occurrence_ms = row.next_send_at_ms
+            row.outbox_message_ids = named if named is not None else row.outbox_message_ids
             if lease_until_ms is not None:
                 row.lease_until_ms = kept_lease_ms or lease_until_ms
             return ids
         return APPEND_FALLBACK
 
     def _adoption(
-        self, row: TaskRow, now_iso: str, lease_until_ms: int | None, owner: str
+        self, row: TaskRow, now_iso: str, lease_until_ms: int | None, owner: str, named: Sequence[str] | None = None
     ) -> tuple[dict[str, Any], int | None]:
         """The append's task update, and the lease it keeps (None: it sets ``lease_until_ms``). Adopting (a
         ``lease_until_ms``): nobody claimed since (same claim version and occurrence) and no other run's adoption
@@ -430,13 +434,15 @@ class DynamoClaimStore(DynamoSettlements):
         on it): the adoption then changes nothing the due index holds, so it writes no index entry; otherwise
         the lease and the due-index key move to ``lease_until_ms``. Not adopting: the lease must still be ours
         and unexpired."""
-        sets = ["ob_occ = :occ"]
+        sets = ["ob_occ = :occ"] + (["ob_mids = :obm"] if named is not None else [])
         values: dict[str, Any] = {
             ":occ": iso_from_ms(row.next_send_at_ms),
             ":cv": row.claim_version,
             ":pending": "pending",
             ":now": now_iso,
         }
+        if named is not None:
+            values[":obm"] = list(named)
         condition = "claim_version = :cv AND #st = :pending AND next_send_at = :occ AND "
         covers = lease_until_ms is not None and (row.lease_until_ms or 0) >= lease_until_ms
         kept = row.lease_until_ms if covers else None

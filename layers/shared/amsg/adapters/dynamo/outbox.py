@@ -9,7 +9,9 @@ Item ``U#<uid> / O#<message_id>`` (ids over 1000 UTF-8 bytes are hashed, see :fu
 * ``ob_lsk`` — 16-digit zero-padded id, present only while the row is unacked (sparse LSI
   ``outbox_unacked``, read strongly consistent by ``GET /outbox``).
 * ``obt_lsk`` — ``<task_uuid>#<13-digit created ms>#<16-digit id>`` (LSI ``outbox_by_task``) when the row has
-  a task uuid.
+  a task uuid, except on the rows to be pushed that a task's one-transaction append writes: that append records
+  their message ids on the task (``ob_mids``) instead, and a reader of the task's rows takes both
+  (docs/decisions.md, 45).
 * ``ttl`` — epoch seconds: ``created + 28 d``; on ack ``min(created + 28 d, ack + 7 d)``. TTL deletion lags,
   so readers also filter ``ttl > now``.
 * ``delivered_at`` / ``acked_at`` (ms) — set by a successful push / the client's ack (final);
@@ -61,6 +63,7 @@ _NAMES = {"#ttl": "ttl"}
 _UNDELIVERED = "attribute_exists(SK) AND attribute_not_exists(delivered_at) AND attribute_not_exists(acked_at)"
 # a row nobody took for sending, pushed or acked: the only kind a run's (fenced) discard may delete
 _UNTOUCHED = f"{_UNDELIVERED} AND attribute_not_exists(sending_at)"
+_DISCARD_FIELDS = "PK, SK, id, created_at, task_uuid, message_id, payload_token, sending_at, delivered_at, acked_at"
 
 
 def _pad(n: int) -> str:
@@ -93,9 +96,11 @@ def new_row_put(
     *,
     sending_at: int | None = None,
     sending_cv: int | None = None,
+    by_task_index: bool = True,
 ) -> dict[str, Any]:
     """The ``Put`` of a new outbox row (only if no row has that id yet); ``sending_at`` claims it for sending
-    in the same write, for the claim ``sending_cv`` (the first push is appended and claimed in one transaction)."""
+    in the same write, for the claim ``sending_cv`` (the first push is appended and claimed in one transaction).
+    Without ``by_task_index`` the row gets no ``outbox_by_task`` entry: the task names it instead."""
     item: dict[str, Any] = {
         **key,
         "id": row_id,
@@ -115,7 +120,7 @@ def new_row_put(
         "sending_cv": sending_cv if sending_at is not None else None,
     }
     item.update({name: value for name, value in optional.items() if value is not None})
-    if row.task_uuid is not None:
+    if row.task_uuid is not None and by_task_index:
         item["obt_lsk"] = _task_lsk(row.task_uuid, row.created_at, row_id)
     item.update(owner_sets(row.owner))
     return {"Item": item, "ConditionExpression": "attribute_not_exists(SK)"}
@@ -374,9 +379,17 @@ class DynamoOutboxStore(OutboxSendClaims):
         )
 
     def _task_items(
-        self, user_id: str, task_uuid: str, *, since_ms: int = 0, limit: int | None = None, projection: str = ""
+        self,
+        user_id: str,
+        task_uuid: str,
+        *,
+        since_ms: int = 0,
+        limit: int | None = None,
+        projection: str = "",
+        named: Sequence[str] = (),
     ) -> list[dict[str, Any]]:
-        """The task's rows from LSI ``outbox_by_task`` (consistent), ordered by (created_at, id)."""
+        """The task's rows (consistent), ordered by (created_at, id): those of LSI ``outbox_by_task`` and those
+        the task names by message id (``named``, read by key: they have no entry in the index)."""
         pk = self.space.user_pk(user_id)
         low = f"{task_uuid}#{max(0, since_ms):013d}#"
         high = f"{task_uuid}#~"  # '~' sorts after every digit
@@ -388,22 +401,31 @@ class DynamoOutboxStore(OutboxSendClaims):
         }
         if projection:
             kwargs["ProjectionExpression"] = projection
-        out: list[dict[str, Any]] = []
+        found: dict[str, dict[str, Any]] = {}
         for item in self.db.query_all(**kwargs):
             # another task's uuid may extend this one ("a" vs "a#1"): keep exact matches only
-            if item.get("task_uuid") != task_uuid:
-                continue
-            out.append(item)
-            if limit is not None and len(out) >= limit:
-                break
-        return out
+            if item.get("task_uuid") == task_uuid:
+                found[item["SK"]] = item
+                if limit is not None and len(found) >= limit:
+                    break  # the index is in (created_at, id) order: what follows cannot be among the first
+        if named:
+            by_key = self._batch_get([self.space.outbox_key(user_id, message_id) for message_id in _distinct(named)])
+            for sk, item in by_key.items():
+                if item_int(item.get("created_at")) >= since_ms:
+                    found.setdefault(sk, item)
+        out = [item for item in found.values() if item.get("task_uuid") == task_uuid]
+        out.sort(key=lambda item: (item_int(item.get("created_at")), item_int(item.get("id"))))
+        return out if limit is None else out[:limit]
 
-    def discard_undelivered_for_task(self, user_id: str, task_uuid: str, *, claim_version: int | None = None) -> int:
+    def discard_undelivered_for_task(
+        self, user_id: str, task_uuid: str, *, claim_version: int | None = None, named: Sequence[str] = ()
+    ) -> int:
         """Delete the task's rows nobody has received (the API); a run's: only untaken rows, fenced."""
         rows = self._task_items(
             user_id,
             task_uuid,
-            projection="PK, SK, task_uuid, message_id, payload_token, sending_at, delivered_at, acked_at",
+            projection=_DISCARD_FIELDS,
+            named=named,
         )
         if claim_version is None:
             return sum(1 for row in rows if self._delete_undelivered({"PK": row["PK"], "SK": row["SK"]}))
@@ -411,8 +433,11 @@ class DynamoOutboxStore(OutboxSendClaims):
         untouched = [row for row in rows if all(row.get(name) is None for name in taken)]
         return sum(1 for row in untouched if self._delete_fenced(row, user_id, task_uuid, claim_version))
 
-    def list_for_task(self, user_id: str, task_uuid: str, *, since_ms: int = 0, limit: int = 500) -> list[OutboxRow]:
-        return [self._row(item) for item in self._task_items(user_id, task_uuid, since_ms=since_ms, limit=limit)]
+    def list_for_task(
+        self, user_id: str, task_uuid: str, *, since_ms: int = 0, limit: int = 500, named: Sequence[str] = ()
+    ) -> list[OutboxRow]:
+        items = self._task_items(user_id, task_uuid, since_ms=since_ms, limit=limit, named=named)
+        return [self._row(item) for item in items]
 
     # ---- API-facing -------------------------------------------------------------------------------------
 

@@ -224,6 +224,8 @@ class DynamoSettlements:
             sets.append("deferred_until = :ra")
         elif not (s.keep_deferral and s.status is None):
             removes.append("deferred_until")
+        if s.clear_outbox_ids:
+            removes.append("ob_mids")
         if s.retry_count is not KEEP:
             sets.append("retry_count = :rc")
             values[":rc"] = s.retry_count

@@ -27,7 +27,7 @@ from amsg.adapters.dynamo.table import (
     item_int,
 )
 from amsg.errors import StoreUnavailable, TaskUuidConflict, TenantPendingLimit
-from amsg.ports import CreatedTask, CreatePrep, NewTask, OwnerClaim, StoreHint, TaskRow
+from amsg.ports import CreatedTask, CreatePrep, DeletedTask, NewTask, OwnerClaim, StoreHint, TaskRow
 from amsg.timeutil import iso_from_ms, parse_iso_ms
 
 CREATE_ATTEMPTS = 40
@@ -77,6 +77,7 @@ def task_row(t: DynamoTable, item: dict[str, Any]) -> TaskRow:
         rev=item_int(item.get("rev")),
         payload_token=item.get("payload_token"),
         outbox_occurrence_ms=stored_ms(item.get("ob_occ")),
+        outbox_message_ids=tuple(str(mid) for mid in item.get("ob_mids") or ()),
         correlation_id=item.get("corr_id"),
         owner=task_owner(item),
         deferred_until_ms=stored_ms(item.get("deferred_until")),
@@ -144,27 +145,45 @@ def delete_with_registry(
     return True
 
 
-def delete_counted(t: DynamoTable, space: keys.KeySpace, user_id: str, uuid: str) -> bool:
-    """:func:`delete_with_registry` in a tenant's space: the task is deleted in the status it was read in, and a
-    pending one leaves the pending count in the same transaction (read again if the status moved meanwhile)."""
+def named_as_read(action: dict[str, Any], named: Any) -> dict[str, Any]:
+    """A task write conditioned on the outbox message ids it names (``ob_mids``) as read: a batch appended after
+    the read fails it, so the caller reads again and its discard finds those rows too (docs/decisions.md, 45)."""
+    body = dict(action)
+    if named:
+        body["ConditionExpression"] = "ob_mids = :obm"
+        body["ExpressionAttributeValues"] = {**body.get("ExpressionAttributeValues", {}), ":obm": named}
+    else:
+        body["ConditionExpression"] = "attribute_exists(PK) AND attribute_not_exists(ob_mids)"
+    return body
+
+
+def delete_as_read(t: DynamoTable, space: keys.KeySpace, user_id: str, uuid: str) -> DeletedTask | None:
+    """Delete the task and its uuid registry entry in one transaction, conditioned on what was read: the outbox
+    ids it names and, in a tenant's space, its status (a pending task leaves the pending count in the same
+    transaction). Read again when either moved meanwhile; None when there is no task."""
+    counted = pending.counted(space)
     for attempt in range(CREATE_ATTEMPTS):
         if attempt:
             backoff(attempt)
-        existing = t.get(space.task_key(user_id, uuid), projection="payload_token, #st", names={"#st": "status"})
+        existing = t.get(
+            space.task_key(user_id, uuid), projection="payload_token, #st, ob_mids", names={"#st": "status"}
+        )
         if existing is None:
-            return False
+            return None
+        task_delete = named_as_read({"Key": space.task_key(user_id, uuid)}, existing.get("ob_mids"))
         status = str(existing.get("status", "pending"))
-        task_delete = pending.with_status({"Key": space.task_key(user_id, uuid)}, status)
-        extra = [pending.decrement(space)] if status == "pending" else []
+        extra = [pending.decrement(space)] if counted and status == "pending" else []
+        if counted:
+            task_delete = pending.with_status(task_delete, status)
         try:
             t.transact([{"Delete": task_delete}, registry_delete(space, uuid, user_id), *extra])
         except TransactionCancelled as cancelled:
             if cancelled.failed(0):
-                continue  # gone, or its status moved: read again
-            return False
+                continue  # gone, or what it names or its status moved: read again
+            return None
         if existing.get("payload_token"):
             drop_parts(t, space, user_id, uuid, str(existing["payload_token"]))
-        return True
+        return DeletedTask(outbox_message_ids=tuple(str(mid) for mid in existing.get("ob_mids") or ()))
     raise StoreUnavailable("task delete kept conflicting")
 
 
@@ -296,7 +315,8 @@ class DynamoTaskStore:
                 continue  # the counter moved or the superseded task changed: read again
             if old is not None and old.get("payload_token"):
                 self._drop_parts(task.user_id, supersedes_uuid or "", str(old["payload_token"]))
-            return CreatedTask(id=new_id, superseded=old is not None)
+            named = tuple(str(mid) for mid in (old or {}).get("ob_mids") or ())
+            return CreatedTask(id=new_id, superseded=old is not None, superseded_outbox_ids=named)
         raise StoreUnavailable("task id allocation kept conflicting")
 
     def _registry_put(self, task: NewTask, new_id: int, orphan: dict[str, Any] | None) -> dict[str, Any]:
@@ -328,11 +348,9 @@ class DynamoTaskStore:
     def _supersede_actions(self, user_id: str, uuid: str, old: dict[str, Any]) -> list[dict[str, Any]]:
         """Delete the superseded task as it was read (in a tenant's space: also in the status it was read in, so
         the pending count moves with it)."""
-        delete: dict[str, Any] = {
-            "Key": self._key(user_id, uuid),
-            "ConditionExpression": "rev = :rev",
-            "ExpressionAttributeValues": {":rev": old.get("rev", 0)},
-        }
+        delete = named_as_read({"Key": self._key(user_id, uuid)}, old.get("ob_mids"))
+        delete["ConditionExpression"] += " AND rev = :rev"
+        delete["ExpressionAttributeValues"] = {**delete.get("ExpressionAttributeValues", {}), ":rev": old.get("rev", 0)}
         if pending.counted(self.space):
             delete = pending.with_status(delete, str(old.get("status", "pending")))
         return [{"Delete": delete}, registry_delete(self.space, uuid, user_id)]
@@ -451,10 +469,8 @@ class DynamoTaskStore:
 
     # ---- delete -----------------------------------------------------------------------------------------
 
-    def delete_task(self, user_id: str, uuid: str) -> bool:
-        if not pending.counted(self.space):
-            return delete_with_registry(self.db, self.space, user_id, uuid, "attribute_exists(PK)", {})
-        return delete_counted(self.db, self.space, user_id, uuid)
+    def delete_task(self, user_id: str, uuid: str) -> DeletedTask | None:
+        return delete_as_read(self.db, self.space, user_id, uuid)
 
     def find_task(self, uuid: str) -> TaskRow | None:
         registry = self.db.get(self.space.uuid_registry_key(uuid))
