@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import uuid
+from collections import Counter
 from typing import Any
 
 import pytest
@@ -71,8 +72,9 @@ def test_a_push_accepted_but_answered_after_the_timeout_is_never_sent_again(ddb_
         first = f"msg_task_{task_id}@{DUE_MS}_0"
         assert received == [first]  # sent once; its outcome unknown, nothing more goes to that endpoint
         assert ctx.tasks.find_task(task_uuid) is None  # settled: both segments are in the outbox for the pull
-        assert _outbox_ids(ctx, user) == [first, f"msg_task_{task_id}@{DUE_MS}_1"]
-        (unconfirmed, waiting) = ctx.outbox.list_for_task(user, task_uuid)
+        both = [first, f"msg_task_{task_id}@{DUE_MS}_1"]
+        assert _outbox_ids(ctx, user) == both
+        (unconfirmed, waiting) = ctx.outbox.list_for_task(user, task_uuid, named=both)  # the task named them
         assert unconfirmed.unconfirmed_at is not None and unconfirmed.delivered_at is None
         assert waiting.sending_at is None and waiting.delivered_at is None
 
@@ -285,8 +287,10 @@ def test_late_answers_in_racing_batches_push_nothing_twice(ddb_local_endpoint, d
     race(ctx, queue, ticks=2, consumers=2, duplicate=True)
     counts = sender.counts()
     assert set(counts.values()) == {1}
-    for user, task_uuid in tasks:
-        assert len(ctx.outbox.list_for_task(user, task_uuid)) == 2  # nothing lost
+    for user in users:  # nothing lost: every task's two rows wait in the outbox
+        per_task = Counter(row.task_uuid for row in ctx.outbox.list_unacked(user, 0, 50, ctx.now_ms()))
+        assert sorted(per_task.values()) == [2, 2, 2, 2]
+    for _, task_uuid in tasks:
         assert ctx.tasks.find_task(task_uuid) is None  # all settled
     late_tasks = {t for i, (_, t) in enumerate(tasks) if i % 3 == 0}
     assert {key.split("/")[0] for key in counts} == {t for _, t in tasks}

@@ -157,8 +157,10 @@ class CancelAtLastPush(RecordingPushSender):
         status = super().send(subscription, payload, **kwargs)
         if json.loads(payload)["messageId"].endswith(self.last) and not self.cancelled:
             user, task_uuid = self.task
-            self.cancelled = self.ctx.tasks.delete_task(user, task_uuid) is not None
-            self.ctx.outbox.discard_undelivered_for_task(user, task_uuid)
+            deleted = self.ctx.tasks.delete_task(user, task_uuid)  # what the API's cancel does
+            self.cancelled = deleted is not None
+            named = deleted.outbox_message_ids if deleted is not None else ()
+            self.ctx.outbox.discard_undelivered_for_task(user, task_uuid, named=named)
         return status
 
 

@@ -63,7 +63,8 @@ def _pushes_of(sender: RecordingPushSender, task_uuid: str) -> list[str]:
 
 
 def _unsent_outbox_rows(scope, task_uuid: str) -> list[object]:
-    rows = scope.outbox.list_for_task(USER, task_uuid)
+    task = scope.tasks.get_task(USER, task_uuid)
+    rows = scope.outbox.list_for_task(USER, task_uuid, named=task.outbox_message_ids if task else ())
     return [row for row in rows if row.sending_at is None and row.delivered_at is None]
 
 

@@ -44,7 +44,7 @@ from amsg.ports.credentials import CredentialStore, CredentialWrite
 from amsg.ports.delivery_policy import CapCharge, CapReached, DeliveryPolicyRow, DeliveryPolicyStore
 from amsg.ports.execution import CallCoalescer, Clock, CoalescingScope, TaskQueue
 from amsg.ports.llm import LlmClient, LlmReply, LlmRequest
-from amsg.ports.outbox import ClaimFence, OutboxAppend, OutboxRow, OutboxStore, names_on_task
+from amsg.ports.outbox import MAX_NAMED_CHARS, ClaimFence, OutboxAppend, OutboxRow, OutboxStore, names_on_task
 from amsg.ports.push import MAX_PUSH_PAYLOAD_BYTES, SCHEDULED_PUSH_TTL_S, PushKeys, PushSender, PushSubscription
 from amsg.ports.tasks import (
     CreatedTask,
@@ -79,6 +79,7 @@ __all__ = [
     "APPEND_FALLBACK",
     "CLAIM_ALONE",
     "KEEP",
+    "MAX_NAMED_CHARS",
     "MAX_PUSH_PAYLOAD_BYTES",
     "SCHEDULED_PUSH_TTL_S",
     "AppendFallback",
