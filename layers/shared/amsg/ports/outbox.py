@@ -41,9 +41,10 @@ MAX_NAMED_CHARS = 256
 def names_on_task(named: Sequence[str], rows: Sequence[OutboxAppend]) -> tuple[str, ...] | None:
     """What the task's ``ob_mids`` becomes when the one-transaction append writes ``rows``: the ids it names
     (``named``, as read under the claim) and those of the rows it names from now on; None when nothing changes
-    or the list would pass :data:`MAX_NAMED_CHARS` (then every row gets its by-task index entry)."""
+    or the list would pass :data:`MAX_NAMED_CHARS` (then every row gets its by-task index entry); only printable
+    ids are named (a store may separate them with a control character)."""
     new = [row.message_id for row in rows if row.named_by_task and row.task_uuid is not None]
-    if not new:
+    if not new or not all(message_id.isprintable() for message_id in new):
         return None
     merged = tuple(dict.fromkeys([*named, *new]))
     return merged if sum(len(message_id) for message_id in merged) <= MAX_NAMED_CHARS else None

@@ -9,6 +9,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from amsg.adapters.dynamo import claim_batches, keys, pending
+from amsg.adapters.dynamo.compact import pack_names
 from amsg.adapters.dynamo.counters import cas_attempts, read_counter, set_counter
 from amsg.adapters.dynamo.delivery_policy import policy_row
 from amsg.adapters.dynamo.outbox import fits_one_transaction, new_row_put
@@ -442,7 +443,7 @@ class DynamoClaimStore(DynamoSettlements):
             ":now": now_iso,
         }
         if named is not None:
-            values[":obm"] = list(named)
+            values[":obm"] = pack_names(named)
         condition = "claim_version = :cv AND #st = :pending AND next_send_at = :occ AND "
         covers = lease_until_ms is not None and (row.lease_until_ms or 0) >= lease_until_ms
         kept = row.lease_until_ms if covers else None

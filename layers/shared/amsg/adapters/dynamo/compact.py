@@ -11,6 +11,7 @@ parts) is stored as text.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 _VERSION = 1
@@ -41,3 +42,25 @@ def unpack(value: Any) -> str | None:
     iv_end = 3 + raw[1]
     tag_end = iv_end + raw[2]
     return f"{raw[3:iv_end].hex()}:{raw[iv_end:tag_end].hex()}:{raw[tag_end:].hex()}"
+
+
+_NAME_SEP = "\x1f"  # never in a named message id: the ports name printable ids only (``names_on_task``)
+
+
+def pack_names(message_ids: Sequence[str]) -> str:
+    """The message ids a task names (``ob_mids``) as one string: their common prefix once, then each one's rest
+    (``msg_task_7@1893369660000_`` + ``0``, ``1``): a batch's ids share all but their last characters, and every
+    byte of the task is billed at each of its writes."""
+    prefix = min(message_ids, default="")
+    for message_id in message_ids:
+        while not message_id.startswith(prefix):
+            prefix = prefix[:-1]
+    return _NAME_SEP.join([prefix, *(message_id[len(prefix) :] for message_id in message_ids)])
+
+
+def unpack_names(value: Any) -> tuple[str, ...]:
+    """The ids :func:`pack_names` stored (none when the task names none)."""
+    if not isinstance(value, str) or not value:
+        return ()
+    prefix, *rests = value.split(_NAME_SEP)
+    return tuple(prefix + rest for rest in rests)

@@ -13,7 +13,7 @@ from typing import Any
 from botocore.exceptions import ClientError
 
 from amsg.adapters.dynamo import keys, pending
-from amsg.adapters.dynamo.compact import pack, unpack
+from amsg.adapters.dynamo.compact import pack, unpack, unpack_names
 from amsg.adapters.dynamo.counters import cas_attempts, read_counter, set_counter
 from amsg.adapters.dynamo.owners import guard_check, owner_sets, raise_if_guard_failed
 from amsg.adapters.dynamo.subscriptions import subscription_row
@@ -77,7 +77,7 @@ def task_row(t: DynamoTable, item: dict[str, Any]) -> TaskRow:
         rev=item_int(item.get("rev")),
         payload_token=item.get("payload_token"),
         outbox_occurrence_ms=stored_ms(item.get("ob_occ")),
-        outbox_message_ids=tuple(str(mid) for mid in item.get("ob_mids") or ()),
+        outbox_message_ids=unpack_names(item.get("ob_mids")),
         correlation_id=item.get("corr_id"),
         owner=task_owner(item),
         deferred_until_ms=stored_ms(item.get("deferred_until")),
@@ -183,7 +183,7 @@ def delete_as_read(t: DynamoTable, space: keys.KeySpace, user_id: str, uuid: str
             return None
         if existing.get("payload_token"):
             drop_parts(t, space, user_id, uuid, str(existing["payload_token"]))
-        return DeletedTask(outbox_message_ids=tuple(str(mid) for mid in existing.get("ob_mids") or ()))
+        return DeletedTask(outbox_message_ids=unpack_names(existing.get("ob_mids")))
     raise StoreUnavailable("task delete kept conflicting")
 
 
@@ -315,7 +315,7 @@ class DynamoTaskStore:
                 continue  # the counter moved or the superseded task changed: read again
             if old is not None and old.get("payload_token"):
                 self._drop_parts(task.user_id, supersedes_uuid or "", str(old["payload_token"]))
-            named = tuple(str(mid) for mid in (old or {}).get("ob_mids") or ())
+            named = unpack_names((old or {}).get("ob_mids"))
             return CreatedTask(id=new_id, superseded=old is not None, superseded_outbox_ids=named)
         raise StoreUnavailable("task id allocation kept conflicting")
 
