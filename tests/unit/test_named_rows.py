@@ -40,3 +40,18 @@ def test_names_past_the_budget_or_not_printable_are_not_taken():
     assert names_on_task((), [row(half + "1"), row(half[:-2] + "2")]) is not None
     assert names_on_task((half + "1",), [row(half + "2")]) is None
     assert names_on_task((), [row("a\x1fb")]) is None
+
+
+def test_a_task_stops_naming_its_rows_only_when_this_batch_holds_them_all_and_each_was_delivered():
+    from amsg.engine.delivery import _rows_settled
+    from amsg.engine.env import Outcome
+    from amsg.ports import TaskRow
+
+    task = TaskRow(
+        user_id="u", uuid="t", id=1, encrypted_payload="", message_type="fixed", next_send_at_ms=0,
+        outbox_message_ids=("m0", "m1"),
+    )  # fmt: skip
+    assert _rows_settled(task, Outcome(batch_ids=("m0", "m1")))
+    assert not _rows_settled(task, Outcome(batch_ids=("m1",)))  # m0 is an earlier occurrence's, maybe still open
+    assert not _rows_settled(task, Outcome(batch_ids=("m0", "m1"), unconfirmed=1))
+    assert not _rows_settled(task, Outcome(batch_ids=("m0", "m1"), taken_elsewhere=1))  # another run's outcome

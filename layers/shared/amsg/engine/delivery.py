@@ -285,9 +285,12 @@ def _batch_ids(entries: list[_Entry]) -> tuple[str, ...]:
 
 
 def _rows_settled(row: TaskRow, outcome: Outcome) -> bool:
-    """Whether every row the task names is delivered once this occurrence settles: they are all this batch's
-    and none of its pushes is unconfirmed (docs/decisions.md, 45). Then the task stops naming them."""
-    return not outcome.unconfirmed and set(row.outbox_message_ids) <= set(outcome.batch_ids)
+    """Whether every row the task names is delivered once this occurrence settles: they are all this batch's,
+    none of its pushes is unconfirmed and this run pushed every one it did not find done (docs/decisions.md,
+    45). Then the task stops naming them."""
+    if outcome.unconfirmed or outcome.taken_elsewhere:
+        return False
+    return set(row.outbox_message_ids) <= set(outcome.batch_ids)
 
 
 @dataclass
@@ -379,6 +382,8 @@ def _push_pending(
             if sent:
                 outcome.pushed += 1
                 unmarked = entry.push["messageId"]
+            else:
+                outcome.taken_elsewhere += 1
             previous = None
     except Exception:
         leftover = [message_id for message_id in (previous, unmarked) if message_id]

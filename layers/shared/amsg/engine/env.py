@@ -60,6 +60,7 @@ class Outcome:
     unmarked: list[str] = field(default_factory=list)  # pushed rows whose delivered mark goes with the settle
     unconfirmed: int = 0  # rows whose push outcome is unknown: they and the rows after them wait for the pull
     batch_ids: tuple[str, ...] = ()  # the message ids of the occurrence's batch (of its rows the task may name)
+    taken_elsewhere: int = 0  # rows another run had claimed for sending: their outcome is that run's
     extra: dict[str, Any] = field(default_factory=dict)
 
 
