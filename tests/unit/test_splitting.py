@@ -3,8 +3,14 @@
 from __future__ import annotations
 
 import pytest
+from amsg.domain import splitting
 from amsg.domain.jsregex import compile_js_pattern
+from amsg.domain.jsvalues import JS_WHITESPACE
 from amsg.domain.splitting import DEFAULT_SPLIT_PATTERN, js_split, split_message
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from tests.conftest import examples
 
 # The reference's vectors; `a\nb\nc` uses the documented value (the reference glued it to `ab`, `c`).
 SPEC_VECTORS = [
@@ -117,3 +123,32 @@ def test_untranslatable_pattern_raises_value_error(pattern: str | list[str]) -> 
 def test_wrong_pattern_type_raises_value_error(pattern: object) -> None:
     with pytest.raises(ValueError):
         split_message("text", pattern)  # type: ignore[arg-type]
+
+
+# texts made of the characters the default split cares about (its separators, JavaScript's whitespace, which
+# trimming drops, a full stop it does not split on), mixed with anything else
+_SPLIT_ALPHABET = st.sampled_from([*"。！？!?", *JS_WHITESPACE, ".", "a", "字", "\U0001f600", "\ud800"])
+_SPLIT_TEXTS = st.one_of(st.text(_SPLIT_ALPHABET, max_size=40), st.text(max_size=40))
+
+
+@settings(max_examples=examples(500), deadline=None)
+@given(text=_SPLIT_TEXTS)
+def test_the_default_split_is_the_general_paths(text: str) -> None:
+    """The default split's own path (no splitPattern) gives exactly what the general path gives with the same
+    pattern given explicitly: the translator, JavaScript's split loop and the trimming."""
+    general = split_message(text, DEFAULT_SPLIT_PATTERN)
+    assert split_message(text, None) == general
+    assert split_message(text, []) == general
+    assert split_message(text, [DEFAULT_SPLIT_PATTERN]) == general
+
+
+def test_the_default_split_runs_without_the_translator(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every delivery without a splitPattern splits: that path skips the JavaScript pattern's translation and
+    split loop (and their budget clock), which cost it several times as much CPU."""
+
+    def refused(source: str) -> None:
+        raise AssertionError(f"the default split compiled {source!r}")
+
+    monkeypatch.setattr(splitting, "compile_js_pattern", refused)
+    assert split_message(" 你好。世界！！ 再见 ", None) == ["你好。", "世界！！", "再见"]
+    assert split_message("。。。", []) == ["。。。"]

@@ -19,11 +19,15 @@ from contextlib import contextmanager
 from typing import Any
 
 from aws_lambda_powertools import Logger, Metrics
+from aws_lambda_powertools.shared import constants
 
 from amsg import jsonio, snapstart
+from amsg.log_format import LeanFormatter
 
 SERVICE = os.environ.get("POWERTOOLS_SERVICE_NAME", "").strip() or "amsg"
-logger = Logger(service=SERVICE)
+# Powertools' lines, for less CPU each (amsg/log_format.py); built with the keys Logger gives its own formatter
+_SAMPLING_RATE = os.environ.get(constants.LOGGER_LOG_SAMPLING_RATE)
+logger = Logger(service=SERVICE, logger_formatter=LeanFormatter(service=SERVICE, sampling_rate=_SAMPLING_RATE))
 metrics = Metrics(namespace="amsg", service=SERVICE)
 # every handler imports this module at init: the one place that registers the SnapStart hooks (a no-op
 # unless Lambda initialises this sandbox for a snapshot)

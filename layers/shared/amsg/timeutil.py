@@ -16,10 +16,21 @@ _ISO_RE = re.compile(
 )
 
 
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+# the last second formatted and its text up to the milliseconds: a delivery formats one second several times (its
+# claim's lease, its rows, its summary), and the date's formatting is most of the cost
+_last_second: tuple[int, str] = (0, "1970-01-01T00:00:00.")
+
+
 def iso_from_ms(ms: int) -> str:
     """Epoch ms → ``YYYY-MM-DDTHH:MM:SS.sssZ`` (exactly what JS ``toISOString`` prints for years 0..9999)."""
-    dt = datetime(1970, 1, 1, tzinfo=UTC) + timedelta(milliseconds=int(ms))
-    return dt.strftime("%Y-%m-%dT%H:%M:%S.") + f"{dt.microsecond // 1000:03d}Z"
+    global _last_second
+    second, milli = divmod(int(ms), 1000)
+    known, prefix = _last_second
+    if known != second:
+        prefix = (_EPOCH + timedelta(seconds=second)).strftime("%Y-%m-%dT%H:%M:%S.")
+        _last_second = (second, prefix)
+    return f"{prefix}{milli:03d}Z"
 
 
 def ms_from_datetime(dt: datetime) -> int:

@@ -10,7 +10,10 @@ itself (docs/cold-start.md), so these objects do what it does, directly:
   request so the placeholders (``#n0``, ``:v0``) of its condition, filter and key condition never collide,
   merged into copies of the caller's ``ExpressionAttributeNames`` / ``ExpressionAttributeValues``;
 * attribute values go through boto3's ``TypeSerializer`` / ``TypeDeserializer``, the converters the resource
-  layer uses, so an item reads back exactly as before (tests/unit/test_dynamo_wire.py proves it);
+  layer uses, so an item reads back exactly as before (tests/unit/test_dynamo_wire.py proves it); the kinds
+  nearly every value is (strings, integers, maps, lists, bytes, booleans, null) are converted here first, to
+  exactly what those converters give (tests/unit/test_dynamo_wire_values.py compares them), without their
+  type dispatch per value;
 * ``batch_writer`` sends groups of 25 and resends what DynamoDB leaves unprocessed.
 
 Only the request fields that carry attribute values in the calls we make are converted; the legacy
@@ -26,10 +29,13 @@ from types import SimpleNamespace
 from typing import Any
 
 from boto3.dynamodb.conditions import ConditionBase, ConditionExpressionBuilder
-from boto3.dynamodb.types import TypeDeserializer, TypeSerializer
+from boto3.dynamodb.types import DYNAMODB_CONTEXT, Binary, TypeDeserializer, TypeSerializer
 
 _TO_WIRE = TypeSerializer()
 _FROM_WIRE = TypeDeserializer()
+_DECIMAL = DYNAMODB_CONTEXT.create_decimal
+# integers DynamoDB's 38 digits hold exactly: the serializer writes them as their digits, refuses the others
+_NUMBER_LIMIT = 10**38
 BATCH_WRITE_SIZE = 25
 # consecutive batch writes that leave items unprocessed before giving up (each after a growing pause)
 BATCH_WRITE_ROUNDS = 12
@@ -41,11 +47,55 @@ _LEGACY = frozenset(
 
 
 def to_wire(values: dict[str, Any]) -> dict[str, Any]:
-    return {name: _TO_WIRE.serialize(value) for name, value in values.items()}
+    return {name: _wire_value(value) for name, value in values.items()}
 
 
 def from_wire(values: dict[str, Any]) -> dict[str, Any]:
-    return {name: _FROM_WIRE.deserialize(value) for name, value in values.items()}
+    return {name: _plain_value(value) for name, value in values.items()}
+
+
+def _wire_value(value: Any) -> dict[str, Any]:
+    """``TypeSerializer().serialize(value)``; the exact built-in types here, every other value (floats and their
+    error, ``Decimal``, sets, subclasses, ...) through it."""
+    kind = type(value)
+    if kind is str:
+        return {"S": value}
+    if kind is int and -_NUMBER_LIMIT < value < _NUMBER_LIMIT:
+        return {"N": str(value)}
+    if kind is dict:
+        return {"M": {name: _wire_value(item) for name, item in value.items()}}
+    if kind is list:
+        return {"L": [_wire_value(item) for item in value]}
+    if kind is bytes:
+        return {"B": value}
+    if value is None:
+        return {"NULL": True}
+    if kind is bool:
+        return {"BOOL": value}
+    wire: dict[str, Any] = _TO_WIRE.serialize(value)
+    return wire
+
+
+def _plain_value(wire: Any) -> Any:
+    """``TypeDeserializer().deserialize(wire)``; a value of one of the common types here, anything else (sets,
+    malformed values and their errors) through it."""
+    if type(wire) is dict and len(wire) == 1:
+        for kind, inner in wire.items():
+            if kind == "S":
+                return inner
+            if kind == "N":
+                return _DECIMAL(inner)
+            if kind == "M":
+                return {name: _plain_value(item) for name, item in inner.items()}
+            if kind == "L":
+                return [_plain_value(item) for item in inner]
+            if kind == "B":
+                return Binary(inner)
+            if kind == "BOOL":
+                return inner
+            if kind == "NULL":
+                return None
+    return _FROM_WIRE.deserialize(wire)
 
 
 def wire_request(params: dict[str, Any]) -> dict[str, Any]:

@@ -21,12 +21,17 @@ Local also accepts); anything else raises :class:`Untranslatable`, so nothing is
 
 Names and the table are double-quoted, values are ``?`` parameters in their order in the text, and the key comes
 first in the ``WHERE`` clause.
+
+The text depends only on the write's shape (the table, the expressions, the names, which placeholders and key
+attributes it has), never on its values, and the hot path writes a handful of shapes over and over: a shape's text
+and where each ``?`` takes its value from are worked out once per process (:class:`_Plan`), and each write then
+only converts its values.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Hashable, Iterator, Mapping
 from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
@@ -224,11 +229,23 @@ def _proves_present(node: Node | None, name: str, names: Mapping[str, str]) -> b
 # ---- emitting -------------------------------------------------------------------------------------------------
 
 
+@dataclass(frozen=True)
+class _Plan:
+    """A shape's statement text and the source of each ``?`` in order: ``(True, name)`` the key's attribute
+    ``name``, ``(False, placeholder)`` that expression attribute value. ``numbers``: the placeholders an ``ADD``
+    reads, which every write must prove numeric (the one check that looks at a value)."""
+
+    text: str
+    sources: tuple[tuple[bool, str], ...]
+    numbers: tuple[str, ...] = ()
+
+
 @dataclass
 class _Emitter:
     names: Mapping[str, str]
     values: Mapping[str, Any]
-    parameters: list[dict[str, Any]] = field(default_factory=list)
+    sources: list[tuple[bool, str]] = field(default_factory=list)
+    numbers: list[str] = field(default_factory=list)
     used_names: set[str] = field(default_factory=set)
     used_values: set[str] = field(default_factory=set)
 
@@ -248,10 +265,7 @@ class _Emitter:
         if placeholder not in self.values:
             raise Untranslatable(f"attribute value placeholder {placeholder} is not defined")
         self.used_values.add(placeholder)
-        return self.literal(self.values[placeholder])
-
-    def literal(self, value: Any) -> str:
-        self.parameters.append(to_wire({"v": value})["v"])
+        self.sources.append((False, placeholder))
         return "?"
 
     def operand(self, node: Node) -> str:
@@ -268,7 +282,10 @@ class _Emitter:
         return "(" + f" {kind.upper()} ".join(self.condition(part) for part in _chain(node, kind)) + ")"
 
     def where(self, key: Mapping[str, Any], condition: Node | None) -> str:
-        parts = [f"{self.name(name)} = {self.literal(value)}" for name, value in key.items()]
+        parts = []
+        for name in key:
+            parts.append(f"{self.name(name)} = ?")
+            self.sources.append((True, name))
         if condition is not None:
             parts.append(self.condition(condition))
         return " AND ".join(parts)
@@ -363,17 +380,77 @@ def _add_action(tokens: list[tuple[str, str]], out: _Emitter, condition: Node | 
     target = parser.path()
     placeholder = parser.take("value")
     parser.done()
-    value = out.values.get(placeholder)
-    if isinstance(value, bool) or not isinstance(value, int | Decimal):
-        raise Untranslatable("ADD of something other than a number")
+    _check_number(out.values.get(placeholder))
+    out.numbers.append(placeholder)
     if not _proves_present(condition, target, out.names):
         raise Untranslatable(f"ADD to {target}, which the condition does not prove present")
     name = out.name(target)
     return target, f"SET {name} = {name} + {out.value(placeholder)}"
 
 
+def _check_number(value: Any) -> None:
+    if isinstance(value, bool) or not isinstance(value, int | Decimal):
+        raise Untranslatable("ADD of something other than a number")
+
+
 def update_statement(table: str, params: Mapping[str, Any]) -> Statement:
     """The ``UPDATE`` statement of one conditional ``UpdateItem`` (its parameters as the adapters build them)."""
+    return _bound(_planned(("update", table), params, lambda: _update_plan(table, params)), params)
+
+
+def delete_statement(table: str, params: Mapping[str, Any], *, absent_ok: bool) -> Statement:
+    """The ``DELETE`` statement of one conditional ``DeleteItem``. ``absent_ok``: the caller counts an absent item
+    as deleted (a statement reports it so, where ``DeleteItem`` reports a condition an absent item fails)."""
+    plan = _planned(("delete", table, absent_ok), params, lambda: _delete_plan(table, params, absent_ok=absent_ok))
+    return _bound(plan, params)
+
+
+# a shape -> its plan; a process writes a few dozen shapes at most, the bound is for a caller that would not
+_PLANS: dict[Hashable, _Plan] = {}
+_MAX_PLANS = 256
+
+
+def _planned(kind: tuple[Hashable, ...], params: Mapping[str, Any], plan: Callable[[], _Plan]) -> _Plan:
+    """The plan of ``params``'s shape, worked out on its first write (a write it refuses is never remembered, so
+    it is refused again, with the same error, every time)."""
+    shape = _shape(kind, params)
+    if shape is None:
+        return plan()
+    known = _PLANS.get(shape)
+    if known is None:
+        known = plan()
+        if len(_PLANS) >= _MAX_PLANS:
+            _PLANS.clear()
+        _PLANS[shape] = known
+    return known
+
+
+def _shape(kind: tuple[Hashable, ...], params: Mapping[str, Any]) -> Hashable | None:
+    """All a write's plan depends on besides the values (an ``ADD``'s is checked per write); None when some part
+    is not what a plan reads (the translation then runs, and refuses it, as for an uncached write)."""
+    try:
+        key = params["Key"]
+        names = tuple(dict(params.get("ExpressionAttributeNames") or {}).items())
+        values = tuple(dict(params.get("ExpressionAttributeValues") or {}))
+        expressions = (params.get("UpdateExpression"), params.get("ConditionExpression"))
+        shape = (*kind, tuple(params), expressions, tuple(key) if isinstance(key, Mapping) else None, names, values)
+        hash(shape)
+    except (KeyError, TypeError, ValueError):
+        return None
+    return shape
+
+
+def _bound(plan: _Plan, params: Mapping[str, Any]) -> Statement:
+    """The plan's statement with this write's values, wire-typed in the order of the ``?``."""
+    key = params["Key"]
+    values = params.get("ExpressionAttributeValues") or {}
+    for placeholder in plan.numbers:
+        _check_number(values.get(placeholder))
+    chosen = {str(i): key[name] if in_key else values[name] for i, (in_key, name) in enumerate(plan.sources)}
+    return Statement(plan.text, list(to_wire(chosen).values()))
+
+
+def _update_plan(table: str, params: Mapping[str, Any]) -> _Plan:
     condition = _parsed_condition(params)
     if condition is None or _on_absent_item(condition):
         raise Untranslatable("an update whose condition holds on an absent item (UpdateItem would create it)")
@@ -401,12 +478,11 @@ def update_statement(table: str, params: Mapping[str, Any]) -> Statement:
         raise Untranslatable("an attribute written twice, or a key attribute written")
     where = out.where(key, condition)
     out.check_all_used()
-    return Statement(f"UPDATE {_quoted(table)} {' '.join(clauses)} WHERE {where}", out.parameters)
+    text = f"UPDATE {_quoted(table)} {' '.join(clauses)} WHERE {where}"
+    return _Plan(text, tuple(out.sources), tuple(out.numbers))
 
 
-def delete_statement(table: str, params: Mapping[str, Any], *, absent_ok: bool) -> Statement:
-    """The ``DELETE`` statement of one conditional ``DeleteItem``. ``absent_ok``: the caller counts an absent item
-    as deleted (a statement reports it so, where ``DeleteItem`` reports a condition an absent item fails)."""
+def _delete_plan(table: str, params: Mapping[str, Any], *, absent_ok: bool) -> _Plan:
     condition = _parsed_condition(params)
     if "UpdateExpression" in params:
         raise Untranslatable("a delete with an UpdateExpression")
@@ -416,7 +492,7 @@ def delete_statement(table: str, params: Mapping[str, Any], *, absent_ok: bool) 
     where = out.where(_key(params), condition)
     out.check_all_used()
     # names are quoted identifiers and every value a parameter: nothing of the data is in the text
-    return Statement(f"DELETE FROM {_quoted(table)} WHERE {where}", out.parameters)  # noqa: S608
+    return _Plan(f"DELETE FROM {_quoted(table)} WHERE {where}", tuple(out.sources))  # noqa: S608
 
 
 def _quoted(table: str) -> str:
