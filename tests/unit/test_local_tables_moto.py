@@ -59,5 +59,5 @@ def test_task_queue_from_template(moto_server: EmbeddedMoto) -> None:
     redrive = json.loads(attributes["RedrivePolicy"])
     assert redrive["maxReceiveCount"] == 5
     assert redrive["deadLetterTargetArn"].endswith(":amsg-moto-tasks-dlq")
-    assert queue.batch_size == 5
+    assert queue.batch_size == 10  # the run_task event source's BatchSize
     assert queue.arn == attributes["QueueArn"]
