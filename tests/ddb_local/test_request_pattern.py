@@ -156,3 +156,39 @@ def test_a_batch_of_five_shares_one_read_and_one_transaction(wired):
     for user, task_uuid in seeded:
         assert ctx.tasks.find_task(task_uuid) is None
         assert all(row.get("delivered_at") for row in _rows(ctx, user))
+
+
+def test_a_batch_of_owned_tasks_checks_its_owners_in_one_read(wired):
+    """Before firing, each owned task reads its owner (a retired owner's task never fires); the records of a
+    batch make that read at the same point, so the five travel as one ``BatchGetItem`` (one per task before)."""
+    from amsg.adapters.dynamo.coalescing import DynamoCoalescer
+    from amsg.engine.run_task import run_together
+    from amsg.ports import NewTask, OwnerClaim
+
+    from tests.support.aws_calls import record_aws_calls
+
+    ctx, sender, queue = wired
+    ctx.coalescer = DynamoCoalescer(ctx.claims.db, max_wait_s=2.0)
+    for n in range(5):
+        user = str(uuid.uuid4())
+        key = ctx.user_key(user)
+        sub = {"endpoint": "https://push.invalid/x", "keys": {}}
+        ctx.subscriptions.put_push_subscription(user, encrypt_for_storage(compact_json(sub), key), 1)
+        payload = {"contactName": "Rei", "messageType": "fixed", "userMessage": f"早上好{n}"}
+        claim = OwnerClaim(ref=f"ref-{n}", generation=0, meta=encrypt_for_storage("{}", key))
+        stored = encrypt_for_storage(compact_json(payload), key)
+        ctx.tasks.create_task(NewTask(user, str(uuid.uuid4()), stored, "fixed", T0_MS + 60_000, T0_MS, owner=claim))
+    ctx.clock.current_ms = T0_MS + 61_000
+    run_tick(ctx)
+    messages = [parse_task_message(json.dumps(queue.items.get_nowait())) for _ in range(5)]
+    jobs = [
+        lambda m=m, i=i: run_message(ctx, m, remaining_ms=lambda: 100_000, owner=f"run:{i}")
+        for i, m in enumerate(messages)
+    ]
+    with record_aws_calls() as recorder:
+        results = run_together(ctx, jobs, keys=[m.user_id for m in messages])
+    assert [r["successCount"] for r in results] == [1] * 5
+    operations = [c.operation for c in recorder.calls if c.service == "dynamodb"]
+    assert "GetItem" not in operations
+    assert operations.count("BatchGetItem") == 2  # the run's read, then the owners' guard reads
+    assert sorted(sender.counts().values()) == [1] * 5

@@ -136,8 +136,12 @@ class DynamoOwnerStore:
         )
 
     def guard_holds(self, user_id: str, ref: str, generation: int) -> bool:
-        """The read-only form of the guard (used right before a push, which cannot be part of a transaction)."""
-        return guard_holds_for(self.get(user_id, ref), generation)
+        """The read-only form of the guard (used right before a push, which cannot be part of a transaction). A
+        consistent ``BatchGetItem`` of the one item: the records of an SQS batch check their owners at the same
+        point, and their reads then travel as one request (docs/delivery.md, "A batch shares its round trips")."""
+        key = owner_key(self.space, user_id, ref)
+        item = self.db.batch_get([key]).get((key["PK"], key["SK"]))
+        return guard_holds_for(_state(item) if item else None, generation)
 
     def set_active(
         self, user_id: str, ref: str, owner_type: str, owner_id: str, *, active: bool, expected: int, now_ms: int
