@@ -36,6 +36,28 @@ def _rows(ctx, user: str) -> list[dict]:
     return list(ctx.outbox.db.query_prefix(f"U#{user}", "O#"))
 
 
+def _run_batch_of_five(ctx, queue: MemoryQueue) -> tuple[list[dict], list[str]]:
+    """Tick at the due time, then run the five enqueued messages together as the run_task handler runs one SQS
+    batch (a generous wait makes the merges deterministic here; production waits at most 20 ms for a sibling):
+    their results and the DynamoDB operations they sent."""
+    from amsg.adapters.dynamo.coalescing import DynamoCoalescer
+    from amsg.engine.run_task import run_together
+
+    from tests.support.aws_calls import record_aws_calls
+
+    ctx.coalescer = DynamoCoalescer(ctx.claims.db, max_wait_s=2.0)
+    ctx.clock.current_ms = T0_MS + 61_000
+    run_tick(ctx)
+    messages = [parse_task_message(json.dumps(queue.items.get_nowait())) for _ in range(5)]
+    jobs = [
+        lambda m=m, i=i: run_message(ctx, m, remaining_ms=lambda: 100_000, owner=f"run:{i}")
+        for i, m in enumerate(messages)
+    ]
+    with record_aws_calls() as recorder:
+        results = run_together(ctx, jobs, keys=[m.user_id for m in messages])
+    return results, [c.operation for c in recorder.calls if c.service == "dynamodb"]
+
+
 @pytest.fixture
 def wired(ddb_local_endpoint, ddb_local_table):
     ctx = ddb_context(ddb_local_endpoint, ddb_local_table)
@@ -128,30 +150,14 @@ def test_a_batch_of_five_shares_one_read_and_one_transaction(wired):
     read, one merged append, then each settlement's single writes (the row's delivered mark, the task's delete, the
     uuid registry entry's delete: half the write units of one transaction, docs/decisions.md 38), every push exactly
     once and every row marked delivered. The marks of the five, the tasks' deletes of the five and the registry
-    deletes of the five travel as one ``BatchExecuteStatement`` each (statements on, the default; decisions.md 43).
-    (A generous wait makes the merge deterministic here; production waits at most 20 ms for a sibling.)"""
-    from amsg.adapters.dynamo.coalescing import DynamoCoalescer
-    from amsg.engine.run_task import run_together
-
-    from tests.support.aws_calls import record_aws_calls
-
+    deletes of the five travel as one ``BatchExecuteStatement`` each (statements on, the default; decisions.md 43)."""
     ctx, sender, queue = wired
-    ctx.coalescer = DynamoCoalescer(ctx.claims.db, max_wait_s=2.0)
     seeded = [_seed(ctx, "早上好") for _ in range(5)]
-    ctx.clock.current_ms = T0_MS + 61_000
-    run_tick(ctx)
-    messages = [parse_task_message(json.dumps(queue.items.get_nowait())) for _ in range(5)]
-    jobs = [
-        lambda m=m, i=i: run_message(ctx, m, remaining_ms=lambda: 100_000, owner=f"run:{i}")
-        for i, m in enumerate(messages)
-    ]
-    with record_aws_calls() as recorder:
-        results = run_together(ctx, jobs, keys=[m.user_id for m in messages])
+    results, operations = _run_batch_of_five(ctx, queue)
     assert [r["successCount"] for r in results] == [1] * 5
-    operations = sorted(c.operation for c in recorder.calls if c.service == "dynamodb")
     # the five marks, then the five tasks' fenced deletes, then the five registry entries' deletes: one statement
     # batch each
-    assert operations == ["BatchExecuteStatement"] * 3 + ["BatchGetItem", "TransactWriteItems"]
+    assert sorted(operations) == ["BatchExecuteStatement"] * 3 + ["BatchGetItem", "TransactWriteItems"]
     assert sorted(sender.counts().values()) == [1] * 5
     for user, task_uuid in seeded:
         assert ctx.tasks.find_task(task_uuid) is None
@@ -161,14 +167,9 @@ def test_a_batch_of_five_shares_one_read_and_one_transaction(wired):
 def test_a_batch_of_owned_tasks_checks_its_owners_in_one_read(wired):
     """Before firing, each owned task reads its owner (a retired owner's task never fires); the records of a
     batch make that read at the same point, so the five travel as one ``BatchGetItem`` (one per task before)."""
-    from amsg.adapters.dynamo.coalescing import DynamoCoalescer
-    from amsg.engine.run_task import run_together
     from amsg.ports import NewTask, OwnerClaim
 
-    from tests.support.aws_calls import record_aws_calls
-
     ctx, sender, queue = wired
-    ctx.coalescer = DynamoCoalescer(ctx.claims.db, max_wait_s=2.0)
     for n in range(5):
         user = str(uuid.uuid4())
         key = ctx.user_key(user)
@@ -178,17 +179,8 @@ def test_a_batch_of_owned_tasks_checks_its_owners_in_one_read(wired):
         claim = OwnerClaim(ref=f"ref-{n}", generation=0, meta=encrypt_for_storage("{}", key))
         stored = encrypt_for_storage(compact_json(payload), key)
         ctx.tasks.create_task(NewTask(user, str(uuid.uuid4()), stored, "fixed", T0_MS + 60_000, T0_MS, owner=claim))
-    ctx.clock.current_ms = T0_MS + 61_000
-    run_tick(ctx)
-    messages = [parse_task_message(json.dumps(queue.items.get_nowait())) for _ in range(5)]
-    jobs = [
-        lambda m=m, i=i: run_message(ctx, m, remaining_ms=lambda: 100_000, owner=f"run:{i}")
-        for i, m in enumerate(messages)
-    ]
-    with record_aws_calls() as recorder:
-        results = run_together(ctx, jobs, keys=[m.user_id for m in messages])
+    results, operations = _run_batch_of_five(ctx, queue)
     assert [r["successCount"] for r in results] == [1] * 5
-    operations = [c.operation for c in recorder.calls if c.service == "dynamodb"]
     assert "GetItem" not in operations
     assert operations.count("BatchGetItem") == 2  # the run's read, then the owners' guard reads
     assert sorted(sender.counts().values()) == [1] * 5

@@ -411,10 +411,9 @@ class DynamoOutboxStore(OutboxSendClaims):
         if named:
             by_key = self._batch_get([self.space.outbox_key(user_id, message_id) for message_id in _distinct(named)])
             for sk, item in by_key.items():
-                if item_int(item.get("created_at")) >= since_ms:
+                if item.get("task_uuid") == task_uuid and item_int(item.get("created_at")) >= since_ms:
                     found.setdefault(sk, item)
-        out = [item for item in found.values() if item.get("task_uuid") == task_uuid]
-        out.sort(key=lambda item: (item_int(item.get("created_at")), item_int(item.get("id"))))
+        out = sorted(found.values(), key=lambda item: (item_int(item.get("created_at")), item_int(item.get("id"))))
         return out if limit is None else out[:limit]
 
     def discard_undelivered_for_task(

@@ -146,14 +146,15 @@ def delete_with_registry(
 
 
 def named_as_read(action: dict[str, Any], named: Any) -> dict[str, Any]:
-    """A task write conditioned on the outbox message ids it names (``ob_mids``) as read: a batch appended after
-    the read fails it, so the caller reads again and its discard finds those rows too (docs/decisions.md, 45)."""
+    """A task write additionally conditioned on the outbox message ids it names (``ob_mids``) as read: a batch
+    appended after the read fails it, so the caller reads again and its discard finds those rows too
+    (docs/decisions.md, 45)."""
     body = dict(action)
+    own = "ob_mids = :obm" if named else "attribute_not_exists(ob_mids)"
+    condition = body.get("ConditionExpression")
+    body["ConditionExpression"] = f"({condition}) AND {own}" if condition else own
     if named:
-        body["ConditionExpression"] = "ob_mids = :obm"
         body["ExpressionAttributeValues"] = {**body.get("ExpressionAttributeValues", {}), ":obm": named}
-    else:
-        body["ConditionExpression"] = "attribute_exists(PK) AND attribute_not_exists(ob_mids)"
     return body
 
 
@@ -170,7 +171,8 @@ def delete_as_read(t: DynamoTable, space: keys.KeySpace, user_id: str, uuid: str
         )
         if existing is None:
             return None
-        task_delete = named_as_read({"Key": space.task_key(user_id, uuid)}, existing.get("ob_mids"))
+        present = {"Key": space.task_key(user_id, uuid), "ConditionExpression": "attribute_exists(PK)"}
+        task_delete = named_as_read(present, existing.get("ob_mids"))
         status = str(existing.get("status", "pending"))
         extra = [pending.decrement(space)] if counted and status == "pending" else []
         if counted:
@@ -348,9 +350,12 @@ class DynamoTaskStore:
     def _supersede_actions(self, user_id: str, uuid: str, old: dict[str, Any]) -> list[dict[str, Any]]:
         """Delete the superseded task as it was read (in a tenant's space: also in the status it was read in, so
         the pending count moves with it)."""
-        delete = named_as_read({"Key": self._key(user_id, uuid)}, old.get("ob_mids"))
-        delete["ConditionExpression"] += " AND rev = :rev"
-        delete["ExpressionAttributeValues"] = {**delete.get("ExpressionAttributeValues", {}), ":rev": old.get("rev", 0)}
+        as_read = {
+            "Key": self._key(user_id, uuid),
+            "ConditionExpression": "rev = :rev",
+            "ExpressionAttributeValues": {":rev": old.get("rev", 0)},
+        }
+        delete = named_as_read(as_read, old.get("ob_mids"))
         if pending.counted(self.space):
             delete = pending.with_status(delete, str(old.get("status", "pending")))
         return [{"Delete": delete}, registry_delete(self.space, uuid, user_id)]
