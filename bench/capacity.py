@@ -216,6 +216,7 @@ def run(tasks: int = 10_000, users: int = 1_000, warm_up: int = 1_000) -> dict[s
                                 "fixed",
                                 due_ms,
                                 ctx.now_ms(),
+                                one_shot=True,  # as the schedule route creates a one-shot
                             )
                         )
 

@@ -13,6 +13,7 @@ import uuid
 import pytest
 from amsg.adapters.dynamo.compact import unpack
 from amsg.crypto import compact_json, encrypt_for_storage
+from amsg.domain.registry_life import REGISTRY_TTL_S
 from amsg.engine.messages import parse_task_message
 from amsg.engine.run_task import run_message
 from amsg.engine.tick import run_tick
@@ -38,7 +39,8 @@ def wired(request, ddb_local_endpoint, ddb_local_table):
     return ctx, sender, queue
 
 
-def _seed(ctx, message: str = "早上好") -> tuple[str, str]:
+def _seed(ctx, message: str = "早上好", *, one_shot: bool = True) -> tuple[str, str]:
+    """A one-shot as `POST /schedule-message` creates it (``one_shot=False``: as the previous version did)."""
     user, task_uuid = str(uuid.uuid4()), str(uuid.uuid4())
     key = ctx.user_key(user)
     ctx.subscriptions.put_push_subscription(
@@ -47,7 +49,15 @@ def _seed(ctx, message: str = "早上好") -> tuple[str, str]:
     units.reset()  # the subscription is the user's, not the task's
     payload = {"contactName": "Rei", "messageType": "fixed", "userMessage": message, "firstSendTime": "x" * 24}
     ctx.tasks.create_task(
-        NewTask(user, task_uuid, encrypt_for_storage(compact_json(payload), key), "fixed", T0_MS + 60_000, T0_MS)
+        NewTask(
+            user,
+            task_uuid,
+            encrypt_for_storage(compact_json(payload), key),
+            "fixed",
+            T0_MS + 60_000,
+            T0_MS,
+            one_shot=one_shot,
+        )
     )
     return user, task_uuid
 
@@ -169,7 +179,7 @@ def test_the_meter_bills_statements_as_the_single_writes_dynamodb_local_reports(
 
 def test_a_one_shot_delivery_writes_these_units(wired):
     ctx, sender, queue = wired
-    _seed(ctx)
+    _user, task_uuid = _seed(ctx)
     created = _by_target(units.snapshot())
     assert created == {"table": 6, "gsi:due": 2}  # counter, task, uuid registry in one transaction
     units.reset()
@@ -179,9 +189,27 @@ def test_a_one_shot_delivery_writes_these_units(wired):
     # claim 1 + due 2 (one conditional UpdateItem; the key moves to the lease expiry); append 6 (counter, task,
     # row in one transaction) + `outbox_unacked` 2, no due write (the adoption keeps the claim's lease), no
     # `outbox_by_task` entry (the task names the row: docs/decisions.md, 45); settle: the row's delivered mark 1 +
-    # `outbox_unacked` 1, the task's delete 1 + due 1, the registry entry's delete 1, each a single write; every
-    # item under 1 KB, the task with its name too (docs/performance.md, "What a delivered message costs")
-    assert delivered == {"table": 10, "gsi:due": 3, "lsi:outbox_unacked": 3}
+    # `outbox_unacked` 1, the task's delete 1 + due 1, each a single write, and no delete of the uuid registry
+    # entry: it expires (docs/decisions.md, 47); every item under 1 KB, the task with its name and the entry's
+    # expiry too (docs/performance.md, "What a delivered message costs")
+    assert delivered == {"table": 9, "gsi:due": 3, "lsi:outbox_unacked": 3}
+    entry = ctx.tasks.db.get(ctx.tasks.space.uuid_registry_key(task_uuid))
+    assert entry is not None and int(entry["ttl"]) == (T0_MS + 60_000) // 1000 + REGISTRY_TTL_S
+    assert ctx.tasks.find_task(task_uuid) is None  # the entry names a task that is gone
+
+
+def test_a_task_of_the_previous_version_still_deletes_its_registry_entry(wired):
+    """A task created before registry entries expired (no expiry on either) is settled as before: its entry is
+    deleted with it, one unit more."""
+    ctx, sender, queue = wired
+    _user, task_uuid = _seed(ctx, one_shot=False)
+    entry = ctx.tasks.db.get(ctx.tasks.space.uuid_registry_key(task_uuid))
+    assert entry is not None and "ttl" not in entry
+    units.reset()
+    _deliver(ctx, queue)
+    assert len(sender.sent) == 1
+    assert _by_target(units.snapshot()) == {"table": 10, "gsi:due": 3, "lsi:outbox_unacked": 3}
+    assert ctx.tasks.db.get(ctx.tasks.space.uuid_registry_key(task_uuid)) is None
 
 
 def test_items_of_the_previous_layout_are_delivered_and_settled(wired):

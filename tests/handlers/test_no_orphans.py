@@ -50,8 +50,8 @@ def orphans(items: list[dict[str, Any]]) -> list[str]:
             head, token_and_index = sk[3:].rsplit("\x1f", 1)
             owner = by_key.get((pk, "S#" + head))
             ok = owner is not None and owner.get("blob_token") == token_and_index.split("#")[0]
-        elif pk.startswith("TU#"):  # uuid registry → the task it names
-            ok = (f"U#{item['user_id']}", f"T#{pk[3:]}") in by_key
+        elif pk.startswith("TU#"):  # uuid registry → the task it names, or an expiry (docs/decisions.md, 47)
+            ok = (f"U#{item['user_id']}", f"T#{pk[3:]}") in by_key or "ttl" in item
         else:
             continue
         if not ok:

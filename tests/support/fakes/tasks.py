@@ -138,6 +138,9 @@ class MemoryTaskStore:
                 row.next_send_at_ms = next_send_at_ms
             return row.updated_at_ms
 
+    def extend_registry(self, row: TaskRow, until_s: int) -> None:
+        """This registry's entries never expire (a delivered task's entry goes with it)."""
+
     def delete_task(self, user_id: str, uuid: str) -> DeletedTask | None:
         with self._lock:
             gone = self._user(user_id).pop(uuid, None)

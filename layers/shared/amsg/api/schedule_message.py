@@ -70,6 +70,7 @@ def schedule_message(request: ApiRequest, ctx: AppContext) -> ApiResponse:
         now_ms=now_ms,
         correlation_id=logger.get_correlation_id(),  # the API Gateway request id: run_task logs carry it
         owner=ownership.claim(codec),
+        one_shot=not instant and req.recurrence_type == "none",
     )
     try:
         created = ctx.tasks.create_task(task, req.supersedes_uuid, prepared=prepared)

@@ -6,6 +6,7 @@ from __future__ import annotations
 from amsg.context import AppContext
 from amsg.crypto import compact_json
 from amsg.domain.limits import can_be_task_uuid, canonical_task_uuid
+from amsg.domain.registry_life import extension_s
 from amsg.domain.update_validation import validate_update_patch
 from amsg.domain.validation import MAX_TASK_PAYLOAD_BYTES, payload_too_large_error
 from amsg.errors import api_error
@@ -64,6 +65,9 @@ def update_message(request: ApiRequest, ctx: AppContext) -> ApiResponse:
             raise payload_too_large_error(new_size)
         next_send_at_ms = patch.next_send_at_ms
         moves = next_send_at_ms is not None and next_send_at_ms != row.next_send_at_ms
+        until = extension_s(row.registry_expires_s, next_send_at_ms) if next_send_at_ms is not None else None
+        if moves and until is not None:  # the uuid registry entry must outlive the later occurrence
+            ctx.tasks.extend_registry(row, until)  # (docs/decisions.md, 47)
         updated_at = ctx.tasks.update_pending_task(
             user_id,
             task_uuid,

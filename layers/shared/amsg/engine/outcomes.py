@@ -69,6 +69,7 @@ def finalize_success(
             payload_rev=row.rev,
             payload_token=row.payload_token,
             task_id=row.id,
+            registry_expires=row.registry_expires_s is not None,
         )
     else:
         occurrence = row.next_send_at_ms or now

@@ -204,6 +204,8 @@ class Settlement:
     # the claimed row's id: a delivered one-shot's uuid registry entry is deleted while it names this task, with no
     # read of the task first (docs/decisions.md, 43)
     task_id: int | None = None
+    # the claimed row's uuid registry entry expires by itself: a delivered one-shot leaves it (docs/decisions.md, 47)
+    registry_expires: bool = False
     # every row the task names by message id is delivered (the occurrence settled with nothing unconfirmed): the
     # task stops naming them (docs/decisions.md, 45)
     clear_outbox_ids: bool = False

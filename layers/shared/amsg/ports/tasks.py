@@ -53,6 +53,8 @@ class TaskRow:
     correlation_id: str | None = None  # id of the API request that created the task (carried into run_task logs)
     owner: OwnerClaim | None = None  # the cloud-data owner the task (and all it derives) is guarded by
     deferred_until_ms: int | None = None  # the delivery policy moved this occurrence (quiet hours or a cap) to then
+    # when the task's uuid registry entry expires by itself (a one-shot's: docs/decisions.md, 47); None: never
+    registry_expires_s: int | None = None
 
 
 @dataclass
@@ -65,6 +67,8 @@ class NewTask:
     now_ms: int
     correlation_id: str | None = None  # the creating API request's id (logs only)
     owner: OwnerClaim | None = None
+    # a one-shot (no recurrence): a store may let its uuid registry entry expire (docs/decisions.md, 47)
+    one_shot: bool = False
 
 
 class StoreHint:
@@ -155,6 +159,11 @@ class TaskStore(Protocol):
 
     def delete_task(self, user_id: str, uuid: str) -> DeletedTask | None:
         """Delete the task and its uuid registry entry; None when there was none."""
+        ...
+
+    def extend_registry(self, row: TaskRow, until_s: int) -> None:
+        """Move the expiry of ``row``'s uuid registry entry to ``until_s`` (putting the entry back if it is gone),
+        while it names this task; a store whose entries never expire does nothing."""
         ...
 
     def find_task(self, uuid: str) -> TaskRow | None:

@@ -61,8 +61,9 @@ class DynamoSettlements:
         write, in an order whose every crash point the next run already handles (docs/delivery.md, "Outbox
         first"): the marks first (facts about pushes that left: a task still pending under this claim after them
         is claimed again once its lease ends, and the run finds its batch delivered and settles it), then the
-        task, then a one-shot's uuid registry entry (an entry left behind names a task that is gone: a create
-        of that uuid takes it over). A transaction would bill every item twice (docs/decisions.md, 38)."""
+        task, then a one-shot's uuid registry entry unless it expires by itself (an entry left behind names a
+        task that is gone: a create of that uuid takes it over). A transaction would bill every item twice
+        (docs/decisions.md, 38)."""
         self._mark_delivered(user_id, settlement)
         if settlement.delivered and settlement.delete:
             if self._delete_delivered(user_id, uuid, claim_version, settlement):
@@ -96,8 +97,9 @@ class DynamoSettlements:
     def _delete_delivered(self, user_id: str, uuid: str, claim_version: int, settlement: Settlement) -> bool:
         """A delivered one-shot: the task deleted (fenced; ``rev`` proves the payload, and so its parts, is the one
         read, else the general path reads the part token first), then its uuid registry entry while it still
-        names this task (the claimed row's id); in a tenant's space the task, its pending count and the entry in
-        one transaction (the count must move with the task). False when the task's condition failed.
+        names this task (the claimed row's id), unless the entry expires by itself; in a tenant's space the task,
+        its pending count and the entry in one transaction (the count must move with the task). False when the
+        task's condition failed.
 
         Outside a tenant's space the delete is a single write merged with the batch's siblings (a ``DELETE``
         statement) on which a task already gone counts as deleted: its pushes have left, so a cancel that came
@@ -121,8 +123,9 @@ class DynamoSettlements:
             return False
         if settlement.payload_token:
             drop_parts(self.db, self.space, user_id, uuid, settlement.payload_token)
-        if not counted and settlement.task_id is not None:
-            # best effort: an entry left behind names a task that is gone, and a create of the uuid takes it over
+        if not counted and settlement.task_id is not None and not settlement.registry_expires:
+            # best effort: an entry left behind names a task that is gone, and a create of the uuid takes it over;
+            # an entry that expires is left to (docs/decisions.md, 47)
             entry = registry_delete_of(self.space, uuid, user_id, settlement.task_id)
             with contextlib.suppress(ClientError):  # an entry already gone is as good as deleted
                 self._write_if(SingleWrite("delete", entry, absent_ok=True))

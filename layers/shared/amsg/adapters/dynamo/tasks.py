@@ -26,6 +26,7 @@ from amsg.adapters.dynamo.table import (
     is_conditional_failure,
     item_int,
 )
+from amsg.domain.registry_life import registry_expiry_s
 from amsg.errors import StoreUnavailable, TaskUuidConflict, TenantPendingLimit
 from amsg.ports import CreatedTask, CreatePrep, DeletedTask, NewTask, OwnerClaim, StoreHint, TaskRow
 from amsg.timeutil import iso_from_ms, parse_iso_ms
@@ -81,6 +82,7 @@ def task_row(t: DynamoTable, item: dict[str, Any]) -> TaskRow:
         correlation_id=item.get("corr_id"),
         owner=task_owner(item),
         deferred_until_ms=stored_ms(item.get("deferred_until")),
+        registry_expires_s=item_int(item["reg_ttl"]) if "reg_ttl" in item else None,
     )
 
 
@@ -264,6 +266,7 @@ class DynamoTaskStore:
     ) -> CreatedTask:
         counter_key = self.space.counter_key(task.user_id, "task")
         orphan: dict[str, Any] | None = None  # a registry entry left behind by a deleted task, to take over
+        expires_s = self._registry_expiry(task)
         for attempt in cas_attempts(CREATE_ATTEMPTS):
             if attempt == 0 and hint is not None:
                 current, old = hint.counter, hint.old  # read together with the subscription
@@ -271,31 +274,11 @@ class DynamoTaskStore:
                 current = read_counter(self.db, counter_key)
                 old = self.db.get(self._key(task.user_id, supersedes_uuid)) if supersedes_uuid else None
             new_id = current + 1
-            next_iso, now_iso = iso_from_ms(task.next_send_at_ms), iso_from_ms(task.now_ms)
-            item: dict[str, Any] = {
-                **self._key(task.user_id, task.uuid),
-                "id": new_id,
-                "user_id": task.user_id,
-                "uuid": task.uuid,
-                **payload_attrs,
-                "message_type": task.message_type,
-                "next_send_at": next_iso,
-                "status": "pending",
-                "retry_count": 0,
-                "created_at": now_iso,
-                "updated_at": now_iso,
-                "claim_version": 0,
-                "rev": 1,
-                "due_pk": self.space.due_pk(task.uuid, self.due_shards),
-                "due_sk": keys.due_sk(next_iso, task.uuid),
-                **owner_sets(task.owner),
-            }
-            if task.correlation_id:
-                item["corr_id"] = task.correlation_id
+            item = self._task_item(task, new_id, payload_attrs, expires_s)
             actions: list[dict[str, Any]] = [
                 set_counter(counter_key, current, new_id),
                 {"Put": {"Item": item, "ConditionExpression": "attribute_not_exists(PK)"}},
-                self._registry_put(task, new_id, orphan),
+                self._registry_put(task, new_id, orphan, expires_s),
             ]
             if old is not None:
                 actions += self._supersede_actions(task.user_id, supersedes_uuid or "", old)
@@ -321,12 +304,52 @@ class DynamoTaskStore:
             return CreatedTask(id=new_id, superseded=old is not None, superseded_outbox_ids=named)
         raise StoreUnavailable("task id allocation kept conflicting")
 
-    def _registry_put(self, task: NewTask, new_id: int, orphan: dict[str, Any] | None) -> dict[str, Any]:
-        """The uuid registry entry of a new task: a new item, or the orphan as read taken over."""
-        put: dict[str, Any] = {
-            "Item": {**self.space.uuid_registry_key(task.uuid), "user_id": task.user_id, "id": new_id},
-            "ConditionExpression": "attribute_not_exists(PK)",
+    def _task_item(
+        self, task: NewTask, new_id: int, payload_attrs: dict[str, Any], expires_s: int | None
+    ) -> dict[str, Any]:
+        """A new task's item (pending, unclaimed, in the due index at its occurrence)."""
+        next_iso, now_iso = iso_from_ms(task.next_send_at_ms), iso_from_ms(task.now_ms)
+        item: dict[str, Any] = {
+            **self._key(task.user_id, task.uuid),
+            "id": new_id,
+            "user_id": task.user_id,
+            "uuid": task.uuid,
+            **payload_attrs,
+            "message_type": task.message_type,
+            "next_send_at": next_iso,
+            "status": "pending",
+            "retry_count": 0,
+            "created_at": now_iso,
+            "updated_at": now_iso,
+            "claim_version": 0,
+            "rev": 1,
+            "due_pk": self.space.due_pk(task.uuid, self.due_shards),
+            "due_sk": keys.due_sk(next_iso, task.uuid),
+            **owner_sets(task.owner),
         }
+        if task.correlation_id:
+            item["corr_id"] = task.correlation_id
+        if expires_s is not None:
+            item["reg_ttl"] = expires_s
+        return item
+
+    def _registry_expiry(self, task: NewTask) -> int | None:
+        """When a new task's uuid registry entry expires (docs/decisions.md, 47): a one-shot's a month after its
+        occurrence; never for a recurring task, an owned one (a retired owner's task may wait unclaimed for its
+        purge) or one in a tenant's space (an inactive tenant's tasks wait unclaimed, and the pending count's
+        transaction takes the entry's delete at no extra request)."""
+        if not task.one_shot or task.owner is not None or pending.counted(self.space):
+            return None
+        return registry_expiry_s(task.next_send_at_ms, task.now_ms)
+
+    def _registry_put(
+        self, task: NewTask, new_id: int, orphan: dict[str, Any] | None, expires_s: int | None
+    ) -> dict[str, Any]:
+        """The uuid registry entry of a new task: a new item, or the orphan as read taken over."""
+        entry: dict[str, Any] = {**self.space.uuid_registry_key(task.uuid), "user_id": task.user_id, "id": new_id}
+        if expires_s is not None:
+            entry["ttl"] = expires_s
+        put: dict[str, Any] = {"Item": entry, "ConditionExpression": "attribute_not_exists(PK)"}
         if orphan is not None and orphan.get("id") is None:
             put["ConditionExpression"] = "user_id = :ou AND attribute_not_exists(id)"
             put["ExpressionAttributeValues"] = {":ou": orphan.get("user_id")}
@@ -476,6 +499,23 @@ class DynamoTaskStore:
 
     def delete_task(self, user_id: str, uuid: str) -> DeletedTask | None:
         return delete_as_read(self.db, self.space, user_id, uuid)
+
+    def extend_registry(self, row: TaskRow, until_s: int) -> None:
+        """The entry's new expiry, while it names this task, and put back if it is gone: only a task whose entry
+        expires calls this, so the entry is its own or was never taken over. One conditional write on a claim
+        or an update of a task still alive half a month before its entry expires (docs/decisions.md, 47)."""
+        try:
+            self.db.table.update_item(
+                Key=self.space.uuid_registry_key(row.uuid),
+                UpdateExpression="SET user_id = :uid, id = :id, #ttl = :ttl",
+                ConditionExpression="attribute_not_exists(PK) OR (user_id = :uid AND id = :id)",
+                ExpressionAttributeNames={"#ttl": "ttl"},
+                ExpressionAttributeValues={":uid": row.user_id, ":id": row.id, ":ttl": until_s},
+            )
+        except ClientError as exc:
+            if not is_conditional_failure(exc):
+                raise
+            # else a create took the uuid over since this task's entry expired: it names another task now
 
     def find_task(self, uuid: str) -> TaskRow | None:
         registry = self.db.get(self.space.uuid_registry_key(uuid))
