@@ -75,6 +75,35 @@ def test_a_failed_part_fails_alone_with_its_own_reasons_and_the_others_commit(ta
     assert _operations(recorder) == {"TransactWriteItems": 1 + 4}
 
 
+def test_the_parts_of_a_merge_that_failed_run_side_by_side_each_from_its_own_caller(table, monkeypatch):
+    """After a cancelled merge every part is sent from its caller's thread, all at the same time: a batch pays
+    one more round trip, not one per part. Each part's send waits until all four are in flight (a barrier that
+    parts sent one after another could never pass)."""
+    names = [str(uuid.uuid4()) for _ in range(4)]
+    table.transact([_bump(names[1] + "b", 0)])  # names[1]'s part fails: the merge is cancelled
+    in_flight = threading.Barrier(len(names), timeout=10)
+    senders: list[int] = []
+    send_alone = table.transact_now
+
+    def alone(actions):
+        senders.append(threading.get_ident())
+        in_flight.wait()
+        return send_alone(actions)
+
+    monkeypatch.setattr(table, "transact_now", alone)
+    callers: list[int] = []
+
+    def job(name):
+        callers.append(threading.get_ident())
+        return table.transact([_bump(name, 0), _bump(name + "b", 0)])
+
+    results = run_together(table, [lambda name=name: job(name) for name in names])
+    assert isinstance(results[1], TransactionCancelled) and results[1].reasons == ["None", "ConditionalCheckFailed"]
+    assert [r for i, r in enumerate(results) if i != 1] == [None] * 3
+    assert sorted(senders) == sorted(callers)  # every part from its own caller's thread
+    assert [_n(table, name) for name in names] == [1, None, 1, 1]
+
+
 def test_calls_on_one_item_are_never_merged_so_a_compare_and_set_still_excludes(table):
     name = str(uuid.uuid4())
     with record_aws_calls() as recorder:

@@ -9,7 +9,8 @@ While a session is open, the calls that its participants make at about the same 
   actions. It commits only when every part would have committed, and no two parts touch the same item, so it
   is the same as running the parts one after the other. When it is cancelled (a condition of one part failed,
   a conflict) or refused (too large), every part runs again on its own: each caller gets exactly the outcome
-  and the cancellation reasons it would have had alone. Two exceptions to "all different": a tenant's
+  and the cancellation reasons it would have had alone (each part from its caller's own thread, so they run
+  side by side). Two exceptions to "all different": a tenant's
   pending-count decrements (pending.py), unconditional and additive, are summed into one action per counter;
   and identical ``ConditionCheck`` actions (the tenant-active check every push claim of a tenant carries) are
   sent once, since a read-only check that holds for one part holds for all;
@@ -55,6 +56,7 @@ class _Call:
     done: bool = False
     result: Any = None
     error: BaseException | None = None
+    alone: bool = False  # its caller sends it on its own (a merged transaction that could not commit)
 
 
 class CoalescingSession:
@@ -109,6 +111,8 @@ class CoalescingSession:
                 if not self._flushing and self._pending:
                     timeout = max(0.0005, self._pending[0].submitted + self._max_wait_s - time.monotonic())
                 self._cond.wait(timeout)
+        if call.alone:  # in the caller's own thread, so the parts of a failed merge run side by side
+            return self._table.transact_now(call.payload)
         if call.error is not None:
             raise call.error
         return call.result
@@ -190,12 +194,8 @@ class CoalescingSession:
                 for call in calls:
                     call.done = True
                 return
-        for call in calls:
-            try:
-                self._table.transact_now(call.payload)
-            except Exception as exc:
-                call.error = exc
-            call.done = True
+        for call in calls:  # the parts touch different items: sent at the same time, each is as if alone
+            call.alone = call.done = True
 
 
 def _item_of(action: dict[str, Any]) -> tuple[str, str, str]:
