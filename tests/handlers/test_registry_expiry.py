@@ -40,11 +40,14 @@ def test_a_one_shot_entry_expires_a_month_after_its_occurrence_and_a_recurring_o
     one_shot = schedule(engine)
     recurring = schedule(engine, recurrenceType="daily")
     entry, item = _entry(engine, one_shot["uuid"]), _task_item(engine, one_shot["uuid"])
-    assert entry is not None and item is not None
-    assert int(entry["ttl"]) == int(item["reg_ttl"]) == FIRST_MS // 1000 + REGISTRY_TTL_S
+    assert entry is not None and item is not None and item["rx"] is True
+    assert int(entry["ttl"]) == FIRST_MS // 1000 + REGISTRY_TTL_S
+    row = engine.ctx.tasks.get_task(engine.api.user_id, one_shot["uuid"])
+    assert row is not None and row.registry_expires_s == int(entry["ttl"])
     entry = _entry(engine, recurring["uuid"])
     assert entry is not None and "ttl" not in entry
-    assert "reg_ttl" not in (_task_item(engine, recurring["uuid"]) or {})
+    assert "rx" not in (_task_item(engine, recurring["uuid"]) or {})
+    assert engine.ctx.tasks.get_task(engine.api.user_id, recurring["uuid"]).registry_expires_s is None
 
 
 def test_a_delivered_one_shot_leaves_its_entry_to_expire_and_anyone_may_take_the_uuid_over(engine):
@@ -85,19 +88,27 @@ def test_an_update_to_a_later_occurrence_extends_the_entry_first(engine):
 def test_a_claim_close_to_the_expiry_extends_the_entry_or_puts_it_back(engine):
     kept, lost = schedule(engine), schedule(engine)
     db, space = engine.ctx.tasks.db, engine.ctx.tasks.space
-    soon = FIRST_MS // 1000 + EXTEND_BELOW_S - 60  # as if the task had lived on for weeks
-    for task in (kept, lost):
-        key = space.task_key(engine.api.user_id, task["uuid"])
-        db.table.update_item(Key=key, UpdateExpression="SET reg_ttl = :t", ExpressionAttributeValues={":t": soon})
-    db.table.delete_item(Key=space.uuid_registry_key(lost["uuid"]))  # expired early: DynamoDB removed it
-    engine.push.set_status(engine.subscription.endpoint_id, 500)  # the tasks stay pending, to be retried
-    engine.ctx.clock.current_ms = FIRST_MS + 1_000
-    engine.harness.tick_and_drain()
+    db.table.delete_item(Key=space.uuid_registry_key(lost["uuid"]))  # as if DynamoDB had removed it already
+    # still pending more than two weeks after the occurrence (a chain of deferrals, the tick stopped): the
+    # claim extends the entry first (this one is then expired as stale, and kept a week for retention)
+    late_ms = FIRST_MS + (REGISTRY_TTL_S - EXTEND_BELOW_S + 60) * 1000
+    engine.ctx.clock.current_ms = late_ms
+    summary = engine.harness.tick()
+    assert summary["claimedTasks"] == 2, summary
     for task in (kept, lost):
         entry = _entry(engine, task["uuid"])
         assert entry is not None, task
-        assert int(entry["ttl"]) == (FIRST_MS + 1_000) // 1000 + REGISTRY_TTL_S
+        assert int(entry["ttl"]) == late_ms // 1000 + REGISTRY_TTL_S
         assert (entry["user_id"], int(entry["id"])) == (engine.api.user_id, task["id"])
+    # a claim with more than half a month left writes nothing to the entry
+    fresh = schedule(engine, firstSendTime="2031-01-01T00:00:00.000Z")
+    engine.ctx.clock.current_ms = parse_iso_ms("2031-01-01T00:00:01.000Z")
+    engine.push.set_status(engine.subscription.endpoint_id, 500)  # stays pending, to be retried
+    engine.harness.tick_and_drain()
+    assert (
+        int((_entry(engine, fresh["uuid"]) or {})["ttl"])
+        == parse_iso_ms("2031-01-01T00:00:00.000Z") // 1000 + REGISTRY_TTL_S
+    )
 
 
 def test_the_expiry_rule():

@@ -82,8 +82,19 @@ def task_row(t: DynamoTable, item: dict[str, Any]) -> TaskRow:
         correlation_id=item.get("corr_id"),
         owner=task_owner(item),
         deferred_until_ms=stored_ms(item.get("deferred_until")),
-        registry_expires_s=item_int(item["reg_ttl"]) if "reg_ttl" in item else None,
+        registry_expires_s=_registry_expires_s(item),
     )
+
+
+def _registry_expires_s(item: dict[str, Any]) -> int | None:
+    """When the task's uuid registry entry expires at the earliest, for a task whose entry expires (``rx``, a
+    3-byte flag: a task item near 1 KB must not cross it): the expiry its create or the last update that moved
+    its occurrence wrote. A claim's extension may have pushed it later; a claim then extends it again, which
+    is harmless (docs/decisions.md, 47)."""
+    if not item.get("rx"):
+        return None
+    created_ms = stored_ms(item.get("created_at")) or 0
+    return registry_expiry_s(stored_ms(item.get("next_send_at")) or 0, created_ms)
 
 
 def task_owner(item: dict[str, Any]) -> OwnerClaim | None:
@@ -330,7 +341,7 @@ class DynamoTaskStore:
         if task.correlation_id:
             item["corr_id"] = task.correlation_id
         if expires_s is not None:
-            item["reg_ttl"] = expires_s
+            item["rx"] = True  # the entry expires (its time follows from the occurrence: _registry_expires_s)
         return item
 
     def _registry_expiry(self, task: NewTask) -> int | None:
