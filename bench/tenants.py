@@ -121,6 +121,7 @@ def _seed(ctx: Any, count: int, due_ms: int, users: int, workers: int = 8) -> li
                 "fixed",
                 due_ms,
                 T0_MS,
+                one_shot=True,  # as the schedule route creates a one-shot
             )
         )
         return task_uuid

@@ -13,6 +13,7 @@ import pytest
 from amsg.adapters.dynamo import pending
 from amsg.adapters.dynamo.keys import tenant_space
 from amsg.crypto import compact_json, encrypt_for_storage
+from amsg.domain.registry_life import REGISTRY_TTL_S
 from amsg.engine.messages import parse_task_message
 from amsg.engine.run_task import run_message
 from amsg.engine.tick import run_tick
@@ -49,12 +50,23 @@ def tenants(ddb_local_endpoint, ddb_local_table, ddb_local_client):
     return ctx, scopes, sender, queue, ddb_local_client, ddb_local_table
 
 
-def create(scope, i: int, due_ms: int, *, supersedes: str | None = None, task_uuid: str | None = None) -> str:
+def create(
+    scope,
+    i: int,
+    due_ms: int,
+    *,
+    supersedes: str | None = None,
+    task_uuid: str | None = None,
+    one_shot: bool = False,
+) -> str:
+    """A task of ``USERS[i]`` (``one_shot``: as the schedule route creates a one-shot, its uuid registry entry
+    expiring; without it, as the previous version did)."""
     user = USERS[i % len(USERS)]
     body = {"contactName": "Rei", "messageType": "fixed", "userMessage": f"m{i}"}
     task_uuid = task_uuid or str(uuid.uuid4())
     encrypted = encrypt_for_storage(compact_json(body), scope.user_key(user))
-    scope.tasks.create_task(NewTask(user, task_uuid, encrypted, "fixed", due_ms, T0_MS), supersedes)
+    task = NewTask(user, task_uuid, encrypted, "fixed", due_ms, T0_MS, one_shot=one_shot)
+    scope.tasks.create_task(task, supersedes)
     return task_uuid
 
 
@@ -137,6 +149,38 @@ def test_the_count_follows_every_way_a_task_stops_being_pending(tenants):
     for row in [row for user in USERS for row in a.tasks.list_tasks(user)]:
         a.tasks.delete_task(row.user_id, row.uuid)
     assert scanned(client, table, "tenant-a") == (0, 0)
+
+
+def test_delivered_one_shots_leave_their_expiring_entries_and_the_count_still_follows(tenants):
+    """In a tenant's space a delivered one-shot's delete and the pending count's decrement are one transaction,
+    without the uuid registry entry's delete when that entry expires (docs/decisions.md, 47); cancels racing
+    the deliveries still take each task out of the count once, and their entries with them."""
+    ctx, scopes, _sender, queue, client, table = tenants
+    a = scopes["tenant-a"]
+    legacy = create(a, 0, T0_MS + 1_000)  # its entry has no expiry: deleted with it, as before
+    expiring = [create(a, i, T0_MS + 1_000, one_shot=True) for i in range(1, 9)]
+    assert scanned(client, table, "tenant-a") == (9, 9)
+    ctx.clock.current_ms = T0_MS + 61_000
+    run_tick(ctx)
+    bodies = [queue.items.get_nowait() for _ in range(queue.items.qsize())]
+    with ThreadPoolExecutor(8) as pool:
+        runs = [
+            pool.submit(run_message, ctx, parse_task_message(json.dumps(body)), remaining_ms=lambda: 100_000, owner="r")
+            for body in bodies
+        ]
+        cancels = [pool.submit(a.tasks.delete_task, USERS[i % len(USERS)], t) for i, t in enumerate(expiring[:4], 1)]
+        for future in [*runs, *cancels]:
+            future.result()
+    assert scanned(client, table, "tenant-a") == (0, 0)
+    entries = {t: a.tasks.db.get(a.tasks.space.uuid_registry_key(t)) for t in [legacy, *expiring]}
+    assert entries[legacy] is None
+    for task_uuid in expiring:  # delivered: left to expire; cancelled first: deleted with the task
+        entry = entries[task_uuid]
+        assert entry is None or int(entry["ttl"]) == (T0_MS + 1_000) // 1000 + REGISTRY_TTL_S
+    assert any(entries[t] is not None for t in expiring), "some one-shot was delivered before its cancel"
+    taken = next(t for t in expiring if entries[t] is not None)
+    create(a, 3, T0_MS + 600_000, task_uuid=taken)  # any user of the tenant may take the uuid over
+    assert scanned(client, table, "tenant-a") == (1, 1)
 
 
 def test_a_batch_of_settlements_merged_into_one_transaction_folds_its_decrements(tenants):

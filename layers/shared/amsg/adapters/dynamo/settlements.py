@@ -115,8 +115,9 @@ class DynamoSettlements:
         }
         counted = pending.counted(self.space)
         if counted:
+            registry = [] if settlement.registry_expires else [registry_delete(self.space, uuid, user_id)]
             try:
-                self.db.transact([*self._ending({"Delete": delete}), registry_delete(self.space, uuid, user_id)])
+                self.db.transact([*self._ending({"Delete": delete}), *registry])
             except TransactionCancelled:
                 return False
         elif not self._write_if(SingleWrite("delete", delete, absent_ok=True)):

@@ -346,10 +346,9 @@ class DynamoTaskStore:
 
     def _registry_expiry(self, task: NewTask) -> int | None:
         """When a new task's uuid registry entry expires (docs/decisions.md, 47): a one-shot's a month after its
-        occurrence; never for a recurring task, an owned one (a retired owner's task may wait unclaimed for its
-        purge) or one in a tenant's space (an inactive tenant's tasks wait unclaimed, and the pending count's
-        transaction takes the entry's delete at no extra request)."""
-        if not task.one_shot or task.owner is not None or pending.counted(self.space):
+        occurrence; never for a recurring task or an owned one (a retired owner's task may wait unclaimed for
+        its purge)."""
+        if not task.one_shot or task.owner is not None:
             return None
         return registry_expiry_s(task.next_send_at_ms, task.now_ms)
 
