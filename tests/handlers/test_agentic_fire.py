@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 
 import pytest
+from amsg.domain.registry_life import REGISTRY_TTL_S
 from amsg.failures import NonRetryableError
 from amsg.hooks import load_hooks
 from amsg.timeutil import iso_from_ms, parse_iso_ms
@@ -347,7 +348,7 @@ def test_follow_ups_cancel_renew_results_and_state(agentic):
         results["cancel"] = ctx.cancel_task(other["uuid"])
         results["cancel_again"] = ctx.cancel_task(other["uuid"])
         results["cancel_self"] = _raises(lambda: ctx.cancel_task(ctx.task_uuid))
-        results["renew"] = ctx.renew_task(renewable["uuid"], "2030-01-04T00:00:00Z")
+        results["renew"] = ctx.renew_task(renewable["uuid"], "2030-01-06T00:00:00Z")
         results["renew_missing"] = ctx.renew_task(other["uuid"], "2030-01-04T00:00:00Z")
         results["result"] = ctx.emit_result({"resultKind": "diary", "text": "wrote a diary"})
         results["quiet"] = ctx.emit_result({"resultKind": "note", "notification": {"show": False}})
@@ -370,8 +371,11 @@ def test_follow_ups_cancel_renew_results_and_state(agentic):
     assert results["second"]["created"] is True and task(engine, results["second"]["uuid"])["messageType"] == "fixed"
     assert results["cancel"] == {"cancelled": True} and results["cancel_again"] == {"cancelled": False}
     assert task(engine, other["uuid"]) is None and "ValueError" in results["cancel_self"]
-    assert results["renew"] == {"renewed": True, "uuid": renewable["uuid"], "nextSendAt": "2030-01-04T00:00:00.000Z"}
-    assert task(engine, renewable["uuid"])["nextSendAt"] == "2030-01-04T00:00:00.000Z"
+    assert results["renew"] == {"renewed": True, "uuid": renewable["uuid"], "nextSendAt": "2030-01-06T00:00:00.000Z"}
+    assert task(engine, renewable["uuid"])["nextSendAt"] == "2030-01-06T00:00:00.000Z"
+    # a later occurrence moves the expiry of the one-shot's uuid registry entry with it (docs/decisions.md, 47)
+    entry = engine.ctx.tasks.db.get(engine.ctx.tasks.space.uuid_registry_key(renewable["uuid"]))
+    assert int(entry["ttl"]) == parse_iso_ms("2030-01-06T00:00:00Z") // 1000 + REGISTRY_TTL_S
     assert results["renew_missing"] == {"renewed": False, "reason": "not_found"}
     result_id = f"msg_task_{created['id']}@{FIRST_MS}_result_0"
     assert results["result"] == {"messageId": result_id, "pushed": True}

@@ -9,7 +9,13 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
-from amsg.domain.registry_life import EXTEND_BELOW_S, REGISTRY_TTL_S, extension_s, registry_expiry_s
+from amsg.domain.registry_life import (
+    EXTEND_BELOW_S,
+    REGISTRY_TTL_S,
+    expiry_after_update,
+    extension_s,
+    registry_expiry_s,
+)
 from amsg.timeutil import parse_iso_ms
 
 from tests.conftest import T0_MS
@@ -74,15 +80,31 @@ def test_a_delivered_one_shot_leaves_its_entry_to_expire_and_anyone_may_take_the
     assert _entry(engine, task["uuid"]) is None  # a cancel deletes the entry, as before
 
 
-def test_an_update_to_a_later_occurrence_extends_the_entry_first(engine):
+def test_an_update_to_a_later_occurrence_moves_the_expiry_with_it_first(engine):
     task = schedule(engine)
-    later = "2030-06-01T00:00:00.000Z"
-    assert engine.api.update(task["uuid"], {"nextSendAt": later}).status == 200
-    entry = _entry(engine, task["uuid"])
-    assert entry is not None and int(entry["ttl"]) == parse_iso_ms(later) // 1000 + REGISTRY_TTL_S
-    # an earlier occurrence leaves it as it is
+    # a day later: the expiry the task derives from its occurrence must never pass the entry's own
+    for later in ("2030-01-01T00:01:00.000Z", "2030-06-01T00:00:00.000Z"):
+        assert engine.api.update(task["uuid"], {"nextSendAt": later}).status == 200
+        entry = _entry(engine, task["uuid"])
+        assert entry is not None and int(entry["ttl"]) == parse_iso_ms(later) // 1000 + REGISTRY_TTL_S
+        row = engine.ctx.tasks.get_task(engine.api.user_id, task["uuid"])
+        assert row is not None and row.registry_expires_s == int(entry["ttl"])
+    # an earlier occurrence leaves the entry as it is (the derived expiry falls below it: safe)
     assert engine.api.update(task["uuid"], {"nextSendAt": FIRST}).status == 200
     assert int((_entry(engine, task["uuid"]) or {})["ttl"]) == parse_iso_ms(later) // 1000 + REGISTRY_TTL_S
+
+
+def test_an_update_that_makes_a_one_shot_recurring_takes_the_expiry_away(engine):
+    task = schedule(engine)
+    assert engine.api.update(task["uuid"], {"recurrenceType": "daily"}).status == 200
+    entry, item = _entry(engine, task["uuid"]), _task_item(engine, task["uuid"])
+    assert entry is not None and "ttl" not in entry
+    assert item is not None and "rx" not in item
+    engine.ctx.clock.current_ms = FIRST_MS + 1_000
+    engine.harness.tick_and_drain()
+    assert len(engine.push.payloads()) == 1
+    entry = _entry(engine, task["uuid"])  # the task lives on (tomorrow's occurrence): so does its entry
+    assert entry is not None and "ttl" not in entry and _task_item(engine, task["uuid"]) is not None
 
 
 def test_a_claim_close_to_the_expiry_extends_the_entry_or_puts_it_back(engine):
@@ -120,3 +142,11 @@ def test_the_expiry_rule():
     late = T0_MS + (REGISTRY_TTL_S - EXTEND_BELOW_S + 1) * 1000
     assert extension_s(expires, late) == late // 1000 + REGISTRY_TTL_S
     assert REGISTRY_TTL_S - EXTEND_BELOW_S > 7 * DAY_S  # a deferral (a cap's week at most) wakes before it
+    # an update: a later occurrence sets the entry to its expiry; recurring takes it away; else nothing
+    assert expiry_after_update(None, T0_MS, T0_MS + 1, True, T0_MS) == (False, None)
+    assert expiry_after_update(expires, T0_MS, T0_MS + 60_000, False, T0_MS) == (
+        True,
+        (T0_MS + 60_000) // 1000 + REGISTRY_TTL_S,
+    )
+    assert expiry_after_update(expires, T0_MS, T0_MS - 60_000, False, T0_MS) == (False, None)
+    assert expiry_after_update(expires, T0_MS, T0_MS, True, T0_MS) == (True, None)

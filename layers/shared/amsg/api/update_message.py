@@ -6,9 +6,9 @@ from __future__ import annotations
 from amsg.context import AppContext
 from amsg.crypto import compact_json
 from amsg.domain.limits import can_be_task_uuid, canonical_task_uuid
-from amsg.domain.registry_life import extension_s
 from amsg.domain.update_validation import validate_update_patch
 from amsg.domain.validation import MAX_TASK_PAYLOAD_BYTES, payload_too_large_error
+from amsg.engine import registry_upkeep
 from amsg.errors import api_error
 from amsg.http.gates import (
     decrypt_request_object,
@@ -65,19 +65,21 @@ def update_message(request: ApiRequest, ctx: AppContext) -> ApiResponse:
             raise payload_too_large_error(new_size)
         next_send_at_ms = patch.next_send_at_ms
         moves = next_send_at_ms is not None and next_send_at_ms != row.next_send_at_ms
-        until = extension_s(row.registry_expires_s, next_send_at_ms) if next_send_at_ms is not None else None
-        if moves and until is not None:  # the uuid registry entry must outlive the later occurrence
-            ctx.tasks.extend_registry(row, until)  # (docs/decisions.md, 47)
+        now_ms = ctx.now_ms()
+        occurrence = next_send_at_ms if next_send_at_ms is not None else row.next_send_at_ms
+        recurring = (merged.get("recurrenceType") or "none") != "none"
+        registry_kept = registry_upkeep.prepare_update(ctx, row, occurrence, recurring, now_ms)
         updated_at = ctx.tasks.update_pending_task(
             user_id,
             task_uuid,
             encrypted_payload=codec.encrypt(text),
             next_send_at_ms=next_send_at_ms if moves else None,
-            now_ms=ctx.now_ms(),
+            now_ms=now_ms,
             expected_rev=row.rev,
             owner=row.owner,  # the task's owner guards its updates; an update never changes it
             # a payload-only edit keeps a quiet-hours/cap deferral; moving the occurrence ends it
             keep_deferral=row.deferred_until_ms is not None and row.retry_after_ms == row.deferred_until_ms,
+            registry_kept=registry_kept,
         )
         if updated_at is not None:
             applied_keys = set(applied) | ({"nextSendAt"} if moves else set())

@@ -25,3 +25,19 @@ def extension_s(expires_s: int | None, alive_until_ms: int) -> int | None:
     if expires_s is None or expires_s - alive_until_ms // 1000 >= EXTEND_BELOW_S:
         return None
     return registry_expiry_s(alive_until_ms, alive_until_ms)
+
+
+def expiry_after_update(
+    expires_s: int | None, old_occurrence_ms: int, new_occurrence_ms: int, recurring: bool, now_ms: int
+) -> tuple[bool, int | None]:
+    """Whether an update must change the entry's expiry first, and to what (None: it never expires). A task whose
+    entry expires derives the expiry from its occurrence, so that derived value must never pass the entry's own:
+    an update to a later occurrence sets the entry to the new one's; one that makes the task recurring (its
+    occurrence then moves on with every delivery) takes the expiry away."""
+    if expires_s is None:
+        return False, None
+    if recurring:
+        return True, None
+    if new_occurrence_ms > old_occurrence_ms:
+        return True, registry_expiry_s(new_occurrence_ms, now_ms)
+    return False, None

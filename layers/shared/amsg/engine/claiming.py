@@ -13,7 +13,7 @@ from typing import Any, TypedDict
 
 from amsg.context import AppContext
 from amsg.crypto import StoredPayloadUnreadable
-from amsg.domain.registry_life import extension_s
+from amsg.engine import registry_upkeep
 from amsg.engine.env import row_view
 from amsg.engine.messages import TaskMessage
 from amsg.engine.outcomes import release_claim
@@ -201,24 +201,12 @@ def _take_claimed(
             summary.claim_skipped += 1
             continue
         summary.claimed += 1
-        _keep_registry(ctx, row, now)
+        registry_upkeep.keep_on_claim(ctx, row, now)
         # a late task whose batch is in the outbox goes to a run: it may only need its settlement finished
         if is_stale(row, now, ctx.settings.stale_after_ms) and not batch_outboxed(row):
             _settle_stale_in_tick(ctx, row, summary)
             continue
         enqueuer.add(row)
-
-
-def _keep_registry(ctx: AppContext, row: TaskRow, now: int) -> None:
-    """A claimed task that could outlive its uuid registry entry (a one-shot retried or deferred for weeks)
-    extends it first (docs/decisions.md, 47); if that fails, the next claim, days before the entry expires, does."""
-    until = extension_s(row.registry_expires_s, now)
-    if until is None:
-        return
-    try:
-        ctx.tasks.extend_registry(row, until)
-    except Exception as exc:
-        logger.warning("uuid registry entry not extended", extra={"taskUuid": row.uuid, "error": type(exc).__name__})
 
 
 def _wanted(candidate: DueCandidate) -> ClaimWanted:

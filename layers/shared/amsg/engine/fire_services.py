@@ -17,6 +17,7 @@ from amsg.domain.credentials import make_credential_lookup
 from amsg.domain.jsvalues import is_plain_object
 from amsg.domain.projection import project_task
 from amsg.domain.validation import MAX_TASK_PAYLOAD_BYTES, payload_byte_length
+from amsg.engine import registry_upkeep
 from amsg.engine.env import Cancelled, DeliveryEnv
 from amsg.engine.fire_rules import (
     FOLLOW_UP_NAMESPACE,
@@ -269,13 +270,17 @@ class HookServices:
             return {"renewed": False, "reason": "not_found"}
         next_iso = iso_from_ms(next_ms)
         payload["firstSendTime"] = next_iso
+        now = self.ctx.now_ms()
+        recurring = (payload.get("recurrenceType") or "none") != "none"
+        registry_kept = registry_upkeep.prepare_update(self.ctx, row, next_ms, recurring, now)  # before the task
         updated = self.ctx.tasks.update_pending_task(
             user_id,
             task_uuid,
             encrypted_payload=self.codec.encrypt(compact_json(payload)),
             next_send_at_ms=next_ms,
-            now_ms=self.ctx.now_ms(),
+            now_ms=now,
             expected_rev=row.rev,
+            registry_kept=registry_kept,
         )
         if updated is None:
             again = self.ctx.tasks.get_task(user_id, task_uuid)

@@ -151,19 +151,21 @@ class TaskStore(Protocol):
         expected_rev: int,
         owner: OwnerClaim | None = None,
         keep_deferral: bool = False,
+        registry_kept: bool = False,
     ) -> int | None:
         """Conditional on status pending (+ no live lease when moving the occurrence) and, for an owned task, on its
         owner holding (``CloudGuardError`` otherwise); returns the new updated_at (ms) or None. Clears the retry
-        state and a delivery-policy deferral, unless ``keep_deferral`` and the occurrence does not move."""
+        state and a delivery-policy deferral, unless ``keep_deferral`` and the occurrence does not move.
+        ``registry_kept``: the task's uuid registry entry no longer expires (the caller made it so first)."""
         ...
 
     def delete_task(self, user_id: str, uuid: str) -> DeletedTask | None:
         """Delete the task and its uuid registry entry; None when there was none."""
         ...
 
-    def extend_registry(self, row: TaskRow, until_s: int) -> None:
-        """Move the expiry of ``row``'s uuid registry entry to ``until_s`` (putting the entry back if it is gone),
-        while it names this task; a store whose entries never expire does nothing."""
+    def extend_registry(self, row: TaskRow, until_s: int | None) -> None:
+        """Move the expiry of ``row``'s uuid registry entry to ``until_s`` (None: it never expires), putting the
+        entry back if it is gone, while it names this task; a store whose entries never expire does nothing."""
         ...
 
     def find_task(self, uuid: str) -> TaskRow | None:

@@ -59,17 +59,18 @@ def task_row(t: DynamoTable, item: dict[str, Any]) -> TaskRow:
         )
         if payload is None:
             raise StoreUnavailable("task payload parts are incomplete")
+    next_send_at_ms, created_at_ms = stored_ms(item.get("next_send_at")) or 0, stored_ms(item.get("created_at"))
     return TaskRow(
         user_id=item["user_id"],
         uuid=item["uuid"],
         id=item_int(item.get("id")),
         encrypted_payload=payload or "",
         message_type=item.get("message_type", ""),
-        next_send_at_ms=stored_ms(item.get("next_send_at")) or 0,
+        next_send_at_ms=next_send_at_ms,
         status=item.get("status", "pending"),
         retry_count=item_int(item.get("retry_count")),
         last_error=item.get("last_error"),
-        created_at_ms=stored_ms(item.get("created_at")),
+        created_at_ms=created_at_ms,
         updated_at_ms=stored_ms(item.get("updated_at")),
         lease_until_ms=stored_ms(item.get("lease_until")),
         retry_after_ms=stored_ms(item.get("retry_after")),
@@ -82,19 +83,10 @@ def task_row(t: DynamoTable, item: dict[str, Any]) -> TaskRow:
         correlation_id=item.get("corr_id"),
         owner=task_owner(item),
         deferred_until_ms=stored_ms(item.get("deferred_until")),
-        registry_expires_s=_registry_expires_s(item),
+        # the expiry follows from the occurrence (docs/decisions.md, 47): `rx` is a 3-byte flag, so that a task
+        # item near 1 KB does not cross it; a claim's extension may have pushed the entry's own later (harmless)
+        registry_expires_s=registry_expiry_s(next_send_at_ms, created_at_ms or 0) if item.get("rx") else None,
     )
-
-
-def _registry_expires_s(item: dict[str, Any]) -> int | None:
-    """When the task's uuid registry entry expires at the earliest, for a task whose entry expires (``rx``, a
-    3-byte flag: a task item near 1 KB must not cross it): the expiry its create or the last update that moved
-    its occurrence wrote. A claim's extension may have pushed it later; a claim then extends it again, which
-    is harmless (docs/decisions.md, 47)."""
-    if not item.get("rx"):
-        return None
-    created_ms = stored_ms(item.get("created_at")) or 0
-    return registry_expiry_s(stored_ms(item.get("next_send_at")) or 0, created_ms)
 
 
 def task_owner(item: dict[str, Any]) -> OwnerClaim | None:
@@ -430,6 +422,7 @@ class DynamoTaskStore:
         expected_rev: int,
         owner: OwnerClaim | None = None,
         keep_deferral: bool = False,
+        registry_kept: bool = False,
     ) -> int | None:
         """Rewrite a pending task's payload (and occurrence) iff it is still at ``expected_rev``; an owned task's
         update commits only while its owner holds (``CLOUD_OWNER_RETIRED`` otherwise).
@@ -442,6 +435,8 @@ class DynamoTaskStore:
         next_send_at = None if next_send_at_ms is None else iso_from_ms(next_send_at_ms)
         sets = ["updated_at = :now", "retry_count = :zero", "rev = rev + :one"]
         removes = [] if keep_deferral and next_send_at is None else ["retry_after", "deferred_until"]
+        if registry_kept:
+            removes.append("rx")
         values: dict[str, Any] = {":now": now_iso, ":zero": 0, ":one": 1, ":pending": "pending", ":rev": expected_rev}
         for name, value in payload_attrs.items():
             sets.append(f"{name} = :{name}")
@@ -510,17 +505,22 @@ class DynamoTaskStore:
     def delete_task(self, user_id: str, uuid: str) -> DeletedTask | None:
         return delete_as_read(self.db, self.space, user_id, uuid)
 
-    def extend_registry(self, row: TaskRow, until_s: int) -> None:
-        """The entry's new expiry, while it names this task, and put back if it is gone: only a task whose entry
-        expires calls this, so the entry is its own or was never taken over. One conditional write on a claim
-        or an update of a task still alive half a month before its entry expires (docs/decisions.md, 47)."""
+    def extend_registry(self, row: TaskRow, until_s: int | None) -> None:
+        """The entry's new expiry (None: none), while it names this task, and put back if it is gone: only a task
+        whose entry expires calls this, so the entry is its own or was never taken over. One conditional write on
+        a claim of a task still alive half a month before its entry expires, or on an update that moves its
+        occurrence later or makes it recurring (docs/decisions.md, 47)."""
+        values: dict[str, Any] = {":uid": row.user_id, ":id": row.id}
+        expression = "SET user_id = :uid, id = :id REMOVE #ttl"
+        if until_s is not None:
+            expression, values[":ttl"] = "SET user_id = :uid, id = :id, #ttl = :ttl", until_s
         try:
             self.db.table.update_item(
                 Key=self.space.uuid_registry_key(row.uuid),
-                UpdateExpression="SET user_id = :uid, id = :id, #ttl = :ttl",
+                UpdateExpression=expression,
                 ConditionExpression="attribute_not_exists(PK) OR (user_id = :uid AND id = :id)",
                 ExpressionAttributeNames={"#ttl": "ttl"},
-                ExpressionAttributeValues={":uid": row.user_id, ":id": row.id, ":ttl": until_s},
+                ExpressionAttributeValues=values,
             )
         except ClientError as exc:
             if not is_conditional_failure(exc):
