@@ -70,6 +70,19 @@ def create(
     return task_uuid
 
 
+def runs_racing_cancels(ctx, queue, scope, cancelled: list[tuple[int, str]]) -> None:
+    """Every queued record's run and a cancel of each ``(i, uuid)`` (a task of ``USERS[i]``), all at once."""
+    bodies = [queue.items.get_nowait() for _ in range(queue.items.qsize())]
+    with ThreadPoolExecutor(8) as pool:
+        runs = [
+            pool.submit(run_message, ctx, parse_task_message(json.dumps(body)), remaining_ms=lambda: 100_000, owner="r")
+            for body in bodies
+        ]
+        cancels = [pool.submit(scope.tasks.delete_task, USERS[i % len(USERS)], t) for i, t in cancelled]
+        for future in [*runs, *cancels]:
+            future.result()
+
+
 def scanned(client, table: str, tenant: str) -> tuple[int | None, int]:
     return pending_scan(client, table, tenant, absent=0)
 
@@ -136,15 +149,7 @@ def test_the_count_follows_every_way_a_task_stops_being_pending(tenants):
     racing = [create(a, i, T0_MS + 120_000) for i in range(8)]
     ctx.clock.current_ms = T0_MS + 181_000
     run_tick(ctx)
-    bodies = [queue.items.get_nowait() for _ in range(queue.items.qsize())]
-    with ThreadPoolExecutor(8) as pool:
-        runs = [
-            pool.submit(run_message, ctx, parse_task_message(json.dumps(body)), remaining_ms=lambda: 100_000, owner="r")
-            for body in bodies
-        ]
-        cancels = [pool.submit(a.tasks.delete_task, USERS[i % len(USERS)], t) for i, t in enumerate(racing)]
-        for future in [*runs, *cancels]:
-            future.result()
+    runs_racing_cancels(ctx, queue, a, list(enumerate(racing)))
     assert scanned(client, table, "tenant-a") == (1, 1)
     for row in [row for user in USERS for row in a.tasks.list_tasks(user)]:
         a.tasks.delete_task(row.user_id, row.uuid)
@@ -162,15 +167,7 @@ def test_delivered_one_shots_leave_their_expiring_entries_and_the_count_still_fo
     assert scanned(client, table, "tenant-a") == (9, 9)
     ctx.clock.current_ms = T0_MS + 61_000
     run_tick(ctx)
-    bodies = [queue.items.get_nowait() for _ in range(queue.items.qsize())]
-    with ThreadPoolExecutor(8) as pool:
-        runs = [
-            pool.submit(run_message, ctx, parse_task_message(json.dumps(body)), remaining_ms=lambda: 100_000, owner="r")
-            for body in bodies
-        ]
-        cancels = [pool.submit(a.tasks.delete_task, USERS[i % len(USERS)], t) for i, t in enumerate(expiring[:4], 1)]
-        for future in [*runs, *cancels]:
-            future.result()
+    runs_racing_cancels(ctx, queue, a, list(enumerate(expiring[:4], 1)))
     assert scanned(client, table, "tenant-a") == (0, 0)
     entries = {t: a.tasks.db.get(a.tasks.space.uuid_registry_key(t)) for t in [legacy, *expiring]}
     assert entries[legacy] is None
