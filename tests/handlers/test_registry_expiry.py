@@ -56,6 +56,19 @@ def test_a_one_shot_entry_expires_a_month_after_its_occurrence_and_a_recurring_o
     assert engine.ctx.tasks.get_task(engine.api.user_id, recurring["uuid"]).registry_expires_s is None
 
 
+def test_an_owned_one_shot_entry_expires_too_and_is_left_when_it_is_delivered(engine):
+    """A cloud-data owner's one-shot: a retired owner's task is failed at its next run and kept a week for
+    retention, well inside the entry's life, so its entry may expire like any one-shot's."""
+    task = schedule(engine, owner={"type": "character", "id": "rei", "label": "Rei"})
+    item = _task_item(engine, task["uuid"])
+    assert item is not None and item.get("owner_ref") and item["rx"] is True
+    assert int((_entry(engine, task["uuid"]) or {})["ttl"]) == FIRST_MS // 1000 + REGISTRY_TTL_S
+    engine.ctx.clock.current_ms = FIRST_MS + 1_000
+    engine.harness.tick_and_drain()
+    assert len(engine.push.payloads()) == 1 and _task_item(engine, task["uuid"]) is None
+    assert int((_entry(engine, task["uuid"]) or {})["ttl"]) == FIRST_MS // 1000 + REGISTRY_TTL_S
+
+
 def test_a_delivered_one_shot_leaves_its_entry_to_expire_and_anyone_may_take_the_uuid_over(engine):
     task = schedule(engine)
     engine.ctx.clock.current_ms = FIRST_MS + 1_000

@@ -338,9 +338,8 @@ class DynamoTaskStore:
 
     def _registry_expiry(self, task: NewTask) -> int | None:
         """When a new task's uuid registry entry expires (docs/decisions.md, 47): a one-shot's a month after its
-        occurrence; never for a recurring task or an owned one (a retired owner's task may wait unclaimed for
-        its purge)."""
-        if not task.one_shot or task.owner is not None:
+        occurrence; a recurring task's never."""
+        if not task.one_shot:
             return None
         return registry_expiry_s(task.next_send_at_ms, task.now_ms)
 
