@@ -24,6 +24,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+from bench import calltimes
 from bench.sandboxes import SharedOffsetClock, consumer, invocation, sqs_event, use_mp_queues, wait_ready
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -298,6 +299,7 @@ def run(tasks: int = 10_000, users: int = 1_000, warm_up: int = 1_000) -> dict[s
             "claimer processes": sum(s["cpu_s"] for s in stats if s["function"] == "claimer"),
             "bench process (tick, push service, relay)": own_cpu,
         },
+        "stats": stats,
         # each claim job: (s after due it started, s it ended, tasks it claimed)
         "claim_jobs": sorted((a - started, b - started, n) for s in stats for a, b, n in s["jobs"]),
         "cores": os.cpu_count() or 1,
@@ -373,6 +375,9 @@ def main(tasks: int | None = None) -> None:
             f" least; they were {100 * busy:.0f}% busy"
         )
     print_timelines(result)
+    if any(s.get("calls") is not None for s in result["stats"]):
+        for function in ("run_task", "claimer"):
+            print(f"  DynamoDB calls, wall time  {calltimes.summary(result['stats'], function)}")
     per_minute = rate * 60
     before, after = result["loop_ms"]
     print(

@@ -14,6 +14,8 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+from bench import calltimes
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -115,6 +117,8 @@ def consumer(
         queues["ready"].put(function)
     inbox = queues[function]
     handled = redelivered = 0
+    call_times = calltimes.wanted()
+    busy_s, first, last = 0.0, 0.0, 0.0
     jobs: list[tuple[float, float, int]] = []
     cpu_start: float | None = None
     # AMSG_BENCH_PROFILE=<dir>: each sandbox writes a cProfile of its handler calls there (where the CPU goes)
@@ -132,6 +136,8 @@ def consumer(
         result = module.handler(sqs_event(bodies), invocation(function, timeout_s))
         if profile is not None:
             profile.disable()
+        ended = time.time()
+        busy_s, first, last = busy_s + ended - began, first or began, ended
         if function == "claimer":
             jobs.append((began, time.time(), result["summary"]["claimedTasks"]))
         for failure in result.get("batchItemFailures", []):
@@ -141,7 +147,18 @@ def consumer(
     cpu_s = time.process_time() - cpu_start if cpu_start is not None else 0.0
     if profile is not None and profile_dir:
         profile.dump_stats(os.path.join(profile_dir, f"{function}-{os.getpid()}.prof"))
-    results.put({"function": function, "handled": handled, "redelivered": redelivered, "cpu_s": cpu_s, "jobs": jobs})
+    results.put(
+        {
+            "function": function,
+            "handled": handled,
+            "redelivered": redelivered,
+            "cpu_s": cpu_s,
+            "jobs": jobs,
+            "calls": call_times.snapshot() if call_times else None,
+            "busy_s": busy_s,
+            "span_s": last - first,
+        }
+    )
 
 
 def wait_ready(queues: dict[str, Any], count: int, timeout_s: float = 300.0) -> None:
