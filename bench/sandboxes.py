@@ -139,7 +139,7 @@ def consumer(
         ended = time.time()
         busy_s, first, last = busy_s + ended - began, first or began, ended
         if function == "claimer":
-            jobs.append((began, time.time(), result["summary"]["claimedTasks"]))
+            jobs.append((began, ended, result["summary"]["claimedTasks"]))
         for failure in result.get("batchItemFailures", []):
             inbox.put(bodies[int(failure["itemIdentifier"])])
             redelivered += 1

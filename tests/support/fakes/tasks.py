@@ -139,7 +139,7 @@ class MemoryTaskStore:
                 row.next_send_at_ms = next_send_at_ms
             return row.updated_at_ms
 
-    def extend_registry(self, row: TaskRow, until_s: int | None) -> None:
+    def set_registry_expiry(self, row: TaskRow, until_s: int | None) -> None:
         """This registry's entries never expire (a delivered task's entry goes with it)."""
 
     def delete_task(self, user_id: str, uuid: str) -> DeletedTask | None:

@@ -67,8 +67,7 @@ def update_message(request: ApiRequest, ctx: AppContext) -> ApiResponse:
         moves = next_send_at_ms is not None and next_send_at_ms != row.next_send_at_ms
         now_ms = ctx.now_ms()
         occurrence = next_send_at_ms if next_send_at_ms is not None else row.next_send_at_ms
-        recurring = (merged.get("recurrenceType") or "none") != "none"
-        registry_kept = registry_upkeep.prepare_update(ctx, row, occurrence, recurring, now_ms)
+        registry_kept = registry_upkeep.prepare_update(ctx, row, occurrence, merged, now_ms)
         updated_at = ctx.tasks.update_pending_task(
             user_id,
             task_uuid,

@@ -271,8 +271,7 @@ class HookServices:
         next_iso = iso_from_ms(next_ms)
         payload["firstSendTime"] = next_iso
         now = self.ctx.now_ms()
-        recurring = (payload.get("recurrenceType") or "none") != "none"
-        registry_kept = registry_upkeep.prepare_update(self.ctx, row, next_ms, recurring, now)  # before the task
+        registry_kept = registry_upkeep.prepare_update(self.ctx, row, next_ms, payload, now)  # before the task
         updated = self.ctx.tasks.update_pending_task(
             user_id,
             task_uuid,

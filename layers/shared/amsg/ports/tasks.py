@@ -163,7 +163,7 @@ class TaskStore(Protocol):
         """Delete the task and its uuid registry entry; None when there was none."""
         ...
 
-    def extend_registry(self, row: TaskRow, until_s: int | None) -> None:
+    def set_registry_expiry(self, row: TaskRow, until_s: int | None) -> None:
         """Move the expiry of ``row``'s uuid registry entry to ``until_s`` (None: it never expires), putting the
         entry back if it is gone, while it names this task; a store whose entries never expire does nothing."""
         ...

@@ -333,7 +333,7 @@ class DynamoTaskStore:
         if task.correlation_id:
             item["corr_id"] = task.correlation_id
         if expires_s is not None:
-            item["rx"] = True  # the entry expires (its time follows from the occurrence: _registry_expires_s)
+            item["rx"] = True  # the entry expires (when follows from the occurrence: task_row)
         return item
 
     def _registry_expiry(self, task: NewTask) -> int | None:
@@ -504,7 +504,7 @@ class DynamoTaskStore:
     def delete_task(self, user_id: str, uuid: str) -> DeletedTask | None:
         return delete_as_read(self.db, self.space, user_id, uuid)
 
-    def extend_registry(self, row: TaskRow, until_s: int | None) -> None:
+    def set_registry_expiry(self, row: TaskRow, until_s: int | None) -> None:
         """The entry's new expiry (None: none), while it names this task, and put back if it is gone: only a task
         whose entry expires calls this, so the entry is its own or was never taken over. One conditional write on
         a claim of a task still alive half a month before its entry expires, or on an update that moves its
