@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 from amsg.adapters.dynamo.coalescing import DynamoCoalescer
 from amsg.adapters.dynamo.table import DynamoTable, TransactionCancelled
+from botocore.exceptions import ClientError
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -59,28 +60,109 @@ def test_disjoint_transactions_of_the_participants_travel_as_one_request(table):
     assert all(_n(table, name) == 1 and _n(table, name + "b") == 1 for name in names)
 
 
-def test_a_failed_part_fails_alone_with_its_own_reasons_and_the_others_commit(table):
+def test_a_failed_part_gets_its_own_reasons_without_a_request_and_the_others_commit_in_one_more(table):
     names = [str(uuid.uuid4()) for _ in range(4)]
     table.transact([_bump(names[2] + "b", 0)])  # n = 1 already: names[2]'s second action expects 0 and fails
+
+    def bump_returning_old(name: str) -> dict[str, Any]:
+        action = _bump(name, 0)
+        action["Update"]["ReturnValuesOnConditionCheckFailure"] = "ALL_OLD"
+        return action
+
     with record_aws_calls() as recorder:
         results = run_together(
-            table, [lambda name=name: table.transact([_bump(name, 0), _bump(name + "b", 0)]) for name in names]
+            table,
+            [lambda name=name: table.transact([_bump(name, 0), bump_returning_old(name + "b")]) for name in names],
         )
     failed = results[2]
     assert isinstance(failed, TransactionCancelled)
     assert failed.reasons == ["None", "ConditionalCheckFailed"]  # indexes of its own actions, not the merged ones
+    assert failed.items[0] is None and failed.items[1] is not None and int(failed.items[1]["n"]) == 1
     assert [r for i, r in enumerate(results) if i != 2] == [None] * 3
     assert [_n(table, name) for name in names] == [1, 1, None, 1]  # nothing of the failed part was written
-    # the merged attempt, then each part on its own
-    assert _operations(recorder) == {"TransactWriteItems": 1 + 4}
+    # the merged attempt, then the three parts whose actions held, merged again; the failed part sends nothing
+    assert _operations(recorder) == {"TransactWriteItems": 2}
+
+
+def _cancelled_once(table: DynamoTable, monkeypatch, reasons: Callable[[int], list[dict[str, Any]]] | None) -> None:
+    """The table's next merged attempt is cancelled without being sent: with ``reasons(actions)`` as its
+    cancellation reasons, or refused (too large: no reasons) when None. Later attempts go through."""
+    send = table.transact_once
+    first = [True]
+
+    def once(actions):
+        if first[0]:
+            first[0] = False
+            if reasons is None:
+                error = {"Error": {"Code": "ValidationException", "Message": "Transaction request too large"}}
+            else:
+                error = {
+                    "Error": {"Code": "TransactionCanceledException", "Message": "Transaction cancelled"},
+                    "CancellationReasons": reasons(len(actions)),
+                }
+            raise ClientError(error, "TransactWriteItems")
+        return send(actions)
+
+    monkeypatch.setattr(table, "transact_once", once)
+
+
+def test_a_part_that_met_a_conflict_runs_on_its_own_and_the_parts_that_held_merge_again(table, monkeypatch):
+    """A conflict (or a throttle) is no answer about the part's conditions: that part goes again on its own,
+    with the table's retries; the others, whose actions held, commit in one more merged request."""
+    names = [str(uuid.uuid4()) for _ in range(4)]
+
+    def conflict_on_third(count: int) -> list[dict[str, Any]]:
+        return [{"Code": "TransactionConflict"} if i == 4 else {"Code": "None"} for i in range(count)]
+
+    _cancelled_once(table, monkeypatch, conflict_on_third)
+    alone: list[list[dict[str, Any]]] = []
+    send_alone = table.transact_now
+    monkeypatch.setattr(table, "transact_now", lambda actions: (alone.append(actions), send_alone(actions))[1])
+    with record_aws_calls() as recorder:
+        results = run_together(
+            table, [lambda name=name: table.transact([_bump(name, 0), _bump(name + "b", 0)]) for name in names]
+        )
+    assert results == [None] * 4
+    assert [_n(table, name) for name in names] == [1, 1, 1, 1]
+    assert len(alone) == 1 and alone[0][0]["Update"]["Key"] == counter_key(names[2])
+    assert _operations(recorder) == {"TransactWriteItems": 2}  # the merge again, and the third part alone
+
+
+def test_when_the_second_merge_is_cancelled_too_its_parts_run_on_their_own(table, monkeypatch):
+    names = [str(uuid.uuid4()) for _ in range(4)]
+    table.transact([_bump(names[2] + "b", 0)])  # names[2] fails the first merge
+    send = table.transact_once
+    attempts = [0]
+
+    def interfere(actions):
+        attempts[0] += 1
+        if attempts[0] == 2:  # another writer takes names[0] between the two merges
+            taken = _bump(names[0] + "b", 0)
+            taken["Update"]["TableName"] = table.name
+            table.transact_now([taken])  # (this thread is a participant: sent directly)
+        return send(actions)
+
+    monkeypatch.setattr(table, "transact_once", interfere)
+    with record_aws_calls() as recorder:
+        results = run_together(
+            table, [lambda name=name: table.transact([_bump(name, 0), _bump(name + "b", 0)]) for name in names]
+        )
+    assert isinstance(results[0], TransactionCancelled) and results[0].reasons == ["None", "ConditionalCheckFailed"]
+    assert isinstance(results[2], TransactionCancelled) and results[2].reasons == ["None", "ConditionalCheckFailed"]
+    assert results[1] is None and results[3] is None
+    assert [_n(table, name) for name in names] == [None, 1, None, 1]
+    # two merges, the interfering write, then names[0], names[1] and names[3] alone
+    assert _operations(recorder) == {"TransactWriteItems": 2 + 1 + 3}
 
 
 def test_the_parts_of_a_merge_that_failed_run_side_by_side_each_from_its_own_caller(table, monkeypatch):
-    """After a cancelled merge every part is sent from its caller's thread, all at the same time: a batch pays
-    one more round trip, not one per part. Each part's send waits until all four are in flight (a barrier that
-    parts sent one after another could never pass)."""
+    """When a cancelled merge's reasons cannot be matched to its parts (here: refused as too large), every part
+    is sent from its caller's thread, all at the same time: a batch pays one more round trip, not one per part.
+    Each part's send waits until all four are in flight (a barrier that parts sent one after another could
+    never pass)."""
     names = [str(uuid.uuid4()) for _ in range(4)]
-    table.transact([_bump(names[1] + "b", 0)])  # names[1]'s part fails: the merge is cancelled
+    table.transact([_bump(names[1] + "b", 0)])  # names[1]'s part fails on its own
+    _cancelled_once(table, monkeypatch, None)
     in_flight = threading.Barrier(len(names), timeout=10)
     senders: list[int] = []
     send_alone = table.transact_now

@@ -7,10 +7,14 @@ While a session is open, the calls that its participants make at about the same 
 * ``BatchGetItem`` calls are merged (keys de-duplicated, at most 100 per request);
 * ``TransactWriteItems`` calls whose items are all different are merged into one transaction of at most 100
   actions. It commits only when every part would have committed, and no two parts touch the same item, so it
-  is the same as running the parts one after the other. When it is cancelled (a condition of one part failed,
-  a conflict) or refused (too large), every part runs again on its own: each caller gets exactly the outcome
-  and the cancellation reasons it would have had alone (each part from its caller's own thread, so they run
-  side by side). Two exceptions to "all different": a tenant's
+  is the same as running the parts one after the other. When it is cancelled, its cancellation reasons (one per
+  action, in order) say what each part would have met alone at that instant: a part whose conditions failed
+  gets that failure (the error it would have had alone, with its own reasons and items) without another
+  request; the parts whose actions all held are merged once more; any other part (a conflict, a throttle)
+  runs on its own. When the reasons cannot be matched to the parts (refused as too large, actions folded as
+  below), or the second merge is cancelled too, every part left runs on its own: each caller gets exactly the
+  outcome and the cancellation reasons it would have had alone (each part from its caller's own thread, so
+  they run side by side). Two exceptions to "all different": a tenant's
   pending-count decrements (pending.py), unconditional and additive, are summed into one action per counter;
   and identical ``ConditionCheck`` actions (the tenant-active check every push claim of a tenant carries) are
   sent once, since a read-only check that holds for one part holds for all;
@@ -37,8 +41,11 @@ from typing import TYPE_CHECKING, Any
 from botocore.exceptions import ClientError
 
 from amsg.adapters.dynamo import pending
+from amsg.adapters.dynamo.table import TransactionCancelled
 
 if TYPE_CHECKING:
+    from collections.abc import Mapping
+
     from amsg.adapters.dynamo.table import DynamoTable
 
 MAX_TRANSACTION_ACTIONS = 100  # DynamoDB's limit per TransactWriteItems
@@ -176,26 +183,57 @@ class CoalescingSession:
 
     def _run_transactions(self, calls: list[_Call]) -> None:
         if len(calls) > 1:
-            # a tenant's pending-count decrements (one per settled task) fold into one action per counter
-            merged = _shared_checks(pending.fold([action for call in calls for action in call.payload]))
-            try:
-                self._table.transact_once(merged)
-            except ClientError as exc:
-                if exc.response["Error"]["Code"] not in _RUN_ALONE:
-                    for call in calls:
-                        call.error, call.done = exc, True
-                    return
-                # a part's condition failed, a conflict, or too large: every part on its own (below)
-            except Exception as exc:
-                for call in calls:
-                    call.error, call.done = exc, True
-                return
-            else:
-                for call in calls:
-                    call.done = True
-                return
+            reasons = self._send_merged(calls)
+            if reasons is None:
+                return  # committed, or every caller has its error
+            calls = self._settle_by_reasons(calls, reasons)
         for call in calls:  # the parts touch different items: sent at the same time, each is as if alone
             call.alone = call.done = True
+
+    def _send_merged(self, calls: list[_Call]) -> list[Mapping[str, Any]] | None:
+        """One transaction of every call's actions. None when that settled every call (committed, or an error
+        that is every part's); else the cancellation reasons, one per action of the calls in order, or [] when
+        they cannot be matched to the calls (refused, or actions folded into fewer)."""
+        actions = [action for call in calls for action in call.payload]
+        # a tenant's pending-count decrements (one per settled task) fold into one action per counter
+        merged = _shared_checks(pending.fold(actions))
+        try:
+            self._table.transact_once(merged)
+        except ClientError as exc:
+            if exc.response["Error"]["Code"] not in _RUN_ALONE:
+                for call in calls:
+                    call.error, call.done = exc, True
+                return None
+            raw = exc.response.get("CancellationReasons") or []
+            return list(raw) if len(merged) == len(actions) and len(raw) == len(actions) else []
+        except Exception as exc:
+            for call in calls:
+                call.error, call.done = exc, True
+            return None
+        for call in calls:
+            call.done = True
+        return None
+
+    def _settle_by_reasons(self, calls: list[_Call], reasons: list[Mapping[str, Any]]) -> list[_Call]:
+        """Settle what a cancelled merge's ``reasons`` decide (see the module); the calls left to run alone."""
+        if not reasons:
+            return calls
+        held: list[_Call] = []
+        left: list[_Call] = []
+        start = 0
+        for call in calls:
+            own = reasons[start : start + len(call.payload)]
+            start += len(call.payload)
+            codes = {str(reason.get("Code", "None")) for reason in own}
+            if codes == {"None"}:
+                held.append(call)
+            elif codes <= {"None", "ConditionalCheckFailed"}:  # what it would have raised alone, at that instant
+                call.error, call.done = TransactionCancelled.from_reasons(own), True
+            else:
+                left.append(call)
+        if len(held) > 1 and self._send_merged(held) is None:
+            return left
+        return held + left
 
 
 def _item_of(action: dict[str, Any]) -> tuple[str, str, str]:

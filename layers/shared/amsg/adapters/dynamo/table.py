@@ -73,6 +73,12 @@ class TransactionCancelled(Exception):
         self.reasons = reasons
         self.items = items
 
+    @classmethod
+    def from_reasons(cls, raw: Sequence[Mapping[str, Any]]) -> TransactionCancelled:
+        """From a ``TransactionCanceledException``'s ``CancellationReasons`` (wire-typed items)."""
+        reasons = [str(r.get("Code", "None")) for r in raw]
+        return cls(reasons, [from_wire(r["Item"]) if r.get("Item") else None for r in raw])
+
     def failed(self, index: int) -> bool:
         return index < len(self.reasons) and self.reasons[index] == "ConditionalCheckFailed"
 
@@ -237,8 +243,7 @@ class DynamoTable:
                     backoff(attempt + 1, base_s=0.01, cap_s=0.5)
                     token = secrets.token_hex(16)
                     continue
-                items = [from_wire(r["Item"]) if r.get("Item") else None for r in raw]
-                raise TransactionCancelled(reasons, items) from exc
+                raise TransactionCancelled.from_reasons(raw) from exc
 
     def transact_once(self, actions: list[dict[str, Any]]) -> None:
         """One ``TransactWriteItems`` attempt (actions carry their table name); a cancellation raises the
