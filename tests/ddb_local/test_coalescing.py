@@ -11,6 +11,7 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
+from amsg.adapters.dynamo import pending
 from amsg.adapters.dynamo.coalescing import DynamoCoalescer
 from amsg.adapters.dynamo.table import DynamoTable, TransactionCancelled
 from botocore.exceptions import ClientError
@@ -38,6 +39,16 @@ def _bump(name: str, expect: int) -> dict[str, Any]:
             "ExpressionAttributeValues": {":new": expect + 1, ":cur": expect},
         }
     }
+
+
+class _Space:
+    """The one part of a key space that a pending-count decrement needs: where its counter lives."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def pending_counter_key(self) -> dict[str, str]:
+        return counter_key(f"pending-{self.name}")
 
 
 def _n(table: DynamoTable, name: str) -> int | None:
@@ -224,17 +235,50 @@ def test_identical_checks_are_shared_and_a_failing_one_fails_every_part_that_car
 
     table.transact([_bump(gate, 1)])  # `gate` no longer holds
     names = [str(uuid.uuid4()) for _ in range(3)]
-    results = run_together(
-        table,
-        [
-            lambda name=name, g=g: table.transact([_bump(name, 0), _check(g, 1)])
-            for name, g in zip(names, [gate, other, gate], strict=True)
-        ],
-    )
+    with record_aws_calls() as recorder:
+        results = run_together(
+            table,
+            [
+                lambda name=name, g=g: table.transact([_bump(name, 0), _check(g, 1)])
+                for name, g in zip(names, [gate, other, gate], strict=True)
+            ],
+        )
     assert isinstance(results[0], TransactionCancelled) and results[0].reasons == ["None", "ConditionalCheckFailed"]
-    assert isinstance(results[2], TransactionCancelled) and results[2].failed(1)
+    assert isinstance(results[2], TransactionCancelled) and results[2].reasons == ["None", "ConditionalCheckFailed"]
     assert results[1] is None
     assert [_n(table, name) for name in names] == [None, 1, None]
+    # the shared check's reason answers for both parts that carry it; the part that held goes again, alone
+    assert _operations(recorder) == {"TransactWriteItems": 2}
+
+
+def test_folded_decrements_answer_for_every_part_and_the_parts_that_held_merge_again(table):
+    """Settlements of one tenant fold their pending-count decrements into one action; when the merge is
+    cancelled by another part's condition, the folded action's reason counts for each part that carried one."""
+    space = _Space(str(uuid.uuid4()))
+    names = [str(uuid.uuid4()) for _ in range(4)]
+    table.transact([_bump(names[1], 0)])  # names[1]'s part fails
+    table.transact(
+        [
+            {
+                "Update": {
+                    "Key": space.pending_counter_key(),
+                    "UpdateExpression": "SET #c = :n",
+                    "ExpressionAttributeNames": {"#c": pending.COUNT},
+                    "ExpressionAttributeValues": {":n": 10},
+                }
+            }
+        ]
+    )
+    with record_aws_calls() as recorder:
+        results = run_together(
+            table, [lambda name=name: table.transact([_bump(name, 0), pending.decrement(space)]) for name in names]
+        )
+    assert isinstance(results[1], TransactionCancelled) and results[1].reasons == ["ConditionalCheckFailed", "None"]
+    assert [r for i, r in enumerate(results) if i != 1] == [None] * 3
+    assert [_n(table, name) for name in names] == [1, 1, 1, 1]  # names[1] was 1 before and stays
+    counter = table.get(space.pending_counter_key())
+    assert counter is not None and int(counter[pending.COUNT]) == 10 - 3  # the three that committed, once each
+    assert _operations(recorder) == {"TransactWriteItems": 2}  # the merge, and the three again as one
 
 
 def test_a_check_is_never_shared_with_a_part_that_writes_its_item(table):

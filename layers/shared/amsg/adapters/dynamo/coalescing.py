@@ -11,10 +11,10 @@ While a session is open, the calls that its participants make at about the same 
   action, in order) say what each part would have met alone at that instant: a part whose conditions failed
   gets that failure (the error it would have had alone, with its own reasons and items) without another
   request; the parts whose actions all held are merged once more; any other part (a conflict, a throttle)
-  runs on its own. When the reasons cannot be matched to the parts (refused as too large, actions folded as
-  below), or the second merge is cancelled too, every part left runs on its own: each caller gets exactly the
-  outcome and the cancellation reasons it would have had alone (each part from its caller's own thread, so
-  they run side by side). Two exceptions to "all different": a tenant's
+  runs on its own (a folded or shared action below answers for every part that carries it). When there are no
+  reasons (refused as too large), or the second merge is cancelled too, every part left runs on its own. Either
+  way each caller gets exactly the outcome and the cancellation reasons it would have had alone (the parts left
+  run from their callers' own threads, side by side). Two exceptions to "all different": a tenant's
   pending-count decrements (pending.py), unconditional and additive, are summed into one action per counter;
   and identical ``ConditionCheck`` actions (the tenant-active check every push claim of a tenant carries) are
   sent once, since a read-only check that holds for one part holds for all;
@@ -193,7 +193,7 @@ class CoalescingSession:
     def _send_merged(self, calls: list[_Call]) -> list[Mapping[str, Any]] | None:
         """One transaction of every call's actions. None when that settled every call (committed, or an error
         that is every part's); else the cancellation reasons, one per action of the calls in order, or [] when
-        they cannot be matched to the calls (refused, or actions folded into fewer)."""
+        there are none to match (refused as too large)."""
         actions = [action for call in calls for action in call.payload]
         # a tenant's pending-count decrements (one per settled task) fold into one action per counter
         merged = _shared_checks(pending.fold(actions))
@@ -205,7 +205,10 @@ class CoalescingSession:
                     call.error, call.done = exc, True
                 return None
             raw = exc.response.get("CancellationReasons") or []
-            return list(raw) if len(merged) == len(actions) and len(raw) == len(actions) else []
+            where = _positions(actions)
+            if len(raw) != len(merged) or len(set(where)) != len(merged):
+                return []
+            return [raw[position] for position in where]  # a folded or shared action's reason is each sharer's
         except Exception as exc:
             for call in calls:
                 call.error, call.done = exc, True
@@ -259,6 +262,28 @@ def _check_of(action: dict[str, Any]) -> tuple[tuple[str, str, str], str] | None
     if not isinstance(body, dict):
         return None
     return _item_of(action), repr(sorted(body.items()))
+
+
+def _positions(actions: list[dict[str, Any]]) -> list[int]:
+    """Where each of ``actions`` lands in ``_shared_checks(pending.fold(actions))``: a decrement at its counter's
+    first, a check at the first identical one (both fold "at the place of the first"), any other at its own."""
+    where: list[int] = []
+    first: dict[tuple[str, Any], int] = {}
+    placed = 0
+    for action in actions:
+        key: tuple[str, Any] | None = None
+        if pending.is_decrement(action):
+            key = ("decrement", _item_of(action))
+        elif (check := _check_of(action)) is not None:
+            key = ("check", check)
+        if key is not None and key in first:
+            where.append(first[key])
+            continue
+        if key is not None:
+            first[key] = placed
+        where.append(placed)
+        placed += 1
+    return where
 
 
 def _shared_checks(actions: list[dict[str, Any]]) -> list[dict[str, Any]]:
