@@ -19,7 +19,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tests.support.aws_calls import record_aws_calls
-from tests.support.coalescing import counter_key, run_together
+from tests.support.coalescing import CounterSpace, counter_key, run_together
 
 pytestmark = pytest.mark.ddb_local
 
@@ -39,16 +39,6 @@ def _bump(name: str, expect: int) -> dict[str, Any]:
             "ExpressionAttributeValues": {":new": expect + 1, ":cur": expect},
         }
     }
-
-
-class _Space:
-    """The one part of a key space that a pending-count decrement needs: where its counter lives."""
-
-    def __init__(self, name: str) -> None:
-        self.name = name
-
-    def pending_counter_key(self) -> dict[str, str]:
-        return counter_key(f"pending-{self.name}")
 
 
 def _n(table: DynamoTable, name: str) -> int | None:
@@ -254,7 +244,7 @@ def test_identical_checks_are_shared_and_a_failing_one_fails_every_part_that_car
 def test_folded_decrements_answer_for_every_part_and_the_parts_that_held_merge_again(table):
     """Settlements of one tenant fold their pending-count decrements into one action; when the merge is
     cancelled by another part's condition, the folded action's reason counts for each part that carried one."""
-    space = _Space(str(uuid.uuid4()))
+    space = CounterSpace(counter_key(f"pending-{uuid.uuid4()}"))
     names = [str(uuid.uuid4()) for _ in range(4)]
     table.transact([_bump(names[1], 0)])  # names[1]'s part fails
     table.transact(

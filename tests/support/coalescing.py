@@ -33,3 +33,13 @@ def run_together(table: DynamoTable, jobs: list[Callable[[], Any]], *, wait_s: f
 def counter_key(name: str) -> dict[str, str]:
     """The key of a test's counter item ``name`` (its ``n`` is what the coalescing tests compare and set)."""
     return {"PK": f"U#{name}", "SK": "C#n"}
+
+
+class CounterSpace:
+    """The one part of a key space that a pending-count decrement needs: where its counter lives."""
+
+    def __init__(self, key: dict[str, str]) -> None:
+        self._key = key
+
+    def pending_counter_key(self) -> dict[str, str]:
+        return self._key

@@ -11,24 +11,18 @@ from amsg.adapters.dynamo.coalescing import _item_of, _positions, _shared_checks
 from hypothesis import given
 from hypothesis import strategies as st
 
+from tests.support.coalescing import CounterSpace
+
 
 def _action(kind: str, n: int) -> dict[str, Any]:
     key = {"PK": f"U#{n}", "SK": "C#n"}
     if kind == "decrement":
-        return {"Update": {**pending.decrement(_Space(key))["Update"], "TableName": "t"}}
+        return {"Update": {**pending.decrement(CounterSpace(key))["Update"], "TableName": "t"}}
     if kind == "check":
         body = {"Key": key, "ConditionExpression": "n = :v", "ExpressionAttributeValues": {":v": 1}}
         return {"ConditionCheck": {**body, "TableName": "t"}}
     body = {"Key": key, "UpdateExpression": "SET n = :v", "ExpressionAttributeValues": {":v": 2}}
     return {"Update": {**body, "TableName": "t"}}
-
-
-class _Space:
-    def __init__(self, key: dict[str, str]) -> None:
-        self._key = key
-
-    def pending_counter_key(self) -> dict[str, str]:
-        return self._key
 
 
 @given(st.lists(st.tuples(st.sampled_from(["decrement", "check", "write"]), st.integers(0, 4)), max_size=30))
