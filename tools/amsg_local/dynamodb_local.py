@@ -26,6 +26,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -38,6 +39,7 @@ __all__ = [
     "ensure_installed",
     "find_jar",
     "free_port",
+    "java_command",
     "netns_isolation_available",
     "start_dynamodb_local",
 ]
@@ -47,6 +49,11 @@ log = logging.getLogger("local_stack.dynamodb_local")
 # The JVM heap cap (-Xmx; AMSG_DYNAMODB_LOCAL_HEAP overrides): -inMemory data lives there, so memory is bounded
 # and a runaway load fails loudly instead of eating the machine.
 DEFAULT_HEAP = "1g"
+# The JVM's garbage collector (AMSG_DYNAMODB_LOCAL_GC overrides; empty: the JVM's own choice, G1 here). DynamoDB
+# Local parses its table's description (a JSON document) again for every item it reads or writes, so it
+# allocates fast; the throughput collector costs it less CPU per request than G1 (docs/performance.md, "DynamoDB
+# Local's JVM").
+DEFAULT_GC = "-XX:+UseParallelGC"
 
 
 class DynamoDBLocalUnavailable(RuntimeError):
@@ -254,6 +261,35 @@ class DynamoDBLocal:
         self.stop()
 
 
+def java_command(
+    java_bin: str,
+    jar_path: Path,
+    port: int,
+    extra_args: tuple[str, ...],
+    environ: Mapping[str, str],
+    jvm_options: tuple[str, ...] = (),
+) -> list[str]:
+    """The JVM's argv: the heap cap and the collector (``AMSG_DYNAMODB_LOCAL_HEAP``, ``AMSG_DYNAMODB_LOCAL_GC``)
+    and any other JVM options, then the jar in memory, one database for every client, no telemetry."""
+    heap = environ.get("AMSG_DYNAMODB_LOCAL_HEAP", "").strip() or DEFAULT_HEAP
+    gc = environ.get("AMSG_DYNAMODB_LOCAL_GC", DEFAULT_GC).split()
+    return [
+        java_bin,
+        f"-Xmx{heap}",
+        *gc,
+        *jvm_options,
+        f"-Djava.library.path={jar_path.parent / 'DynamoDBLocal_lib'}",
+        "-jar",
+        str(jar_path),
+        "-inMemory",
+        "-sharedDb",
+        "-disableTelemetry",
+        "-port",
+        str(port),
+        *extra_args,
+    ]
+
+
 def start_dynamodb_local(
     *,
     jar: Path | None = None,
@@ -262,6 +298,7 @@ def start_dynamodb_local(
     startup_timeout_s: float = 30.0,
     extra_args: tuple[str, ...] = (),
     isolate: bool | None = None,
+    jvm_options: tuple[str, ...] = (),
 ) -> DynamoDBLocal:
     """Run ``java -Djava.library.path=<lib> -jar DynamoDBLocal.jar -inMemory -sharedDb -disableTelemetry``.
 
@@ -278,24 +315,10 @@ def start_dynamodb_local(
         raise DynamoDBLocalUnavailable(
             f"DynamoDBLocal.jar not found under {cache_dir()}; run scripts/install-dynamodb-local"
         )
-    heap = os.environ.get("AMSG_DYNAMODB_LOCAL_HEAP", "").strip() or DEFAULT_HEAP
-    lib_dir = jar_path.parent / "DynamoDBLocal_lib"
     if isolate is None:
         isolate = netns_isolation_available()
     chosen_port = port or (8000 if isolate else free_port())  # a namespace of its own: any port is free there
-    command = [
-        java_bin,
-        f"-Xmx{heap}",
-        f"-Djava.library.path={lib_dir}",
-        "-jar",
-        str(jar_path),
-        "-inMemory",
-        "-sharedDb",
-        "-disableTelemetry",
-        "-port",
-        str(chosen_port),
-        *extra_args,
-    ]
+    command = java_command(java_bin, jar_path, chosen_port, extra_args, os.environ, jvm_options)
     if isolate:
         # the new namespace's loopback starts down; exec keeps the PID (it is java's PID we stop)
         command = ["unshare", "--net", "--", "sh", "-c", 'ip link set lo up && exec "$0" "$@"', *command]
