@@ -90,9 +90,10 @@ def _one_shot_seed(ctx: Any, push: Any) -> Any:
     return seed
 
 
-def _spike(tick: Any, ctx: Any, push: Any, offset: Any, due: int, tasks: set[str]) -> list[float]:
+def _spike(tick: Any, ctx: Any, push: Any, offset: Any, due: int, tasks: set[str]) -> tuple[list[float], set[str]]:
     """Move every clock to ``due``, tick then and once a minute after until each task of the spike was pushed;
-    the lateness of each push in seconds (the moved clock when the push service accepted it, minus ``due``)."""
+    the lateness of each push in seconds (the moved clock when the push service accepted it, minus ``due``), and
+    the tasks not pushed within ``SPIKE_DEADLINE_S``."""
     from amsg.timeutil import iso_from_ms
 
     offset.value = due - time.time_ns() // 1_000_000
@@ -105,12 +106,35 @@ def _spike(tick: Any, ctx: Any, push: Any, offset: Any, due: int, tasks: set[str
             tick.handler({"scheduledTime": iso_from_ms(ctx.now_ms())}, invocation("tick", 55))
             next_tick += 60.0
         time.sleep(0.2)
-        for push_record in push.received[start:]:
+        arrived = push.received[start:]  # pushes keep arriving: the next look starts after these, not at len()
+        start += len(arrived)
+        for push_record in arrived:
             task = (push_record.payload or {}).get("taskUuid")
             if task in tasks and task not in seen:
                 seen[task] = (push_record.received_at * 1000 + offset.value - due) / 1000
-        start = len(push.received)
-    return sorted(seen.values()) + [float("inf")] * (len(tasks) - len(seen))  # a task never pushed: late forever
+    missing = tasks - set(seen)
+    return sorted(seen.values()) + [float("inf")] * len(missing), missing  # never pushed: late forever
+
+
+def _diagnose(client: Any, table: str, missing: set[str], pushes: dict[str, list[str]]) -> list[str]:
+    """For each task whose occurrence was not pushed in its spike: every push of it (the moved clock when the
+    push service accepted it) and its item as stored now (a scan: only ever run for a handful of tasks)."""
+    wanted = {f"T#{task}" for task in missing}
+    found: dict[str, dict[str, Any]] = {}
+    for page in client.get_paginator("scan").paginate(TableName=table):
+        for item in page["Items"]:
+            if item["SK"].get("S") in wanted:
+                found[item["SK"]["S"][2:]] = item
+    fields = (
+        *("status", "next_send_at", "due_sk", "lease_until", "lease_owner", "claim_version", "adopted_cv"),
+        *("retry_after", "retry_count", "last_error", "ob_occ", "updated_at"),
+    )
+    lines = []
+    for task in sorted(missing):
+        item = found.get(task, {})
+        state = ", ".join(f"{f}={next(iter(item[f].values()))}" for f in fields if f in item) or "no item"
+        lines.append(f"    {task}: pushed at {', '.join(pushes.get(task, [])) or 'never'}; now {state}")
+    return lines
 
 
 def run(per_zone: int = 1_000, per_user: int = 10) -> dict[str, Any]:
@@ -145,10 +169,16 @@ def run(per_zone: int = 1_000, per_user: int = 10) -> dict[str, Any]:
             tick = load_handler_module(ROOT / "functions/tick/tick_handler.py")
             spikes = sorted((eight_local(FIRST_DAY + timedelta(days=d), z), d + 1, z) for d in (0, 1) for z in ZONES)
             java_cpu, own_cpu, loadavg = _process_cpu_s(server.pid), time.process_time(), _loadavg()
-            lateness = {(day, zone): _spike(tick, ctx, push, offset, due, zones[zone]) for due, day, zone in spikes}
+            lateness, missing, shifts = {}, set(), []
+            for due, day, zone in spikes:
+                shifts.append((time.time(), due - time.time_ns() // 1_000_000))
+                lateness[(day, zone)], missed = _spike(tick, ctx, push, offset, due, zones[zone])
+                missing |= missed
             java_cpu, own_cpu = _process_cpu_s(server.pid) - java_cpu, time.process_time() - own_cpu
             stats = stop_sandboxes(queues, results, processes)
             per_task = Counter((r.payload or {}).get("taskUuid") for r in push.received)
+            pushes = _moved_push_times(push.received, shifts, missing)
+            diagnosis = _diagnose(client, "spike", missing, pushes) if missing else []
     finally:
         server.stop()
     return {
@@ -157,6 +187,8 @@ def run(per_zone: int = 1_000, per_user: int = 10) -> dict[str, Any]:
         "loadavg": loadavg,
         "duplicates": sum(n - 2 for n in per_task.values() if n > 2),
         "lost": sum(1 for task in set().union(*zones.values()) if per_task.get(task, 0) < 2),
+        "missed_in_spike": len(missing),
+        "diagnosis": diagnosis,
         "cpu_s": {
             "DynamoDB Local": java_cpu,
             "run_task": sum(s["cpu_s"] for s in stats if s["function"] == "run_task"),
@@ -164,6 +196,19 @@ def run(per_zone: int = 1_000, per_user: int = 10) -> dict[str, Any]:
             "bench (tick, push service)": own_cpu,
         },
     }
+
+
+def _moved_push_times(received: list[Any], shifts: list[tuple[float, int]], tasks: set[str]) -> dict[str, list[str]]:
+    """The moved clock's time of each push of ``tasks``: the clock offset in force when it was accepted."""
+    from amsg.timeutil import iso_from_ms
+
+    times: dict[str, list[str]] = {}
+    for record in received:
+        task = (record.payload or {}).get("taskUuid")
+        if task in tasks:
+            shift = next((o for began, o in reversed(shifts) if began <= record.received_at), shifts[0][1])
+            times.setdefault(task, []).append(iso_from_ms(int(record.received_at * 1000) + shift))
+    return times
 
 
 def _loadavg() -> str:
@@ -188,5 +233,10 @@ def main() -> None:
     delivered = 6 * per_zone
     cpu = ", ".join(f"{name} {1000 * sec / max(1, delivered):.1f}" for name, sec in result["cpu_s"].items())
     total = 1000 * sum(result["cpu_s"].values()) / max(1, delivered)
-    print(f"  {delivered:,} occurrences: duplicates {result['duplicates']}, not delivered {result['lost']}")
+    print(
+        f"  {delivered:,} occurrences: duplicates {result['duplicates']}, not delivered {result['lost']},"
+        f" not pushed within {SPIKE_DEADLINE_S:.0f} s of their spike {result['missed_in_spike']}"
+    )
+    for line in result["diagnosis"]:
+        print(line)
     print(f"  CPU per delivered task {total:.1f} ms ({cpu})")
