@@ -1,12 +1,12 @@
 """Where DynamoDB Local's CPU goes in a run: a Java Flight Recording of its JVM, read back over the run's window
 as shares of its sampled Java stacks (``AMSG_BENCH_JFR=<file>`` with ``bench capacity``; docs/performance.md,
 "Where DynamoDB Local's CPU goes"). Needs the JDK's ``jfr``; off by default. The recording runs from the JVM's
-start (attaching one later with ``jcmd`` doubled the JVM's CPU for the rest of the run); it costs DynamoDB Local
-~10 % more CPU, so a run that records is not one to quote for time.
+start (attaching one later with ``jcmd`` doubled the JVM's CPU for the rest of the run); it still costs
+DynamoDB Local 5-12 % more CPU, so a run that records is not one to quote for time.
 
 Each sample goes to the first part of :data:`PARTS` that one of its frames names, so a parse of the table's
-description inside an item write counts as the parse, not as the write. The JIT compiler and the collector run outside
-Java and are not sampled; their CPU is in the bench's per-thread figures, not here.
+description inside an item write counts as the parse, not as the write. The JIT compiler and the collector run
+outside Java and are not sampled.
 """
 
 from __future__ import annotations
