@@ -300,7 +300,8 @@ def start_dynamodb_local(
     isolate: bool | None = None,
     jvm_options: tuple[str, ...] = (),
 ) -> DynamoDBLocal:
-    """Run ``java -Djava.library.path=<lib> -jar DynamoDBLocal.jar -inMemory -sharedDb -disableTelemetry``.
+    """Run ``java -Djava.library.path=<lib> -jar DynamoDBLocal.jar -inMemory -sharedDb -disableTelemetry``
+    (:func:`java_command`; ``jvm_options`` go before the jar, e.g. a flight recording).
 
     ``isolate`` (default: whenever :func:`netns_isolation_available`) runs it in its own network namespace
     behind a loopback relay. Returns once the port answers (about 1 s here). Raises
