@@ -19,6 +19,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+# Markers are frame names of the jar scripts/install-dynamodb-local pins; ``SQLiteDBAccess$25`` is the job that
+# ``SQLiteDBAccess.getTableInfo`` runs there (an anonymous class: a newer jar may number it differently).
 PARTS: tuple[tuple[str, str], ...] = (
     ("the table's description parsed (getTableInfo, getTableSchemaInfo2)", "SQLiteDBAccess$25.doWork"),
     ("the table's description parsed (getTableInfo, getTableSchemaInfo2)", "getTableSchemaInfo2"),

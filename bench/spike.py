@@ -90,15 +90,21 @@ def _one_shot_seed(ctx: Any, push: Any) -> Any:
     return seed
 
 
-def _spike(tick: Any, ctx: Any, push: Any, offset: Any, due: int, tasks: set[str]) -> tuple[list[float], set[str]]:
+Shift = tuple[float, int]
+"""From this wall time (epoch seconds) on, the moved clock is the wall clock plus this many ms."""
+
+
+def _spike(
+    tick: Any, ctx: Any, push: Any, offset: Any, due: int, tasks: set[str]
+) -> tuple[list[float], set[str], Shift]:
     """Move every clock to ``due``, tick then and once a minute after until each task of the spike was pushed;
-    the lateness of each push in seconds (the moved clock when the push service accepted it, minus ``due``), and
-    the tasks not pushed within ``SPIKE_DEADLINE_S``."""
+    the lateness of each push in seconds (the moved clock when the push service accepted it, minus ``due``), the
+    tasks not pushed within ``SPIKE_DEADLINE_S``, and the clock's shift."""
     from amsg.timeutil import iso_from_ms
 
+    began = time.time()
     offset.value = due - time.time_ns() // 1_000_000
     start = len(push.received)
-    began = time.time()
     next_tick = began
     seen: dict[str, float] = {}
     while len(seen) < len(tasks) and time.time() - began < SPIKE_DEADLINE_S:
@@ -113,18 +119,21 @@ def _spike(tick: Any, ctx: Any, push: Any, offset: Any, due: int, tasks: set[str
             if task in tasks and task not in seen:
                 seen[task] = (push_record.received_at * 1000 + offset.value - due) / 1000
     missing = tasks - set(seen)
-    return sorted(seen.values()) + [float("inf")] * len(missing), missing  # never pushed: late forever
+    late = sorted(seen.values()) + [float("inf")] * len(missing)  # never pushed: late forever
+    return late, missing, (began, offset.value)
 
 
 def _diagnose(client: Any, table: str, missing: set[str], pushes: dict[str, list[str]]) -> list[str]:
     """For each task whose occurrence was not pushed in its spike: every push of it (the moved clock when the
     push service accepted it) and its item as stored now (a scan: only ever run for a handful of tasks)."""
-    wanted = {f"T#{task}" for task in missing}
+    from amsg.adapters.dynamo.keys import task_sk
+
+    wanted = {task_sk(task): task for task in missing}
     found: dict[str, dict[str, Any]] = {}
     for page in client.get_paginator("scan").paginate(TableName=table):
         for item in page["Items"]:
             if item["SK"].get("S") in wanted:
-                found[item["SK"]["S"][2:]] = item
+                found[wanted[item["SK"]["S"]]] = item
     fields = (
         *("status", "next_send_at", "due_sk", "lease_until", "lease_owner", "claim_version", "adopted_cv"),
         *("retry_after", "retry_count", "last_error", "ob_occ", "updated_at"),
@@ -171,9 +180,9 @@ def run(per_zone: int = 1_000, per_user: int = 10) -> dict[str, Any]:
             java_cpu, own_cpu, loadavg = _process_cpu_s(server.pid), time.process_time(), _loadavg()
             lateness, missing, shifts = {}, set(), []
             for due, day, zone in spikes:
-                shifts.append((time.time(), due - time.time_ns() // 1_000_000))
-                lateness[(day, zone)], missed = _spike(tick, ctx, push, offset, due, zones[zone])
+                lateness[(day, zone)], missed, shift = _spike(tick, ctx, push, offset, due, zones[zone])
                 missing |= missed
+                shifts.append(shift)
             java_cpu, own_cpu = _process_cpu_s(server.pid) - java_cpu, time.process_time() - own_cpu
             stats = stop_sandboxes(queues, results, processes)
             per_task = Counter((r.payload or {}).get("taskUuid") for r in push.received)
@@ -198,7 +207,7 @@ def run(per_zone: int = 1_000, per_user: int = 10) -> dict[str, Any]:
     }
 
 
-def _moved_push_times(received: list[Any], shifts: list[tuple[float, int]], tasks: set[str]) -> dict[str, list[str]]:
+def _moved_push_times(received: list[Any], shifts: list[Shift], tasks: set[str]) -> dict[str, list[str]]:
     """The moved clock's time of each push of ``tasks``: the clock offset in force when it was accepted."""
     from amsg.timeutil import iso_from_ms
 

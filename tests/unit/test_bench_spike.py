@@ -58,7 +58,7 @@ def test_a_push_that_arrives_during_a_read_is_counted(monkeypatch: pytest.Monkey
     push = type("Push", (), {})()
     push.received = _ArrivingWhileRead([_Push({"taskUuid": t}) for t in sorted(tasks)])
     due = time.time_ns() // 1_000_000
-    lateness, missing = spike._spike(_Tick(), _Ctx(), push, _Offset(), due, tasks)
+    lateness, missing, _ = spike._spike(_Tick(), _Ctx(), push, _Offset(), due, tasks)
     assert missing == set()
     assert len(lateness) == 3
     assert all(0 <= late < 3 for late in lateness)
